@@ -1,0 +1,88 @@
+"""Argument checks shared by every public entry point.
+
+Each check names the argument and the offending value. TypeError is raised for the wrong *kind*
+of value (a float or bool where an int belongs), ValueError for the right kind with a wrong value.
+Inner functions trust their inputs; only public boundaries call these.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "check_choice",
+    "check_fraction",
+    "check_nonnegative_float",
+    "check_positive_int",
+    "check_path_list",
+    "is_int",
+]
+
+
+def is_int(value: Any) -> bool:
+    """Return True for Python and numpy integers, False for bools and everything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value`` as an ``int`` if it is an integer ≥ 1, else raise naming ``name``."""
+    if not is_int(value):
+        raise TypeError(f"{name} must be a positive integer, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_nonnegative_float(name: str, value: Any) -> float:
+    """Return ``value`` as a finite ``float`` ≥ 0, else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a non-negative real number, got {value!r} ({type(value).__name__})")
+    result = float(value)
+    if not math.isfinite(result) or result < 0:
+        raise ValueError(f"{name} must be a finite non-negative number, got {value!r}")
+    return result
+
+
+def check_fraction(name: str, value: Any) -> float:
+    """Return ``value`` as a ``float`` in [0, 1], else raise naming ``name``."""
+    result = check_nonnegative_float(name, value)
+    if result > 1:
+        raise ValueError(f"{name} must lie in [0, 1], got {value!r}")
+    return result
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise naming ``name`` and the choices."""
+    options = tuple(choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {options}, got {value!r} ({type(value).__name__})")
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
+def check_path_list(name: str, value: Any, *, allow_empty: bool = False) -> list[str]:
+    """Return a list of ``str`` paths from a sequence of ``str`` / ``os.PathLike``.
+
+    A single string is rejected (it is almost always a mistake for a list of paths).
+    """
+    if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of str or os.PathLike paths, got {type(value).__name__}")
+    paths: list[str] = []
+    for position, item in enumerate(value):
+        if isinstance(item, os.PathLike):
+            item = os.fspath(item)
+        if not isinstance(item, str):
+            raise TypeError(
+                f"{name}[{position}] must be a str or os.PathLike path, got {item!r} ({type(item).__name__})"
+            )
+        if not item:
+            raise ValueError(f"{name}[{position}] is an empty path")
+        paths.append(item)
+    if not paths and not allow_empty:
+        raise ValueError(f"{name} must not be empty")
+    return paths

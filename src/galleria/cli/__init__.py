@@ -1,0 +1,57 @@
+"""The ``galleria`` command line: one module per command, each a thin shell over the library.
+
+Every command module defines ``add_parser(subparsers)`` (registering its arguments and help) and
+``run(args) -> int``. Errors a user can cause are raised as :class:`CliError` (or the library's
+TypeError / ValueError / KeyError / OSError) and printed as one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from galleria import __version__
+from galleria.cli._common import CliError
+
+__all__ = ["CliError", "main"]
+
+#: Command name → module under ``galleria.cli``, in the order ``--help`` lists them.
+COMMANDS: dict[str, str] = {
+    "evaluate-scores": "evaluate_scores",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every command's sub-parser."""
+    parser = argparse.ArgumentParser(
+        prog="galleria",
+        description="Search, re-rank and evaluate image galleries.",
+    )
+    parser.add_argument("--version", action="version", version=f"galleria {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in COMMANDS.values():
+        module = importlib.import_module(f"galleria.cli.{module_name}")
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except (CliError, TypeError, ValueError, KeyError, OSError, RuntimeError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"galleria {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("galleria: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Distances in the three spaces, as pure functions on float32 arrays.
+
+=========  ===========================================
+space      distance between rows ``a`` and ``b``
+=========  ===========================================
+cosine     ``1 - <a/|a|, b/|b|>``
+ip         ``1 - <a, b>``
+l2         ``|a - b|^2`` (squared Euclidean)
+=========  ===========================================
+
+These are the scores of the built-in indexes and the distances the re-ranker computes among
+candidates, so both use this one module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["normalize_rows", "pairwise_distances", "prepare_vectors"]
+
+
+def normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """Return a float32 copy of ``vectors`` with every row scaled to unit L2 norm (zero rows stay 0)."""
+    array = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(array, axis=-1, keepdims=True)
+    return np.divide(array, norms, out=np.zeros_like(array), where=norms > 0)
+
+
+def prepare_vectors(vectors: np.ndarray, space: str) -> np.ndarray:
+    """Vectors as an index of ``space`` stores them: L2-normalised for cosine, unchanged otherwise."""
+    if space == "cosine":
+        return normalize_rows(vectors)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def pairwise_distances(a: np.ndarray, b: np.ndarray, space: str) -> np.ndarray:
+    """The (len(a), len(b)) float32 distance matrix between the rows of ``a`` and ``b`` in ``space``.
+
+    Inputs are taken as stored (already normalised for cosine). Squared Euclidean distances are
+    computed through the Gram matrix and floored at 0 against rounding.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pairwise_distances(np.eye(2), np.eye(2), "l2").tolist()
+    [[0.0, 2.0], [2.0, 0.0]]
+    """
+    left = np.asarray(a, dtype=np.float32)
+    right = np.asarray(b, dtype=np.float32)
+    gram = left @ right.T
+    if space in ("cosine", "ip"):
+        return np.asarray(1.0 - gram, dtype=np.float32)
+    if space == "l2":
+        squared = (
+            np.einsum("ij,ij->i", left, left)[:, None] + np.einsum("ij,ij->i", right, right)[None, :] - 2.0 * gram
+        )
+        return np.maximum(squared, 0.0).astype(np.float32, copy=False)
+    raise ValueError(f"space must be one of ('cosine', 'ip', 'l2'), got {space!r}")

@@ -1,0 +1,48 @@
+"""The contract every embedder follows.
+
+An embedder turns a batch of RGB images into an (n, d) float32 array. Anything with an ``embed``
+method works; ``batch_size`` is optional (:func:`batch_size_of` falls back to a default), and
+``embed_text`` is present only for embedders with a text side (CLIP). ``config()`` returns a
+JSON-able dict with a ``"type"`` key so a saved store can rebuild its embedder without pickle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of"]
+
+#: A single image: an (H, W, 3) uint8 RGB array or a PIL image.
+ImageInput = np.ndarray | Image.Image
+
+DEFAULT_BATCH_SIZE = 32
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps images to vectors."""
+
+    def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
+        """Return an (len(images), d) float32 array."""
+        ...
+
+
+@runtime_checkable
+class TextEmbedder(Embedder, Protocol):
+    """An embedder with a text side in the same space as its images."""
+
+    def embed_text(self, texts: Sequence[str]) -> np.ndarray:
+        """Return an (len(texts), d) float32 array."""
+        ...
+
+
+def batch_size_of(embedder: object) -> int:
+    """The embedder's ``batch_size`` if it has a positive integer one, else :data:`DEFAULT_BATCH_SIZE`."""
+    size: Any = getattr(embedder, "batch_size", None)
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size
+    return DEFAULT_BATCH_SIZE

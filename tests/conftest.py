@@ -1,0 +1,19 @@
+"""Test configuration: keep every test offline and deterministic."""
+
+from __future__ import annotations
+
+import os
+
+# Must happen before huggingface_hub is first imported anywhere (open_clip imports it).
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "galleria",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("galleria")

@@ -23,7 +23,8 @@ def normalize_rows(vectors: np.ndarray) -> np.ndarray:
     """Return a float32 copy of ``vectors`` with every row scaled to unit L2 norm (zero rows stay 0)."""
     array = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(array, axis=-1, keepdims=True)
-    return np.divide(array, norms, out=np.zeros_like(array), where=norms > 0)
+    result: np.ndarray = np.divide(array, norms, out=np.zeros_like(array), where=norms > 0)
+    return result
 
 
 def prepare_vectors(vectors: np.ndarray, space: str) -> np.ndarray:
@@ -54,5 +55,6 @@ def pairwise_distances(a: np.ndarray, b: np.ndarray, space: str) -> np.ndarray:
         squared = (
             np.einsum("ij,ij->i", left, left)[:, None] + np.einsum("ij,ij->i", right, right)[None, :] - 2.0 * gram
         )
-        return np.maximum(squared, 0.0).astype(np.float32, copy=False)
+        floored: np.ndarray = np.maximum(squared, 0.0).astype(np.float32, copy=False)
+        return floored
     raise ValueError(f"space must be one of ('cosine', 'ip', 'l2'), got {space!r}")

@@ -19,6 +19,10 @@ __all__ = ["CliError", "main"]
 
 #: Command name → module under ``galleria.cli``, in the order ``--help`` lists them.
 COMMANDS: dict[str, str] = {
+    "demo": "demo",
+    "build": "build",
+    "search": "search",
+    "evaluate": "evaluate",
     "evaluate-scores": "evaluate_scores",
 }
 

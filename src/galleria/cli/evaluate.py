@@ -1,0 +1,200 @@
+"""``galleria evaluate``: the demo's evaluation on any labelled ``root/<label>/<image>`` folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._options import (
+    add_expand_options,
+    add_rerank_options,
+    add_store_options,
+    check_existing_folder,
+    expand_settings,
+    make_embedder,
+    parse_embedder_spec,
+    parse_float,
+    parse_int,
+    rerank_settings,
+)
+
+if TYPE_CHECKING:
+    from galleria.datasets import QueryGallerySplit
+    from galleria.embedders.base import Embedder
+    from galleria.evaluation import RetrievalConfig
+
+__all__ = ["add_parser", "run", "run_evaluation"]
+
+_EXAMPLES = """\
+  galleria evaluate animals/                                   # plain retrieval, 10% of images as queries
+  galleria evaluate animals/ --queries 200 --expand --rerank   # the demo's three configurations
+  galleria evaluate animals/ --query-fraction 0.2 --rerank --k1 30 --lambda 0.2 --out report/
+  galleria evaluate animals/ --embedder clip --index hnsw --expand --json
+"""
+
+#: Default number of candidates re-ranked per query (the spec's benchmark pool).
+DEFAULT_POOL = 200
+#: Share of images used as queries when neither --queries nor --query-fraction is given.
+DEFAULT_QUERY_FRACTION = 0.1
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``galleria evaluate``."""
+    parser = add_command(
+        subparsers,
+        "evaluate",
+        help="measure retrieval quality on a labelled image folder",
+        description=(
+            "Split a labelled folder (IMAGE_DIR/<label>/<image>) into queries and gallery, stratified by "
+            "label and seeded; index the gallery; and report Recall@1, Recall@5, mAP@100, MRR and ms per "
+            "query for plain retrieval, plus alpha query expansion with --expand and k-reciprocal "
+            "re-ranking with --rerank (on the expanded query's pool when both are given). A result is "
+            "relevant when it has the query's label."
+        ),
+        examples=_EXAMPLES,
+    )
+    parser.add_argument(
+        "image_dir", metavar="IMAGE_DIR", help="labelled image folder: IMAGE_DIR/<label>/<image>"
+    )
+    split = parser.add_mutually_exclusive_group()
+    split.add_argument("--queries", default=None, metavar="N", help="number of query images")
+    split.add_argument(
+        "--query-fraction",
+        default=None,
+        metavar="F",
+        help=f"share of images used as queries, in (0, 1) (default: {DEFAULT_QUERY_FRACTION})",
+    )
+    parser.add_argument(
+        "--seed", default="0", metavar="N", help="seed of the query split (default: %(default)s)"
+    )
+    add_store_options(parser)
+    add_expand_options(parser)
+    add_rerank_options(parser, pool_default=DEFAULT_POOL)
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="write report.md, metrics.json, pr_curve.png"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"
+    )
+    parser.set_defaults(run=run)
+
+
+def run_evaluation(
+    *,
+    split: QueryGallerySplit,
+    embedder: Embedder,
+    index: str,
+    space: str,
+    index_params: Mapping[str, Any] | None,
+    configs: Sequence[RetrievalConfig],
+    num_workers: int,
+    skip_errors: bool,
+    meta: dict[str, Any],
+    out: str | None,
+    as_json: bool,
+    title: str,
+) -> int:
+    """Build the gallery store, run the configurations, print the table or JSON, write the report."""
+    from galleria.evaluation import evaluate_retrieval, format_table, results_payload, write_report
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    started = time.perf_counter()
+    store = InMemoryImageEmbeddingStore(
+        split.gallery_paths,
+        embedder,
+        index,
+        space=space,
+        index_params=dict(index_params) if index_params is not None else None,
+        skip_errors=skip_errors,
+        num_workers=num_workers,
+    )
+    store.build_store(progress=True)
+    if len(store) == 0:
+        raise CliError("no gallery image could be read; nothing to evaluate")
+    build_seconds = time.perf_counter() - started
+    labels = split.gallery_label_of
+    gallery_labels = {path: labels[path] for path in store.paths}
+    results = evaluate_retrieval(store, split.query_paths, split.query_labels, gallery_labels, configs)
+    meta = {
+        **meta,
+        "n_queries": len(split.query_paths),
+        "n_gallery": len(store),
+        "skipped": [str(path) for path in store.skipped],
+        "build_seconds": round(build_seconds, 3),
+        "total_seconds": round(time.perf_counter() - started, 3),
+    }
+    payload = results_payload(results, meta)
+    if out is not None:
+        files = write_report(out, results, meta, title=title)
+    if as_json:
+        print_json(payload)
+    else:
+        print(
+            f"{title}: {len(split.query_paths)} queries, {len(store)} gallery images "
+            f"(built in {build_seconds:.1f} s, total {meta['total_seconds']:.1f} s)"
+        )
+        print(format_table(results))
+        if out is not None:
+            print(f"report: {files.report}, {files.metrics}, {files.pr_curve}")
+    if store.skipped:
+        print(f"skipped {len(store.skipped)} unreadable gallery image(s)", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Evaluate the folder with the chosen configurations."""
+    from galleria.datasets import load_image_folder
+    from galleria.evaluation import standard_configs
+
+    image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
+    parse_embedder_spec(args.embedder)
+    seed = parse_int("--seed", args.seed, minimum=0)
+    workers = parse_int("--workers", args.workers)
+    expand = expand_settings(args)
+    rerank = rerank_settings(args)
+    if args.queries is not None:
+        split_option: dict[str, Any] = {"n_queries": parse_int("--queries", args.queries)}
+    else:
+        fraction = DEFAULT_QUERY_FRACTION if args.query_fraction is None else args.query_fraction
+        value = parse_float("--query-fraction", fraction, maximum=1.0)
+        if not 0.0 < value < 1.0:
+            raise CliError(f"--query-fraction must lie strictly between 0 and 1, got {fraction!r}")
+        split_option = {"query_fraction": value}
+    dataset = load_image_folder(image_dir)
+    try:
+        split = dataset.split(seed=seed, **split_option)
+    except ValueError as error:
+        raise CliError(f"cannot split {image_dir!r} into queries and gallery: {error}") from None
+    configs = standard_configs(
+        expand=expand is not None, rerank=rerank is not None, **(expand or {}), **(rerank or {})
+    )
+    embedder = make_embedder(args.embedder)
+    meta = {
+        "dataset": {
+            "root": image_dir,
+            "n_images": len(dataset),
+            "n_labels": len(dataset.classes),
+            "seed": seed,
+            **split_option,
+        },
+        "embedder": args.embedder,
+        "index": {"name": args.index, "space": args.space},
+    }
+    return run_evaluation(
+        split=split,
+        embedder=embedder,
+        index=args.index,
+        space=args.space,
+        index_params=None,
+        configs=configs,
+        num_workers=workers,
+        skip_errors=args.skip_errors,
+        meta=meta,
+        out=args.out,
+        as_json=args.json,
+        title=f"galleria evaluate {image_dir}",
+    )

@@ -1,0 +1,24 @@
+"""Embedders: turn images (and, for CLIP, texts) into vectors.
+
+:class:`ClipEmbedder` imports torch and open_clip only when it is instantiated.
+"""
+
+from __future__ import annotations
+
+from galleria.embedders.base import DEFAULT_BATCH_SIZE, Embedder, ImageInput, TextEmbedder, batch_size_of
+from galleria.embedders.clip import ClipEmbedder
+from galleria.embedders.pixel import PixelEmbedder
+from galleria.embedders.registry import EMBEDDER_TYPES, embedder_config, embedder_from_config
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "EMBEDDER_TYPES",
+    "ClipEmbedder",
+    "Embedder",
+    "ImageInput",
+    "PixelEmbedder",
+    "TextEmbedder",
+    "batch_size_of",
+    "embedder_config",
+    "embedder_from_config",
+]

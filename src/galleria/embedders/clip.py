@@ -1,0 +1,250 @@
+"""CLIP image and text embeddings through open_clip (optional extra ``galleria[clip]``)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_positive_int
+from galleria.embedders._images import check_images, to_pil
+from galleria.embedders.base import ImageInput
+
+__all__ = ["ClipEmbedder"]
+
+_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size"})
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+#: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
+RANDOM_WEIGHTS_SEED = 0
+
+
+def _import_clip() -> tuple[Any, Any]:
+    """Import torch and open_clip, or raise an ImportError naming the extra to install."""
+    try:
+        torch = importlib.import_module("torch")
+        open_clip = importlib.import_module("open_clip")
+    except ImportError as error:
+        raise ImportError(
+            "ClipEmbedder needs torch and open_clip_torch; install them with: pip install 'galleria[clip]'"
+        ) from error
+    return torch, open_clip
+
+
+def _pick_device(torch: Any, device: Any) -> Any:
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be None, a str or a torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
+
+
+def _looks_like_path(value: str) -> bool:
+    return os.sep in value or "/" in value or value.lower().endswith(_CHECKPOINT_SUFFIXES)
+
+
+class ClipEmbedder:
+    """Embed images and texts into one CLIP space with open_clip; outputs are L2-normalised float32.
+
+    Parameters
+    ----------
+    model_name : str
+        An open_clip architecture (see ``open_clip.list_models()``), e.g. ``"ViT-B-32"``, or an
+        ``"hf-hub:org/repo"`` name.
+    pretrained : str, os.PathLike or None
+        An open_clip weight tag for ``model_name`` (``"openai"``, ``"laion2b_s34b_b79k"``, ...), the
+        path of a local checkpoint file, or None for random weights (seeded: every instance is equal).
+        Weights given by tag are downloaded or taken from the local cache; with the network
+        unavailable (``HF_HUB_OFFLINE=1``) and no cached copy this raises RuntimeError at once.
+    device : str, torch.device or None
+        Where the model runs; None picks cuda, then mps, then cpu. Autocast is used on cuda.
+    batch_size : int
+        Images or texts encoded per forward pass.
+
+    Raises
+    ------
+    ImportError
+        If torch or open_clip is not installed (``pip install 'galleria[clip]'``).
+    ValueError
+        For an unknown model name, an unknown tag or a checkpoint path that does not exist.
+    RuntimeError
+        If the weights cannot be fetched or loaded.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> embedder = ClipEmbedder("ViT-S-32-alt", pretrained=None, device="cpu")  # doctest: +SKIP
+    >>> embedder.embed([np.zeros((64, 64, 3), np.uint8)]).shape  # doctest: +SKIP
+    (1, 256)
+    """
+
+    def __init__(
+        self,
+        model_name: str = "ViT-B-32",
+        pretrained: str | os.PathLike[str] | None = "openai",
+        device: Any = None,
+        batch_size: int = 64,
+    ) -> None:
+        torch, open_clip = _import_clip()
+        if not isinstance(model_name, str) or not model_name:
+            raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
+        hub_model = model_name.startswith("hf-hub:")
+        if not hub_model and model_name not in open_clip.list_models():
+            raise ValueError(
+                f"model_name {model_name!r} is not an open_clip model; see open_clip.list_models()"
+            )
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        self._pretrained = self._check_pretrained(open_clip, model_name, pretrained, hub_model)
+        self._model_name = model_name
+        self._torch = torch
+        self._device = _pick_device(torch, device)
+        self._model, self._preprocess, self._tokenizer = self._load(open_clip)
+
+    @staticmethod
+    def _check_pretrained(open_clip: Any, model_name: str, pretrained: Any, hub_model: bool) -> str | None:
+        if pretrained is None:
+            return None
+        if isinstance(pretrained, os.PathLike):
+            pretrained = os.fspath(pretrained)
+        if not isinstance(pretrained, str) or not pretrained:
+            raise TypeError(f"pretrained must be a tag, a checkpoint path or None, got {pretrained!r}")
+        if os.path.exists(pretrained):
+            return pretrained
+        if _looks_like_path(pretrained):
+            raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
+        if not hub_model:
+            tags = open_clip.list_pretrained_tags_by_model(model_name)
+            if pretrained not in tags:
+                raise ValueError(
+                    f"pretrained {pretrained!r} is neither a local checkpoint nor a weight tag of "
+                    f"{model_name!r}; its tags are {tags}"
+                )
+        return pretrained
+
+    def _load(self, open_clip: Any) -> tuple[Any, Any, Any]:
+        torch = self._torch
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(RANDOM_WEIGHTS_SEED)
+                model, _, preprocess = open_clip.create_model_and_transforms(
+                    self._model_name, pretrained=self._pretrained, device="cpu"
+                )
+            tokenizer = open_clip.get_tokenizer(self._model_name)
+        except Exception as error:  # hub, network, file-format and state-dict errors alike
+            source = self._pretrained
+            if source is not None and os.path.exists(source):
+                raise RuntimeError(
+                    f"could not load the checkpoint {source!r} into {self._model_name!r}: {error}"
+                ) from error
+            raise RuntimeError(
+                f"could not obtain weights {source!r} for {self._model_name!r} ({error}). Without network "
+                "access, download the checkpoint file elsewhere and pass its local path instead: "
+                f"ClipEmbedder({self._model_name!r}, pretrained='/path/to/open_clip_pytorch_model.bin'); "
+                "or use pretrained=None for random weights."
+            ) from error
+        model = model.to(self._device).eval()
+        return model, preprocess, tokenizer
+
+    def __repr__(self) -> str:
+        return (
+            f"ClipEmbedder(model_name={self._model_name!r}, pretrained={self._pretrained!r}, "
+            f"device={str(self._device)!r}, batch_size={self.batch_size})"
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The open_clip architecture."""
+        return self._model_name
+
+    @property
+    def pretrained(self) -> str | None:
+        """The weight tag or checkpoint path (None: seeded random weights)."""
+        return self._pretrained
+
+    @property
+    def device(self) -> str:
+        """The torch device the model runs on."""
+        return str(self._device)
+
+    @property
+    def dim(self) -> int:
+        """Length of the embeddings."""
+        return int(self._model.visual.output_dim)
+
+    def _encode(self, batches: list[Any], encode: Any) -> np.ndarray:
+        torch = self._torch
+        outputs = []
+        autocast = (
+            torch.autocast(device_type="cuda") if self._device.type == "cuda" else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), autocast:
+            for batch in batches:
+                features = encode(batch.to(self._device)).float()
+                features = torch.nn.functional.normalize(features, dim=-1)
+                outputs.append(features.cpu().numpy().astype(np.float32, copy=False))
+        if not outputs:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.ascontiguousarray(np.concatenate(outputs, axis=0), dtype=np.float32)
+
+    def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
+        """Return the (len(images), dim) unit-norm float32 embeddings of RGB uint8 arrays or PIL images."""
+        items = [to_pil(image, position) for position, image in enumerate(check_images(images))]
+        torch = self._torch
+        batches = [
+            torch.stack(
+                [self._preprocess(image.convert("RGB")) for image in items[start : start + self.batch_size]]
+            )
+            for start in range(0, len(items), self.batch_size)
+        ]
+        return self._encode(batches, self._model.encode_image)
+
+    def embed_text(self, texts: Sequence[str]) -> np.ndarray:
+        """Return the (len(texts), dim) unit-norm float32 embeddings of texts, in the images' space."""
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise TypeError(f"texts must be a sequence of strings, got {type(texts).__name__}")
+        for position, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{position}] must be a str, got {type(text).__name__}")
+        items = list(texts)
+        batches = [
+            self._tokenizer(items[start : start + self.batch_size])
+            for start in range(0, len(items), self.batch_size)
+        ]
+        return self._encode(batches, self._model.encode_text)
+
+    def config(self) -> dict[str, Any]:
+        """A JSON-able description (model, weights, batch size; not the device) for :meth:`from_config`."""
+        return {
+            "type": "clip",
+            "model_name": self._model_name,
+            "pretrained": self._pretrained,
+            "batch_size": self.batch_size,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], device: Any = None) -> ClipEmbedder:
+        """Rebuild an embedder from :meth:`config` output (on ``device``, auto-selected by default)."""
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+        if config.get("type") != "clip":
+            raise ValueError(f"config is not a clip embedder config (type {config.get('type')!r})")
+        unknown = sorted(set(config) - _CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"unknown clip embedder config key(s) {unknown}")
+        return cls(
+            model_name=config.get("model_name", "ViT-B-32"),
+            pretrained=config.get("pretrained", "openai"),
+            device=device,
+            batch_size=config.get("batch_size", 64),
+        )

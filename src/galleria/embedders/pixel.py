@@ -1,0 +1,124 @@
+"""A dependency-free embedder: resized pixels, centred and L2-normalised."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from galleria._validation import check_positive_int
+from galleria.distances import normalize_rows
+from galleria.embedders._images import check_images, to_pil
+from galleria.embedders.base import ImageInput
+
+__all__ = ["PixelEmbedder"]
+
+_CONFIG_KEYS = frozenset({"type", "size", "grayscale", "batch_size"})
+
+
+def _check_size(size: Any) -> tuple[int, int]:
+    if isinstance(size, (tuple, list)):
+        if len(size) != 2:
+            raise ValueError(f"size must be an int or a (width, height) pair, got {size!r}")
+        return check_positive_int("size[0]", size[0]), check_positive_int("size[1]", size[1])
+    side = check_positive_int("size", size)
+    return side, side
+
+
+class PixelEmbedder:
+    """Embed images as their resized pixels: a fast baseline that needs only numpy and Pillow.
+
+    Each image is converted to RGB (or grayscale), resized to ``size`` with bilinear filtering,
+    flattened, centred (its mean pixel value subtracted) and scaled to unit L2 norm. A constant
+    image therefore embeds to the zero vector.
+
+    Parameters
+    ----------
+    size : int or (int, int)
+        Side of the square thumbnail, or its (width, height).
+    grayscale : bool
+        Use one luminance channel instead of three colour channels.
+    batch_size : int
+        Images per :meth:`embed` call when a store feeds this embedder.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> embedder = PixelEmbedder(size=8)
+    >>> image = np.arange(16 * 16 * 3, dtype=np.uint8).reshape(16, 16, 3)
+    >>> vectors = embedder.embed([image])
+    >>> vectors.shape, round(float(np.linalg.norm(vectors[0])), 4)
+    ((1, 192), 1.0)
+    """
+
+    def __init__(
+        self, size: int | tuple[int, int] = 32, grayscale: bool = False, batch_size: int = 256
+    ) -> None:
+        self._size = _check_size(size)
+        if not isinstance(grayscale, bool):
+            raise TypeError(f"grayscale must be a bool, got {grayscale!r} ({type(grayscale).__name__})")
+        self._grayscale = grayscale
+        self.batch_size = check_positive_int("batch_size", batch_size)
+
+    def __repr__(self) -> str:
+        return f"PixelEmbedder(size={self._size}, grayscale={self._grayscale}, batch_size={self.batch_size})"
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The thumbnail's (width, height)."""
+        return self._size
+
+    @property
+    def grayscale(self) -> bool:
+        """Whether one luminance channel is used."""
+        return self._grayscale
+
+    @property
+    def dim(self) -> int:
+        """Length of the embedding: width × height × channels."""
+        return self._size[0] * self._size[1] * (1 if self._grayscale else 3)
+
+    def _pixels(self, image: Image.Image) -> np.ndarray:
+        mode = "L" if self._grayscale else "RGB"
+        if image.mode != mode:
+            image = image.convert(mode)
+        if image.size != self._size:
+            image = image.resize(self._size, Image.Resampling.BILINEAR)
+        return np.asarray(image, dtype=np.float32).reshape(-1)
+
+    def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
+        """Return the (len(images), dim) float32 embeddings of RGB uint8 arrays or PIL images."""
+        items = check_images(images)
+        vectors = np.empty((len(items), self.dim), dtype=np.float32)
+        for position, image in enumerate(items):
+            vectors[position] = self._pixels(to_pil(image, position))
+        vectors -= vectors.mean(axis=1, keepdims=True)
+        return normalize_rows(vectors)
+
+    def config(self) -> dict[str, Any]:
+        """A JSON-able description from which :meth:`from_config` rebuilds this embedder."""
+        return {
+            "type": "pixel",
+            "size": list(self._size),
+            "grayscale": self._grayscale,
+            "batch_size": self.batch_size,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> PixelEmbedder:
+        """Rebuild an embedder from :meth:`config` output; ValueError for another type or unknown keys."""
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+        if config.get("type") != "pixel":
+            raise ValueError(f"config is not a pixel embedder config (type {config.get('type')!r})")
+        unknown = sorted(set(config) - _CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"unknown pixel embedder config key(s) {unknown}")
+        size = config.get("size", 32)
+        return cls(
+            size=tuple(size) if isinstance(size, list) else size,
+            grayscale=config.get("grayscale", False),
+            batch_size=config.get("batch_size", 256),
+        )

@@ -1,0 +1,138 @@
+"""The retrieval configurations an evaluation compares: plain search, αQE, k-reciprocal re-ranking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
+
+__all__ = ["RetrievalConfig", "standard_configs"]
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How to answer one query: search, optionally with αQE, optionally re-ranked.
+
+    Parameters
+    ----------
+    name : str
+        Short identifier used in ``metrics.json`` (``"plain"``, ``"aqe"``, ``"aqe+rerank"``...).
+    query_expansion : bool
+        Search with alpha query expansion (``store.retrieve_top_k_similar(query_expansion=True)``).
+    expansion_alpha, expansion_neighbors : float, int
+        αQE's exponent and the number of matches it averages.
+    rerank : bool
+        Re-rank a pool of the first ``pool`` candidates (of the expanded query when
+        ``query_expansion`` is set) with :class:`~galleria.rerank.KReciprocalReranker`.
+    k1, k2, lambda_value : int, int, float
+        The re-ranker's parameters.
+    pool : int
+        How many candidates are re-ranked.
+
+    Examples
+    --------
+    >>> RetrievalConfig("aqe", query_expansion=True).settings()
+    {'query_expansion': True, 'expansion_alpha': 3.0, 'expansion_neighbors': 50, 'rerank': False}
+    """
+
+    name: str
+    query_expansion: bool = False
+    expansion_alpha: float = 3.0
+    expansion_neighbors: int = 50
+    rerank: bool = False
+    k1: int = 20
+    k2: int = 6
+    lambda_value: float = 0.3
+    pool: int = 200
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        for flag in ("query_expansion", "rerank"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
+        object.__setattr__(
+            self, "expansion_alpha", check_nonnegative_float("expansion_alpha", self.expansion_alpha)
+        )
+        for name in ("expansion_neighbors", "k1", "k2", "pool"):
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        if self.k2 > self.k1:
+            raise ValueError(f"k2 must not exceed k1, got k2={self.k2!r} > k1={self.k1!r}")
+        object.__setattr__(self, "lambda_value", check_fraction("lambda_value", self.lambda_value))
+
+    def settings(self) -> dict[str, Any]:
+        """The JSON-able settings of this configuration (αQE and re-ranking keys only when they are on)."""
+        result: dict[str, Any] = {"query_expansion": self.query_expansion}
+        if self.query_expansion:
+            result["expansion_alpha"] = self.expansion_alpha
+            result["expansion_neighbors"] = self.expansion_neighbors
+        result["rerank"] = self.rerank
+        if self.rerank:
+            result.update(k1=self.k1, k2=self.k2, lambda_value=self.lambda_value, pool=self.pool)
+        return result
+
+    @property
+    def title(self) -> str:
+        """A human-readable name with the settings, for tables and legends."""
+        parts: list[str] = []
+        if self.query_expansion:
+            parts.append(f"αQE (α={self.expansion_alpha:g}, n={self.expansion_neighbors})")
+        if self.rerank:
+            parts.append(
+                f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={self.lambda_value:g}, pool={self.pool})"
+            )
+        return " + ".join(parts) if parts else "plain retrieval"
+
+
+def standard_configs(
+    *,
+    expand: bool = True,
+    rerank: bool = True,
+    expansion_alpha: float = 3.0,
+    expansion_neighbors: int = 50,
+    k1: int = 20,
+    k2: int = 6,
+    lambda_value: float = 0.3,
+    pool: int = 200,
+) -> list[RetrievalConfig]:
+    """The configurations of the benchmark table: plain, then αQE, then re-ranking.
+
+    Plain retrieval is always first. ``expand`` adds ``"aqe"``; ``rerank`` adds the re-ranked
+    configuration, on the expanded query's pool (``"aqe+rerank"``) when ``expand`` is on and on
+    the plain query's pool (``"rerank"``) otherwise.
+
+    Examples
+    --------
+    >>> [config.name for config in standard_configs()]
+    ['plain', 'aqe', 'aqe+rerank']
+    >>> [config.name for config in standard_configs(expand=False)]
+    ['plain', 'rerank']
+    """
+    configs = [
+        RetrievalConfig("plain", expansion_alpha=expansion_alpha, expansion_neighbors=expansion_neighbors)
+    ]
+    if expand:
+        configs.append(
+            RetrievalConfig(
+                "aqe",
+                query_expansion=True,
+                expansion_alpha=expansion_alpha,
+                expansion_neighbors=expansion_neighbors,
+            )
+        )
+    if rerank:
+        configs.append(
+            RetrievalConfig(
+                "aqe+rerank" if expand else "rerank",
+                query_expansion=expand,
+                expansion_alpha=expansion_alpha,
+                expansion_neighbors=expansion_neighbors,
+                rerank=True,
+                k1=k1,
+                k2=k2,
+                lambda_value=lambda_value,
+                pool=pool,
+            )
+        )
+    return configs

@@ -1,0 +1,121 @@
+"""Alpha query expansion (αQE): move a query towards its best matches.
+
+With ``q̂`` and ``v̂ᵢ`` the L2-normalised query and matches, every match is weighted by
+``wᵢ = cos(q, vᵢ) ** alpha`` when that cosine is positive and 0 otherwise, and the new query is
+
+    ``normalise(q̂ + Σᵢ wᵢ v̂ᵢ)``
+
+so the query itself weighs 1, ``alpha = 0`` gives every positively similar match weight 1, and a
+large ``alpha`` keeps only the closest matches. This is a pure function on vectors; the store
+searches once, reads back the matches' vectors, calls it, and searches again with the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_nonnegative_float
+from galleria.distances import normalize_rows
+
+__all__ = ["alpha_query_expansion"]
+
+
+def _as_float_array(name: str, value: Any, ndim: int) -> np.ndarray:
+    """``value`` as a finite float32 array of ``ndim`` dimensions, else raise naming ``name``."""
+    array = np.asarray(value)
+    if array.dtype == np.bool_ or not (
+        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
+    ):
+        raise TypeError(f"{name} must be a numeric array, got dtype {array.dtype}")
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array, got shape {array.shape}")
+    array = array.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must contain only finite values")
+    return array
+
+
+def _unit_rows(array: np.ndarray) -> np.ndarray:
+    """L2-normalise along the last axis, scaling by the largest entry first so tiny rows don't underflow."""
+    scale = np.max(np.abs(array), axis=-1, keepdims=True)
+    scaled = np.divide(array, scale, out=np.zeros_like(array), where=scale > 0)
+    return normalize_rows(scaled)
+
+
+def alpha_query_expansion(
+    queries: np.ndarray,
+    neighbor_vectors: np.ndarray,
+    *,
+    alpha: float,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Expand a batch of queries with their retrieved neighbours (αQE).
+
+    Parameters
+    ----------
+    queries : array of shape (q, d)
+        The query vectors (any scale; they are L2-normalised here).
+    neighbor_vectors : array of shape (q, m, d)
+        For every query, the vectors of its ``m`` best matches (any scale; normalised here).
+        Queries with fewer matches than others are padded up to ``m`` and the padding is
+        marked as invalid in ``mask``.
+    alpha : float
+        The exponent, finite and ≥ 0.
+    mask : bool array of shape (q, m), optional
+        True where ``neighbor_vectors[i, j]`` is a real match, False for padding (whose values
+        are ignored, whatever they are). By default every entry is a real match.
+
+    Returns
+    -------
+    numpy.ndarray
+        The (q, d) float32 expanded queries, each of unit L2 norm (a query that is zero and has no
+        positively similar match stays zero).
+
+    Raises
+    ------
+    TypeError
+        If an array is not numeric or ``alpha`` is not a real number.
+    ValueError
+        If shapes disagree, values are not finite, or ``alpha`` is negative or not finite.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = np.array([[1.0, 0.0]])
+    >>> matches = np.array([[[1.0, 1.0], [-1.0, 0.0]]])   # one at 45 degrees, one opposite
+    >>> out = alpha_query_expansion(q, matches, alpha=0.0)
+    >>> [round(float(x), 4) for x in out[0]]                # the opposite match weighs 0
+    [0.9239, 0.3827]
+    """
+    alpha_value = check_nonnegative_float("alpha", alpha)
+    query_array = _as_float_array("queries", queries, 2)
+    neighbors = np.asarray(neighbor_vectors)
+    if neighbors.ndim != 3:
+        raise ValueError(f"neighbor_vectors must be a 3-D array (q, m, d), got shape {neighbors.shape}")
+    q, m, d = neighbors.shape
+    if q != query_array.shape[0] or d != query_array.shape[1]:
+        raise ValueError(
+            f"neighbor_vectors of shape {neighbors.shape} do not match queries of shape {query_array.shape}"
+        )
+    if mask is None:
+        valid = np.ones((q, m), dtype=bool)
+    else:
+        valid = np.asarray(mask)
+        if valid.dtype != np.bool_:
+            raise TypeError(f"mask must be a boolean array, got dtype {valid.dtype}")
+        if valid.shape != (q, m):
+            raise ValueError(f"mask must have shape {(q, m)}, got {valid.shape}")
+    # Padding may hold anything (even NaN); zero it before checking the real matches.
+    neighbors = np.where(valid[:, :, None], neighbors, 0)
+    neighbor_array = _as_float_array("neighbor_vectors", neighbors, 3)
+
+    unit_queries = _unit_rows(query_array)
+    unit_neighbors = _unit_rows(neighbor_array)
+    cosines = np.einsum("qd,qmd->qm", unit_queries, unit_neighbors)
+    positive = valid & (cosines > 0)
+    weights = np.zeros_like(cosines)
+    weights[positive] = np.power(cosines[positive], np.float32(alpha_value))
+    expanded = unit_queries + np.einsum("qm,qmd->qd", weights, unit_neighbors)
+    return _unit_rows(expanded)

@@ -1,0 +1,26 @@
+"""Search indexes: exact (numpy/BLAS), HNSW (faiss) and wrapped user faiss indexes.
+
+All follow :class:`SearchIndex`: rows are positions, scores are distances for the built-in indexes.
+"""
+
+from __future__ import annotations
+
+from galleria.index.base import SPACES, SearchIndex, Space
+from galleria.index.exact import ExactIndex
+from galleria.index.external import ExternalSearchIndex
+from galleria.index.hnsw import HNSW_PARAMETERS, HnswIndex
+from galleria.index.registry import INDEX_NAMES, create_index, index_from_bytes, validate_index_params
+
+__all__ = [
+    "HNSW_PARAMETERS",
+    "INDEX_NAMES",
+    "SPACES",
+    "ExactIndex",
+    "ExternalSearchIndex",
+    "HnswIndex",
+    "SearchIndex",
+    "Space",
+    "create_index",
+    "index_from_bytes",
+    "validate_index_params",
+]

@@ -1,0 +1,103 @@
+"""Helpers shared by the faiss-backed indexes: thread control, live-row masks, (de)serialisation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import faiss
+import numpy as np
+
+__all__ = ["LiveRows", "deserialize", "omp_threads", "serialize"]
+
+
+@contextmanager
+def omp_threads(num_threads: int | None) -> Iterator[None]:
+    """Run the body with faiss using ``num_threads`` OpenMP threads (None: leave as is), then restore."""
+    if num_threads is None:
+        yield
+        return
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(previous)
+
+
+def serialize(index: Any) -> np.ndarray:
+    """A faiss index as a uint8 array (faiss's own binary format, no pickle)."""
+    return np.asarray(faiss.serialize_index(index), dtype=np.uint8)
+
+
+def deserialize(data: np.ndarray, what: str) -> Any:
+    """Read a faiss index written by :func:`serialize`; raise ValueError if faiss cannot parse it."""
+    if data.dtype != np.uint8 or data.ndim != 1 or data.size == 0:
+        raise ValueError(f"serialised {what} lacks its faiss index bytes")
+    try:
+        # read_index already returns the most specific (and owning) wrapper; never downcast it again,
+        # as a downcast wrapper does not own the C++ object.
+        return faiss.deserialize_index(np.ascontiguousarray(data))
+    except RuntimeError as error:
+        raise ValueError(f"serialised {what} holds a corrupt faiss index: {error}") from error
+
+
+class LiveRows:
+    """Maps the live rows (positions ``0 .. n - 1``) of an index to faiss's internal ids.
+
+    faiss indexes such as HNSW cannot delete; removed rows stay inside faiss, masked. ``internal``
+    lists, per live position, the faiss id; ``position_of`` is its inverse (-1 for removed ids); the
+    bitmap marks live ids for a faiss ``IDSelectorBitmap``.
+    """
+
+    def __init__(self, internal: np.ndarray, total: int) -> None:
+        self.internal = np.ascontiguousarray(internal, dtype=np.int64)
+        self.total = total
+        self._refresh()
+
+    @classmethod
+    def identity(cls, total: int) -> LiveRows:
+        """All ``total`` internal ids live, in order."""
+        return cls(np.arange(total, dtype=np.int64), total)
+
+    @property
+    def removed(self) -> int:
+        """Number of masked (removed) internal ids."""
+        return self.total - self.internal.size
+
+    def _refresh(self) -> None:
+        self.position_of = np.full(self.total, -1, dtype=np.int64)
+        self.position_of[self.internal] = np.arange(self.internal.size, dtype=np.int64)
+        alive = np.zeros(self.total, dtype=bool)
+        alive[self.internal] = True
+        self._bitmap = np.packbits(alive, bitorder="little")
+        self._selector: Any = None
+
+    def selector(self) -> Any:
+        """A faiss selector accepting the live internal ids (kept alive with its bitmap)."""
+        if self._selector is None:
+            self._selector = faiss.IDSelectorBitmap(self._bitmap.size, faiss.swig_ptr(self._bitmap))
+        return self._selector
+
+    def append(self, count: int) -> None:
+        """Record ``count`` ids appended to faiss (they become the last live positions)."""
+        if count == 0:
+            return
+        new = np.arange(self.total, self.total + count, dtype=np.int64)
+        self.internal = np.concatenate([self.internal, new])
+        self.total += count
+        self._refresh()
+
+    def remove(self, positions: np.ndarray) -> None:
+        """Mask the live rows at ``positions``; the rest are renumbered compactly."""
+        keep = np.ones(self.internal.size, dtype=bool)
+        keep[positions] = False
+        self.internal = self.internal[keep]
+        self._refresh()
+
+    def to_positions(self, labels: np.ndarray) -> np.ndarray:
+        """Map faiss labels to live positions; -1 (no result) and masked ids map to -1."""
+        if self.removed == 0:
+            return labels
+        return np.where(labels >= 0, self.position_of[np.maximum(labels, 0)], -1)

@@ -1,0 +1,46 @@
+"""Retrieval metrics: ranks with the spec's tie rule, Recall@K, MRR, mAP, PR curves, image-text eval.
+
+Two families of inputs:
+
+* **scores** (similarities, higher is better) or **embeddings** with the positives of each
+  query → 0-indexed ranks (:func:`retrieval_ranks`, :func:`ranks_from_embeddings`) → rank summaries
+  (:func:`recall_from_ranks`, :func:`mrr_from_ranks`, :func:`median_rank`, :func:`mean_rank`);
+  :func:`recall_at_k` is the spec's function; :func:`image_text_retrieval` does both directions.
+* **ranked result lists** (the store's candidates, scores are distances) with labels →
+  :func:`ranked_relevance` → ``hits`` → :func:`hit_rate`, :func:`mean_reciprocal_rank`,
+  :func:`average_precision`, :func:`mean_average_precision`, :func:`interpolated_pr_curve`.
+"""
+
+from __future__ import annotations
+
+from galleria.metrics.candidates import RankedRelevance, ranked_relevance
+from galleria.metrics.embeddings import ranks_from_embeddings
+from galleria.metrics.image_text import image_text_retrieval
+from galleria.metrics.ranks import retrieval_ranks
+from galleria.metrics.recall import recall_at_k
+from galleria.metrics.relevance import (
+    average_precision,
+    hit_rate,
+    interpolated_pr_curve,
+    mean_average_precision,
+    mean_reciprocal_rank,
+)
+from galleria.metrics.summary import mean_rank, median_rank, mrr_from_ranks, recall_from_ranks
+
+__all__ = [
+    "RankedRelevance",
+    "average_precision",
+    "hit_rate",
+    "image_text_retrieval",
+    "interpolated_pr_curve",
+    "mean_average_precision",
+    "mean_rank",
+    "mean_reciprocal_rank",
+    "median_rank",
+    "mrr_from_ranks",
+    "ranked_relevance",
+    "ranks_from_embeddings",
+    "recall_at_k",
+    "recall_from_ranks",
+    "retrieval_ranks",
+]

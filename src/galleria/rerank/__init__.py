@@ -1,0 +1,24 @@
+"""k-reciprocal re-ranking (Zhong et al., CVPR 2017): pure numeric cores and the store-bound re-ranker.
+
+* :func:`rerank_pool` — one pool (probe + N candidates) → ``d*`` of the candidates;
+* :func:`rerank_pools` — many pools at once, equal or different in size;
+* :func:`k_reciprocal_rerank` / :func:`k_reciprocal_rerank_features` — a whole probe×gallery matrix
+  (``mode="paper"`` or ``"reference"``) in memory near O(n·k) plus the output;
+* :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
+"""
+
+from __future__ import annotations
+
+from galleria.rerank.batched import rerank_pools
+from galleria.rerank.full import k_reciprocal_rerank, k_reciprocal_rerank_features
+from galleria.rerank.pool import rerank_pool, scale_rows
+from galleria.rerank.reranker import KReciprocalReranker
+
+__all__ = [
+    "KReciprocalReranker",
+    "k_reciprocal_rerank",
+    "k_reciprocal_rerank_features",
+    "rerank_pool",
+    "rerank_pools",
+    "scale_rows",
+]

@@ -1,0 +1,225 @@
+"""The store-bound k-reciprocal re-ranker: re-orders the candidates a store retrieved for a query."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_positive_int
+from galleria.distances import pairwise_distances
+from galleria.index import ExternalSearchIndex
+from galleria.rerank._common import check_hyperparameters
+from galleria.rerank.batched import run_pools
+from galleria.store.candidate import Candidate
+from galleria.store.store import InMemoryImageEmbeddingStore
+
+__all__ = ["KReciprocalReranker"]
+
+
+class KReciprocalReranker:
+    """Re-rank a store's retrieved candidates with k-reciprocal encoding (Zhong et al., CVPR 2017).
+
+    For one query, the pool is the probe followed by its candidates. ``d(p, g_i)`` is each
+    candidate's score; the distances among candidates are computed from the store's vectors in the
+    store's space. The candidates are re-ordered by ``d* = (1 - λ) · d_J + λ · d`` (Eq. 12, with ``d``
+    scaled per row as pinned in DESIGN §4), and each returned :class:`~galleria.store.Candidate` is
+    scored by its ``d*`` (in [0, 1], lower is better).
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        The store the candidates come from (not one on an ``ExternalSearchIndex``). The vectors are
+        read by path at each call, so the re-ranker keeps working after ``add_images`` /
+        ``remove_images``.
+    k1 : int, default 20
+        Neighbourhood size of the k-reciprocal sets (capped at the pool size).
+    k2 : int, default 6
+        Neighbourhood size of the local query expansion (``k2 <= k1``; 1 skips it).
+    lambda_value : float, default 0.3
+        Weight of the original distance in ``d*``, in [0, 1].
+
+    Raises
+    ------
+    TypeError
+        ``store`` is not an ``InMemoryImageEmbeddingStore``; ``k1`` / ``k2`` not integers;
+        ``lambda_value`` not a real number (bools are rejected).
+    ValueError
+        The store searches an ``ExternalSearchIndex``; ``k1`` / ``k2`` below 1; ``k2 > k1``;
+        ``lambda_value`` outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from galleria.store import InMemoryImageEmbeddingStore
+    >>> vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c", "d"], vectors)
+    >>> candidates = store.retrieve_by_vector([1.0, 0.05], k=4)[0]
+    >>> reranker = KReciprocalReranker(store, k1=2, k2=1)
+    >>> [c.path for c in reranker.rerank(candidates, top_k=2)]
+    ['a', 'b']
+    """
+
+    def __init__(
+        self,
+        store: InMemoryImageEmbeddingStore,
+        *,
+        k1: int = 20,
+        k2: int = 6,
+        lambda_value: float = 0.3,
+    ) -> None:
+        if not isinstance(store, InMemoryImageEmbeddingStore):
+            raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
+        if isinstance(store.search_index, ExternalSearchIndex):
+            raise ValueError(
+                "store must not search an ExternalSearchIndex: its scores are not distances the "
+                "re-ranker can combine with the store's own"
+            )
+        self._k1, self._k2, self._lambda = check_hyperparameters(k1, k2, lambda_value)
+        self._store = store
+
+    @property
+    def store(self) -> InMemoryImageEmbeddingStore:
+        """The store whose vectors the candidates are re-ranked with."""
+        return self._store
+
+    @property
+    def k1(self) -> int:
+        """Neighbourhood size of the k-reciprocal sets."""
+        return self._k1
+
+    @property
+    def k2(self) -> int:
+        """Neighbourhood size of the local query expansion."""
+        return self._k2
+
+    @property
+    def lambda_value(self) -> float:
+        """Weight of the original distance in the final one."""
+        return self._lambda
+
+    def __repr__(self) -> str:
+        return (
+            f"KReciprocalReranker(k1={self._k1}, k2={self._k2}, lambda_value={self._lambda}, "
+            f"store={self._store!r})"
+        )
+
+    def rerank(self, candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
+        """Re-rank one query's candidates and keep the best ``top_k``.
+
+        Parameters
+        ----------
+        candidates : sequence of Candidate
+            One query's candidates as :meth:`InMemoryImageEmbeddingStore.retrieve_top_k_similar`
+            returns them (scores are distances in the store's space). Retrieve more than ``top_k``,
+            and at least ``k1``, for the neighbourhoods to mean something.
+        top_k : int
+            How many to return; more than the pool returns the whole pool.
+
+        Returns
+        -------
+        list of Candidate
+            The best ``top_k`` by ``d*`` (ascending, ties in candidate order), each scored by ``d*``.
+
+        Raises
+        ------
+        TypeError
+            ``candidates`` not a sequence of ``Candidate``; a non-numeric score; ``top_k`` not an int.
+        ValueError
+            No candidates, a non-finite score, a path given twice, ``top_k`` below 1.
+        KeyError
+            A candidate path the store does not hold.
+        RuntimeError
+            The store is not built.
+        """
+        pool = _check_candidates("candidates", candidates)
+        count = check_positive_int("top_k", top_k)
+        return self._rerank_checked([pool], count)[0]
+
+    def rerank_batch(
+        self, candidate_lists: Sequence[Sequence[Candidate]], top_k: int
+    ) -> list[list[Candidate]]:
+        """Re-rank many queries' candidate lists together; equal to :meth:`rerank` on each list.
+
+        The lists may differ in length; the heavy steps run on all of them at once.
+
+        Parameters
+        ----------
+        candidate_lists : sequence of sequences of Candidate
+            One candidate list per query, as :meth:`rerank` takes it.
+        top_k : int
+            How many to keep per query.
+
+        Returns
+        -------
+        list of list of Candidate
+            One re-ranked list per query, in input order.
+
+        Raises
+        ------
+        TypeError, ValueError, KeyError, RuntimeError
+            As :meth:`rerank`, naming the offending list (``candidate_lists[i]``).
+        """
+        if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
+            raise TypeError(
+                f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
+            )
+        pools = [_check_candidates(f"candidate_lists[{i}]", pool) for i, pool in enumerate(candidate_lists)]
+        count = check_positive_int("top_k", top_k)
+        if not pools:
+            return []
+        return self._rerank_checked(pools, count)
+
+    def _rerank_checked(self, pools: list[list[Candidate]], top_k: int) -> list[list[Candidate]]:
+        store = self._store
+        if not store.is_built:
+            raise RuntimeError("the store is not built yet; call build_store() first")
+        paths = [candidate.path for pool in pools for candidate in pool]
+        missing = [path for path in paths if path not in store]
+        if missing:
+            shown = ", ".join(repr(path) for path in missing[:5])
+            raise KeyError(f"{len(missing)} candidate path(s) not in the store: {shown}")
+        vectors = store.embeddings_of(paths)
+        space = store.space
+        matrices = []
+        start = 0
+        for pool in pools:
+            size = len(pool)
+            block = vectors[start : start + size]
+            start += size
+            matrix = np.zeros((size + 1, size + 1), dtype=np.float64)
+            matrix[1:, 1:] = pairwise_distances(block, block, space)
+            scores = np.array([candidate.score for candidate in pool], dtype=np.float64)
+            matrix[0, 1:] = scores
+            matrix[1:, 0] = scores
+            matrices.append(matrix)
+        finals = run_pools(matrices, self._k1, self._k2, self._lambda)
+        results = []
+        for pool, final in zip(pools, finals, strict=True):
+            order = np.argsort(final, kind="stable")[:top_k]
+            results.append([Candidate(pool[i].path, float(final[i])) for i in order.tolist()])
+        return results
+
+
+def _check_candidates(name: str, candidates: Any) -> list[Candidate]:
+    """Validate one candidate list: non-empty, all ``Candidate``, finite scores, no repeated path."""
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
+        raise TypeError(f"{name} must be a sequence of Candidate, got {type(candidates).__name__}")
+    if len(candidates) == 0:
+        raise ValueError(f"{name} must not be empty")
+    seen: set[str] = set()
+    for position, candidate in enumerate(candidates):
+        if not isinstance(candidate, Candidate):
+            raise TypeError(f"{name}[{position}] must be a Candidate, got {type(candidate).__name__}")
+        score = candidate.score
+        if isinstance(score, bool) or not isinstance(score, numbers.Real):
+            raise TypeError(f"{name}[{position}].score must be a real number, got {score!r}")
+        if not math.isfinite(float(score)):
+            raise ValueError(f"{name}[{position}].score must be finite, got {score!r}")
+        if candidate.path in seen:
+            raise ValueError(f"{name} holds the path {candidate.path!r} more than once")
+        seen.add(candidate.path)
+    return list(candidates)

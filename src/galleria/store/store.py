@@ -1,0 +1,667 @@
+"""The in-memory gallery store: image paths, their embeddings, and a search index over them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from galleria._validation import check_path_list, check_positive_int
+from galleria.distances import prepare_vectors
+from galleria.embedders.base import batch_size_of
+from galleria.expansion import alpha_query_expansion
+from galleria.index import SearchIndex
+from galleria.store._checks import (
+    check_embedder,
+    check_embedding_output,
+    check_query_vectors,
+    check_retrieval_args,
+    drop_duplicates,
+    resolve_index,
+)
+from galleria.store.candidate import Candidate
+from galleria.store.gallery import iter_decoded_batches
+from galleria.store.queries import as_image_list, as_text_list
+
+__all__ = ["InMemoryImageEmbeddingStore"]
+
+#: Queries expanded together in one αQE block (bounds the (q, m, d) neighbour array).
+_EXPANSION_BLOCK = 256
+
+
+class InMemoryImageEmbeddingStore:
+    """Embed a gallery of image files once, then search it by image, text or vector.
+
+    Parameters
+    ----------
+    image_paths : sequence of str or os.PathLike
+        The gallery's image files. Duplicates are dropped (first kept) with a warning. Nothing is
+        read until :meth:`build_store`.
+    embedder : object with ``embed(images) -> (n, d)``
+        Turns RGB uint8 images into vectors (e.g. :class:`~galleria.PixelEmbedder`,
+        :class:`~galleria.ClipEmbedder`). Its optional ``batch_size`` sets the batch size.
+    search_index : None, ``"exact"``, ``"hnsw"`` or a SearchIndex object
+        ``None`` means ``"exact"``. A name creates a fresh index in ``space`` with
+        ``index_params``. An index object (such as :class:`~galleria.ExternalSearchIndex`) is
+        used as it is; it must be empty, and its space is its own.
+    space : {"cosine", "ip", "l2"} or None
+        The distance space of a named index (``None`` means ``"cosine"``). With an index object,
+        ``None`` takes the object's space, and any other value must agree with it.
+    index_params : dict, optional
+        Parameters of a named index (for ``"hnsw"``: ``graph_degree``, ``build_candidates``,
+        ``search_candidates``, ``num_threads``); checked here, before any image is read.
+    skip_errors : bool
+        If True, unreadable images are skipped with a warning and listed in :attr:`skipped`;
+        if False (the default) the first one raises :class:`~galleria.store.ImageReadError`.
+    num_workers : int
+        Threads decoding images while the embedder works.
+    num_prefetch_batches : int
+        At most this many batches are decoded ahead of the embedder.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For any invalid argument, before anything is read.
+
+    Notes
+    -----
+    Scores of the built-in indexes are distances (lower is better): ``1 - cos`` for cosine
+    (vectors stored L2-normalised), ``1 - <q, v>`` for ip, squared Euclidean for l2. An external
+    index keeps its own scores.
+
+    Where the index cannot give vectors back (some external FAISS indexes), the store keeps a copy
+    of the vectors it embedded or was given, so :attr:`embeddings`, query expansion and the
+    re-ranker still work; a store loaded without such vectors raises RuntimeError there.
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> from PIL import Image
+    >>> from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
+    >>> folder, rng = tempfile.mkdtemp(), np.random.default_rng(0)
+    >>> paths = []
+    >>> for i in range(3):
+    ...     path = f"{folder}/{i}.png"
+    ...     Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(path)
+    ...     paths.append(path)
+    >>> store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(), num_workers=2)
+    >>> store.build_store(progress=False)
+    >>> len(store), paths[1] in store
+    (3, True)
+    >>> [c.path for c in store.retrieve_top_k_similar(paths[2], k=1)[0]] == [paths[2]]
+    True
+    """
+
+    def __init__(
+        self,
+        image_paths: Sequence[str | os.PathLike[str]],
+        embedder: Any,
+        search_index: str | SearchIndex | None = None,
+        *,
+        space: str | None = None,
+        index_params: dict[str, Any] | None = None,
+        skip_errors: bool = False,
+        num_workers: int = 4,
+        num_prefetch_batches: int = 4,
+    ) -> None:
+        paths = check_path_list("image_paths", image_paths)
+        check_embedder(embedder, allow_none=False)
+        if not isinstance(skip_errors, bool):
+            raise TypeError(f"skip_errors must be a bool, got {skip_errors!r} ({type(skip_errors).__name__})")
+        workers = check_positive_int("num_workers", num_workers)
+        prefetch = check_positive_int("num_prefetch_batches", num_prefetch_batches)
+        index = resolve_index(search_index, space, index_params)
+        if len(index) != 0:
+            raise ValueError(
+                f"search_index already holds {len(index)} vectors; pass an empty index, or use "
+                "InMemoryImageEmbeddingStore.from_embeddings for vectors computed elsewhere"
+            )
+        self._init_state(index, embedder)
+        self._pending = drop_duplicates(paths, "image_paths")
+        self._skip_errors = skip_errors
+        self._num_workers = workers
+        self._num_prefetch_batches = prefetch
+
+    _index: SearchIndex
+    _embedder: Any
+    _pending: list[str]  # paths build_store will read
+    _paths: list[str]  # gallery paths in row order
+    _rows: dict[str, int]  # path -> row
+    _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
+    _skipped: list[str]
+    _built: bool
+    _skip_errors: bool
+    _num_workers: int
+    _num_prefetch_batches: int
+
+    def _init_state(self, index: SearchIndex, embedder: Any) -> None:
+        self._index = index
+        self._embedder = embedder
+        self._pending = []
+        self._paths = []
+        self._rows = {}
+        self._vectors = None
+        self._skipped = []
+        self._built = False
+        self._skip_errors = False
+        self._num_workers = 4
+        self._num_prefetch_batches = 4
+
+    # ------------------------------------------------------------------ construction from vectors
+
+    @classmethod
+    def from_embeddings(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        embeddings: Any,
+        embedder: Any = None,
+        search_index: str | SearchIndex | None = None,
+        *,
+        space: str | None = None,
+        index_params: dict[str, Any] | None = None,
+    ) -> InMemoryImageEmbeddingStore:
+        """Make a built store over vectors computed elsewhere (clip-retrieval, a previous run).
+
+        Parameters
+        ----------
+        paths : sequence of str or os.PathLike
+            One path per row of ``embeddings``. A repeated path keeps its first row (warning).
+        embeddings : array of shape (len(paths), d), or None
+            The vectors. None only when ``search_index`` is an index object that already holds
+            exactly ``len(paths)`` rows (it is then used as it is, row i being ``paths[i]``).
+        embedder : object with ``embed``, optional
+            Needed only for image (and, with ``embed_text``, text) queries; without it the store
+            answers :meth:`retrieve_by_vector` only.
+        search_index, space, index_params
+            As in the constructor. An index object may be empty (the vectors are added to it) or
+            already hold ``len(paths)`` rows.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2))
+        >>> [(c.path, c.score) for c in store.retrieve_by_vector([2.0, 0.0], k=2)[0]]
+        [('a', 0.0), ('b', 1.0)]
+        """
+        path_list = check_path_list("paths", paths)
+        check_embedder(embedder, allow_none=True)
+        index = resolve_index(search_index, space, index_params)
+        if embeddings is None:
+            if len(index) == 0 or len(index) != len(path_list):
+                raise ValueError(
+                    "embeddings=None needs a search_index object that already holds one row per path "
+                    f"({len(path_list)}), got an index with {len(index)} rows"
+                )
+            if len(set(path_list)) != len(path_list):
+                raise ValueError("paths must be unique when the index already holds their rows")
+            vectors = None
+        else:
+            vectors = check_query_vectors("embeddings", embeddings, index.dim)
+            if np.ndim(embeddings) != 2 or vectors.shape[0] != len(path_list):
+                raise ValueError(
+                    f"embeddings must have one row per path: shape {np.shape(embeddings)} "
+                    f"for {len(path_list)} paths"
+                )
+            if len(index) not in (0, len(path_list)):
+                raise ValueError(
+                    f"search_index already holds {len(index)} rows, but {len(path_list)} paths were given"
+                )
+            unique = drop_duplicates(path_list, "paths")
+            if len(unique) != len(path_list):
+                if len(index):
+                    raise ValueError("paths must be unique when the index already holds their rows")
+                first: dict[str, int] = {}
+                for row, path in enumerate(path_list):
+                    first.setdefault(path, row)
+                vectors = vectors[[first[path] for path in unique]]
+            path_list = unique
+        store = cls.__new__(cls)
+        store._init_state(index, embedder)
+        if vectors is not None and len(index) == 0:
+            index.add(vectors)
+        store._set_gallery(path_list, vectors)
+        return store
+
+    def _set_gallery(self, paths: list[str], vectors: np.ndarray | None) -> None:
+        """Adopt ``paths`` (the filled index's row order); keep ``vectors`` if the index can't give them."""
+        self._paths = list(paths)
+        self._rows = {path: row for row, path in enumerate(self._paths)}
+        if vectors is not None and not self._index.can_reconstruct:
+            self._vectors = prepare_vectors(vectors, self._index.space)
+        self._pending = []
+        self._built = True
+
+    # ------------------------------------------------------------------ building
+
+    def build_store(self, progress: bool = True) -> None:
+        """Read, embed and index every gallery image (a no-op on a store that is already built).
+
+        Images are decoded on ``num_workers`` threads, at most ``num_prefetch_batches`` batches
+        ahead of the embedder, and embedded in order. Nothing is kept if any step fails: the
+        store stays unbuilt.
+
+        Parameters
+        ----------
+        progress : bool
+            Show a tqdm progress bar (only when writing to a terminal).
+
+        Raises
+        ------
+        ImageReadError
+            An image could not be read (names the path), unless ``skip_errors=True``.
+        ValueError
+            The embedder returned the wrong shape, NaN, or a dimension other than the index's, or
+            no image at all could be read.
+        """
+        if not isinstance(progress, bool):
+            raise TypeError(f"progress must be a bool, got {progress!r} ({type(progress).__name__})")
+        if self._built:
+            return
+        paths, vectors, skipped = self._embed_files(self._pending, progress, "building gallery")
+        if not paths:
+            raise ValueError(
+                f"none of the {len(self._pending)} gallery images could be read; the store stays unbuilt"
+            )
+        self._index.add(vectors)
+        self._skipped = skipped
+        self._set_gallery(paths, vectors)
+
+    def _embed_files(
+        self, paths: list[str], progress: bool, description: str
+    ) -> tuple[list[str], np.ndarray, list[str]]:
+        """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
+        embedder = self._embedder
+        dim = self.dim
+        kept: list[str] = []
+        chunks: list[np.ndarray] = []
+        skipped: list[str] = []
+        batches = iter_decoded_batches(
+            paths,
+            batch_size_of(embedder),
+            num_workers=self._num_workers,
+            num_prefetch_batches=self._num_prefetch_batches,
+            skip_errors=self._skip_errors,
+        )
+        with tqdm(total=len(paths), desc=description, unit="img", disable=None if progress else True) as bar:
+            try:
+                for batch in batches:
+                    skipped.extend(batch.skipped)
+                    if batch.images:
+                        output = check_embedding_output(
+                            embedder.embed(batch.images), len(batch.images), dim, "gallery images"
+                        )
+                        dim = output.shape[1]
+                        chunks.append(output)
+                        kept.extend(batch.paths)
+                    bar.update(len(batch.paths) + len(batch.skipped))
+            finally:
+                batches.close()
+        vectors = np.concatenate(chunks) if chunks else np.zeros((0, dim or 0), dtype=np.float32)
+        return kept, vectors, skipped
+
+    # ------------------------------------------------------------------ read-only views
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder (None for a store made from vectors without one)."""
+        return self._embedder
+
+    @property
+    def search_index(self) -> SearchIndex:
+        """The search index object (``ExactIndex``, ``HnswIndex`` or ``ExternalSearchIndex``)."""
+        return self._index
+
+    @property
+    def space(self) -> str:
+        """The distance space: ``"cosine"``, ``"ip"`` or ``"l2"``."""
+        return self._index.space
+
+    @property
+    def dim(self) -> int | None:
+        """The vector dimension, or None before anything was embedded."""
+        if self._index.dim is not None:
+            return self._index.dim
+        return None if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def is_built(self) -> bool:
+        """Whether the gallery has been embedded and indexed."""
+        return self._built
+
+    @property
+    def paths(self) -> list[str]:
+        """The gallery paths in row order (a copy; empty before the store is built)."""
+        return list(self._paths)
+
+    @property
+    def skipped(self) -> list[str]:
+        """Paths left out because they could not be read (``skip_errors=True``)."""
+        return list(self._skipped)
+
+    def __len__(self) -> int:
+        """Number of gallery images in the store (0 before it is built)."""
+        return len(self._paths)
+
+    def __contains__(self, path: object) -> bool:
+        """Whether ``path`` (str or os.PathLike) is in the gallery; O(1)."""
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        return isinstance(path, str) and path in self._rows
+
+    def __repr__(self) -> str:
+        state = f"{len(self)} images" if self._built else f"unbuilt, {len(self._pending)} paths"
+        return f"InMemoryImageEmbeddingStore({state}, index={self._index.name!r}, space={self.space!r})"
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The (len(store), d) float32 gallery vectors in row order, as stored (unit rows for cosine).
+
+        Raises
+        ------
+        RuntimeError
+            If the store is not built, or its index cannot give vectors back and the store holds none.
+        """
+        self._require_built()
+        return self._gallery_vectors(np.arange(len(self._paths), dtype=np.int64))
+
+    def embeddings_of(self, paths: Sequence[str | os.PathLike[str]]) -> np.ndarray:
+        """The stored vectors of ``paths``, one row per path in the order given (float32).
+
+        Raises
+        ------
+        KeyError
+            Naming the paths that are not in the store.
+        RuntimeError
+            As for :attr:`embeddings`.
+        """
+        self._require_built()
+        rows = self._rows_of(check_path_list("paths", paths, allow_empty=True))
+        return self._gallery_vectors(rows)
+
+    def _rows_of(self, paths: list[str]) -> np.ndarray:
+        unknown = [path for path in paths if path not in self._rows]
+        if unknown:
+            shown = ", ".join(repr(path) for path in unknown[:5])
+            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            raise KeyError(f"{len(unknown)} path(s) not in the store: {shown}{more}")
+        return np.fromiter((self._rows[path] for path in paths), dtype=np.int64, count=len(paths))
+
+    def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
+        if self._vectors is not None:
+            return np.asarray(self._vectors[rows])
+        if self._index.can_reconstruct:
+            if len(rows) == 0:
+                return np.zeros((0, self.dim or 0), dtype=np.float32)
+            return np.asarray(self._index.reconstruct(rows), dtype=np.float32)
+        raise RuntimeError(
+            f"the gallery vectors are not available: the {self._index.name!r} index cannot reconstruct "
+            "them and the store holds no copy (load the store from a file saved with vectors=, or "
+            "build it from the images)"
+        )
+
+    def _require_built(self) -> None:
+        if not self._built:
+            raise RuntimeError("the store is not built yet; call build_store() first")
+
+    def _require_embedder(self, what: str) -> Any:
+        if self._embedder is None:
+            raise RuntimeError(
+                f"this store has no embedder, so it cannot embed {what}; pass embedder= when creating or "
+                "loading it, or use retrieve_by_vector"
+            )
+        return self._embedder
+
+    # ------------------------------------------------------------------ retrieval
+
+    def retrieve_top_k_similar(
+        self,
+        queries: Any,
+        k: int,
+        *,
+        query_expansion: bool = False,
+        expansion_alpha: float = 3.0,
+        expansion_neighbors: int = 50,
+    ) -> list[list[Candidate]]:
+        """Find the ``k`` gallery images nearest to each query image.
+
+        Parameters
+        ----------
+        queries
+            One image ((H, W, 3) uint8 array, PIL image or path), a list of them, or an
+            (N, H, W, 3) uint8 array.
+        k : int
+            Results per query; above the gallery size the whole gallery is returned.
+        query_expansion : bool
+            Apply alpha query expansion (DESIGN.md §4) before the final search.
+        expansion_alpha : float
+            αQE exponent (finite, ≥ 0).
+        expansion_neighbors : int
+            Matches αQE reads back per query (fewer if the gallery is smaller).
+
+        Returns
+        -------
+        list of list of Candidate
+            One list per query, best first, no padding.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Bad arguments; query arrays of the wrong dtype (TypeError) or shape (ValueError); an
+            embedder output of the wrong shape, NaN, or another dimension (ValueError).
+        RuntimeError
+            The store is not built, or has no embedder.
+        ImageReadError
+            A query path cannot be read.
+        """
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
+        expand = self._check_flag(query_expansion)
+        self._require_built()
+        embedder = self._require_embedder("query images")
+        images = as_image_list(queries)
+        batch = batch_size_of(embedder)
+        chunks = [
+            check_embedding_output(
+                embedder.embed(images[start : start + batch]),
+                len(images[start : start + batch]),
+                self.dim,
+                "query images",
+            )
+            for start in range(0, len(images), batch)
+        ]
+        return self._search(np.concatenate(chunks), *checked, expand)
+
+    def retrieve_by_vector(
+        self,
+        vectors: Any,
+        k: int,
+        *,
+        query_expansion: bool = False,
+        expansion_alpha: float = 3.0,
+        expansion_neighbors: int = 50,
+    ) -> list[list[Candidate]]:
+        """Find the ``k`` gallery images nearest to each query vector.
+
+        ``vectors`` is one (d,) vector or a (q, d) array in the store's embedding space; the other
+        arguments and the result are as in :meth:`retrieve_top_k_similar`.
+        """
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
+        expand = self._check_flag(query_expansion)
+        self._require_built()
+        return self._search(check_query_vectors("vectors", vectors, self.dim), *checked, expand)
+
+    def retrieve_by_text(
+        self,
+        texts: str | Sequence[str],
+        k: int,
+        *,
+        query_expansion: bool = False,
+        expansion_alpha: float = 3.0,
+        expansion_neighbors: int = 50,
+    ) -> list[list[Candidate]]:
+        """Find the ``k`` gallery images nearest to each text (needs an embedder with ``embed_text``).
+
+        Raises
+        ------
+        TypeError
+            The embedder has no text side, or ``texts`` is not a string / list of strings.
+        """
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
+        expand = self._check_flag(query_expansion)
+        self._require_built()
+        embedder = self._require_embedder("texts")
+        if not callable(getattr(embedder, "embed_text", None)):
+            raise TypeError(f"the store's embedder ({type(embedder).__name__}) has no embed_text method")
+        text_list = as_text_list(texts)
+        batch = batch_size_of(embedder)
+        chunks = [
+            check_embedding_output(
+                embedder.embed_text(text_list[start : start + batch]),
+                len(text_list[start : start + batch]),
+                self.dim,
+                "texts",
+            )
+            for start in range(0, len(text_list), batch)
+        ]
+        return self._search(np.concatenate(chunks), *checked, expand)
+
+    @staticmethod
+    def _check_flag(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"query_expansion must be a bool, got {value!r} ({type(value).__name__})")
+        return value
+
+    def _search(
+        self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool
+    ) -> list[list[Candidate]]:
+        """Search (q, d) float32 queries, optionally after αQE, and turn rows into candidates."""
+        size = len(self._paths)
+        if size == 0:
+            return [[] for _ in range(len(queries))]
+        if expand:
+            queries = np.concatenate(
+                [
+                    self._expand(queries[start : start + _EXPANSION_BLOCK], alpha, min(neighbors, size))
+                    for start in range(0, len(queries), _EXPANSION_BLOCK)
+                ]
+            )
+        ids, scores = self._index.search(queries, k)
+        paths = self._paths
+        return [
+            [Candidate(paths[row], score) for row, score in zip(id_row, score_row, strict=True) if row >= 0]
+            for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def _expand(self, queries: np.ndarray, alpha: float, neighbors: int) -> np.ndarray:
+        ids, _ = self._index.search(queries, neighbors)
+        valid = ids >= 0
+        padded = np.zeros((*ids.shape, queries.shape[1]), dtype=np.float32)
+        padded[valid] = self._gallery_vectors(ids[valid])
+        return alpha_query_expansion(queries, padded, alpha=alpha, mask=valid)
+
+    # ------------------------------------------------------------------ changing the gallery
+
+    def add_images(self, paths: Sequence[str | os.PathLike[str]], *, progress: bool = False) -> None:
+        """Embed and add more images to a built store (no rebuild of what is there).
+
+        Paths already in the store, or repeated, are dropped with a warning. Unreadable images
+        follow ``skip_errors`` as in :meth:`build_store`; skipped ones are appended to
+        :attr:`skipped`. Nothing changes if an error is raised.
+
+        Raises
+        ------
+        RuntimeError
+            The store is not built or has no embedder.
+        """
+        new = check_path_list("paths", paths)
+        if not isinstance(progress, bool):
+            raise TypeError(f"progress must be a bool, got {progress!r} ({type(progress).__name__})")
+        self._require_built()
+        self._require_embedder("new images")
+        new = drop_duplicates(new, "paths", known=self._rows)
+        if not new:
+            return
+        kept, vectors, skipped = self._embed_files(new, progress, "adding images")
+        if kept:
+            self._index.add(vectors)
+            if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
+                stored = prepare_vectors(vectors, self._index.space)
+                self._vectors = stored if self._vectors is None else np.concatenate([self._vectors, stored])
+            for path in kept:
+                self._rows[path] = len(self._paths)
+                self._paths.append(path)
+        self._skipped.extend(skipped)
+
+    def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        """Remove images from the store; they never appear in results, embeddings or saved files.
+
+        Raises
+        ------
+        KeyError
+            Naming the paths that are not in the store (nothing is removed then).
+        RuntimeError
+            The store is not built.
+        """
+        gone = check_path_list("paths", paths, allow_empty=True)
+        self._require_built()
+        rows = np.unique(self._rows_of(gone))
+        if len(rows) == 0:
+            return
+        self._index.remove(rows)
+        keep = np.ones(len(self._paths), dtype=bool)
+        keep[rows] = False
+        if self._vectors is not None:
+            self._vectors = self._vectors[keep]
+        self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
+        self._rows = {path: row for row, path in enumerate(self._paths)}
+
+    # ------------------------------------------------------------------ persistence
+
+    def save_to_disk(self, path: str | os.PathLike[str], vectors: Any = None) -> None:
+        """Write the store to one safetensors file, atomically (see :mod:`galleria.store.persistence`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file to write (replaced if it exists).
+        vectors : array of shape (len(store), d), optional
+            The gallery vectors in row order, required when the index cannot reconstruct them and
+            the store holds no copy; they are written to the file.
+        """
+        from galleria.store.persistence import save_store
+
+        save_store(self, path, vectors)
+
+    @classmethod
+    def load_from_disk(
+        cls,
+        path: str | os.PathLike[str],
+        embedder: Any = None,
+        search_index: SearchIndex | None = None,
+    ) -> InMemoryImageEmbeddingStore:
+        """Read a store written by :meth:`save_to_disk` (nothing is unpickled).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file.
+        embedder : object with ``embed``, optional
+            Used instead of the embedder rebuilt from the saved config. Required when the saved
+            store's embedder had no ``config()``.
+        search_index : SearchIndex, optional
+            An index to use instead of the saved one: one already holding the store's rows, or an
+            empty one to fill from the saved vectors. Required when the file holds no serialised
+            index (an external index that could not be serialised).
+
+        Raises
+        ------
+        OSError
+            The file is missing or unreadable.
+        ValueError
+            The file is truncated, tampered with, not a galleria store, or from a newer format.
+        """
+        from galleria.store.persistence import load_store
+
+        return load_store(cls, path, embedder, search_index)

@@ -83,9 +83,9 @@ def main() -> int:
     sizes = [8, 16] if args.quick else [8, 16, 32]
     neighbors = [5, 10] if args.quick else [3, 5, 10, 20, 30]
     alphas = [3.0] if args.quick else [1.0, 3.0]
-    k1s = [10, 20] if args.quick else [10, 15, 20, 30]
-    k2s = [3, 6] if args.quick else [1, 3, 6]
-    lambdas = [0.3] if args.quick else [0.1, 0.3, 0.5]
+    k1s = [10, 20] if args.quick else [10, 20, 30, 40, 50]
+    k2s = [3, 6] if args.quick else [3, 6, 10]
+    lambdas = [0.3] if args.quick else [0.0, 0.1, 0.2, 0.3]
 
     say("## Choosing the demo's settings (validation split of the gallery)")
     say()

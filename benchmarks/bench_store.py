@@ -234,7 +234,7 @@ def bench_retrieval(count: int, dim: int, k: int, single: int, folder: Path) -> 
 # ---------------------------------------------------------------- report
 
 
-def report(build: dict[str, float], search: dict[str, Any], quick: bool) -> str:
+def report(build: dict[str, float], search: dict[str, Any], quick: bool, loads: list[float]) -> str:
     n = build["count"]
     rate = {key: n / value for key, value in build.items() if key.endswith("_s") and key != "count"}
     threads_speedup = build["pixel_build_1_s"] / build["pixel_build_4_s"]
@@ -244,7 +244,9 @@ def report(build: dict[str, float], search: dict[str, Any], quick: bool) -> str:
     lines = [
         "## Store" + (" (quick run)" if quick else ""),
         "",
-        f"Machine: {os.cpu_count()} CPU cores, shared with other work (figures are noisy). "
+        f"Machine: {os.cpu_count()} CPU cores, shared with other work: 1-minute load average "
+        f"{min(loads):.1f}–{max(loads):.1f} during the run, so absolute figures are noisy and the "
+        "parallel speed-ups are lower bounds. "
         "Produced by `benchmarks/bench_store.py`" + (" --quick" if quick else "") + ".",
         "",
         f"### Building a store: {n} JPEG files, 256×256 (seed {IMAGE_SEED}), best of the runs",
@@ -318,15 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     images, vectors, repeats, single = (200, 5_000, 1, 200) if args.quick else (2_000, 100_000, 2, 1_000)
     with tempfile.TemporaryDirectory(prefix="galleria-bench-store-") as temp:
+        loads = [os.getloadavg()[0]]
         print("(a) building from JPEG files")
         build = bench_build(Path(temp) / "jpegs", images, repeats)
+        loads.append(os.getloadavg()[0])
         for key, value in build.items():
             print(f"  {key}: {value:.3f}")
         print("(b, c) retrieval, save + load")
         search = bench_retrieval(vectors, 512, 10, single, Path(temp))
+        loads.append(os.getloadavg()[0])
         for key, value in search.items():
             print(f"  {key}: {value}")
-    text = report(build, search, args.quick)
+    text = report(build, search, args.quick, loads)
     output = args.output or (None if args.quick else str(ROOT / "docs" / "benchmarks" / "store.md"))
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)

@@ -550,6 +550,15 @@ def test_external_small_nprobe_pads_missing_results() -> None:
     assert (scores[ids >= 0] < np.inf).all()
 
 
+def test_external_index_changed_behind_our_back() -> None:
+    raw = faiss.IndexFlatL2(4)
+    wrapped = ExternalSearchIndex.from_faiss_index(raw)
+    wrapped.add(gaussian(5, 4))
+    raw.add(gaussian(2, 4))
+    with pytest.raises(RuntimeError, match="changed outside galleria"):
+        wrapped.search(gaussian(1, 4), 3)
+
+
 def test_external_rejections() -> None:
     with pytest.raises(TypeError, match="faiss index"):
         ExternalSearchIndex.from_faiss_index(np.zeros((3, 3)))

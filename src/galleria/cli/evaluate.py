@@ -148,6 +148,7 @@ def run_evaluation(
 def run(args: argparse.Namespace) -> int:
     """Evaluate the folder with the chosen configurations."""
     from galleria.datasets import load_image_folder
+    from galleria.embedders import embedder_config
     from galleria.evaluation import standard_configs
 
     image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
@@ -181,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
             "seed": seed,
             **split_option,
         },
-        "embedder": args.embedder,
-        "index": {"name": args.index, "space": args.space},
+        "embedder": {"spec": args.embedder, **(embedder_config(embedder) or {})},
+        "index": {"name": args.index, "space": args.space, "params": {}},
     }
     return run_evaluation(
         split=split,

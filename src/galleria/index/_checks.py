@@ -14,8 +14,9 @@ __all__ = ["check_k", "check_rows", "check_vectors", "empty_result"]
 def check_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:
     """Return ``vectors`` as a C-contiguous (n, d) float32 array, checking kind, shape, finiteness and dim."""
     array = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors)
-    if array.dtype == np.bool_ or not (
-        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
+    if array.dtype != np.float32 and (
+        array.dtype == np.bool_
+        or not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer))
     ):
         raise TypeError(f"{name} must be a real-valued numeric array, got dtype {array.dtype}")
     if array.ndim != 2:

@@ -139,11 +139,19 @@ class ExternalSearchIndex:
         """The label and the faiss class name, JSON-able."""
         return {"name": self.label, "faiss_type": type(self._index).__name__}
 
+    def _check_in_sync(self) -> None:
+        if int(self._index.ntotal) != self._rows.total:
+            raise RuntimeError(
+                f"the wrapped faiss index {self.label!r} was changed outside galleria: it holds "
+                f"{int(self._index.ntotal)} vectors, galleria expected {self._rows.total}"
+            )
+
     def add(self, vectors: np.ndarray) -> None:
         """Add an (n, dim) batch of finite vectors, as given, as rows ``len(self) .. len(self) + n - 1``."""
         array = check_vectors("vectors", vectors, self.dim)
         if not self._index.is_trained:
             raise ValueError(f"the wrapped faiss index {self.label!r} is not trained; train it before adding")
+        self._check_in_sync()
         self._index.add(array)
         self._rows.append(array.shape[0])
 
@@ -151,6 +159,7 @@ class ExternalSearchIndex:
         """Return the ``k`` best rows of each query with the wrapped index's own scores, in its order."""
         k = check_k(k)
         array = check_vectors("queries", queries, self.dim)
+        self._check_in_sync()
         live = len(self)
         if live == 0:
             return empty_result(array.shape[0])
@@ -182,6 +191,7 @@ class ExternalSearchIndex:
     def remove(self, rows: np.ndarray) -> None:
         """Delete the given rows (duplicates count once); the rest are renumbered compactly, order kept."""
         ids = check_rows(rows, len(self))
+        self._check_in_sync()
         if ids.size == 0:
             return
         if self._native_remove:

@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 
 from galleria._validation import check_choice, is_int
-from galleria.distances import prepare_vectors
+from galleria.distances import normalize_rows, prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
 from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
@@ -141,6 +141,7 @@ class HnswIndex:
         self._num_threads: int | None = params["num_threads"]
         self._index: Any = None
         self._rows = LiveRows.identity(0)
+        self._settings_cache: dict[int, Any] = {}
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{key}={value!r}" for key, value in self.params().items())
@@ -199,6 +200,22 @@ class HnswIndex:
             self._index.add(array)
         self._rows.append(array.shape[0])
 
+    def _search_settings(self, width: int) -> Any:
+        """Per-call faiss search parameters (cached per width while no row is masked)."""
+        if self._rows.removed:
+            settings = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            settings.efSearch = width
+            settings.sel = self._rows.selector()
+            return settings
+        cached = self._settings_cache.get(width)
+        if cached is None:
+            if len(self._settings_cache) > 64:
+                self._settings_cache.clear()
+            cached = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+            cached.efSearch = width
+            self._settings_cache[width] = cached
+        return cached
+
     def search(
         self, queries: np.ndarray, k: int, *, search_candidates: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -210,31 +227,36 @@ class HnswIndex:
         k = check_k(k)
         width = self._search_candidates
         if search_candidates is not None:
-            width = int(
-                HNSW_PARAMETERS["search_candidates"].check("search_candidates", search_candidates) or 1
-            )
+            checked = HNSW_PARAMETERS["search_candidates"].check("search_candidates", search_candidates)
+            assert checked is not None
+            width = checked
         array = check_vectors("queries", queries, self.dim)
         live = len(self)
         if live == 0:
             return empty_result(array.shape[0])
-        array = prepare_vectors(array, self._space)
+        if self._space == "cosine":
+            norms = np.sqrt(np.einsum("ij,ij->i", array, array))
+            array = array / norms[:, None] if norms.all() else normalize_rows(array)
         k = min(k, live)
-        settings = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        settings.efSearch = max(width, k)
-        if self._rows.removed:
-            settings.sel = self._rows.selector()
-        with omp_threads(self._num_threads):
+        settings = self._search_settings(max(width, k))
+        if self._num_threads is None:
             scores, labels = self._index.search(array, k, params=settings)
+        else:
+            with omp_threads(self._num_threads):
+                scores, labels = self._index.search(array, k, params=settings)
         ids = self._rows.to_positions(labels)
         if self._space != "l2":
             np.subtract(1.0, scores, out=scores)
-        missing = np.flatnonzero((ids < 0).any(axis=1))
-        if missing.size:
+        if (ids < 0).any():
             # The graph walk found fewer than k live rows (tiny or heavily masked graphs): answer exactly.
+            missing = np.flatnonzero((ids < 0).any(axis=1))
             gallery = self._index.reconstruct_batch(self._rows.internal)
             ids[missing], scores[missing] = exact_search(gallery, array[missing], k, self._space)
-        order = np.lexsort((ids, scores), axis=1)
-        return np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
+        if k > 1 and (scores[:, 1:] == scores[:, :-1]).any():
+            # Rows come sorted by distance; order equal distances by row.
+            order = np.lexsort((ids, scores), axis=1)
+            ids, scores = np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
+        return ids, scores
 
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
         """Return the stored vectors of the given rows (normalised for cosine), shape (len(rows), dim)."""

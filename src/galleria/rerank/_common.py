@@ -80,13 +80,16 @@ def ordered_sum(values: np.ndarray) -> np.ndarray:
 
     Unlike ``ndarray.sum`` (pairwise summation, whose grouping depends on the row length), the
     result does not change when zeros are appended, so padded pools sum exactly as unpadded ones.
+    (Equal, bit for bit, to ``np.cumsum(values, axis=-1)[..., -1]``, and faster.)
 
     Examples
     --------
     >>> ordered_sum(np.array([[0.1, 0.2, 0.3], [1.0, 0.0, 0.0]])).tolist()
     [0.6000000000000001, 1.0]
     """
-    return np.cumsum(values, axis=-1)[..., -1]
+    # Reducing the first axis of a contiguous array adds whole slices one after another.
+    result: np.ndarray = np.ascontiguousarray(np.moveaxis(values, -1, 0)).sum(axis=0)
+    return result
 
 
 def half_of(k: int) -> int:

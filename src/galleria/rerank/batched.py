@@ -18,8 +18,8 @@ from galleria.rerank._common import as_float_matrix, check_hyperparameters, orde
 
 __all__ = ["pools_core", "rerank_pools", "run_pools"]
 
-#: Upper bound on B·n² for one chunk of pools (keeps each (B, n, n) temporary near 64 MB).
-_CHUNK_ELEMENTS = 8_000_000
+#: Upper bound on B·n² for one chunk of pools (keeps each (B, n, n) temporary near 16 MB).
+_CHUNK_ELEMENTS = 2_000_000
 
 
 def rerank_pools(
@@ -167,7 +167,9 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
 
     # Eq. 4 on bit sets: for q = ranking[b, i, a], |R(i, k1) ∩ R(q, k1/2)| ≥ 2/3 |R(q, k1/2)|.
     candidates = bits_half[flat_ranking]  # (B, n, ranks, words)
-    shared = np.bitwise_count(candidates & bits[:, :, None, :]).sum(axis=3, dtype=np.int64)
+    shared = np.zeros(candidates.shape[:3], dtype=np.int32)
+    for word in range(words):
+        shared += np.bitwise_count(candidates[..., word] & bits[:, :, None, word])
     counts = reciprocal_half.sum(axis=2).reshape(-1)[flat_ranking]
     accepted = np.take_along_axis(reciprocal, ranking, axis=2) & (3 * shared >= 2 * counts)
     candidates &= np.negative(accepted.astype(np.uint64))[..., None]  # all ones where accepted
@@ -176,32 +178,60 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     expanded = unpacked.astype(bool)
     del candidates, reciprocal, reciprocal_half
 
-    # Eq. 7 with unit L1 norm.
+    # Eq. 7 with unit L1 norm; a member whose expanded set is empty keeps a zero feature.
     features = np.where(expanded, np.exp(-scaled), 0.0)
     totals = ordered_sum(features)[:, :, None]
     np.divide(features, totals, out=features, where=totals > 0)
+    mass = (totals[:, :, 0] > 0).astype(np.float64)  # each feature sums to 1 (or is 0)
 
-    # Eq. 11 with each pool's own k2 (adding exact zeros beyond it), skipped where k2 = 1.
-    widest = int(seconds.max())
-    if widest > 1:
-        rows = features.reshape(batch * width, width)
-        averaged = rows[flat_ranking[:, :, 0]]
-        for position in range(1, widest):
-            gathered = rows[flat_ranking[:, :, position]]
-            gathered[position >= seconds] = 0.0
-            averaged += gathered
-        averaged /= seconds[:, None, None]
-        features = np.where((seconds > 1)[:, None, None], averaged, features)
+    # Eq. 11 for the probe (its whole row), then for every member on the probe's support only:
+    # min(V_p, V_g) vanishes elsewhere, and Σ max = Σ V_p + Σ V_g - Σ min (each V sums to its mass).
+    rows = features.reshape(batch * width, width)
+    average = seconds > 1
+    members_own = np.arange(batch * width).reshape(batch, width)
+    probe = _mean_rows(rows, flat_ranking[:, :1, :], members_own[:, :1], seconds, average)[:, 0, :]
+    support = probe > 0
+    span = max(1, int(support.sum(axis=1).max()))
+    columns = np.argsort(~support, axis=1, kind="stable")[:, :span]  # the support first, in order
+    inside = np.take_along_axis(support, columns, axis=1)
+    probe_part = np.where(inside, np.take_along_axis(probe, columns, axis=1), 0.0)
+    narrow = np.take_along_axis(features, np.broadcast_to(columns[:, None, :], (batch, width, span)), axis=2)
+    narrow = _mean_rows(narrow.reshape(batch * width, span), flat_ranking, members_own, seconds, average)
+    smallest = ordered_sum(np.minimum(probe_part[:, None, :], narrow))
+    member_mass = _mean_rows(mass.reshape(batch * width, 1), flat_ranking, members_own, seconds, average)
+    member_mass = member_mass[:, :, 0]
 
     # Eq. 10 (probe row against every member) and Eq. 12.
-    probe = features[:, :1, :]
-    smallest = ordered_sum(np.minimum(probe, features))
-    largest = ordered_sum(np.maximum(probe, features))
+    largest = member_mass[:, :1] + member_mass - smallest
     jaccard = np.ones((batch, width))
     np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
     original = np.where(valid, scaled[:, 0, :], 1.0)
     final = (1.0 - lambda_value) * jaccard + lambda_value * original
     return np.asarray(final[:, 1:])
+
+
+def _mean_rows(
+    rows: np.ndarray, ranking: np.ndarray, own: np.ndarray, seconds: np.ndarray, average: np.ndarray
+) -> np.ndarray:
+    """Eq. 11 on gathered rows: each member's mean over its first ``k2`` ranked members.
+
+    ``rows`` is (B·n, m), pool-major; ``ranking`` (B, r, ≥ k2) and ``own`` (B, r) hold row numbers
+    into it. The sum runs over the ranked members in order (exact zeros are added beyond a pool's
+    own ``k2``); pools whose ``average`` is False (``k2 = 1``) keep their own rows.
+    """
+    widest = int(seconds[average].max()) if average.any() else 1
+    if widest == 1:
+        result: np.ndarray = rows[own]
+        return result
+    total: np.ndarray = rows[ranking[:, :, 0]]
+    for position in range(1, widest):
+        gathered = rows[ranking[:, :, position]]
+        gathered[position >= seconds] = 0.0
+        total += gathered
+    total /= seconds[:, None, None]
+    if not average.all():
+        total = np.where(average[:, None, None], total, rows[own])
+    return total
 
 
 def _pack(sets: np.ndarray, words: int) -> np.ndarray:

@@ -384,41 +384,44 @@ def _jaccard_into(out: np.ndarray, features: sp.csr_matrix, lambda_value: float,
     """Eq. 10 (or the reference's ``1 - m / (2 - m)``) and Eq. 12, written into ``out`` in place.
 
     ``out`` holds the scaled probe→gallery distances on entry and the final distances on exit.
+    ``m = Σ_l min(V[p, l], V[g, l])`` is gathered through an inverted index of the gallery
+    features (column l → gallery rows with ``V[g, l] > 0``); pairs that share no column have
+    ``m = 0`` and a Jaccard distance of exactly 1 in both modes.
     """
     probes, gallery = out.shape
     totals = np.asarray(features.sum(axis=1)).ravel()
-    probe_part = features[:probes]
+    probe_part = sp.csr_matrix(features[:probes])
     inverted = sp.csc_matrix(features[probes:])  # column l → gallery rows holding it
-    column_counts = np.diff(inverted.indptr)
+    column_counts = np.diff(inverted.indptr).astype(np.int64)
     nnz_rows = np.repeat(np.arange(probes), np.diff(probe_part.indptr))
     per_probe = np.bincount(nnz_rows, weights=column_counts[probe_part.indices], minlength=probes)
+    reach = np.concatenate([[0.0], np.cumsum(per_probe)])
+    most_rows = max(1, _BLOCK_ELEMENTS // gallery)
     start = 0
     while start < probes:
-        stop = start + 1
-        budget = per_probe[start]
-        while stop < probes and budget + per_probe[stop] <= _TRIPLES:
-            budget += per_probe[stop]
-            stop += 1
+        # As many probes as fit both the triple budget and the dense block budget (at least one).
+        stop = int(np.searchsorted(reach, reach[start] + _TRIPLES, side="right")) - 1
+        stop = min(max(stop, start + 1), start + most_rows, probes)
         low, high = probe_part.indptr[start], probe_part.indptr[stop]
         columns = probe_part.indices[low:high]
-        values = probe_part.data[low:high]
-        local = nnz_rows[low:high] - start
         counts = column_counts[columns]
-        total = int(counts.sum())
         offsets = np.repeat(inverted.indptr[columns] - (np.cumsum(counts) - counts), counts)
-        positions = np.arange(total) + offsets
-        minima = np.minimum(np.repeat(values, counts), inverted.data[positions])
-        keys = np.repeat(local, counts) * gallery + inverted.indices[positions]
+        positions = np.arange(int(counts.sum())) + offsets
+        minima = np.minimum(np.repeat(probe_part.data[low:high], counts), inverted.data[positions])
+        keys = np.repeat(nnz_rows[low:high] - start, counts) * gallery + inverted.indices[positions]
         smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
-        smallest = smallest.astype(np.float64, copy=False).reshape(stop - start, gallery)
+        shared = np.flatnonzero(smallest)
+        low_sum = smallest[shared].astype(np.float64)
         if mode == "reference":
-            jaccard = 1.0 - smallest / (2.0 - smallest)
+            jaccard = 1.0 - low_sum / (2.0 - low_sum)
         else:
-            largest = totals[start:stop, None] + totals[None, probes:] - smallest
-            jaccard = np.ones_like(smallest)
-            np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
-        original = out[start:stop].astype(np.float64)
-        out[start:stop] = (1.0 - lambda_value) * jaccard + lambda_value * original
+            largest = totals[start + shared // gallery] + totals[probes + shared % gallery] - low_sum
+            jaccard = np.ones_like(low_sum)
+            np.subtract(1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
+        original = out[start:stop].astype(np.float64).ravel()
+        final = (1.0 - lambda_value) * 1.0 + lambda_value * original
+        final[shared] = (1.0 - lambda_value) * jaccard + lambda_value * original[shared]
+        out[start:stop] = final.reshape(stop - start, gallery)
         start = stop
 
 

@@ -135,16 +135,20 @@ def pool_core(distances: np.ndarray, k1: int, k2: int, lambda_value: float) -> n
     features = np.where(expanded, np.exp(-scaled), 0.0)
     totals = ordered_sum(features)[:, None]
     np.divide(features, totals, out=features, where=totals > 0)
+    mass = (totals[:, 0] > 0).astype(np.float64)  # each feature sums to 1 (or is 0)
     if second > 1:
         averaged = features[ranking[:, 0]]
+        summed = mass[ranking[:, 0]]
         for position in range(1, second):
             averaged += features[ranking[:, position]]
+            summed += mass[ranking[:, position]]
         features = averaged / second
+        mass = summed / second
 
-    # Eq. 10 for the probe against every member, over all N + 1 columns; then Eq. 12.
-    probe = features[0]
-    smallest = ordered_sum(np.minimum(probe, features))
-    largest = ordered_sum(np.maximum(probe, features))
+    # Eq. 10 for the probe against every member, over all N + 1 columns, with
+    # Σ max(V_p, V_g) = Σ V_p + Σ V_g - Σ min(V_p, V_g) (each V sums to its mass); then Eq. 12.
+    smallest = ordered_sum(np.minimum(features[0], features))
+    largest = mass[0] + mass - smallest
     jaccard = np.ones(size)
     np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
     final = (1.0 - lambda_value) * jaccard + lambda_value * scaled[0]

@@ -178,11 +178,7 @@ class KReciprocalReranker:
         if not store.is_built:
             raise RuntimeError("the store is not built yet; call build_store() first")
         paths = [candidate.path for pool in pools for candidate in pool]
-        missing = [path for path in paths if path not in store]
-        if missing:
-            shown = ", ".join(repr(path) for path in missing[:5])
-            raise KeyError(f"{len(missing)} candidate path(s) not in the store: {shown}")
-        vectors = store.embeddings_of(paths)
+        vectors = store.embeddings_of(paths)  # KeyError naming any path the store does not hold
         space = store.space
         matrices = []
         start = 0
@@ -210,8 +206,13 @@ def _check_candidates(name: str, candidates: Any) -> list[Candidate]:
         raise TypeError(f"{name} must be a sequence of Candidate, got {type(candidates).__name__}")
     if len(candidates) == 0:
         raise ValueError(f"{name} must not be empty")
+    pool = list(candidates)
+    if all(type(candidate) is Candidate and type(candidate.score) is float for candidate in pool):
+        scores = [candidate.score for candidate in pool]  # the common case, checked fast
+        if math.isfinite(math.fsum(scores)) and len({candidate.path for candidate in pool}) == len(pool):
+            return pool
     seen: set[str] = set()
-    for position, candidate in enumerate(candidates):
+    for position, candidate in enumerate(pool):
         if not isinstance(candidate, Candidate):
             raise TypeError(f"{name}[{position}] must be a Candidate, got {type(candidate).__name__}")
         score = candidate.score
@@ -222,4 +223,4 @@ def _check_candidates(name: str, candidates: Any) -> list[Candidate]:
         if candidate.path in seen:
             raise ValueError(f"{name} holds the path {candidate.path!r} more than once")
         seen.add(candidate.path)
-    return list(candidates)
+    return pool

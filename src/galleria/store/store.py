@@ -95,6 +95,18 @@ class InMemoryImageEmbeddingStore:
     True
     """
 
+    _index: SearchIndex
+    _embedder: Any
+    _pending: list[str]  # paths build_store will read
+    _paths: list[str]  # gallery paths in row order
+    _rows: dict[str, int]  # path -> row
+    _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
+    _skipped: list[str]
+    _built: bool
+    _skip_errors: bool
+    _num_workers: int
+    _num_prefetch_batches: int
+
     def __init__(
         self,
         image_paths: Sequence[str | os.PathLike[str]],
@@ -124,18 +136,6 @@ class InMemoryImageEmbeddingStore:
         self._skip_errors = skip_errors
         self._num_workers = workers
         self._num_prefetch_batches = prefetch
-
-    _index: SearchIndex
-    _embedder: Any
-    _pending: list[str]  # paths build_store will read
-    _paths: list[str]  # gallery paths in row order
-    _rows: dict[str, int]  # path -> row
-    _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
-    _skipped: list[str]
-    _built: bool
-    _skip_errors: bool
-    _num_workers: int
-    _num_prefetch_batches: int
 
     def _init_state(self, index: SearchIndex, embedder: Any) -> None:
         self._index = index

@@ -183,7 +183,9 @@ def main() -> int:
     if not args.quick:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
         header = (
-            "# Demo benchmark (`benchmarks/bench_demo.py`)\n\n" + (__doc__ or "").split("\n\n")[1] + "\n\n"
+            "# Demo benchmark (`benchmarks/bench_demo.py`)\n\n"
+            + "\n\n".join((__doc__ or "").split("\n\n")[1:3])
+            + "\n\n"
         )
         OUTPUT.write_text(header + "\n".join(lines) + "\n", encoding="utf-8")
         print(f"\nwrote {OUTPUT}")

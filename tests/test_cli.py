@@ -92,10 +92,9 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_help_lists_every_command_with_examples(capsys: pytest.CaptureFixture[str]) -> None:
     process = galleria("--help")
     assert process.returncode == 0
-    listed = [
-        name for name in ("demo", "build", "search", "evaluate", "evaluate-scores") if name in process.stdout
-    ]
-    assert listed == ["demo", "build", "search", "evaluate", "evaluate-scores"]
+    names = ("demo", "build", "search", "evaluate", "evaluate-scores")
+    positions = [process.stdout.index(f"\n    {name}") for name in names]
+    assert positions == sorted(positions)
     assert list(COMMANDS)[:4] == ["demo", "build", "search", "evaluate"]
     for command in ("demo", "build", "search", "evaluate"):
         with pytest.raises(SystemExit) as stop:
@@ -229,6 +228,19 @@ def test_evaluate_plain_only_text_table(image_dir: Path) -> None:
     assert len(lines) == 3 and lines[2].startswith("plain retrieval")
 
 
+def test_evaluate_skip_errors(tmp_path: Path) -> None:
+    root = tmp_path / "broken"
+    _write_images(root, seed=2)
+    corrupt = sorted(str(root / label / "zz.png") for label in COLOURS)
+    for path in corrupt:
+        Path(path).write_bytes(b"broken")
+    process = galleria("evaluate", str(root), "--queries", "8")
+    assert process.returncode == 2 and "Traceback" not in process.stderr and "zz.png" in process.stderr
+    payload = ok_json("evaluate", str(root), "--queries", "8", "--skip-errors")
+    assert sorted(payload["skipped"]) == corrupt
+    assert payload["n_queries"] + payload["n_gallery"] == N_IMAGES
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The demo
 
@@ -293,7 +305,7 @@ def test_build_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, image_
     assert "unknown embedder 'vgg'" in fails(
         capsys, "build", str(image_dir), "--out", out, "--embedder", "vgg"
     )
-    assert "malformed" in fails(capsys, "build", str(image_dir), "--out", out, "--embedder", "clip:a:b:c")
+    assert "malformed" in fails(capsys, "build", str(image_dir), "--out", out, "--embedder", "clip::openai")
     assert "--workers" in fails(capsys, "build", str(image_dir), "--out", out, "--workers", "0")
     assert "--workers" in fails(capsys, "build", str(image_dir), "--out", out, "--workers", "two")
     assert "does not exist" in fails(capsys, "build", str(image_dir), "--out", str(tmp_path / "no" / "s.st"))
@@ -351,6 +363,10 @@ def test_evaluate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, ima
     assert "unknown embedder" in fails(capsys, "evaluate", folder, "--embedder", "sift")
     assert "--pool" in fails(capsys, "evaluate", folder, "--rerank", "--pool", "x")
     assert "--k2 needs --rerank" in fails(capsys, "evaluate", folder, "--k2", "3")
+    blocker = tmp_path / "report.txt"
+    blocker.write_text("x")
+    assert "is a file" in fails(capsys, "evaluate", folder, "--queries", "4", "--out", str(blocker))
+    assert blocker.read_text() == "x"
 
 
 def test_demo_errors(capsys: pytest.CaptureFixture[str], cache_dir: Path, tmp_path: Path) -> None:
@@ -361,7 +377,7 @@ def test_demo_errors(capsys: pytest.CaptureFixture[str], cache_dir: Path, tmp_pa
     assert "too many" in fails(capsys, "demo", "--queries", "5000", "--cache-dir", str(cache_dir))
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert "file" in fails(capsys, "demo", "--queries", "5", "--cache-dir", str(blocker))
+    assert "is not a directory" in fails(capsys, "demo", "--queries", "5", "--cache-dir", str(blocker))
     foreign = tmp_path / "foreign"
     (foreign / "digits").mkdir(parents=True)
     (foreign / "digits" / "mine.txt").write_text("x")

@@ -285,9 +285,13 @@ def test_digits_folder_fills_an_empty_folder_and_uses_the_env_var(
     assert (folder / MARKER_NAME).is_file()
 
 
-def test_digits_folder_type_error() -> None:
+def test_digits_folder_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="cache_dir"):
         digits_folder(3)  # type: ignore[arg-type]
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(NotADirectoryError, match="not a directory"):
+        digits_folder(blocker)
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,16 @@ def test_rerank_follows_the_pool_core(space: str) -> None:
     assert [c.score for c in result] == sorted(c.score for c in result)
 
 
+def test_hnsw_store_is_accepted() -> None:
+    vectors = np.random.default_rng(8).normal(size=(50, 8)).astype(np.float32)
+    store = InMemoryImageEmbeddingStore.from_embeddings(
+        [f"h{i}.png" for i in range(50)], vectors, search_index="hnsw"
+    )
+    candidates = store.retrieve_by_vector(vectors[0], k=20)[0]
+    result = KReciprocalReranker(store, k1=6, k2=2).rerank(candidates, top_k=20)
+    assert [c.path for c in result] == expected_order(store, candidates, 6, 2, 0.3)[0]
+
+
 def test_top_k_beyond_the_pool_returns_the_whole_pool() -> None:
     store = vector_store()
     candidates = query(store, 2, 7)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import warnings
 from pathlib import Path
 
 import faiss
@@ -156,14 +155,17 @@ def test_skip_errors_skips_with_warning(gallery: list[str], tmp_path: Path) -> N
     assert len(store.embeddings) == 7
 
 
-def test_all_images_unreadable_leaves_store_unbuilt(tmp_path: Path) -> None:
+def test_all_images_unreadable_gives_an_empty_store(tmp_path: Path) -> None:
     bad = [write_corrupt(tmp_path / f"b{i}.png") for i in range(3)]
     store = InMemoryImageEmbeddingStore(bad, pixel_embedder(), skip_errors=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with pytest.raises(ValueError, match="none of the 3"):
-            store.build_store(progress=False)
-    assert not store.is_built and store.skipped == []
+    with pytest.warns(RuntimeWarning) as record:
+        store.build_store(progress=False)
+    assert "none of the 3" in str(record[-1].message)
+    assert store.is_built and len(store) == 0 and store.skipped == bad
+    assert store.retrieve_top_k_similar(np.zeros((8, 8, 3), dtype=np.uint8), k=2) == [[]]
+    assert store.embeddings.shape[0] == 0
+    store.add_images([make_images(tmp_path / "later", 1)[0]])
+    assert len(store) == 1
 
 
 def test_jpeg_and_grey_images_are_read_as_rgb(tmp_path: Path) -> None:

@@ -403,3 +403,14 @@ def test_emptied_store_round_trips(tmp_path: Path, index: str) -> None:
     assert len(loaded) == 0 and loaded.paths == [] and loaded.dim == 2
     assert loaded.retrieve_by_vector([1.0, 0.0], k=3) == [[]]
     assert loaded.embeddings.shape == (0, 2)
+
+
+def test_store_with_no_readable_image_round_trips(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    store = InMemoryImageEmbeddingStore([str(bad)], pixel_embedder(), "hnsw", skip_errors=True)
+    with pytest.warns(RuntimeWarning):
+        store.build_store(progress=False)
+    store.save_to_disk(tmp_path / "none.safetensors")
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "none.safetensors")
+    assert len(loaded) == 0 and loaded.dim is None and loaded.skipped == [str(bad)]

@@ -67,12 +67,15 @@ def check_existing_folder(option: str, path: str) -> str:
 
 
 def parse_embedder_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Check ``pixel`` | ``clip[:MODEL[:PRETRAINED]]``; return the kind and its keyword arguments."""
-    parts = spec.split(":")
+    """Check ``pixel`` | ``clip[:MODEL[:PRETRAINED]]``; return the kind and its keyword arguments.
+
+    PRETRAINED is an open_clip weights tag or a local checkpoint path (which may itself hold colons).
+    """
+    parts = spec.split(":", 2)
     if parts == ["pixel"]:
         return "pixel", {}
     if parts[0] == "clip":
-        if len(parts) > 3 or not all(parts[1:]):
+        if not all(parts[1:]):
             raise CliError(f"--embedder {spec!r} is malformed: expected clip[:MODEL[:PRETRAINED]]")
         options = {"model_name": "ViT-B-32", "pretrained": "openai"}
         if len(parts) > 1:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -83,6 +84,28 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def _readable_queries(split: QueryGallerySplit, skip_errors: bool) -> tuple[list[str], list[str], list[str]]:
+    """The query paths and labels, without unreadable images when ``skip_errors`` (those are returned too)."""
+    if not skip_errors:
+        return split.query_paths, split.query_labels, []
+    from galleria.store.reading import ImageReadError, read_rgb
+
+    paths: list[str] = []
+    labels: list[str] = []
+    unreadable: list[str] = []
+    for path, label in zip(split.query_paths, split.query_labels, strict=True):
+        try:
+            read_rgb(path)
+        except ImageReadError:
+            unreadable.append(path)
+            continue
+        paths.append(path)
+        labels.append(label)
+    if not paths:
+        raise CliError("no query image could be read; nothing to evaluate")
+    return paths, labels, unreadable
+
+
 def run_evaluation(
     *,
     split: QueryGallerySplit,
@@ -102,6 +125,8 @@ def run_evaluation(
     from galleria.evaluation import evaluate_retrieval, format_table, results_payload, write_report
     from galleria.store import InMemoryImageEmbeddingStore
 
+    if out is not None and os.path.exists(out) and not os.path.isdir(out):
+        raise CliError(f"--out {out!r} is a file; give a folder for report.md, metrics.json and pr_curve.png")
     started = time.perf_counter()
     store = InMemoryImageEmbeddingStore(
         split.gallery_paths,
@@ -118,12 +143,14 @@ def run_evaluation(
     build_seconds = time.perf_counter() - started
     labels = split.gallery_label_of
     gallery_labels = {path: labels[path] for path in store.paths}
-    results = evaluate_retrieval(store, split.query_paths, split.query_labels, gallery_labels, configs)
+    query_paths, query_labels, bad_queries = _readable_queries(split, skip_errors)
+    results = evaluate_retrieval(store, query_paths, query_labels, gallery_labels, configs)
+    skipped = [str(path) for path in store.skipped] + bad_queries
     meta = {
         **meta,
-        "n_queries": len(split.query_paths),
+        "n_queries": len(query_paths),
         "n_gallery": len(store),
-        "skipped": [str(path) for path in store.skipped],
+        "skipped": skipped,
         "build_seconds": round(build_seconds, 3),
         "total_seconds": round(time.perf_counter() - started, 3),
     }
@@ -134,14 +161,14 @@ def run_evaluation(
         print_json(payload)
     else:
         print(
-            f"{title}: {len(split.query_paths)} queries, {len(store)} gallery images "
+            f"{title}: {len(query_paths)} queries, {len(store)} gallery images "
             f"(built in {build_seconds:.1f} s, total {meta['total_seconds']:.1f} s)"
         )
         print(format_table(results))
         if out is not None:
             print(f"report: {files.report}, {files.metrics}, {files.pr_curve}")
-    if store.skipped:
-        print(f"skipped {len(store.skipped)} unreadable gallery image(s)", file=sys.stderr)
+    for path in skipped:
+        print(f"skipped unreadable image: {path}", file=sys.stderr)
     return 0
 
 

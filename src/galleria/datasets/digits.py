@@ -129,6 +129,8 @@ def digits_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         If scikit-learn (the ``demo`` extra) is not installed.
     TypeError
         If ``cache_dir`` is not a path.
+    NotADirectoryError
+        If ``cache_dir`` is a file.
     FileExistsError
         If ``<cache_dir>/digits`` exists but is not a complete galleria digits folder (it is left alone).
 
@@ -142,6 +144,8 @@ def digits_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
         raise TypeError(f"cache_dir must be a str or os.PathLike path, got {type(cache_dir).__name__}")
     root = default_cache_dir() if cache_dir is None else Path(os.fspath(cache_dir)).expanduser()
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"cache folder {str(root)!r} is not a directory")
     target = root / "digits"
     if _is_complete(target):
         return target

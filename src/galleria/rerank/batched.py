@@ -137,13 +137,16 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     padding = ~np.broadcast_to(valid[:, None, :], distances.shape)
 
     # Original distance: floor, zero diagonal, row-max scaling; padded columns pushed to +inf.
+    padded = bool(padding.any())
     scaled = np.maximum(distances, 0.0, out=distances)
     scaled[:, members, members] = 0.0
-    scaled[padding] = 0.0
+    if padded:
+        scaled[padding] = 0.0
     peak = scaled.max(axis=2, keepdims=True)
     peak[peak <= 0] = 1.0
     scaled /= peak
-    scaled[padding] = np.inf
+    if padded:
+        scaled[padding] = np.inf
 
     ranks = int(firsts.max()) + 1
     ranking = stable_smallest(scaled, ranks)  # (B, n, ranks): N(i, k1) of every member
@@ -179,7 +182,8 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     del candidates, reciprocal, reciprocal_half
 
     # Eq. 7 with unit L1 norm; a member whose expanded set is empty keeps a zero feature.
-    features = np.where(expanded, np.exp(-scaled), 0.0)
+    features = np.zeros_like(scaled)
+    np.exp(np.negative(scaled, out=features, where=expanded), out=features, where=expanded)
     totals = ordered_sum(features)[:, :, None]
     np.divide(features, totals, out=features, where=totals > 0)
     mass = (totals[:, :, 0] > 0).astype(np.float64)  # each feature sums to 1 (or is 0)

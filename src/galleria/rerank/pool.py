@@ -132,7 +132,8 @@ def pool_core(distances: np.ndarray, k1: int, k2: int, lambda_value: float) -> n
     expanded = reciprocal | ((accepted.astype(np.float32) @ as_float) > 0)
 
     # Eq. 7 with unit L1 norm, then Eq. 11.
-    features = np.where(expanded, np.exp(-scaled), 0.0)
+    features = np.zeros_like(scaled)
+    np.exp(np.negative(scaled, out=features, where=expanded), out=features, where=expanded)
     totals = ordered_sum(features)[:, None]
     np.divide(features, totals, out=features, where=totals > 0)
     mass = (totals[:, 0] > 0).astype(np.float64)  # each feature sums to 1 (or is 0)

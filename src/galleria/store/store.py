@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -253,19 +254,27 @@ class InMemoryImageEmbeddingStore:
         ImageReadError
             An image could not be read (names the path), unless ``skip_errors=True``.
         ValueError
-            The embedder returned the wrong shape, NaN, or a dimension other than the index's, or
-            no image at all could be read.
+            The embedder returned the wrong shape, NaN, or a dimension other than the index's.
+
+        Warns
+        -----
+        RuntimeWarning
+            For every image skipped (``skip_errors=True``), and when none could be read (the
+            store is then built and empty).
         """
         if not isinstance(progress, bool):
             raise TypeError(f"progress must be a bool, got {progress!r} ({type(progress).__name__})")
         if self._built:
             return
         paths, vectors, skipped = self._embed_files(self._pending, progress, "building gallery")
-        if not paths:
-            raise ValueError(
-                f"none of the {len(self._pending)} gallery images could be read; the store stays unbuilt"
+        if paths:
+            self._index.add(vectors)
+        else:
+            warnings.warn(
+                f"none of the {len(self._pending)} gallery images could be read; the store is empty",
+                RuntimeWarning,
+                stacklevel=2,
             )
-        self._index.add(vectors)
         self._skipped = skipped
         self._set_gallery(paths, vectors)
 

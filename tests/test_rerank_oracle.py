@@ -210,3 +210,22 @@ def test_two_thirds_boundary_is_inclusive(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(rerank_oracle, "expanded_reciprocal", strict)
     exclusive = oracle_rerank(matrix, k1=5, k2=1, lambda_value=0.0)[0]
     assert not np.allclose(inclusive, exclusive)
+
+
+@pytest.mark.parametrize("space", ["cosine", "ip", "l2"])
+@pytest.mark.parametrize(
+    ("candidates", "k1", "k2", "lambda_value"),
+    [(30, 20, 1, 0.3), (30, 20, 6, 0.0), (30, 20, 6, 1.0), (7, 20, 6, 0.3), (1, 20, 6, 0.3), (12, 3, 3, 0.5)],
+)
+def test_named_corner_cases_match_oracle(
+    space: str, candidates: int, k1: int, k2: int, lambda_value: float
+) -> None:
+    """k2 = 1, λ = 0 and 1, pools smaller than k1 (and a single candidate), with duplicate vectors."""
+    rng = np.random.default_rng(candidates * 7 + k1)
+    base = rng.normal(size=(max(2, candidates // 2), 5)).astype(np.float32)
+    vectors = prepare_vectors(base[rng.integers(0, len(base), size=candidates + 1)], space)
+    matrix = pairwise_distances(vectors, vectors, space).astype(np.float64)
+    fast = rerank_pool(matrix, k1=k1, k2=k2, lambda_value=lambda_value)
+    slow = oracle_rerank(matrix, k1=k1, k2=k2, lambda_value=lambda_value)[0]
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(rerank_pools([matrix], k1=k1, k2=k2, lambda_value=lambda_value)[0], fast)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,24 @@ def _pick_device(torch: Any, device: Any) -> Any:
         return torch.device(device)
     except RuntimeError as error:
         raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
+
+
+class _DropOpenClipRecords(logging.Filter):
+    """Drops records that open_clip logs on the root logger (its failures reach the user as our error)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "open_clip" not in record.pathname
+
+
+@contextlib.contextmanager
+def _quiet_open_clip_logging() -> Iterator[None]:
+    """Silence open_clip's root-logger messages while a model loads; our own error says what failed."""
+    quiet = _DropOpenClipRecords()
+    logging.root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logging.root.removeFilter(quiet)
 
 
 def _looks_like_path(value: str) -> bool:
@@ -135,7 +154,7 @@ class ClipEmbedder:
     def _load(self, open_clip: Any) -> tuple[Any, Any, Any]:
         torch = self._torch
         try:
-            with torch.random.fork_rng(devices=[]):
+            with torch.random.fork_rng(devices=[]), _quiet_open_clip_logging():
                 torch.manual_seed(RANDOM_WEIGHTS_SEED)
                 model, _, preprocess = open_clip.create_model_and_transforms(
                     self._model_name, pretrained=self._pretrained, device="cpu"

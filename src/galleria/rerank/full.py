@@ -5,8 +5,9 @@ The set is all P probes followed by all G gallery items (``n = P + G`` members).
 ``"paper"``
     The pool rules of DESIGN §4 on that one set (see :mod:`galleria.rerank.pool`): distances floored
     at 0 with a zero diagonal, rows scaled by their maximum, stable ranking lists, ``≥ 2/3``, Jaccard
-    ``1 - Σmin / Σmax`` over all n members, ``k1`` capped at ``n - 1``. With one probe this equals
-    :func:`~galleria.rerank.pool.rerank_pool` with the whole gallery as candidates.
+    ``1 - Σmin / Σmax`` over all n members (``Σmax = ΣV_p + ΣV_g - Σmin``), ``k1`` capped at
+    ``n - 1``. With one probe this equals :func:`~galleria.rerank.pool.rerank_pool` with the whole
+    gallery as candidates.
 ``"reference"``
     The authors' published algorithm (DESIGN §4, steps 1–7): squared distances in float32, each
     column divided by its maximum and the result transposed, strict ``> 2/3``, Jaccard
@@ -127,10 +128,12 @@ def k_reciprocal_rerank_features(
 ) -> np.ndarray:
     """Re-rank probes against a gallery from their features, without any dense (P+G)² matrix.
 
-    The distances are computed block by block: ``"cosine"`` gives ``1 - cos`` (features are
+    The distances are computed block by block in float32 with
+    :func:`galleria.distances.pairwise_distances`: ``"cosine"`` gives ``1 - cos`` (features are
     L2-normalised first), ``"euclidean"`` the Euclidean distance (which ``"reference"`` mode squares,
-    as the authors do). Otherwise as :func:`k_reciprocal_rerank`, and equal to it on the
-    distance matrices the features give.
+    as the authors do). Peak memory is the output plus a few blocks and the O(n·k1) neighbour
+    lists. Otherwise as :func:`k_reciprocal_rerank`, and equal to it on the distance matrices the
+    features give.
 
     Parameters
     ----------

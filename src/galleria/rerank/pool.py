@@ -15,7 +15,9 @@ of every candidate, following Eqs. 2, 3, 4, 7, 11, 10 and 12 of the paper with t
   for every ``q ∈ R(i, k1)`` with ``|R(i, k1) ∩ R(q, k1/2)| ≥ 2/3 |R(q, k1/2)|``;
 * features ``V[i, j] = exp(-d(i, j))`` on the expanded set, scaled to unit L1 norm; Eq. 11 replaces
   each by the mean over the first ``k2`` entries of its ranking list (skipped when ``k2 = 1``);
-* the Jaccard sums run over all N + 1 members of the pool; ``d_J = 1`` where both features are 0;
+* the Jaccard sums run over all N + 1 members of the pool, ``Σ max`` through the exact identity
+  ``Σ max(a, b) = Σ a + Σ b - Σ min(a, b)`` (each feature sums to 1, or is 0 for a member whose
+  expanded set is empty); ``d_J = 1`` where both features are 0;
 * with N candidates, ``k1`` is capped at N and ``k2`` at the capped ``k1``.
 
 The functions here are pure numpy and keep every intermediate as a dense (N+1)×(N+1) array, which is

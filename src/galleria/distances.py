@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["normalize_rows", "pairwise_distances", "prepare_vectors"]
+__all__ = ["normalize_rows", "pairwise_distances", "pairwise_distances_batched", "prepare_vectors"]
 
 
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
@@ -48,12 +48,35 @@ def pairwise_distances(a: np.ndarray, b: np.ndarray, space: str) -> np.ndarray:
     """
     left = np.asarray(a, dtype=np.float32)
     right = np.asarray(b, dtype=np.float32)
-    gram = left @ right.T
+    return _from_gram(left @ right.T, left, right, space)
+
+
+def pairwise_distances_batched(a: np.ndarray, b: np.ndarray, space: str) -> np.ndarray:
+    """:func:`pairwise_distances` for a stack of pairs: ``(B, n, d)`` and ``(B, m, d)`` → ``(B, n, m)``.
+
+    One ``matmul`` call for the whole stack, with the same formula per pair, so slice ``i`` equals
+    ``pairwise_distances(a[i], b[i], space)`` bit for bit.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> pairwise_distances_batched(np.eye(2)[None], np.eye(2)[None], "ip").tolist()
+    [[[0.0, 1.0], [1.0, 0.0]]]
+    """
+    left = np.asarray(a, dtype=np.float32)
+    right = np.asarray(b, dtype=np.float32)
+    return _from_gram(np.matmul(left, np.swapaxes(right, -1, -2)), left, right, space)
+
+
+def _from_gram(gram: np.ndarray, left: np.ndarray, right: np.ndarray, space: str) -> np.ndarray:
+    """Distances in ``space`` from the Gram matrix (or stack of them) of ``left`` and ``right`` rows."""
     if space in ("cosine", "ip"):
         return np.asarray(1.0 - gram, dtype=np.float32)
     if space == "l2":
         squared = (
-            np.einsum("ij,ij->i", left, left)[:, None] + np.einsum("ij,ij->i", right, right)[None, :] - 2.0 * gram
+            np.einsum("...ij,...ij->...i", left, left)[..., :, None]
+            + np.einsum("...ij,...ij->...i", right, right)[..., None, :]
+            - 2.0 * gram
         )
         floored: np.ndarray = np.maximum(squared, 0.0).astype(np.float32, copy=False)
         return floored

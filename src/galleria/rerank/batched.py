@@ -16,10 +16,11 @@ import numpy as np
 
 from galleria.rerank._common import as_float_matrix, check_hyperparameters, ordered_sum, stable_smallest
 
-__all__ = ["pools_core", "rerank_pools", "run_pools"]
+__all__ = ["chunk_counts", "pools_core", "rerank_pools", "run_pools"]
 
-#: Upper bound on B·n² for one chunk of pools (keeps each (B, n, n) temporary near 16 MB).
-_CHUNK_ELEMENTS = 2_000_000
+#: Upper bound on B·n² for one chunk of pools: each (B, n, n) float64 temporary stays near 2.4 MB,
+#: small enough to stay in cache between the passes over it.
+_CHUNK_ELEMENTS = 300_000
 
 
 def rerank_pools(
@@ -94,6 +95,21 @@ def run_pools(matrices: Sequence[np.ndarray], k1: int, k2: int, lambda_value: fl
     return results
 
 
+def chunk_counts(count: int, width: int) -> list[int]:
+    """Split ``count`` pools of ``width`` members into consecutive chunks of bounded size.
+
+    Each chunk holds at most ``_CHUNK_ELEMENTS`` entries in its (B, width, width) arrays (at least
+    one pool), so that the per-chunk temporaries stay in cache.
+
+    Examples
+    --------
+    >>> chunk_counts(100, 101)
+    [29, 29, 29, 13]
+    """
+    per_chunk = max(1, _CHUNK_ELEMENTS // (width * width))
+    return [min(per_chunk, count - start) for start in range(0, count, per_chunk)]
+
+
 def _chunks(sizes: np.ndarray) -> list[list[int]]:
     """Group pool positions by similar size so that each group's padded array stays small."""
     order = np.argsort(-sizes, kind="stable")
@@ -126,86 +142,51 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     -------
     ndarray, shape (B, n - 1)
         Row ``b``'s first ``sizes[b] - 1`` entries are pool ``b``'s ``d*``; the rest is padding.
+
+    Notes
+    -----
+    The sets of Eqs. 2–4 are kept as lists (each member's ranking list with a membership mask) and
+    as bit sets, never as dense boolean matrices; dense (B, n, n) work is limited to scaling, the
+    ranking lists, the Eq. 7 weights and their sums. Eq. 11 and Eq. 10 only need the features on
+    the probe's support (outside it ``min(V_p, V_g)`` is 0), so they run on those columns only.
     """
     batch, width, _ = distances.shape
     sizes = np.asarray(sizes, dtype=np.int64)
     firsts = np.minimum(k1, sizes - 1)
     seconds = np.minimum(k2, firsts)
     halves = np.around(firsts / 2).astype(np.int64)
-    members = np.arange(width)
-    valid = members[None, :] < sizes[:, None]  # (B, n)
-    padding = ~np.broadcast_to(valid[:, None, :], distances.shape)
+    valid = np.arange(width)[None, :] < sizes[:, None]  # (B, n)
 
-    # Original distance: floor, zero diagonal, row-max scaling; padded columns pushed to +inf.
-    padded = bool(padding.any())
-    scaled = np.maximum(distances, 0.0, out=distances)
-    scaled[:, members, members] = 0.0
-    if padded:
-        scaled[padding] = 0.0
-    peak = scaled.max(axis=2, keepdims=True)
-    peak[peak <= 0] = 1.0
-    scaled /= peak
-    if padded:
-        scaled[padding] = np.inf
-
-    ranks = int(firsts.max()) + 1
-    ranking = stable_smallest(scaled, ranks)  # (B, n, ranks): N(i, k1) of every member
-    flat_ranking = ranking + (np.arange(batch) * width)[:, None, None]  # rows of a (B·n, ·) view
-    slots = np.arange(ranks)[None, :]
-
-    def reciprocal_sets(count: np.ndarray) -> np.ndarray:
-        """R(i, k) of every member as a (B, n, n) boolean array, ``k`` per pool."""
-        keep = valid[:, :, None] & (slots < count[:, None] + 1)[:, None, :]
-        near = np.zeros((batch, width, width + 1), dtype=bool)  # last column takes what is not kept
-        np.put_along_axis(near, np.where(keep, ranking, width), True, axis=2)
-        square = near[:, :, :width]
-        sets: np.ndarray = square & square.transpose(0, 2, 1)
-        return sets
-
-    reciprocal = reciprocal_sets(firsts)
-    reciprocal_half = reciprocal_sets(halves)
-    words = -(-width // 64)
-    bits = _pack(reciprocal, words)  # (B, n, words) uint64
-    bits_half = _pack(reciprocal_half, words).reshape(batch * width, words)
-
-    # Eq. 4 on bit sets: for q = ranking[b, i, a], |R(i, k1) ∩ R(q, k1/2)| ≥ 2/3 |R(q, k1/2)|.
-    candidates = bits_half[flat_ranking]  # (B, n, ranks, words)
-    shared = np.zeros(candidates.shape[:3], dtype=np.int32)
-    for word in range(words):
-        shared += np.bitwise_count(candidates[..., word] & bits[:, :, None, word])
-    counts = reciprocal_half.sum(axis=2).reshape(-1)[flat_ranking]
-    accepted = np.take_along_axis(reciprocal, ranking, axis=2) & (3 * shared >= 2 * counts)
-    candidates &= np.negative(accepted.astype(np.uint64))[..., None]  # all ones where accepted
-    expanded_bits = bits | np.bitwise_or.reduce(candidates, axis=2)
-    unpacked = np.unpackbits(expanded_bits.view(np.uint8), axis=2, count=width, bitorder="little")
-    expanded = unpacked.astype(bool)
-    del candidates, reciprocal, reciprocal_half
+    scaled = _scale_rows(distances, valid)
+    ranking = _ranked_members(
+        scaled, int(firsts.max()) + 1, not bool(valid.all())
+    )  # (B, n, ranks): N(i, k1) of every member
+    rows = ranking + (np.arange(batch) * width)[:, None, None]  # row numbers in a (B·n, ·) view
+    expanded_bits = _expanded_sets(ranking, rows, valid, firsts, halves)  # (B, n, words)
 
     # Eq. 7 with unit L1 norm; a member whose expanded set is empty keeps a zero feature.
-    features = np.zeros_like(scaled)
-    np.exp(np.negative(scaled, out=features, where=expanded), out=features, where=expanded)
-    totals = ordered_sum(features)[:, :, None]
-    np.divide(features, totals, out=features, where=totals > 0)
-    mass = (totals[:, :, 0] > 0).astype(np.float64)  # each feature sums to 1 (or is 0)
+    weights = np.negative(scaled)
+    np.exp(weights, out=weights)
+    weights *= _unpack(expanded_bits, width)
+    totals = ordered_sum(weights)  # (B, n)
+    mass = (totals > 0).astype(np.float64)  # each feature sums to 1 (or is 0)
 
-    # Eq. 11 for the probe (its whole row), then for every member on the probe's support only:
-    # min(V_p, V_g) vanishes elsewhere, and Σ max = Σ V_p + Σ V_g - Σ min (each V sums to its mass).
-    rows = features.reshape(batch * width, width)
+    # Eq. 11 and Eq. 10 on the probe's support, the union of the expanded sets of its k2 nearest.
+    own = np.arange(batch * width).reshape(batch, width)
     average = seconds > 1
-    members_own = np.arange(batch * width).reshape(batch, width)
-    probe = _mean_rows(rows, flat_ranking[:, :1, :], members_own[:, :1], seconds, average)[:, 0, :]
-    support = probe > 0
+    widest = int(seconds.max())
+    probe_near = expanded_bits.reshape(batch * width, -1)[rows[:, 0, :widest]]  # (B, widest, words)
+    probe_near[np.arange(widest)[None, :] >= seconds[:, None]] = 0
+    support = _unpack(np.bitwise_or.reduce(probe_near, axis=1), width).view(bool)  # (B, n)
     span = max(1, int(support.sum(axis=1).max()))
     columns = np.argsort(~support, axis=1, kind="stable")[:, :span]  # the support first, in order
-    inside = np.take_along_axis(support, columns, axis=1)
-    probe_part = np.where(inside, np.take_along_axis(probe, columns, axis=1), 0.0)
-    narrow = np.take_along_axis(features, np.broadcast_to(columns[:, None, :], (batch, width, span)), axis=2)
-    narrow = _mean_rows(narrow.reshape(batch * width, span), flat_ranking, members_own, seconds, average)
-    smallest = ordered_sum(np.minimum(probe_part[:, None, :], narrow))
-    member_mass = _mean_rows(mass.reshape(batch * width, 1), flat_ranking, members_own, seconds, average)
-    member_mass = member_mass[:, :, 0]
+    narrow = np.take(weights, own[:, :, None] * width + columns[:, None, :])  # (B, n, span)
+    narrow /= np.where(totals > 0, totals, 1.0)[:, :, None]
+    narrow = _mean_rows(narrow.reshape(batch * width, span), rows, own, seconds, average)
+    smallest = ordered_sum(np.minimum(narrow[:, :1, :], narrow))  # Σ min(V_p, V_g); 0 off the support
+    member_mass = _mean_rows(mass.reshape(batch * width, 1), rows, own, seconds, average)[:, :, 0]
 
-    # Eq. 10 (probe row against every member) and Eq. 12.
+    # Eq. 10 with Σ max = Σ V_p + Σ V_g - Σ min (each V sums to its mass), then Eq. 12.
     largest = member_mass[:, :1] + member_mass - smallest
     jaccard = np.ones((batch, width))
     np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
@@ -227,10 +208,12 @@ def _mean_rows(
     if widest == 1:
         result: np.ndarray = rows[own]
         return result
-    total: np.ndarray = rows[ranking[:, :, 0]]
+    total: np.ndarray = np.take(rows, ranking[:, :, 0], axis=0)
     for position in range(1, widest):
-        gathered = rows[ranking[:, :, position]]
-        gathered[position >= seconds] = 0.0
+        gathered = np.take(rows, ranking[:, :, position], axis=0)
+        beyond = position >= seconds
+        if beyond.any():
+            gathered[beyond] = 0.0
         total += gathered
     total /= seconds[:, None, None]
     if not average.all():
@@ -238,9 +221,116 @@ def _mean_rows(
     return total
 
 
-def _pack(sets: np.ndarray, words: int) -> np.ndarray:
-    """Pack the last axis of a boolean array into ``words`` little-endian uint64 words."""
-    packed = np.packbits(sets, axis=-1, bitorder="little")
-    padded = np.zeros((*sets.shape[:-1], words * 8), dtype=np.uint8)
-    padded[..., : packed.shape[-1]] = packed
-    return padded.view(np.uint64)
+def _scale_rows(distances: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """The pinned original distance, in place: floored, zero diagonal, each row over its maximum.
+
+    Padded columns (``valid`` False) are left out of the maxima and set to +inf afterwards, so that
+    they rank after every member.
+    """
+    members = np.arange(distances.shape[1])
+    scaled: np.ndarray = np.maximum(distances, 0.0, out=distances)
+    scaled[:, members, members] = 0.0
+    padded = not bool(valid.all())
+    if padded:
+        scaled *= valid[:, None, :]
+    peak = scaled.max(axis=2, keepdims=True)
+    peak[peak <= 0] = 1.0
+    scaled /= peak
+    if padded:
+        np.copyto(scaled, np.inf, where=~valid[:, None, :])
+    return scaled
+
+
+def _ranked_members(scaled: np.ndarray, ranks: int, padded: bool) -> np.ndarray:
+    """First ``ranks`` entries of every row's stable ranking list, for rows of values in [0, 1] or +inf.
+
+    ``padded`` says whether any value is +inf.
+
+    Equal to ``stable_smallest(scaled, ranks)``, faster: each entry is packed with its column into
+    one integer key (the value truncated to a fixed point, the column in the low bits), and only the
+    keys are partitioned and sorted. Truncation keeps the order of distinct keys, so a row whose
+    first ``ranks + 1`` keys have distinct value parts is ranked exactly; the rest (rows with ties, or
+    values closer than the fixed point's step) are redone with a stable sort of the true values.
+    """
+    width = scaled.shape[-1]
+    column_bits = max(1, (width - 1).bit_length())
+    key_type = np.int32 if column_bits <= 8 else np.int64
+    value_bits = (30 if key_type is np.int32 else 62) - column_bits  # 1.5 · 2**value_bits fits
+    keys = np.multiply(scaled, float(2**value_bits))
+    if padded:  # +inf becomes 1.5 · 2**value_bits, above every scaled value
+        np.minimum(keys, 1.5 * 2**value_bits, out=keys)
+    packed = keys.astype(key_type)
+    packed <<= column_bits
+    packed |= np.arange(width, dtype=key_type)
+    span = min(ranks + 1, width)
+    if span < width // 8:  # a partial sort pays off on long rows only
+        packed = np.partition(packed, span - 1, axis=-1)[..., :span]
+    packed.sort(axis=-1)
+    packed = packed[..., :span]
+    values = packed >> column_bits
+    ranking: np.ndarray = (packed[..., :ranks] & ((1 << column_bits) - 1)).astype(np.intp)
+    tied = (values[..., 1:] == values[..., :-1]).any(axis=-1)
+    if tied.any():
+        ranking[tied] = stable_smallest(scaled[tied], ranks)
+    return ranking
+
+
+def _expanded_sets(
+    ranking: np.ndarray, rows: np.ndarray, valid: np.ndarray, firsts: np.ndarray, halves: np.ndarray
+) -> np.ndarray:
+    """The expanded k-reciprocal set of every member (Eqs. 3 and 4) as little-endian uint64 bit sets.
+
+    ``ranking`` (B, n, ranks) holds each member's ranking list, ``rows`` the same as row numbers of
+    a (B·n, ·) view. Returns (B, n, words) with ``words = ceil(n / 64)``.
+    """
+    batch, width, ranks = ranking.shape
+    slots = np.arange(ranks)
+    # back[b, i, a]: where member i stands in the ranking list of its a-th nearest (ranks if absent).
+    place_type = np.uint8 if ranks < 255 else np.int64
+    place = np.full(batch * width * width, ranks, dtype=place_type)
+    place[(np.arange(batch * width) * width)[:, None] + ranking.reshape(batch * width, ranks)] = slots
+    back = np.take(place, rows * width + np.arange(width)[None, :, None])
+
+    def reciprocal(count: np.ndarray) -> np.ndarray:
+        """R(i, k) as a mask over each ranking list, ``k = count`` per pool."""
+        limit = count[:, None, None]
+        return (slots <= limit) & (back <= limit) & valid[:, :, None]  # type: ignore[no-any-return]
+
+    near, near_half = reciprocal(firsts), reciprocal(halves)
+    words = -(-width // 64)
+    bits, bits_half = _bit_sets(ranking, (near, near_half), words)  # (words, B, n) each
+    bits_half = bits_half.reshape(words, batch * width)
+
+    # Eq. 4: q = ranking[b, i, a] in R(i, k1) is accepted when |R(i, k1) ∩ R(q, k1/2)| ≥ 2/3 |R(q, k1/2)|.
+    candidates = [np.take(bits_half[word], rows) for word in range(words)]  # R(q, k1/2) of every ranked q
+    shared = np.zeros((batch, width, ranks), dtype=np.int64)
+    for word, candidate in enumerate(candidates):
+        shared += np.bitwise_count(candidate & bits[word][:, :, None])
+    counts = near_half.sum(axis=2).reshape(-1)[rows]
+    accepted = np.negative((near & (3 * shared >= 2 * counts)).astype(np.uint64))  # all ones or 0
+    expanded = np.empty((batch, width, words), dtype=np.uint64)
+    for word, candidate in enumerate(candidates):
+        candidate &= accepted
+        np.bitwise_or(bits[word], np.bitwise_or.reduce(candidate, axis=2), out=expanded[..., word])
+    return expanded
+
+
+def _bit_sets(ranking: np.ndarray, masks: tuple[np.ndarray, ...], words: int) -> list[np.ndarray]:
+    """Pack, for each mask, the ranked columns where it holds into little-endian uint64 bit sets.
+
+    Returns one (words, …) array per mask, the word axis first so that each word is contiguous.
+    """
+    bit = np.left_shift(1, ranking & 63)  # int64; bit 63 wraps to the sign bit, as wanted
+    word = ranking >> 6
+    packed = [np.empty((words, *ranking.shape[:-1]), dtype=np.int64) for _ in masks]
+    for index in range(words):
+        in_word = bit * (word == index) if words > 1 else bit
+        for mask, out in zip(masks, packed, strict=True):
+            # The bits of one row are distinct, so their sum (modulo 2**64) is their union.
+            np.sum(in_word * mask, axis=-1, out=out[index])
+    return [out.view(np.uint64) for out in packed]
+
+
+def _unpack(bits: np.ndarray, width: int) -> np.ndarray:
+    """Unpack (…, words) little-endian uint64 bit sets into (…, width) uint8 0/1 values."""
+    return np.unpackbits(bits.view(np.uint8), axis=-1, count=width, bitorder="little")

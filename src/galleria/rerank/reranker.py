@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
-from galleria.distances import pairwise_distances
+from galleria.distances import pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank._common import check_hyperparameters
-from galleria.rerank.batched import run_pools
+from galleria.rerank.batched import chunk_counts, pools_core
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -174,30 +174,49 @@ class KReciprocalReranker:
         return self._rerank_checked(pools, count)
 
     def _rerank_checked(self, pools: list[list[Candidate]], top_k: int) -> list[list[Candidate]]:
+        """Re-rank validated candidate lists: pools of one size go through the batched core together."""
         store = self._store
         if not store.is_built:
             raise RuntimeError("the store is not built yet; call build_store() first")
-        paths = [candidate.path for pool in pools for candidate in pool]
-        vectors = store.embeddings_of(paths)  # KeyError naming any path the store does not hold
-        space = store.space
-        matrices = []
-        start = 0
-        for pool in pools:
-            size = len(pool)
-            block = vectors[start : start + size]
-            start += size
-            matrix = np.zeros((size + 1, size + 1), dtype=np.float64)
-            matrix[1:, 1:] = pairwise_distances(block, block, space)
-            scores = np.array([candidate.score for candidate in pool], dtype=np.float64)
-            matrix[0, 1:] = scores
-            matrix[1:, 0] = scores
-            matrices.append(matrix)
-        finals = run_pools(matrices, self._k1, self._k2, self._lambda)
-        results = []
-        for pool, final in zip(pools, finals, strict=True):
-            order = np.argsort(final, kind="stable")[:top_k]
-            results.append([Candidate(pool[i].path, float(final[i])) for i in order.tolist()])
+        # Pools are taken by size, so that the candidates of each chunk lie next to each other.
+        lengths = np.array([len(pool) for pool in pools], dtype=np.int64)
+        by_size = np.argsort(lengths, kind="stable").tolist()
+        ordered = [pools[position] for position in by_size]
+        paths = [candidate.path for pool in ordered for candidate in pool]
+        scores = np.fromiter(
+            (candidate.score for pool in ordered for candidate in pool), np.float64, len(paths)
+        )
+        results: list[list[Candidate]] = [[] for _ in pools]
+        first = start = 0
+        for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
+            for count in chunk_counts(int(total), int(length) + 1):
+                end = start + count * int(length)
+                vectors = store.embeddings_of(paths[start:end])  # KeyError naming unknown paths
+                final = self._pool_finals(vectors, scores[start:end], count, int(length))
+                order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
+                best = np.take_along_axis(final, order, axis=1)
+                for position, picked, values in zip(
+                    by_size[first : first + count], order.tolist(), best.tolist(), strict=True
+                ):
+                    pool = pools[position]
+                    results[position] = [
+                        Candidate(pool[i].path, value) for i, value in zip(picked, values, strict=True)
+                    ]
+                first += count
+                start = end
         return results
+
+    def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:
+        """``d*`` of ``count`` pools of ``length`` candidates from their vectors and scores, pool by pool."""
+        stacked = vectors.reshape(count, length, -1)
+        matrices = np.empty((count, length + 1, length + 1), dtype=np.float64)
+        matrices[:, 1:, 1:] = pairwise_distances_batched(stacked, stacked, self._store.space)
+        by_pool = scores.reshape(count, length)
+        matrices[:, 0, 1:] = by_pool
+        matrices[:, 1:, 0] = by_pool
+        matrices[:, 0, 0] = 0.0
+        sizes = np.full(count, length + 1, dtype=np.int64)
+        return pools_core(matrices, sizes, self._k1, self._k2, self._lambda)
 
 
 def _check_candidates(name: str, candidates: Any) -> list[Candidate]:

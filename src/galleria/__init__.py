@@ -29,7 +29,24 @@ _EXPORTS: dict[str, str] = {
     "alpha_query_expansion": "galleria.expansion",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "Candidate",
+    "ClipEmbedder",
+    "ExactIndex",
+    "ExternalSearchIndex",
+    "HnswIndex",
+    "InMemoryImageEmbeddingStore",
+    "KReciprocalReranker",
+    "PixelEmbedder",
+    "__version__",
+    "alpha_query_expansion",
+    "image_text_retrieval",
+    "k_reciprocal_rerank",
+    "k_reciprocal_rerank_features",
+    "ranks_from_embeddings",
+    "recall_at_k",
+    "retrieval_ranks",
+]
 
 if TYPE_CHECKING:
     from galleria.embedders import ClipEmbedder, PixelEmbedder

@@ -17,8 +17,8 @@ __all__ = [
     "check_choice",
     "check_fraction",
     "check_nonnegative_float",
-    "check_positive_int",
     "check_path_list",
+    "check_positive_int",
     "is_int",
 ]
 

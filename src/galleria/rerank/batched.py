@@ -158,9 +158,8 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     valid = np.arange(width)[None, :] < sizes[:, None]  # (B, n)
 
     scaled = _scale_rows(distances, valid)
-    ranking = _ranked_members(
-        scaled, int(firsts.max()) + 1, not bool(valid.all())
-    )  # (B, n, ranks): N(i, k1) of every member
+    padded = not bool(valid.all())
+    ranking = _ranked_members(scaled, int(firsts.max()) + 1, padded)  # (B, n, ranks): N(i, k1) of all
     rows = ranking + (np.arange(batch) * width)[:, None, None]  # row numbers in a (B·n, ·) view
     expanded_bits = _expanded_sets(ranking, rows, valid, firsts, halves)  # (B, n, words)
 

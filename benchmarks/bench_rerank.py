@@ -354,7 +354,9 @@ def write_report(pool: dict[str, Any] | None, full: dict[str, Any] | None, quick
             "",
             "Targets: `rerank_batch` ≥ 5× faster per query than the literal implementation, ≤ 1 ms per "
             "query at pool 100. All three include reading the vectors from the store and building the "
-            "pool's distance matrix (`pairwise_distances`, one small float32 GEMM per pool); only "
+            "pool's distance matrix with the same formula and the same small float32 BLAS call per pool "
+            "(`pairwise_distances` for the literal, `pairwise_distances_batched` — one `matmul` over a chunk "
+            "of pools — for `rerank`/`rerank_batch`); only "
             f"`rerank`/`rerank_batch` build `Candidate` objects (`top_k` = {TOP_K}; the agreement "
             "column compares whole pools). "
             "When the other core is busy, OpenBLAS's threads can make each of those small GEMMs many "
@@ -396,6 +398,27 @@ def write_report(pool: dict[str, Any] | None, full: dict[str, Any] | None, quick
     return "\n".join(lines)
 
 
+def keep_other_part(previous: str, report: str) -> str:
+    """``report`` plus each ``### `` section of ``previous`` that ``report`` lacks, in their old order."""
+
+    def sections(text: str) -> tuple[str, dict[str, str]]:
+        head, *parts = text.split("\n### ")
+        return head, {part.split("\n", 1)[0]: "### " + part.rstrip("\n") + "\n" for part in parts}
+
+    _, old = sections(previous)
+    head, new = sections(report)
+    # Section titles carry sizes, so match them by their first word after the heading marker.
+    present = {title.split(" (")[0] for title in new}
+    merged = {title.split(" (")[0]: text for title, text in new.items()}
+    for title, text in old.items():
+        if title.split(" (")[0] not in present:
+            merged[title.split(" (")[0]] = text
+    order = ["Pool re-ranking", "Full re-ranking"]
+    body = [merged[key] for key in order if key in merged]
+    body += [text for key, text in merged.items() if key not in order]
+    return head.rstrip("\n") + "\n\n" + "\n".join(body)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run")
@@ -419,6 +442,8 @@ def main() -> None:
     report = write_report(pool, full, args.quick)
     target = ROOT / "docs" / "benchmarks" / "rerank.md"
     target.parent.mkdir(parents=True, exist_ok=True)
+    if args.part != "all" and target.exists():  # keep the other part's figures from the last run
+        report = keep_other_part(target.read_text(encoding="utf-8"), report)
     temporary = target.with_suffix(".md.tmp")
     temporary.write_text(report + "\n", encoding="utf-8")
     temporary.replace(target)

@@ -291,6 +291,32 @@ def test_errors_in_a_real_process(tmp_path: Path, built: tuple[Path, dict[str, A
         assert len(process.stderr.strip().splitlines()) == 1 and needle in process.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((), "galleria: error: the following arguments are required: COMMAND"),
+        (("nosuch",), "invalid choice: 'nosuch'"),
+        (("build", "photos"), "galleria build: error: the following arguments are required: --out"),
+        (("search", "s.safetensors"), "galleria search: error: one of the arguments --image --text"),
+        (("search", "s.safetensors", "--image", "a.png", "--text", "cat"), "not allowed with"),
+        (("evaluate", "photos", "--index", "bogus"), "galleria evaluate: error: argument --index"),
+        (("evaluate", "photos", "--queries", "3", "--query-fraction", "0.1"), "not allowed with"),
+        (("demo", "--bogus"), "galleria: error: unrecognized arguments: --bogus"),
+    ],
+)
+def test_usage_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], needle: str
+) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(list(args))
+    assert stop.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].endswith("--help')"), captured.err
+    assert captured.out == ""
+
+
 def test_build_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, image_dir: Path) -> None:
     out = str(tmp_path / "s.safetensors")
     empty = tmp_path / "empty"
@@ -306,6 +332,10 @@ def test_build_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, image_
         capsys, "build", str(image_dir), "--out", out, "--embedder", "vgg"
     )
     assert "malformed" in fails(capsys, "build", str(image_dir), "--out", out, "--embedder", "clip::openai")
+    missing_weights = str(tmp_path / "weights.bin")
+    assert "weights.bin' does not exist" in fails(
+        capsys, "build", str(image_dir), "--out", out, "--embedder", f"clip:ViT-B-32:{missing_weights}"
+    )
     assert "--workers" in fails(capsys, "build", str(image_dir), "--out", out, "--workers", "0")
     assert "--workers" in fails(capsys, "build", str(image_dir), "--out", out, "--workers", "two")
     assert "does not exist" in fails(capsys, "build", str(image_dir), "--out", str(tmp_path / "no" / "s.st"))
@@ -325,6 +355,19 @@ def test_search_errors(
     assert "is a directory" in fails(capsys, "search", str(tmp_path), "--image", image)
     assert "PixelEmbedder" in fails(capsys, "search", store, "--text", "a red square")
     assert "query image" in fails(capsys, "search", store, "--image", str(tmp_path / "q.png"))
+    foreign = tmp_path / "foreign.safetensors"
+    from safetensors.numpy import save_file
+
+    save_file({"x": np.zeros(3, dtype=np.float32)}, str(foreign))
+    assert "not a galleria store" in fails(capsys, "search", str(foreign), "--image", image)
+    (tmp_path / "image.safetensors").write_bytes(Path(image).read_bytes())
+    assert "image.safetensors" in fails(
+        capsys, "search", str(tmp_path / "image.safetensors"), "--image", image
+    )
+    assert "is not a file" in fails(capsys, "search", store, "--image", str(tmp_path))
+    corrupt = tmp_path / "corrupt.png"
+    corrupt.write_bytes(b"not an image")
+    assert "corrupt.png" in fails(capsys, "search", store, "--image", str(corrupt))
     cases = [
         (("-k", "0"), "-k must be at least 1"),
         (("-k", "ten"), "-k must be an integer"),
@@ -382,3 +425,12 @@ def test_demo_errors(capsys: pytest.CaptureFixture[str], cache_dir: Path, tmp_pa
     (foreign / "digits").mkdir(parents=True)
     (foreign / "digits" / "mine.txt").write_text("x")
     assert "not a complete galleria digits folder" in fails(capsys, "demo", "--cache-dir", str(foreign))
+
+
+def test_missing_extra_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without scikit-learn (the demo extra) the demo says which extra to install, without a traceback."""
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # makes `import sklearn.datasets` fail
+    line = fails(capsys, "demo", "--queries", "5", "--cache-dir", str(tmp_path / "fresh"))
+    assert "galleria[demo]" in line

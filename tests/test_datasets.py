@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections import Counter
 from pathlib import Path
@@ -245,6 +246,10 @@ def test_digits_folder_layout_and_content(digits_cache: Path) -> None:
     # No staging folders left behind; the marker records the count.
     assert [p.name for p in digits_cache.iterdir()] == ["digits"]
     assert json.loads((folder / MARKER_NAME).read_text())["count"] == DIGITS_COUNT
+    # The folder gets the usual permissions, not the private ones of its temporary staging folder.
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~mask
     # Image 0017: 32×32 RGB, three equal channels, 4×4 blocks of the scaled 8×8 scan.
     path = folder / str(data.target[17]) / "0017.png"
     with Image.open(path) as image:

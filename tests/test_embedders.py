@@ -101,6 +101,7 @@ def test_pixel_embedder_is_scale_invariant_in_brightness() -> None:
         ({"size": (4, 0)}, ValueError, r"size\[1\]"),
         ({"size": "32"}, TypeError, "size"),
         ({"grayscale": 1}, TypeError, "grayscale"),
+        ({"grayscale": "yes"}, TypeError, "grayscale"),
         ({"batch_size": 0}, ValueError, "batch_size"),
         ({"batch_size": None}, TypeError, "batch_size"),
     ],
@@ -159,6 +160,10 @@ def test_protocols_and_batch_size() -> None:
 
     assert isinstance(Bare(), Embedder)
     assert batch_size_of(Bare()) == 32
+    for size, expected in [(np.int64(5), 5), (True, 32), (0, 32), (2.0, 32), ("8", 32)]:
+        bare = Bare()
+        bare.batch_size = size  # type: ignore[attr-defined]
+        assert batch_size_of(bare) == expected and type(batch_size_of(bare)) is int
     assert embedder_config(Bare()) is None
 
 
@@ -249,6 +254,8 @@ def test_clip_offline_fails_fast_with_guidance(monkeypatch: pytest.MonkeyPatch) 
     [
         ({"model_name": "ViT-Nope"}, ValueError, "ViT-Nope"),
         ({"model_name": 3}, TypeError, "model_name"),
+        ({"model_name": ""}, ValueError, "model_name"),
+        ({"pretrained": ""}, ValueError, "pretrained"),
         ({"pretrained": "no-such-tag"}, ValueError, "no-such-tag"),
         ({"pretrained": "/no/such/file.pt"}, ValueError, "does not exist"),
         ({"pretrained": 5}, TypeError, "pretrained"),
@@ -262,6 +269,15 @@ def test_clip_constructor_errors(kwargs: dict[str, Any], error: type[Exception],
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         ClipEmbedder(**arguments)
+
+
+def test_clip_config_errors_come_before_any_model_is_built() -> None:
+    with pytest.raises(TypeError, match="mapping"):
+        ClipEmbedder.from_config(["clip"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not a clip embedder config"):
+        ClipEmbedder.from_config({"type": "pixel"})
+    with pytest.raises(ValueError, match=r"unknown clip embedder config key\(s\) \['device'\]"):
+        ClipEmbedder.from_config({"type": "clip", "device": "cpu"})
 
 
 def test_clip_input_errors(clip: ClipEmbedder) -> None:

@@ -190,6 +190,30 @@ def test_reranked_configuration_matches_the_reranker(
         assert result.to_dict()[key] == pytest.approx(value, abs=1e-4), key
 
 
+def test_pool_smaller_than_depth_is_followed_by_the_search_order(
+    setup: tuple[InMemoryImageEmbeddingStore, list[str], list[str], dict[str, str]],
+) -> None:
+    """A pool of 5 re-ranked, then the rest of the 25-deep search list: every list is 25 long."""
+    from galleria.evaluation.pipeline import _answer
+    from galleria.rerank import KReciprocalReranker
+
+    store, queries, query_labels, gallery_labels = setup
+    config = RetrievalConfig("rerank", rerank=True, k1=3, k2=2, lambda_value=0.3, pool=5)
+    reranker = KReciprocalReranker(store, k1=3, k2=2, lambda_value=0.3)
+    lists = _answer(store, reranker, config, queries, 25)
+    searched = store.retrieve_top_k_similar(queries, 25)
+    heads = reranker.rerank_batch([candidates[:5] for candidates in searched], top_k=25)
+    for got, head, full in zip(lists, heads, searched, strict=True):
+        assert len(got) == 25
+        assert [c.path for c in got] == [c.path for c in head] + [c.path for c in full[5:]]
+    (result,) = evaluate_retrieval(store, queries, query_labels, gallery_labels, [config], depth=25)
+    expected = _literal_scores(
+        [head + full[5:] for head, full in zip(heads, searched, strict=True)], query_labels, gallery_labels
+    )
+    for key, value in expected.items():
+        assert result.to_dict()[key] == pytest.approx(value, abs=1e-4), key
+
+
 def test_evaluation_errors(
     setup: tuple[InMemoryImageEmbeddingStore, list[str], list[str], dict[str, str]],
 ) -> None:
@@ -302,3 +326,33 @@ def test_write_report_errors_leave_nothing_behind(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reserved"):
         write_report(tmp_path / "new", _fake_results(), {"schema": 2})
     assert not (tmp_path / "new").exists()
+
+
+def test_report_files_are_not_private(tmp_path: Path) -> None:
+    """Atomic writes go through a private temporary file; the report keeps the usual permissions."""
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        files = write_report(tmp_path / "out", _fake_results(), {})
+    finally:
+        os.umask(mask)
+    for path in (files.report, files.metrics, files.pr_curve):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_pr_curve_has_labelled_axes_and_a_legend() -> None:
+    from galleria.evaluation.report import pr_curve_figure
+
+    results = _fake_results()
+    figure = pr_curve_figure(results, "Toy")
+    (axes,) = figure.axes
+    assert axes.get_xlabel() == "Recall" and axes.get_ylabel() == "Interpolated precision"
+    assert axes.get_title() == "Toy"
+    legend = axes.get_legend()
+    assert legend is not None
+    assert [text.get_text() for text in legend.get_texts()] == [r.config.title for r in results]
+    for line, result in zip(axes.get_lines(), results, strict=True):
+        np.testing.assert_array_equal(line.get_xdata(), result.pr_recall)
+        np.testing.assert_array_equal(line.get_ydata(), result.pr_precision)

@@ -121,35 +121,37 @@ def test_unit_norm_output() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error"),
+    ("kwargs", "error", "match"),
     [
-        ({"alpha": -1.0}, ValueError),
-        ({"alpha": float("nan")}, ValueError),
-        ({"alpha": float("inf")}, ValueError),
-        ({"alpha": True}, TypeError),
-        ({"alpha": "3"}, TypeError),
-        ({"alpha": 1.0, "mask": np.ones((2, 3), dtype=int)}, TypeError),
-        ({"alpha": 1.0, "mask": np.ones((2, 2), dtype=bool)}, ValueError),
+        ({"alpha": -1.0}, ValueError, r"alpha .*got -1\.0"),
+        ({"alpha": float("nan")}, ValueError, "alpha .*got nan"),
+        ({"alpha": float("inf")}, ValueError, "alpha .*got inf"),
+        ({"alpha": True}, TypeError, "alpha .*got True"),
+        ({"alpha": "3"}, TypeError, "alpha .*got '3'"),
+        ({"alpha": 1.0, "mask": np.ones((2, 3), dtype=int)}, TypeError, "mask .*int"),
+        ({"alpha": 1.0, "mask": np.ones((2, 2), dtype=bool)}, ValueError, r"mask .*\(2, 3\).*\(2, 2\)"),
     ],
 )
-def test_bad_arguments(kwargs: dict[str, object], error: type[Exception]) -> None:
-    with pytest.raises(error):
-        alpha_query_expansion(np.ones((2, 4)), np.ones((2, 3, 4)), **kwargs)  # type: ignore[arg-type]
+def test_bad_arguments(kwargs: dict[str, object], error: type[Exception], match: str) -> None:
+    queries, neighbors = np.ones((2, 4)), np.ones((2, 3, 4))
+    with pytest.raises(error, match=match):
+        alpha_query_expansion(queries, neighbors, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    ("queries", "neighbors", "error"),
+    ("queries", "neighbors", "error", "match"),
     [
-        (np.ones(4), np.ones((1, 3, 4)), ValueError),
-        (np.ones((2, 4)), np.ones((2, 4)), ValueError),
-        (np.ones((2, 4)), np.ones((3, 3, 4)), ValueError),
-        (np.ones((2, 4)), np.ones((2, 3, 5)), ValueError),
-        (np.full((2, 4), np.nan), np.ones((2, 3, 4)), ValueError),
-        (np.ones((2, 4)), np.full((2, 3, 4), np.inf), ValueError),
-        (np.array([["a"]]), np.ones((1, 1, 1)), TypeError),
-        (np.ones((2, 4), dtype=bool), np.ones((2, 3, 4)), TypeError),
+        (np.ones(4), np.ones((1, 3, 4)), ValueError, r"queries must be a 2-D array.*got shape \(4,\)"),
+        (np.ones((2, 4)), np.ones((2, 4)), ValueError, r"neighbor_vectors must be a 3-D array"),
+        (np.ones((2, 4)), np.ones((3, 3, 4)), ValueError, r"neighbor_vectors of shape \(3, 3, 4\)"),
+        (np.ones((2, 4)), np.ones((2, 3, 5)), ValueError, r"neighbor_vectors of shape \(2, 3, 5\)"),
+        (np.full((2, 4), np.nan), np.ones((2, 3, 4)), ValueError, "queries must contain only finite"),
+        (np.ones((2, 4)), np.full((2, 3, 4), np.inf), ValueError, "neighbor_vectors must contain only fin"),
+        (np.array([["a"]]), np.ones((1, 1, 1)), TypeError, "queries must be a numeric array"),
+        (np.ones((2, 4), dtype=bool), np.ones((2, 3, 4)), TypeError, "queries must be a numeric array"),
+        (np.ones((1, 1)), np.array([[["a"]]]), TypeError, "neighbor_vectors must be a numeric array"),
     ],
 )
-def test_bad_arrays(queries: np.ndarray, neighbors: np.ndarray, error: type[Exception]) -> None:
-    with pytest.raises(error):
+def test_bad_arrays(queries: np.ndarray, neighbors: np.ndarray, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
         alpha_query_expansion(queries, neighbors, alpha=1.0)

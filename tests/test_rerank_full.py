@@ -282,3 +282,33 @@ def test_float32_and_float64_inputs_agree(mode: str) -> None:
     single = k_reciprocal_rerank(*split(matrix, 9), k1=8, k2=3, mode=mode)
     double = k_reciprocal_rerank(*split(matrix.astype(np.float64), 9), k1=8, k2=3, mode=mode)
     np.testing.assert_array_equal(single, double)
+
+
+@pytest.mark.parametrize("source", ["features", "matrices"])
+def test_no_dense_square_matrix_is_held(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Peak numpy allocation stays well under one dense (P+G)² float32 matrix (inputs excluded)."""
+    import tracemalloc
+
+    monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", 1 << 16)
+    monkeypatch.setattr(full_module, "_TRIPLES", 1 << 16)
+    rng = np.random.default_rng(18)
+    probe = rng.normal(size=(100, 16)).astype(np.float32)
+    gallery = rng.normal(size=(2900, 16)).astype(np.float32)
+    dense = (100 + 2900) ** 2 * 4
+    if source == "matrices":
+        parts = (
+            pairwise_distances(probe, gallery, "l2"),
+            pairwise_distances(probe, probe, "l2"),
+            pairwise_distances(gallery, gallery, "l2"),
+        )
+    tracemalloc.start()
+    try:
+        if source == "features":
+            out = k_reciprocal_rerank_features(probe, gallery, k1=20, k2=6)
+        else:
+            out = k_reciprocal_rerank(*parts, k1=20, k2=6, mode="reference")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.shape == (100, 2900)
+    assert peak < dense / 2, f"peak {peak / 2**20:.1f} MiB vs dense {dense / 2**20:.1f} MiB"

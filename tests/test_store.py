@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from pathlib import Path
+from typing import ClassVar
 
 import faiss
 import numpy as np
@@ -100,6 +102,73 @@ def test_decoding_stays_within_prefetch_bound() -> None:
             # The current batch plus at most `prefetch` batches beyond it have been started.
             assert len(started) <= (number + 1 + prefetch) * batch_size
     assert seen == paths
+
+
+class RecordingBar:
+    """Stands in for tqdm: records how it was created and every update."""
+
+    made: ClassVar[list[RecordingBar]] = []
+
+    def __init__(self, *, total: int, desc: str, unit: str, disable: bool | None) -> None:
+        self.total, self.desc, self.disable = total, desc, disable
+        self.updates: list[int] = []
+        self.closed = False
+        RecordingBar.made.append(self)
+
+    def __enter__(self) -> RecordingBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed = True
+
+    def update(self, count: int) -> None:
+        self.updates.append(count)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_build_store_reports_progress_with_tqdm(
+    gallery: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, progress: bool
+) -> None:
+    import galleria.store.store as store_module
+
+    RecordingBar.made = []
+    monkeypatch.setattr(store_module, "tqdm", RecordingBar)
+    bad = write_corrupt(tmp_path / "broken.png")
+    paths = [*gallery[:7], bad, *gallery[7:10]]
+    store = InMemoryImageEmbeddingStore(
+        paths, BatchedEmbedder(pixel_embedder(), 3), skip_errors=True, num_workers=2
+    )
+    with pytest.warns(RuntimeWarning, match="broken"):
+        store.build_store(progress=progress)
+    (bar,) = RecordingBar.made
+    assert bar.total == len(paths) and bar.closed
+    assert sum(bar.updates) == len(paths)  # skipped images advance the bar too
+    assert bar.updates == [3, 3, 3, 2]  # one update per batch
+    # progress=True leaves tqdm to decide (it hides itself when not on a terminal); False hides it.
+    assert bar.disable is (None if progress else True)
+    assert store.paths == [*gallery[:7], *gallery[7:10]]
+
+
+def test_an_embedder_reusing_its_output_buffer_is_copied(gallery: list[str]) -> None:
+    class ReusingEmbedder:
+        """Writes every batch into one preallocated array and returns it (a view of it)."""
+
+        batch_size = 5
+
+        def __init__(self) -> None:
+            self.inner = pixel_embedder()
+            self.buffer = np.zeros((5, 192), dtype=np.float32)
+
+        def embed(self, images: list[np.ndarray]) -> np.ndarray:
+            self.buffer[: len(images)] = self.inner.embed(images)
+            return self.buffer[: len(images)]
+
+    store = InMemoryImageEmbeddingStore(gallery, ReusingEmbedder(), num_workers=2)
+    store.build_store(progress=False)
+    expected = prepare_vectors(pixel_embedder().embed([read_rgb(p) for p in gallery]), "cosine")
+    np.testing.assert_allclose(store.embeddings, expected, rtol=1e-5, atol=1e-6)
+    results = store.retrieve_top_k_similar(gallery[:12], k=1)  # queries span three batches
+    assert [r[0].path for r in results] == gallery[:12]
 
 
 def test_duplicate_paths_dropped_with_warning(gallery: list[str]) -> None:
@@ -411,6 +480,41 @@ def test_from_embeddings_drops_duplicate_rows() -> None:
         store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "a"], vectors, space="l2")
     assert store.paths == ["a", "b"]
     np.testing.assert_array_equal(store.embeddings, vectors[:2])
+
+
+def test_from_embeddings_with_a_filled_index_checks_the_vectors_agree() -> None:
+    vectors = np.random.default_rng(4).normal(size=(5, 3)).astype(np.float32)
+    index = ExactIndex("cosine")
+    index.add(vectors)
+    store = InMemoryImageEmbeddingStore.from_embeddings(list("abcde"), vectors * 3.0, search_index=index)
+    assert len(index) == 5  # used as it is, nothing added twice
+    np.testing.assert_allclose(store.embeddings, prepare_vectors(vectors, "cosine"), rtol=1e-6)
+    other = vectors.copy()
+    other[3] = -other[3]
+    with pytest.raises(ValueError, match="embeddings row 3 differs"):
+        InMemoryImageEmbeddingStore.from_embeddings(list("abcde"), other, search_index=index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused before any duplicate warning
+        with pytest.raises(ValueError, match="unique"):
+            InMemoryImageEmbeddingStore.from_embeddings(list("abcda"), vectors, search_index=index)
+    assert len(index) == 5
+
+
+def test_from_embeddings_keeps_given_vectors_for_a_filled_non_reconstructing_index() -> None:
+    vectors = np.random.default_rng(6).normal(size=(20, 4)).astype(np.float32)
+    ivf = _ivf(vectors)
+    ivf.add(vectors)
+    store = InMemoryImageEmbeddingStore.from_embeddings(
+        [f"v{i}" for i in range(20)], vectors, search_index=ExternalSearchIndex.from_faiss_index(ivf)
+    )
+    assert ivf.ntotal == 20
+    np.testing.assert_array_equal(store.embeddings, vectors)
+    original = vectors.copy()
+    vectors[:] = 0.0  # the caller's array changes afterwards; the store's copy does not
+    np.testing.assert_array_equal(store.embeddings, original)
+    vectors[:] = original
+    assert store.retrieve_by_vector(vectors[4], k=1)[0][0].path == "v4"
+    assert len(store.retrieve_by_vector(vectors[4], k=3, query_expansion=True)[0]) == 3
 
 
 def test_external_flat_index_keeps_its_own_scores(gallery: list[str]) -> None:

@@ -13,7 +13,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 __all__ = [
+    "check_bool",
     "check_choice",
     "check_fraction",
     "check_nonnegative_float",
@@ -26,6 +29,19 @@ __all__ = [
 def is_int(value: Any) -> bool:
     """Return True for Python and numpy integers, False for bools and everything else."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a ``bool`` (numpy bools included), else raise TypeError naming ``name``.
+
+    Examples
+    --------
+    >>> check_bool("progress", False)
+    False
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 def check_positive_int(name: str, value: Any) -> int:

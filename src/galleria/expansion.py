@@ -23,18 +23,19 @@ __all__ = ["alpha_query_expansion"]
 
 
 def _as_float_array(name: str, value: Any, ndim: int) -> np.ndarray:
-    """``value`` as a finite float32 array of ``ndim`` dimensions, else raise naming ``name``."""
+    """``value`` as a float32 array of ``ndim`` dimensions (not checked finite); errors name ``name``."""
     array = np.asarray(value)
-    if array.dtype == np.bool_ or not (
-        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
-    ):
+    if array.dtype.kind not in "iuf":
         raise TypeError(f"{name} must be a numeric array, got dtype {array.dtype}")
     if array.ndim != ndim:
-        raise ValueError(f"{name} must be a {ndim}-D array, got shape {array.shape}")
-    array = array.astype(np.float32, copy=False)
+        dims = {2: "(q, d)", 3: "(q, m, d)"}[ndim]
+        raise ValueError(f"{name} must be a {ndim}-D array {dims}, got shape {array.shape}")
+    return array.astype(np.float32, copy=False)
+
+
+def _check_finite(name: str, array: np.ndarray) -> None:
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} must contain only finite values")
-    return array
 
 
 def _unit_rows(array: np.ndarray) -> np.ndarray:
@@ -91,9 +92,8 @@ def alpha_query_expansion(
     """
     alpha_value = check_nonnegative_float("alpha", alpha)
     query_array = _as_float_array("queries", queries, 2)
-    neighbors = np.asarray(neighbor_vectors)
-    if neighbors.ndim != 3:
-        raise ValueError(f"neighbor_vectors must be a 3-D array (q, m, d), got shape {neighbors.shape}")
+    _check_finite("queries", query_array)
+    neighbors = _as_float_array("neighbor_vectors", neighbor_vectors, 3)
     q, m, d = neighbors.shape
     if q != query_array.shape[0] or d != query_array.shape[1]:
         raise ValueError(
@@ -107,9 +107,9 @@ def alpha_query_expansion(
             raise TypeError(f"mask must be a boolean array, got dtype {valid.dtype}")
         if valid.shape != (q, m):
             raise ValueError(f"mask must have shape {(q, m)}, got {valid.shape}")
-    # Padding may hold anything (even NaN); zero it before checking the real matches.
-    neighbors = np.where(valid[:, :, None], neighbors, 0)
-    neighbor_array = _as_float_array("neighbor_vectors", neighbors, 3)
+    # Padding may hold any number (even NaN); zero it before checking the real matches.
+    neighbor_array = np.where(valid[:, :, None], neighbors, np.float32(0))
+    _check_finite("neighbor_vectors", neighbor_array)
 
     unit_queries = _unit_rows(query_array)
     unit_neighbors = _unit_rows(neighbor_array)

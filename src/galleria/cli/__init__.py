@@ -2,7 +2,8 @@
 
 Every command module defines ``add_parser(subparsers)`` (registering its arguments and help) and
 ``run(args) -> int``. Errors a user can cause are raised as :class:`CliError` (or the library's
-TypeError / ValueError / KeyError / OSError) and printed as one line with exit code 2.
+TypeError / ValueError / KeyError / OSError / RuntimeError, or the ImportError of a missing extra) and
+printed as one line with exit code 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from galleria import __version__
 from galleria.cli._common import CliError
@@ -27,9 +29,20 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit code 2), like every other error.
+
+    Sub-parsers are made of the same class, so ``galleria build`` without ``--out`` reads
+    ``galleria build: error: the following arguments are required: --out (see 'galleria build --help')``.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every command's sub-parser."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="galleria",
         description="Search, re-rank and evaluate image galleries.",
     )
@@ -47,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)
-    except (CliError, TypeError, ValueError, KeyError, OSError, RuntimeError) as error:
+    except (CliError, TypeError, ValueError, KeyError, OSError, RuntimeError, ImportError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"galleria {args.command}: error: {message}", file=sys.stderr)
         return 2

@@ -68,8 +68,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"store file {args.store!r} is a directory")
     if args.image:
         for path in args.image:
-            if not os.path.isfile(path):
+            if not os.path.exists(path):
                 raise CliError(f"query image {path!r} does not exist")
+            if not os.path.isfile(path):
+                raise CliError(f"query image {path!r} is not a file")
     store = InMemoryImageEmbeddingStore.load_from_disk(args.store)
     if args.text and not callable(getattr(store.embedder, "embed_text", None)):
         raise CliError(

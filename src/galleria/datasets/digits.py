@@ -83,6 +83,13 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(data.images), np.asarray(data.target)
 
 
+def _folder_mode() -> int:
+    """The permissions ``mkdir()`` would give a new folder: ``0o777`` less the process umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o777 & ~mask
+
+
 def _marker_payload() -> dict[str, int]:
     return {"count": DIGITS_COUNT, "image_size": DIGITS_IMAGE_SIZE, "version": _FORMAT_VERSION}
 
@@ -158,6 +165,7 @@ def digits_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".digits-", dir=root))
     try:
+        os.chmod(staging, _folder_mode())  # mkdtemp makes it private (0o700); a cache need not be
         _write_digits(staging, images, targets)
         try:
             os.replace(staging, target)  # atomic; succeeds onto a missing or empty folder

@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
+from galleria._validation import is_int
+
 __all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of"]
 
 #: A single image: an (H, W, 3) uint8 RGB array or a PIL image.
@@ -43,6 +45,6 @@ class TextEmbedder(Embedder, Protocol):
 def batch_size_of(embedder: object) -> int:
     """The embedder's ``batch_size`` if it has a positive integer one, else :data:`DEFAULT_BATCH_SIZE`."""
     size: Any = getattr(embedder, "batch_size", None)
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-        return size
+    if is_int(size) and size > 0:
+        return int(size)
     return DEFAULT_BATCH_SIZE

@@ -14,6 +14,7 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders.base import ImageInput
+from galleria.embedders.registry import check_config
 
 __all__ = ["ClipEmbedder"]
 
@@ -116,8 +117,10 @@ class ClipEmbedder:
         batch_size: int = 64,
     ) -> None:
         torch, open_clip = _import_clip()
-        if not isinstance(model_name, str) or not model_name:
-            raise TypeError(f"model_name must be a non-empty string, got {model_name!r}")
+        if not isinstance(model_name, str):
+            raise TypeError(f"model_name must be a string, got {model_name!r} ({type(model_name).__name__})")
+        if not model_name:
+            raise ValueError("model_name must be a non-empty string, got ''")
         hub_model = model_name.startswith("hf-hub:")
         if not hub_model and model_name not in open_clip.list_models():
             raise ValueError(
@@ -136,8 +139,13 @@ class ClipEmbedder:
             return None
         if isinstance(pretrained, os.PathLike):
             pretrained = os.fspath(pretrained)
-        if not isinstance(pretrained, str) or not pretrained:
-            raise TypeError(f"pretrained must be a tag, a checkpoint path or None, got {pretrained!r}")
+        if not isinstance(pretrained, str):
+            raise TypeError(
+                f"pretrained must be a tag, a checkpoint path or None, got {pretrained!r} "
+                f"({type(pretrained).__name__})"
+            )
+        if not pretrained:
+            raise ValueError("pretrained must be a tag, a checkpoint path or None, got ''")
         if os.path.exists(pretrained):
             return pretrained
         if _looks_like_path(pretrained):
@@ -254,13 +262,7 @@ class ClipEmbedder:
     @classmethod
     def from_config(cls, config: Mapping[str, Any], device: Any = None) -> ClipEmbedder:
         """Rebuild an embedder from :meth:`config` output (on ``device``, auto-selected by default)."""
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a mapping, got {type(config).__name__}")
-        if config.get("type") != "clip":
-            raise ValueError(f"config is not a clip embedder config (type {config.get('type')!r})")
-        unknown = sorted(set(config) - _CONFIG_KEYS)
-        if unknown:
-            raise ValueError(f"unknown clip embedder config key(s) {unknown}")
+        check_config(config, "clip", _CONFIG_KEYS)
         return cls(
             model_name=config.get("model_name", "ViT-B-32"),
             pretrained=config.get("pretrained", "openai"),

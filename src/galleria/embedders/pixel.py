@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from galleria._validation import check_positive_int
+from galleria._validation import check_bool, check_positive_int
 from galleria.distances import normalize_rows
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders.base import ImageInput
+from galleria.embedders.registry import check_config
 
 __all__ = ["PixelEmbedder"]
 
@@ -57,9 +58,7 @@ class PixelEmbedder:
         self, size: int | tuple[int, int] = 32, grayscale: bool = False, batch_size: int = 256
     ) -> None:
         self._size = _check_size(size)
-        if not isinstance(grayscale, bool):
-            raise TypeError(f"grayscale must be a bool, got {grayscale!r} ({type(grayscale).__name__})")
-        self._grayscale = grayscale
+        self._grayscale = check_bool("grayscale", grayscale)
         self.batch_size = check_positive_int("batch_size", batch_size)
 
     def __repr__(self) -> str:
@@ -109,13 +108,7 @@ class PixelEmbedder:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> PixelEmbedder:
         """Rebuild an embedder from :meth:`config` output; ValueError for another type or unknown keys."""
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config must be a mapping, got {type(config).__name__}")
-        if config.get("type") != "pixel":
-            raise ValueError(f"config is not a pixel embedder config (type {config.get('type')!r})")
-        unknown = sorted(set(config) - _CONFIG_KEYS)
-        if unknown:
-            raise ValueError(f"unknown pixel embedder config key(s) {unknown}")
+        check_config(config, "pixel", _CONFIG_KEYS)
         size = config.get("size", 32)
         return cls(
             size=tuple(size) if isinstance(size, list) else size,

@@ -8,10 +8,30 @@ from typing import Any
 
 from galleria.embedders.base import Embedder
 
-__all__ = ["EMBEDDER_TYPES", "embedder_config", "embedder_from_config"]
+__all__ = ["EMBEDDER_TYPES", "check_config", "embedder_config", "embedder_from_config"]
 
 #: Embedder types that :func:`embedder_from_config` can rebuild.
 EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip")
+
+
+def check_config(config: Any, kind: str, keys: frozenset[str]) -> Mapping[str, Any]:
+    """Return ``config`` if it is a mapping of embedder type ``kind`` with no key outside ``keys``.
+
+    Raises TypeError for a non-mapping, ValueError for another type or unknown keys (named).
+
+    Examples
+    --------
+    >>> check_config({"type": "pixel", "size": 8}, "pixel", frozenset({"type", "size"}))["size"]
+    8
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+    if config.get("type") != kind:
+        raise ValueError(f"config is not a {kind} embedder config (type {config.get('type')!r})")
+    unknown = sorted(map(str, set(config) - keys))
+    if unknown:
+        raise ValueError(f"unknown {kind} embedder config key(s) {unknown}")
+    return config
 
 
 def embedder_config(embedder: object) -> dict[str, Any] | None:

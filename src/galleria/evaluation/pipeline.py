@@ -85,7 +85,13 @@ def _answer(
     )
     if reranker is not None:
         pools = [candidates[: config.pool] for candidates in lists]
-        lists = reranker.rerank_batch(pools, top_k=depth)
+        reranked = reranker.rerank_batch(pools, top_k=depth)
+        # Beyond the pool the search order stands, so a pool smaller than ``depth`` still gives
+        # ``depth`` results (their scores are search distances, not d*; only the order is scored).
+        lists = [
+            (head + candidates[config.pool :])[:depth]
+            for head, candidates in zip(reranked, lists, strict=True)
+        ]
     return lists
 
 
@@ -117,7 +123,7 @@ def evaluate_retrieval(
     depth : int
         Length of each ranked list (metrics use the first 100; the PR curve uses all of it).
         A re-ranked configuration searches ``max(depth, pool)`` candidates and re-ranks the first
-        ``pool`` of them.
+        ``pool`` of them; when ``pool < depth`` the rest follow in search order.
     batch_size : int
         Queries answered per call (a small untimed warm-up query runs first for each configuration).
     on_config : callable, optional

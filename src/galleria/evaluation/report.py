@@ -13,15 +13,19 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from galleria.evaluation.pipeline import ConfigResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "SCHEMA",
     "ReportFiles",
     "format_table",
     "markdown_table",
+    "pr_curve_figure",
     "results_payload",
     "write_report",
 ]
@@ -129,11 +133,19 @@ def _report_markdown(results: Sequence[ConfigResult], meta: Mapping[str, Any], t
     return "\n".join(lines)
 
 
+def _creation_mode() -> int:
+    """The permissions ``open()`` would give a new file: ``0o666`` less the process umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
+        os.chmod(temporary, _creation_mode())  # mkstemp makes it private (0o600); a report is not
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
@@ -141,7 +153,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _pr_curve_png(results: Sequence[ConfigResult], title: str) -> bytes:
+def pr_curve_figure(results: Sequence[ConfigResult], title: str) -> Figure:
+    """The interpolated precision-recall curves of ``results`` as a matplotlib figure (no pyplot).
+
+    One line per configuration, labelled with its title in the legend; recall on x, interpolated
+    precision on y.
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -162,8 +179,12 @@ def _pr_curve_png(results: Sequence[ConfigResult], title: str) -> bytes:
     axes.grid(True, alpha=0.3)
     axes.legend(loc="lower left", fontsize="small")
     figure.tight_layout()
+    return figure
+
+
+def _pr_curve_png(results: Sequence[ConfigResult], title: str) -> bytes:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    pr_curve_figure(results, title).savefig(buffer, format="png")
     return buffer.getvalue()
 
 

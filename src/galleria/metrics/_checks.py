@@ -86,21 +86,24 @@ def as_embeddings(name: str, value: Any) -> np.ndarray:
     return array
 
 
-def as_index_vector(name: str, value: Any, length: int, bound: int) -> npt.NDArray[np.int64]:
-    """``length`` integer indices, each in ``[0, bound)``, as an int64 array."""
+def _check_int_items(name: str, value: Any, what: str) -> None:
+    """If ``value`` is a list or tuple, raise TypeError naming its first item that is not an int."""
     if isinstance(value, (list, tuple)):
         for position, item in enumerate(value):
             if not is_int(item):
-                raise TypeError(f"{name}[{position}] must be an integer index, got {_describe(item)}")
+                raise TypeError(f"{name}[{position}] must be an integer {what}, got {_describe(item)}")
+
+
+def as_index_vector(name: str, value: Any, length: int, bound: int) -> npt.NDArray[np.int64]:
+    """``length`` integer indices, each in ``[0, bound)``, as an int64 array."""
+    _check_int_items(name, value, "index")
     array = as_array(name, value)
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D with one index per query, got shape {array.shape}")
     if len(array) != length:
         raise ValueError(f"{name} must have {length} entries (one per query), got {len(array)}")
     if array.dtype.kind == "O":
-        for position, item in enumerate(array):
-            if not is_int(item):
-                raise TypeError(f"{name}[{position}] must be an integer index, got {_describe(item)}")
+        _check_int_items(name, list(array), "index")
         array = array.astype(np.int64)
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integer indices, got dtype {array.dtype}")
@@ -125,10 +128,7 @@ def as_ks(name: str, value: Any) -> list[int]:
 
 def as_rank_vector(name: str, value: Any) -> npt.NDArray[np.int64]:
     """A non-empty 1-D array of 0-indexed ranks (non-negative integers) as int64."""
-    if isinstance(value, (list, tuple)):
-        for position, item in enumerate(value):
-            if not is_int(item):
-                raise TypeError(f"{name}[{position}] must be an integer rank, got {_describe(item)}")
+    _check_int_items(name, value, "rank")
     array = as_array(name, value)
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D (one rank per query), got shape {array.shape}")
@@ -207,9 +207,7 @@ def _index_set(name: str, item: Any, m: int) -> npt.NDArray[np.int64]:
         array = item.astype(np.int64)
     else:
         values = list(item)
-        for position, value in enumerate(values):
-            if not is_int(value):
-                raise TypeError(f"{name}[{position}] must be an integer index, got {_describe(value)}")
+        _check_int_items(name, values, "index")
         array = np.array(values, dtype=np.int64)
     bad = np.flatnonzero((array < 0) | (array >= m))
     if len(bad):

@@ -1,10 +1,20 @@
 """k-reciprocal re-ranking of many candidate pools at once, equal or different in size.
 
-Pools are padded to a common size and processed as (B, n, n) arrays; a mask keeps padded rows and
-columns out of every neighbourhood, and each pool keeps its own effective ``k1``, ``k2`` and half of
-``k1``. The heavy steps (ranking lists, reciprocity, expansion, features, Jaccard) run on the whole
-batch with no Python loop per pool. The results equal :func:`galleria.rerank.pool.rerank_pool` on
-each pool, bit for bit: every sum runs left to right, so padding changes nothing.
+Pools are padded to a common size and processed as (B, n, n) arrays, a few dozen pools at a time
+(:func:`chunk_counts`) so that the temporaries stay in cache; a mask keeps padded rows and columns out
+of every neighbourhood, and each pool keeps its own effective ``k1``, ``k2`` and half of ``k1``. The
+heavy steps run on the whole chunk with no Python loop per pool:
+
+* ranking lists: the first ``k1 + 1`` entries of every row, from a sort of packed integer keys
+  (value and column in one word), with an exact stable sort for the rare rows that hold ties;
+* reciprocity and expansion (Eqs. 3 and 4): per-member sets as ``uint64`` bit sets, intersected and
+  counted with ``bitwise_count``;
+* features, Eq. 11 and Eq. 10: dense Eq. 7 weights for the row sums, then only the columns of the
+  probe's support (outside it ``min(V_p, V_g)`` is 0).
+
+The results equal :func:`galleria.rerank.pool.rerank_pool` on each pool, bit for bit: the same
+floating-point operations run on the same values, and every sum runs left to right, so padding and
+skipped zero columns change nothing.
 """
 
 from __future__ import annotations
@@ -145,10 +155,10 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
 
     Notes
     -----
-    The sets of Eqs. 2–4 are kept as lists (each member's ranking list with a membership mask) and
-    as bit sets, never as dense boolean matrices; dense (B, n, n) work is limited to scaling, the
-    ranking lists, the Eq. 7 weights and their sums. Eq. 11 and Eq. 10 only need the features on
-    the probe's support (outside it ``min(V_p, V_g)`` is 0), so they run on those columns only.
+    The sets of Eqs. 2–4 are kept as masks over each member's ranking list and as bit sets; dense
+    (B, n, n) work is limited to scaling, the ranking keys, the rank positions (bytes), the Eq. 7
+    weights and their sums. Eq. 11 and Eq. 10 only need the features on the probe's support
+    (outside it ``min(V_p, V_g)`` is 0), so they run on those columns only.
     """
     batch, width, _ = distances.shape
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -164,7 +174,8 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     expanded_bits = _expanded_sets(ranking, rows, valid, firsts, halves)  # (B, n, words)
 
     # Eq. 7 with unit L1 norm; a member whose expanded set is empty keeps a zero feature.
-    weights = np.negative(scaled)
+    original = np.where(valid, scaled[:, 0, :], 1.0)  # d(p, ·), kept for Eq. 12
+    weights = np.negative(scaled, out=scaled)  # the scaled distances are not needed any more
     np.exp(weights, out=weights)
     weights *= _unpack(expanded_bits, width)
     totals = ordered_sum(weights)  # (B, n)
@@ -189,7 +200,6 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     largest = member_mass[:, :1] + member_mass - smallest
     jaccard = np.ones((batch, width))
     np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
-    original = np.where(valid, scaled[:, 0, :], 1.0)
     final = (1.0 - lambda_value) * jaccard + lambda_value * original
     return np.asarray(final[:, 1:])
 
@@ -226,9 +236,9 @@ def _scale_rows(distances: np.ndarray, valid: np.ndarray) -> np.ndarray:
     Padded columns (``valid`` False) are left out of the maxima and set to +inf afterwards, so that
     they rank after every member.
     """
-    members = np.arange(distances.shape[1])
+    batch, width, _ = distances.shape
     scaled: np.ndarray = np.maximum(distances, 0.0, out=distances)
-    scaled[:, members, members] = 0.0
+    scaled.reshape(batch, width * width)[:, :: width + 1] = 0.0  # the diagonals
     padded = not bool(valid.all())
     if padded:
         scaled *= valid[:, None, :]
@@ -243,22 +253,24 @@ def _scale_rows(distances: np.ndarray, valid: np.ndarray) -> np.ndarray:
 def _ranked_members(scaled: np.ndarray, ranks: int, padded: bool) -> np.ndarray:
     """First ``ranks`` entries of every row's stable ranking list, for rows of values in [0, 1] or +inf.
 
-    ``padded`` says whether any value is +inf.
-
     Equal to ``stable_smallest(scaled, ranks)``, faster: each entry is packed with its column into
-    one integer key (the value truncated to a fixed point, the column in the low bits), and only the
-    keys are partitioned and sorted. Truncation keeps the order of distinct keys, so a row whose
-    first ``ranks + 1`` keys have distinct value parts is ranked exactly; the rest (rows with ties, or
-    values closer than the fixed point's step) are redone with a stable sort of the true values.
+    one integer key (the value truncated to a fixed point in the high bits, the column in the low
+    bits; int32 keys up to 256 columns, int64 beyond), and only the keys are sorted (partitioned
+    first on long rows). Truncation never reverses two values, so a row whose first ``ranks + 1``
+    keys have distinct value parts is ranked exactly; the rest (rows with ties, or values closer than
+    the fixed point's step) are redone with a stable sort of the true values. ``padded`` says whether
+    any value is +inf.
     """
     width = scaled.shape[-1]
     column_bits = max(1, (width - 1).bit_length())
     key_type = np.int32 if column_bits <= 8 else np.int64
     value_bits = (30 if key_type is np.int32 else 62) - column_bits  # 1.5 · 2**value_bits fits
-    keys = np.multiply(scaled, float(2**value_bits))
+    packed = np.empty(scaled.shape, dtype=key_type)
     if padded:  # +inf becomes 1.5 · 2**value_bits, above every scaled value
-        np.minimum(keys, 1.5 * 2**value_bits, out=keys)
-    packed = keys.astype(key_type)
+        keys = np.minimum(scaled, 1.5)
+        np.multiply(keys, float(2**value_bits), out=packed, casting="unsafe")  # truncates
+    else:
+        np.multiply(scaled, float(2**value_bits), out=packed, casting="unsafe")
     packed <<= column_bits
     packed |= np.arange(width, dtype=key_type)
     span = min(ranks + 1, width)
@@ -290,22 +302,21 @@ def _expanded_sets(
     place[(np.arange(batch * width) * width)[:, None] + ranking.reshape(batch * width, ranks)] = slots
     back = np.take(place, rows * width + np.arange(width)[None, :, None])
 
-    def reciprocal(count: np.ndarray) -> np.ndarray:
-        """R(i, k) as a mask over each ranking list, ``k = count`` per pool."""
-        limit = count[:, None, None]
-        return (slots <= limit) & (back <= limit) & valid[:, :, None]  # type: ignore[no-any-return]
-
-    near, near_half = reciprocal(firsts), reciprocal(halves)
+    near = (slots <= firsts[:, None, None]) & (back <= firsts.astype(place_type)[:, None, None])
+    near &= valid[:, :, None]  # R(i, k1) as a mask over each ranking list
     words = -(-width // 64)
-    bits, bits_half = _bit_sets(ranking, (near, near_half), words)  # (words, B, n) each
-    bits_half = bits_half.reshape(words, batch * width)
+    positions = place.reshape(batch, width, width)
+    transposed = np.ascontiguousarray(positions.transpose(0, 2, 1))
+    bits = _reciprocal_bits(positions, transposed, firsts, valid, words)  # (words, B, n)
+    bits_half = _reciprocal_bits(positions, transposed, halves, valid, words).reshape(words, -1)
+    counts_half = sum(np.bitwise_count(bits_half[word]).astype(np.int64) for word in range(words))
 
     # Eq. 4: q = ranking[b, i, a] in R(i, k1) is accepted when |R(i, k1) ∩ R(q, k1/2)| ≥ 2/3 |R(q, k1/2)|.
     candidates = [np.take(bits_half[word], rows) for word in range(words)]  # R(q, k1/2) of every ranked q
     shared = np.zeros((batch, width, ranks), dtype=np.int64)
     for word, candidate in enumerate(candidates):
         shared += np.bitwise_count(candidate & bits[word][:, :, None])
-    counts = near_half.sum(axis=2).reshape(-1)[rows]
+    counts = np.take(counts_half, rows)
     accepted = np.negative((near & (3 * shared >= 2 * counts)).astype(np.uint64))  # all ones or 0
     expanded = np.empty((batch, width, words), dtype=np.uint64)
     for word, candidate in enumerate(candidates):
@@ -314,20 +325,24 @@ def _expanded_sets(
     return expanded
 
 
-def _bit_sets(ranking: np.ndarray, masks: tuple[np.ndarray, ...], words: int) -> list[np.ndarray]:
-    """Pack, for each mask, the ranked columns where it holds into little-endian uint64 bit sets.
+def _reciprocal_bits(
+    positions: np.ndarray, transposed: np.ndarray, count: np.ndarray, valid: np.ndarray, words: int
+) -> np.ndarray:
+    """R(i, k) of every member (Eq. 3) as little-endian uint64 bit sets, ``k = count`` per pool.
 
-    Returns one (words, …) array per mask, the word axis first so that each word is contiguous.
+    ``positions[b, j, c]`` is where column ``c`` stands in member ``j``'s ranking list (anything
+    above every ``k`` if it is not listed); ``transposed`` is the same with the last two axes
+    swapped, contiguous. Returns (words, B, n), each word one contiguous array.
     """
-    bit = np.left_shift(1, ranking & 63)  # int64; bit 63 wraps to the sign bit, as wanted
-    word = ranking >> 6
-    packed = [np.empty((words, *ranking.shape[:-1]), dtype=np.int64) for _ in masks]
-    for index in range(words):
-        in_word = bit * (word == index) if words > 1 else bit
-        for mask, out in zip(masks, packed, strict=True):
-            # The bits of one row are distinct, so their sum (modulo 2**64) is their union.
-            np.sum(in_word * mask, axis=-1, out=out[index])
-    return [out.view(np.uint64) for out in packed]
+    batch, width, _ = positions.shape
+    limit = count.astype(positions.dtype)[:, None, None]
+    sets = positions <= limit  # c in N(j, k)
+    sets &= transposed <= limit  # ... and j in N(c, k)
+    packed = np.packbits(sets, axis=-1, bitorder="little")
+    padded = np.zeros((batch, width, words * 8), dtype=np.uint8)
+    padded[..., : packed.shape[-1]] = packed
+    padded[~valid] = 0
+    return np.ascontiguousarray(np.moveaxis(padded.view(np.uint64), -1, 0))
 
 
 def _unpack(bits: np.ndarray, width: int) -> np.ndarray:

@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_choice, check_nonnegative_float, check_positive_int
+from galleria.distances import prepare_vectors
 from galleria.index import INDEX_NAMES, SearchIndex, create_index, validate_index_params
+from galleria.index._checks import check_vectors
 from galleria.index.base import SPACES
 
 __all__ = [
@@ -16,6 +18,8 @@ __all__ = [
     "check_embedding_output",
     "check_query_vectors",
     "check_retrieval_args",
+    "check_rows_agree",
+    "describe_paths",
     "drop_duplicates",
     "resolve_index",
 ]
@@ -62,7 +66,10 @@ def resolve_index(search_index: Any, space: Any, index_params: Any) -> SearchInd
 
 
 def check_embedding_output(output: Any, count: int, dim: int | None, what: str) -> np.ndarray:
-    """Check what an embedder returned for ``count`` inputs: an (count, d) finite array, d == dim if known."""
+    """Check what an embedder returned for ``count`` inputs: an (count, d) finite array, d == dim if known.
+
+    Returns a float32 copy, never a view of the output: an embedder may reuse its output buffer.
+    """
     array = np.asarray(output)
     if array.dtype == np.bool_ or not (
         np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
@@ -77,7 +84,7 @@ def check_embedding_output(output: Any, count: int, dim: int | None, what: str) 
             f"the embedder returned dimension {array.shape[1]} for {what}, "
             f"but the index holds dimension {dim}"
         )
-    result = np.ascontiguousarray(array, dtype=np.float32)
+    result = np.array(array, dtype=np.float32, order="C", copy=True)
     if not np.isfinite(result).all():
         raise ValueError(f"the embedder returned NaN or infinite values for {what}")
     return result
@@ -85,23 +92,34 @@ def check_embedding_output(output: Any, count: int, dim: int | None, what: str) 
 
 def check_query_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:
     """Return query ``vectors`` ((d,) or (q, d), numeric, finite) as a (q, d) float32 array."""
-    array = np.asarray(vectors)
-    if array.dtype == np.bool_ or not (
-        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
-    ):
-        raise TypeError(f"{name} must be a numeric array, got dtype {array.dtype}")
+    array = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors)
     if array.ndim == 1:
         array = array[None, :]
-    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+    if array.ndim != 2 or array.shape[0] == 0:
         raise ValueError(
             f"{name} must be a (dim,) or a non-empty (q, dim) array, got shape {np.shape(vectors)}"
         )
-    if dim is not None and array.shape[1] != dim:
-        raise ValueError(f"{name} have dimension {array.shape[1]}, but the store holds dimension {dim}")
-    result = np.ascontiguousarray(array, dtype=np.float32)
-    if not np.isfinite(result).all():
-        raise ValueError(f"{name} contain NaN or infinite values")
-    return result
+    return check_vectors(name, array, dim)
+
+
+def check_rows_agree(index: SearchIndex, vectors: np.ndarray) -> None:
+    """Check that ``vectors`` (one per row of a filled ``index``) are the vectors the index holds.
+
+    Only where the index can give its vectors back; they are compared as the index stores them
+    (L2-normalised for cosine), with a float32 rounding tolerance. ValueError names the first row
+    that differs.
+    """
+    if not index.can_reconstruct:
+        return
+    given = prepare_vectors(vectors, index.space)
+    held = np.asarray(index.reconstruct(np.arange(len(index), dtype=np.int64)), dtype=np.float32)
+    close = np.isclose(given, held, rtol=1e-4, atol=1e-5).all(axis=1)
+    if not close.all():
+        row = int(np.flatnonzero(~close)[0])
+        raise ValueError(
+            f"embeddings row {row} differs from row {row} of the vectors search_index already holds; "
+            "pass embeddings=None to use the index's own vectors"
+        )
 
 
 def check_retrieval_args(k: Any, expansion_alpha: Any, expansion_neighbors: Any) -> tuple[int, float, int]:
@@ -111,6 +129,18 @@ def check_retrieval_args(k: Any, expansion_alpha: Any, expansion_neighbors: Any)
         check_nonnegative_float("expansion_alpha", expansion_alpha),
         check_positive_int("expansion_neighbors", expansion_neighbors),
     )
+
+
+def describe_paths(paths: list[str], shown: int = 5) -> str:
+    """The first ``shown`` paths, quoted and comma-separated, then "and N more" if there are more.
+
+    Examples
+    --------
+    >>> describe_paths(["a", "b", "c"], shown=2)
+    "'a', 'b' and 1 more"
+    """
+    listed = ", ".join(repr(path) for path in paths[:shown])
+    return listed + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
 def drop_duplicates(paths: list[str], name: str, known: set[str] | dict[str, int] | None = None) -> list[str]:
@@ -125,10 +155,9 @@ def drop_duplicates(paths: list[str], name: str, known: set[str] | dict[str, int
         seen.add(path)
         kept.append(path)
     if dropped:
-        shown = ", ".join(repr(path) for path in dropped[:5])
-        more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
         warnings.warn(
-            f"{name}: dropped {len(dropped)} duplicate path(s) (first occurrence kept): {shown}{more}",
+            f"{name}: dropped {len(dropped)} duplicate path(s) (first occurrence kept): "
+            f"{describe_paths(dropped)}",
             UserWarning,
             stacklevel=3,
         )

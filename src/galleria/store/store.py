@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from galleria._validation import check_path_list, check_positive_int
+from galleria._validation import check_bool, check_path_list, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.embedders.base import batch_size_of
 from galleria.expansion import alpha_query_expansion
@@ -20,6 +20,8 @@ from galleria.store._checks import (
     check_embedding_output,
     check_query_vectors,
     check_retrieval_args,
+    check_rows_agree,
+    describe_paths,
     drop_duplicates,
     resolve_index,
 )
@@ -122,8 +124,7 @@ class InMemoryImageEmbeddingStore:
     ) -> None:
         paths = check_path_list("image_paths", image_paths)
         check_embedder(embedder, allow_none=False)
-        if not isinstance(skip_errors, bool):
-            raise TypeError(f"skip_errors must be a bool, got {skip_errors!r} ({type(skip_errors).__name__})")
+        skip = check_bool("skip_errors", skip_errors)
         workers = check_positive_int("num_workers", num_workers)
         prefetch = check_positive_int("num_prefetch_batches", num_prefetch_batches)
         index = resolve_index(search_index, space, index_params)
@@ -134,7 +135,7 @@ class InMemoryImageEmbeddingStore:
             )
         self._init_state(index, embedder)
         self._pending = drop_duplicates(paths, "image_paths")
-        self._skip_errors = skip_errors
+        self._skip_errors = skip
         self._num_workers = workers
         self._num_prefetch_batches = prefetch
 
@@ -178,7 +179,9 @@ class InMemoryImageEmbeddingStore:
             answers :meth:`retrieve_by_vector` only.
         search_index, space, index_params
             As in the constructor. An index object may be empty (the vectors are added to it) or
-            already hold ``len(paths)`` rows.
+            already hold ``len(paths)`` rows. With such a filled index, ``embeddings`` must equal
+            the rows it can give back (ValueError otherwise); where it cannot give them back,
+            they are kept as the store's copy.
 
         Examples
         --------
@@ -210,10 +213,12 @@ class InMemoryImageEmbeddingStore:
                 raise ValueError(
                     f"search_index already holds {len(index)} rows, but {len(path_list)} paths were given"
                 )
+            if len(index):
+                if len(set(path_list)) != len(path_list):
+                    raise ValueError("paths must be unique when the index already holds their rows")
+                check_rows_agree(index, vectors)
             unique = drop_duplicates(path_list, "paths")
             if len(unique) != len(path_list):
-                if len(index):
-                    raise ValueError("paths must be unique when the index already holds their rows")
                 first: dict[str, int] = {}
                 for row, path in enumerate(path_list):
                     first.setdefault(path, row)
@@ -231,7 +236,9 @@ class InMemoryImageEmbeddingStore:
         self._paths = list(paths)
         self._rows = {path: row for row, path in enumerate(self._paths)}
         if vectors is not None and not self._index.can_reconstruct:
-            self._vectors = prepare_vectors(vectors, self._index.space)
+            stored = prepare_vectors(vectors, self._index.space)
+            # Never a view of the caller's array: changing it later must not change the store.
+            self._vectors = stored.copy() if np.shares_memory(stored, vectors) else stored
         self._pending = []
         self._built = True
 
@@ -262,8 +269,7 @@ class InMemoryImageEmbeddingStore:
             For every image skipped (``skip_errors=True``), and when none could be read (the
             store is then built and empty).
         """
-        if not isinstance(progress, bool):
-            raise TypeError(f"progress must be a bool, got {progress!r} ({type(progress).__name__})")
+        progress = check_bool("progress", progress)
         if self._built:
             return
         paths, vectors, skipped = self._embed_files(self._pending, progress, "building gallery")
@@ -393,9 +399,7 @@ class InMemoryImageEmbeddingStore:
     def _rows_of(self, paths: list[str]) -> np.ndarray:
         unknown = [path for path in paths if path not in self._rows]
         if unknown:
-            shown = ", ".join(repr(path) for path in unknown[:5])
-            more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
-            raise KeyError(f"{len(unknown)} path(s) not in the store: {shown}{more}")
+            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
         return np.fromiter((self._rows[path] for path in paths), dtype=np.int64, count=len(paths))
 
     def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
@@ -466,21 +470,11 @@ class InMemoryImageEmbeddingStore:
             A query path cannot be read.
         """
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
-        expand = self._check_flag(query_expansion)
+        expand = check_bool("query_expansion", query_expansion)
         self._require_built()
         embedder = self._require_embedder("query images")
-        images = as_image_list(queries)
-        batch = batch_size_of(embedder)
-        chunks = [
-            check_embedding_output(
-                embedder.embed(images[start : start + batch]),
-                len(images[start : start + batch]),
-                self.dim,
-                "query images",
-            )
-            for start in range(0, len(images), batch)
-        ]
-        return self._search(np.concatenate(chunks), *checked, expand)
+        vectors = self._embed_queries(embedder.embed, as_image_list(queries), "query images")
+        return self._search(vectors, *checked, expand)
 
     def retrieve_by_vector(
         self,
@@ -497,7 +491,7 @@ class InMemoryImageEmbeddingStore:
         arguments and the result are as in :meth:`retrieve_top_k_similar`.
         """
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
-        expand = self._check_flag(query_expansion)
+        expand = check_bool("query_expansion", query_expansion)
         self._require_built()
         return self._search(check_query_vectors("vectors", vectors, self.dim), *checked, expand)
 
@@ -518,29 +512,22 @@ class InMemoryImageEmbeddingStore:
             The embedder has no text side, or ``texts`` is not a string / list of strings.
         """
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
-        expand = self._check_flag(query_expansion)
+        expand = check_bool("query_expansion", query_expansion)
         self._require_built()
         embedder = self._require_embedder("texts")
         if not callable(getattr(embedder, "embed_text", None)):
             raise TypeError(f"the store's embedder ({type(embedder).__name__}) has no embed_text method")
-        text_list = as_text_list(texts)
-        batch = batch_size_of(embedder)
-        chunks = [
-            check_embedding_output(
-                embedder.embed_text(text_list[start : start + batch]),
-                len(text_list[start : start + batch]),
-                self.dim,
-                "texts",
-            )
-            for start in range(0, len(text_list), batch)
-        ]
-        return self._search(np.concatenate(chunks), *checked, expand)
+        vectors = self._embed_queries(embedder.embed_text, as_text_list(texts), "texts")
+        return self._search(vectors, *checked, expand)
 
-    @staticmethod
-    def _check_flag(value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"query_expansion must be a bool, got {value!r} ({type(value).__name__})")
-        return value
+    def _embed_queries(self, embed: Any, items: list[Any], what: str) -> np.ndarray:
+        """Embed a non-empty list of queries batch by batch with ``embed``, checking every output."""
+        batch = batch_size_of(self._embedder)
+        chunks = []
+        for start in range(0, len(items), batch):
+            part = items[start : start + batch]
+            chunks.append(check_embedding_output(embed(part), len(part), self.dim, what))
+        return np.concatenate(chunks)
 
     def _search(
         self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool
@@ -585,8 +572,7 @@ class InMemoryImageEmbeddingStore:
             The store is not built or has no embedder.
         """
         new = check_path_list("paths", paths)
-        if not isinstance(progress, bool):
-            raise TypeError(f"progress must be a bool, got {progress!r} ({type(progress).__name__})")
+        progress = check_bool("progress", progress)
         self._require_built()
         self._require_embedder("new images")
         new = drop_duplicates(new, "paths", known=self._rows)

@@ -120,6 +120,18 @@ def test_save_replaces_atomically_and_keeps_old_file_on_error(gallery: list[str]
     assert os.listdir(tmp_path) == ["s.safetensors"]
 
 
+def test_saved_file_gets_ordinary_permissions(gallery: list[str], tmp_path: Path) -> None:
+    store = InMemoryImageEmbeddingStore(gallery[:3], pixel_embedder())
+    store.build_store(progress=False)
+    file = tmp_path / "s.safetensors"
+    previous = os.umask(0o022)
+    try:
+        store.save_to_disk(file)
+    finally:
+        os.umask(previous)
+    assert file.stat().st_mode & 0o777 == 0o644  # not mkstemp's private 0o600
+
+
 def test_embedder_without_config_needs_embedder_on_load(gallery: list[str], tmp_path: Path) -> None:
     store = InMemoryImageEmbeddingStore(gallery[:6], FakeEmbedder())
     store.build_store(progress=False)

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from galleria._files import default_mode
+
 __all__ = [
     "DIGITS_COUNT",
     "DIGITS_IMAGE_SIZE",
@@ -81,13 +83,6 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
         ) from error
     data = load_digits()
     return np.asarray(data.images), np.asarray(data.target)
-
-
-def _folder_mode() -> int:
-    """The permissions ``mkdir()`` would give a new folder: ``0o777`` less the process umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o777 & ~mask
 
 
 def _marker_payload() -> dict[str, int]:
@@ -165,7 +160,7 @@ def digits_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".digits-", dir=root))
     try:
-        os.chmod(staging, _folder_mode())  # mkdtemp makes it private (0o700); a cache need not be
+        os.chmod(staging, default_mode(folder=True))  # mkdtemp makes it private (0o700); a cache need not be
         _write_digits(staging, images, targets)
         try:
             os.replace(staging, target)  # atomic; succeeds onto a missing or empty folder

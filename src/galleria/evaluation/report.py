@@ -9,12 +9,12 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from galleria._files import atomic_write_bytes
 from galleria.evaluation.pipeline import ConfigResult
 
 if TYPE_CHECKING:
@@ -133,26 +133,6 @@ def _report_markdown(results: Sequence[ConfigResult], meta: Mapping[str, Any], t
     return "\n".join(lines)
 
 
-def _creation_mode() -> int:
-    """The permissions ``open()`` would give a new file: ``0o666`` less the process umask."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.chmod(temporary, _creation_mode())  # mkstemp makes it private (0o600); a report is not
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 def pr_curve_figure(results: Sequence[ConfigResult], title: str) -> Figure:
     """The interpolated precision-recall curves of ``results`` as a matplotlib figure (no pyplot).
 
@@ -228,7 +208,7 @@ def write_report(
     png_bytes = _pr_curve_png(results, title)
     folder.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(folder / "report.md", folder / "metrics.json", folder / "pr_curve.png")
-    _atomic_write(files.metrics, metrics_bytes)
-    _atomic_write(files.pr_curve, png_bytes)
-    _atomic_write(files.report, report_bytes)
+    atomic_write_bytes(files.metrics, metrics_bytes)
+    atomic_write_bytes(files.pr_curve, png_bytes)
+    atomic_write_bytes(files.report, report_bytes)
     return files

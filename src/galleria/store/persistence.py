@@ -30,11 +30,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from galleria._files import atomic_path
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.index import SearchIndex, index_from_bytes
 from galleria.index.base import SPACES
@@ -109,18 +109,8 @@ def save_store(store: InMemoryImageEmbeddingStore, path: Any, vectors: Any = Non
         "tensors": {name: {"sha256": _digest(array)} for name, array in tensors.items()},
     }
     metadata = {_HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":"))}
-    folder = os.path.dirname(os.path.abspath(target))
-    handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
-    os.close(handle)
-    try:
-        save_file(tensors, temp, metadata=metadata)
-        with open(temp, "rb+") as stream:
-            os.fsync(stream.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise
+    with atomic_path(target) as temporary:
+        save_file(tensors, temporary, metadata=metadata)
 
 
 def _read_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:

@@ -399,7 +399,7 @@ def write_report(pool: dict[str, Any] | None, full: dict[str, Any] | None, quick
 
 
 def keep_other_part(previous: str, report: str) -> str:
-    """``report`` plus each ``### `` section of ``previous`` that ``report`` lacks, in their old order."""
+    """``report`` plus each ``### `` section of ``previous`` that ``report`` lacks (pool part first)."""
 
     def sections(text: str) -> tuple[str, dict[str, str]]:
         head, *parts = text.split("\n### ")
@@ -407,7 +407,7 @@ def keep_other_part(previous: str, report: str) -> str:
 
     _, old = sections(previous)
     head, new = sections(report)
-    # Section titles carry sizes, so match them by their first word after the heading marker.
+    # Section titles carry sizes in parentheses, so they are matched by the text before them.
     present = {title.split(" (")[0] for title in new}
     merged = {title.split(" (")[0]: text for title, text in new.items()}
     for title, text in old.items():

@@ -88,17 +88,18 @@ def check_path_list(name: str, value: Any, *, allow_empty: bool = False) -> list
     """
     if isinstance(value, (str, bytes, os.PathLike)) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be a list of str or os.PathLike paths, got {type(value).__name__}")
-    paths: list[str] = []
-    for position, item in enumerate(value):
-        if isinstance(item, os.PathLike):
-            item = os.fspath(item)
-        if not isinstance(item, str):
-            raise TypeError(
-                f"{name}[{position}] must be a str or os.PathLike path, got {item!r} ({type(item).__name__})"
-            )
-        if not item:
-            raise ValueError(f"{name}[{position}] is an empty path")
-        paths.append(item)
+    paths = list(value)
+    if not all(type(item) is str and item for item in paths):  # the common case, checked fast
+        for position, item in enumerate(paths):
+            if isinstance(item, os.PathLike):
+                item = paths[position] = os.fspath(item)
+            if not isinstance(item, str):
+                kind = type(item).__name__
+                raise TypeError(
+                    f"{name}[{position}] must be a str or os.PathLike path, got {item!r} ({kind})"
+                )
+            if not item:
+                raise ValueError(f"{name}[{position}] is an empty path")
     if not paths and not allow_empty:
         raise ValueError(f"{name} must not be empty")
     return paths

@@ -198,8 +198,8 @@ class ExactIndex:
 
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
         """Return a copy of the stored vectors of the given rows, shape (len(rows), dim)."""
-        ids = check_rows(rows, self._size)
-        return self._buffer[ids].copy() if self._dim is not None else np.zeros((ids.size, 0), np.float32)
+        ids = check_rows(rows, self._size)  # integer indexing below copies
+        return self._buffer[ids] if self._dim is not None else np.zeros((ids.size, 0), np.float32)
 
     def remove(self, rows: np.ndarray) -> None:
         """Delete the given rows (duplicates count once); the rest are renumbered compactly, order kept."""

@@ -397,10 +397,12 @@ class InMemoryImageEmbeddingStore:
         return self._gallery_vectors(rows)
 
     def _rows_of(self, paths: list[str]) -> np.ndarray:
-        unknown = [path for path in paths if path not in self._rows]
-        if unknown:
-            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
-        return np.fromiter((self._rows[path] for path in paths), dtype=np.int64, count=len(paths))
+        rows = self._rows
+        try:
+            return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
+        except KeyError:
+            unknown = [path for path in paths if path not in rows]
+            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}") from None
 
     def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
         if self._vectors is not None:

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from galleria.cli.demo import DEMO_EMBEDDER, DEMO_INDEX_PARAMS, DEMO_SETTINGS
-from galleria.datasets import digits_folder, load_image_folder, stratified_split
-from galleria.datasets.folder import QueryGallerySplit
+from galleria.datasets import ImageFolder, QueryGallerySplit, digits_folder, load_image_folder
 from galleria.embedders import PixelEmbedder
 from galleria.evaluation import (
     ConfigResult,
@@ -67,12 +66,8 @@ def main() -> int:
     cache = args.cache_dir or tempfile.mkdtemp(prefix="galleria-bench-")
     dataset = load_image_folder(digits_folder(cache))
     test = dataset.split(n_queries=300, seed=0)
-    query_rows, gallery_rows = stratified_split(test.gallery_labels, n_queries=300, seed=1)
-    validation = QueryGallerySplit(
-        [test.gallery_paths[i] for i in query_rows],
-        [test.gallery_labels[i] for i in query_rows],
-        [test.gallery_paths[i] for i in gallery_rows],
-        [test.gallery_labels[i] for i in gallery_rows],
+    validation = ImageFolder(dataset.root, test.gallery_paths, test.gallery_labels).split(
+        n_queries=300, seed=1
     )
     lines: list[str] = []
 
@@ -109,7 +104,7 @@ def main() -> int:
 
     aqe_scores = {}
     for n, alpha in itertools.product(neighbors, alphas):
-        config = RetrievalConfig("aqe", query_expansion=True, expansion_alpha=alpha, expansion_neighbors=n)
+        config = standard_configs(rerank=False, expansion_alpha=alpha, expansion_neighbors=n)[-1]
         aqe_scores[(n, alpha)] = _score(store, validation, config).map_at_100
     best_n, best_alpha = max(aqe_scores, key=lambda key: aqe_scores[key])
     say("| αQE neighbors | α | mAP@100 |\n|---:|---:|---:|")
@@ -120,17 +115,9 @@ def main() -> int:
     rerank_scores = {}
     started = time.perf_counter()
     for k1, k2, lam in itertools.product(k1s, k2s, lambdas):
-        config = RetrievalConfig(
-            "rerank",
-            query_expansion=True,
-            expansion_alpha=best_alpha,
-            expansion_neighbors=best_n,
-            rerank=True,
-            k1=k1,
-            k2=k2,
-            lambda_value=lam,
-            pool=200,
-        )
+        config = standard_configs(
+            expansion_alpha=best_alpha, expansion_neighbors=best_n, k1=k1, k2=k2, lambda_value=lam, pool=200
+        )[-1]
         rerank_scores[(k1, k2, lam)] = _score(store, validation, config).map_at_100
     grid_seconds = time.perf_counter() - started
     best_k1, best_k2, best_lambda = max(rerank_scores, key=lambda key: rerank_scores[key])

@@ -15,13 +15,23 @@ candidates, so both use this one module.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = ["normalize_rows", "pairwise_distances", "pairwise_distances_batched", "prepare_vectors"]
 
 
-def normalize_rows(vectors: np.ndarray) -> np.ndarray:
-    """Return a float32 copy of ``vectors`` with every row scaled to unit L2 norm (zero rows stay 0)."""
-    array = np.asarray(vectors, dtype=np.float32)
+def normalize_rows(vectors: np.ndarray, *, dtype: npt.DTypeLike | None = np.float32) -> np.ndarray:
+    """Return a copy of ``vectors`` with every row scaled to unit L2 norm (zero rows stay 0).
+
+    The copy is float32 by default; ``dtype=None`` keeps the dtype of a floating-point input.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> normalize_rows(np.array([[3.0, 4.0], [0.0, 0.0]]), dtype=None).tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    """
+    array = np.asarray(vectors, dtype=dtype)
     norms = np.linalg.norm(array, axis=-1, keepdims=True)
     result: np.ndarray = np.divide(array, norms, out=np.zeros_like(array), where=norms > 0)
     return result

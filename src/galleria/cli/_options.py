@@ -18,8 +18,10 @@ from galleria.index.base import SPACES
 __all__ = [
     "EMBEDDER_HELP",
     "add_expand_options",
+    "add_report_options",
     "add_rerank_options",
     "add_store_options",
+    "check_existing_file",
     "check_existing_folder",
     "expand_settings",
     "make_embedder",
@@ -63,6 +65,15 @@ def check_existing_folder(option: str, path: str) -> str:
         raise CliError(f"{option} {path!r} does not exist")
     if not os.path.isdir(path):
         raise CliError(f"{option} {path!r} is not a directory")
+    return path
+
+
+def check_existing_file(what: str, path: str) -> str:
+    """``path`` if it exists and is not a folder, else a CliError naming ``what`` (e.g. ``"store file"``)."""
+    if not os.path.exists(path):
+        raise CliError(f"{what} {path!r} does not exist")
+    if os.path.isdir(path):
+        raise CliError(f"{what} {path!r} is a directory")
     return path
 
 
@@ -143,6 +154,16 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--alpha", default=None, metavar="X", help="αQE exponent (default: 3.0)")
     group.add_argument(
         "--neighbors", default=None, metavar="N", help="matches averaged into the query (default: 50)"
+    )
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    """``--out`` (report folder) and ``--json`` of the evaluating commands, ``evaluate`` and ``demo``."""
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="write report.md, metrics.json, pr_curve.png"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"
     )
 
 

@@ -14,7 +14,7 @@ import argparse
 from typing import Any
 
 from galleria.cli._common import add_command
-from galleria.cli._options import parse_int
+from galleria.cli._options import add_report_options, parse_int
 
 __all__ = ["DEMO_EMBEDDER", "DEMO_INDEX_PARAMS", "DEMO_SETTINGS", "add_parser", "run"]
 
@@ -60,17 +60,12 @@ def add_parser(subparsers: Any) -> None:
         "--seed", default="0", metavar="N", help="seed of the query split (default: %(default)s)"
     )
     parser.add_argument(
-        "--out", default=None, metavar="DIR", help="write report.md, metrics.json, pr_curve.png"
-    )
-    parser.add_argument(
         "--cache-dir",
         default=None,
         metavar="DIR",
         help="cache folder for the digit images (default: $GALLERIA_CACHE_DIR or the platform cache folder)",
     )
-    parser.add_argument(
-        "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"
-    )
+    add_report_options(parser)
     parser.set_defaults(run=run)
 
 

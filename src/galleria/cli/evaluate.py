@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._options import (
     add_expand_options,
+    add_report_options,
     add_rerank_options,
     add_store_options,
     check_existing_folder,
@@ -75,12 +76,7 @@ def add_parser(subparsers: Any) -> None:
     add_store_options(parser)
     add_expand_options(parser)
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
-    parser.add_argument(
-        "--out", default=None, metavar="DIR", help="write report.md, metrics.json, pr_curve.png"
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"
-    )
+    add_report_options(parser)
     parser.set_defaults(run=run)
 
 
@@ -154,11 +150,10 @@ def run_evaluation(
         "build_seconds": round(build_seconds, 3),
         "total_seconds": round(time.perf_counter() - started, 3),
     }
-    payload = results_payload(results, meta)
     if out is not None:
         files = write_report(out, results, meta, title=title)
     if as_json:
-        print_json(payload)
+        print_json(results_payload(results, meta))
     else:
         print(
             f"{title}: {len(query_paths)} queries, {len(store)} gallery images "

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import numpy as np
 
 from galleria.cli._common import CliError, add_command, print_json
-from galleria.cli._options import parse_int
+from galleria.cli._options import check_existing_file, parse_int
 
 __all__ = ["add_parser", "run"]
 
@@ -46,10 +45,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _load_npy(option: str, path: str) -> np.ndarray:
     """The array stored in a .npy file (memory-mapped, never unpickled), or a one-line CliError."""
-    if not os.path.exists(path):
-        raise CliError(f"{option} file {path!r} does not exist")
-    if os.path.isdir(path):
-        raise CliError(f"{option} file {path!r} is a directory")
+    check_existing_file(f"{option} file", path)
     try:
         with open(path, "rb") as handle:
             magic = handle.read(6)

@@ -10,6 +10,7 @@ from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._options import (
     add_expand_options,
     add_rerank_options,
+    check_existing_file,
     expand_settings,
     parse_int,
     rerank_settings,
@@ -62,10 +63,7 @@ def run(args: argparse.Namespace) -> int:
     expand = expand_settings(args)
     if rerank is not None and rerank["pool"] < k:
         raise CliError(f"--pool must be at least -k ({k}), got {rerank['pool']}")
-    if not os.path.exists(args.store):
-        raise CliError(f"store file {args.store!r} does not exist")
-    if os.path.isdir(args.store):
-        raise CliError(f"store file {args.store!r} is a directory")
+    check_existing_file("store file", args.store)
     if args.image:
         for path in args.image:
             if not os.path.exists(path):

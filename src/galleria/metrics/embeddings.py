@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from galleria._validation import check_choice, check_positive_int
+from galleria.distances import normalize_rows
 from galleria.metrics._checks import Positives, as_embeddings, as_positives
 from galleria.metrics.ranks import ranks_of_block
 
@@ -25,13 +26,6 @@ def _working_dtype(*arrays: np.ndarray) -> np.dtype[Any]:
     if all(a.dtype.kind == "f" and a.dtype.itemsize <= 4 for a in arrays):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """``vectors`` with every row scaled to unit L2 norm (zero rows stay 0), dtype kept."""
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    result: np.ndarray = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-    return result
 
 
 def check_embedding_pair(
@@ -53,7 +47,7 @@ def check_embedding_pair(
     left = left.astype(dtype, copy=False)
     right = right.astype(dtype, copy=False)
     if metric == "cosine":
-        right = unit_rows(right)
+        right = normalize_rows(right, dtype=None)
     return left, right
 
 
@@ -68,7 +62,7 @@ def ranks_of_embeddings(
         stop = min(start + rows, n)
         block = queries[start:stop]
         if metric == "cosine":
-            block = unit_rows(block)
+            block = normalize_rows(block, dtype=None)
         scores = block @ gallery_t
         ranks[start:stop] = ranks_of_block("scores", scores, positives, start)
     return ranks

@@ -8,13 +8,13 @@ import numpy as np
 import numpy.typing as npt
 
 from galleria._validation import check_choice, check_positive_int
+from galleria.distances import normalize_rows
 from galleria.metrics._checks import Positives, as_index_vector, as_ks
 from galleria.metrics.embeddings import (
     METRICS,
     check_embedding_pair,
     default_block_rows,
     ranks_of_embeddings,
-    unit_rows,
 )
 
 __all__ = ["image_text_retrieval"]
@@ -92,8 +92,8 @@ def image_text_retrieval(
     rows = None if chunk_size is None else check_positive_int("chunk_size", chunk_size)
     captions = _captions_of_images(owners, len(images))
     if metric == "cosine":
-        images = unit_rows(images)
-        texts = unit_rows(texts)
+        images = normalize_rows(images, dtype=None)
+        texts = normalize_rows(texts, dtype=None)
     image_ranks = ranks_of_embeddings(images, texts, captions, "ip", rows or default_block_rows(len(texts)))
     text_ranks = ranks_of_embeddings(
         texts,

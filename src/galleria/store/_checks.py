@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria._validation import check_choice, check_nonnegative_float, check_positive_int
+from galleria._validation import check_bool, check_choice, check_nonnegative_float, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.index import INDEX_NAMES, SearchIndex, create_index, validate_index_params
 from galleria.index._checks import check_vectors
@@ -122,12 +122,15 @@ def check_rows_agree(index: SearchIndex, vectors: np.ndarray) -> None:
         )
 
 
-def check_retrieval_args(k: Any, expansion_alpha: Any, expansion_neighbors: Any) -> tuple[int, float, int]:
-    """Check ``k``, ``expansion_alpha`` and ``expansion_neighbors`` of a retrieval call."""
+def check_retrieval_args(
+    k: Any, expansion_alpha: Any, expansion_neighbors: Any, query_expansion: Any
+) -> tuple[int, float, int, bool]:
+    """Check the arguments of a retrieval call; return them in the order ``_search`` takes them."""
     return (
         check_positive_int("k", k),
         check_nonnegative_float("expansion_alpha", expansion_alpha),
         check_positive_int("expansion_neighbors", expansion_neighbors),
+        check_bool("query_expansion", query_expansion),
     )
 
 

@@ -471,12 +471,11 @@ class InMemoryImageEmbeddingStore:
         ImageReadError
             A query path cannot be read.
         """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
-        expand = check_bool("query_expansion", query_expansion)
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         embedder = self._require_embedder("query images")
         vectors = self._embed_queries(embedder.embed, as_image_list(queries), "query images")
-        return self._search(vectors, *checked, expand)
+        return self._search(vectors, *checked)
 
     def retrieve_by_vector(
         self,
@@ -492,10 +491,9 @@ class InMemoryImageEmbeddingStore:
         ``vectors`` is one (d,) vector or a (q, d) array in the store's embedding space; the other
         arguments and the result are as in :meth:`retrieve_top_k_similar`.
         """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
-        expand = check_bool("query_expansion", query_expansion)
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
-        return self._search(check_query_vectors("vectors", vectors, self.dim), *checked, expand)
+        return self._search(check_query_vectors("vectors", vectors, self.dim), *checked)
 
     def retrieve_by_text(
         self,
@@ -513,14 +511,13 @@ class InMemoryImageEmbeddingStore:
         TypeError
             The embedder has no text side, or ``texts`` is not a string / list of strings.
         """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors)
-        expand = check_bool("query_expansion", query_expansion)
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         embedder = self._require_embedder("texts")
         if not callable(getattr(embedder, "embed_text", None)):
             raise TypeError(f"the store's embedder ({type(embedder).__name__}) has no embed_text method")
         vectors = self._embed_queries(embedder.embed_text, as_text_list(texts), "texts")
-        return self._search(vectors, *checked, expand)
+        return self._search(vectors, *checked)
 
     def _embed_queries(self, embed: Any, items: list[Any], what: str) -> np.ndarray:
         """Embed a non-empty list of queries batch by batch with ``embed``, checking every output."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import galleria
@@ -56,3 +58,17 @@ def test_each_command_help_has_examples(command: str, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "examples:" in out
     assert f"galleria {command}" in out
+
+
+def test_closed_output_pipe_is_not_an_error(tmp_path: Path) -> None:
+    # `galleria ... | head -1`: the reader is gone before the command writes its output.
+    np.save(tmp_path / "s.npy", np.eye(4, dtype=np.float32))
+    np.save(tmp_path / "g.npy", np.arange(4))
+    command = [sys.executable, "-m", "galleria", "evaluate-scores", "--json"]
+    command += ["--scores", str(tmp_path / "s.npy"), "--ground-truth", str(tmp_path / "g.npy")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0, stderr
+    assert stderr == ""

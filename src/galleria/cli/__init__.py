@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -60,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # inside the try, so that a closed pipe is handled below
+    except BrokenPipeError:
+        # The reader of our output went away (``galleria ... | head``): not an error of ours.
+        # Point stdout at devnull so that the interpreter's final flush stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (CliError, TypeError, ValueError, KeyError, OSError, RuntimeError, ImportError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"galleria {args.command}: error: {message}", file=sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
@@ -81,6 +80,4 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"indexed {len(store)} image(s), skipped {len(skipped)} → {out}")
-        for item in skipped:
-            print(f"  skipped: {item}", file=sys.stderr)
     return 0

@@ -33,6 +33,7 @@ from galleria.store._state import GalleryState
 from galleria.store.candidate import Candidate
 from galleria.store.gallery import iter_decoded_batches
 from galleria.store.queries import as_image_list, as_text_list
+from galleria.store.reading import reader_for
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
@@ -303,9 +304,10 @@ class InMemoryImageEmbeddingStore:
 
         Warns
         -----
+        SkippedImageWarning
+            For every image skipped (``skip_errors=True``; also a RuntimeWarning).
         RuntimeWarning
-            For every image skipped (``skip_errors=True``), and when none could be read (the
-            store is then built and empty).
+            When none could be read (the store is then built and empty).
         """
         progress = check_bool("progress", progress)
         if self._built:
@@ -340,6 +342,7 @@ class InMemoryImageEmbeddingStore:
             num_workers=self._num_workers,
             num_prefetch_batches=self._num_prefetch_batches,
             skip_errors=self._skip_errors,
+            reader=reader_for(embedder),
         )
         with tqdm(total=len(paths), desc=description, unit="img", disable=None if progress else True) as bar:
             try:
@@ -539,7 +542,8 @@ class InMemoryImageEmbeddingStore:
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         embedder = self._require_embedder("query images")
-        vectors = self._embed_queries(embedder.embed, as_image_list(queries), "query images")
+        images = as_image_list(queries, reader=reader_for(embedder))
+        vectors = self._embed_queries(embedder.embed, images, "query images")
         return self._search(vectors, *checked)
 
     def retrieve_by_vector(

@@ -377,3 +377,32 @@ def test_stale_temporary_files_of_killed_saves_are_removed(saved: Path, tmp_path
     remaining = sorted(name for name in os.listdir(tmp_path) if name.endswith(".tmp"))
     assert remaining == sorted([alive.name, other_target.name])
     assert observable(InMemoryImageEmbeddingStore.load_from_disk(target)) == observable(store)
+
+
+# ---------------------------------------------------------------- model checkpoints are never chosen by the file
+
+
+def test_store_built_from_a_local_checkpoint_needs_it_passed(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from galleria import ClipEmbedder
+
+    tiny = "ViT-S-32-alt"
+    random_weights = ClipEmbedder(tiny, pretrained=None, device="cpu")
+    weights = tmp_path / "weights.pt"
+    torch.save({name: value * 1.01 for name, value in random_weights._model.state_dict().items()}, weights)
+    embedder = ClipEmbedder(tiny, pretrained=weights, device="cpu")
+    paths = make_images(tmp_path / "g", 3)
+    store = InMemoryImageEmbeddingStore(paths, embedder)
+    store.build_store(progress=False)
+    file = tmp_path / "clip.safetensors"
+    store.save_to_disk(file)
+    header, _ = read_parts(file)
+    assert str(tmp_path) not in json.dumps(header["embedder"])  # name and digest only, never the path
+    with pytest.raises(ValueError, match=r"weights\.pt.*--checkpoint"):
+        InMemoryImageEmbeddingStore.load_from_disk(file)
+    impostor = tmp_path / "weights-other.pt"
+    torch.save(random_weights._model.state_dict(), impostor)
+    with pytest.raises(ValueError, match="sha256"):
+        InMemoryImageEmbeddingStore.load_from_disk(file, checkpoint=impostor)
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(file, checkpoint=weights)
+    assert [c.path for c in loaded.retrieve_top_k_similar(paths[1], k=1)[0]] == [paths[1]]

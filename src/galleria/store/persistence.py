@@ -377,9 +377,7 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        if checkpoint is None:
-            return embedder_from_config(saved["config"])
-        return embedder_from_config(saved["config"], checkpoint=checkpoint)  # type: ignore[call-arg]
+        return embedder_from_config(saved["config"], checkpoint=checkpoint)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
 

@@ -379,7 +379,7 @@ def test_stale_temporary_files_of_killed_saves_are_removed(saved: Path, tmp_path
     assert observable(InMemoryImageEmbeddingStore.load_from_disk(target)) == observable(store)
 
 
-# ---------------------------------------------------------------- model checkpoints are never chosen by the file
+# ---------------------------------------------------------------- checkpoints are never chosen by the file
 
 
 def test_store_built_from_a_local_checkpoint_needs_it_passed(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def test_huge_finite_vectors_normalise_without_overflow() -> None:
 
 
 def test_zero_vectors_in_cosine_space_name_the_row() -> None:
-    with pytest.raises(ValueError, match="embeddings row 1 is a zero vector"):
+    with pytest.raises(ValueError, match="embeddings: row 1 is a zero vector"):
         InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.array([[1.0, 0.0], [0.0, 0.0]]))
     store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2))
     with pytest.raises(ValueError, match="vectors: row 1 is a zero vector"):

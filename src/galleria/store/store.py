@@ -9,29 +9,25 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from galleria._validation import check_bool, check_path_list, check_positive_int
-from galleria.distances import prepare_vectors, zero_rows
+from galleria.distances import prepare_vectors
 from galleria.embedders.base import batch_size_of
 from galleria.expansion import alpha_query_expansion
 from galleria.index import SearchIndex
 from galleria.store._checks import (
     absolute_paths,
     check_embedder,
-    check_embedder_dim,
-    check_embedding_output,
     check_query_vectors,
     check_retrieval_args,
-    check_rows_agree,
     describe_paths,
     drop_duplicates,
     resolve_index,
 )
+from galleria.store._embedding import check_directions, embed_files, embed_queries
 from galleria.store._rwlock import ReadWriteLock
 from galleria.store._state import GalleryState
 from galleria.store.candidate import Candidate
-from galleria.store.gallery import iter_decoded_batches
 from galleria.store.queries import as_image_list, as_text_list
 from galleria.store.reading import reader_for
 
@@ -224,51 +220,11 @@ class InMemoryImageEmbeddingStore:
         >>> [(c.path, c.score) for c in store.retrieve_by_vector([2.0, 0.0], k=2)[0]]
         [('a', 0.0), ('b', 1.0)]
         """
-        path_list = check_path_list("paths", paths)
-        check_embedder(embedder, allow_none=True)
-        index = resolve_index(search_index, space, index_params)
-        if embeddings is None:
-            if len(index) == 0 or len(index) != len(path_list):
-                raise ValueError(
-                    "embeddings=None needs a search_index object that already holds one row per path "
-                    f"({len(path_list)}), got an index with {len(index)} rows"
-                )
-            if len(set(path_list)) != len(path_list):
-                raise ValueError("paths must be unique when the index already holds their rows")
-            vectors = None
-        else:
-            vectors = check_query_vectors("embeddings", embeddings, index.dim)
-            if np.ndim(embeddings) != 2 or vectors.shape[0] != len(path_list):
-                raise ValueError(
-                    f"embeddings must have one row per path: shape {np.shape(embeddings)} "
-                    f"for {len(path_list)} paths"
-                )
-            if len(index) not in (0, len(path_list)):
-                raise ValueError(
-                    f"search_index already holds {len(index)} rows, but {len(path_list)} paths were given"
-                )
-            if len(index):
-                if len(set(path_list)) != len(path_list):
-                    raise ValueError("paths must be unique when the index already holds their rows")
-                check_rows_agree(index, vectors)
-            unique = drop_duplicates(path_list, "paths")
-            if len(unique) != len(path_list):
-                first: dict[str, int] = {}
-                for row, path in enumerate(path_list):
-                    first.setdefault(path, row)
-                vectors = vectors[[first[path] for path in unique]]
-            path_list = unique
-            zeros = zero_rows(vectors) if index.space == "cosine" else np.zeros(0, dtype=np.int64)
-            if zeros.size:
-                raise ValueError(
-                    f"embeddings row {int(zeros[0])} is a zero vector, which has no direction in cosine space"
-                )
-        dim = index.dim if vectors is None else vectors.shape[1]
-        if embedder is not None and dim is not None:
-            check_embedder_dim(embedder, dim, "embedder")
-        if vectors is not None and len(index) == 0:
-            index.add(vectors)
-        return cls._from_state(GalleryState(index, embedder, path_list, vectors, []))
+        from galleria.store._from_vectors import state_from_embeddings
+
+        return cls._from_state(
+            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params)
+        )
 
     def _set_gallery(self, paths: list[str], vectors: np.ndarray | None) -> None:
         """Adopt ``paths`` (the filled index's row order); keep ``vectors`` if the index can't give them."""
@@ -331,36 +287,17 @@ class InMemoryImageEmbeddingStore:
         self, paths: list[str], progress: bool, description: str
     ) -> tuple[list[str], np.ndarray, list[str]]:
         """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
-        embedder = self._embedder
-        dim = self.dim
-        kept: list[str] = []
-        chunks: list[np.ndarray] = []
-        skipped: list[str] = []
-        batches = iter_decoded_batches(
+        return embed_files(
             paths,
-            batch_size_of(embedder),
+            self._embedder,
+            self.dim,
+            self._index.space,
             num_workers=self._num_workers,
             num_prefetch_batches=self._num_prefetch_batches,
             skip_errors=self._skip_errors,
-            reader=reader_for(embedder),
+            progress=progress,
+            description=description,
         )
-        with tqdm(total=len(paths), desc=description, unit="img", disable=None if progress else True) as bar:
-            try:
-                for batch in batches:
-                    skipped.extend(batch.skipped)
-                    if batch.images:
-                        output = check_embedding_output(
-                            embedder.embed(batch.images), len(batch.images), dim, "gallery images"
-                        )
-                        self._check_directions(output, "the embedder's output for gallery images")
-                        dim = output.shape[1]
-                        chunks.append(output)
-                        kept.extend(batch.paths)
-                    bar.update(len(batch.paths) + len(batch.skipped))
-            finally:
-                batches.close()
-        vectors = np.concatenate(chunks) if chunks else np.zeros((0, dim or 0), dtype=np.float32)
-        return kept, vectors, skipped
 
     # ------------------------------------------------------------------ read-only views
 
@@ -563,7 +500,7 @@ class InMemoryImageEmbeddingStore:
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         queries = check_query_vectors("vectors", vectors, self.dim)
-        self._check_directions(queries, "vectors")
+        check_directions(queries, self._index.space, "vectors")
         return self._search(queries, *checked)
 
     def retrieve_by_text(
@@ -591,24 +528,8 @@ class InMemoryImageEmbeddingStore:
         return self._search(vectors, *checked)
 
     def _embed_queries(self, embed: Any, items: list[Any], what: str) -> np.ndarray:
-        """Embed a non-empty list of queries batch by batch with ``embed``, checking every output."""
         batch = batch_size_of(self._embedder)
-        chunks = []
-        for start in range(0, len(items), batch):
-            part = items[start : start + batch]
-            output = check_embedding_output(embed(part), len(part), self.dim, what)
-            self._check_directions(output, f"the embedder's output for {what}")
-            chunks.append(output)
-        return np.concatenate(chunks)
-
-    def _check_directions(self, vectors: np.ndarray, what: str) -> None:
-        """In cosine space a zero vector has no direction: ValueError naming ``what`` and the row."""
-        if self._index.space == "cosine":
-            zeros = zero_rows(vectors)
-            if zeros.size:
-                raise ValueError(
-                    f"{what}: row {int(zeros[0])} is a zero vector, which has no direction in cosine space"
-                )
+        return embed_queries(embed, items, batch, self.dim, self._index.space, what)
 
     def _search(
         self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool

@@ -1,0 +1,82 @@
+"""Embedding gallery files and queries for the store: decode on threads, embed in batches, check outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from galleria.distances import zero_rows
+from galleria.embedders.base import batch_size_of
+from galleria.store._checks import check_embedding_output
+from galleria.store.gallery import iter_decoded_batches
+from galleria.store.reading import reader_for
+
+__all__ = ["check_directions", "embed_files", "embed_queries"]
+
+
+def check_directions(vectors: np.ndarray, space: str, what: str) -> None:
+    """In cosine space a zero vector has no direction: ValueError naming ``what`` and the row."""
+    if space == "cosine":
+        zeros = zero_rows(vectors)
+        if zeros.size:
+            raise ValueError(
+                f"{what}: row {int(zeros[0])} is a zero vector, which has no direction in cosine space"
+            )
+
+
+def embed_files(
+    paths: list[str],
+    embedder: Any,
+    dim: int | None,
+    space: str,
+    *,
+    num_workers: int,
+    num_prefetch_batches: int,
+    skip_errors: bool,
+    progress: bool,
+    description: str,
+) -> tuple[list[str], np.ndarray, list[str]]:
+    """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
+    kept: list[str] = []
+    chunks: list[np.ndarray] = []
+    skipped: list[str] = []
+    batches = iter_decoded_batches(
+        paths,
+        batch_size_of(embedder),
+        num_workers=num_workers,
+        num_prefetch_batches=num_prefetch_batches,
+        skip_errors=skip_errors,
+        reader=reader_for(embedder),
+    )
+    with tqdm(total=len(paths), desc=description, unit="img", disable=None if progress else True) as bar:
+        try:
+            for batch in batches:
+                skipped.extend(batch.skipped)
+                if batch.images:
+                    output = check_embedding_output(
+                        embedder.embed(batch.images), len(batch.images), dim, "gallery images"
+                    )
+                    check_directions(output, space, "the embedder's output for gallery images")
+                    dim = output.shape[1]
+                    chunks.append(output)
+                    kept.extend(batch.paths)
+                bar.update(len(batch.paths) + len(batch.skipped))
+        finally:
+            batches.close()
+    vectors = np.concatenate(chunks) if chunks else np.zeros((0, dim or 0), dtype=np.float32)
+    return kept, vectors, skipped
+
+
+def embed_queries(
+    embed: Any, items: list[Any], batch: int, dim: int | None, space: str, what: str
+) -> np.ndarray:
+    """Embed a non-empty list of queries ``batch`` at a time with ``embed``, checking every output."""
+    chunks = []
+    for start in range(0, len(items), batch):
+        part = items[start : start + batch]
+        output = check_embedding_output(embed(part), len(part), dim, what)
+        check_directions(output, space, f"the embedder's output for {what}")
+        chunks.append(output)
+    return np.concatenate(chunks)

@@ -129,7 +129,7 @@ class RecordingBar:
 def test_build_store_reports_progress_with_tqdm(
     gallery: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, progress: bool
 ) -> None:
-    import galleria.store.store as store_module
+    import galleria.store._embedding as store_module
 
     RecordingBar.made = []
     monkeypatch.setattr(store_module, "tqdm", RecordingBar)

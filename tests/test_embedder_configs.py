@@ -70,14 +70,17 @@ def test_pixel_takes_no_checkpoint(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("config", "match"),
     [
-        ({"model_name": "hf-hub:someone/their-model"}, "model_name must be a plain name"),
-        ({"model_name": "../../model"}, "model_name must be a plain name"),
+        ({"model_name": "hf-hub:someone/their-model"}, r"names a file or hub repository.*embedder="),
+        ({"model_name": "../../model"}, "names a file or hub repository"),
+        ({"model_name": "..model"}, "model_name must be a plain name"),
         ({"model_name": 3}, "model_name must be a plain name"),
         ({"model_name": "x" * 200}, "model_name must be a plain name"),
-        ({"pretrained": "/etc/passwd"}, "pretrained must be a plain name"),
-        ({"pretrained": "https://example.com/w.pt"}, "pretrained must be a plain name"),
-        ({"pretrained": "hf-hub:someone/weights"}, "pretrained must be a plain name"),
-        ({"pretrained": "weights/model.pt"}, "pretrained must be a plain name"),
+        ({"pretrained": "/etc/passwd"}, r"pretrained '/etc/passwd' names a file or hub repository"),
+        ({"pretrained": "https://example.com/w.pt"}, "names a file or hub repository"),
+        ({"pretrained": "hf-hub:someone/weights"}, "names a file or hub repository"),
+        ({"pretrained": "weights/model.pt"}, "names a file or hub repository"),
+        ({"pretrained": "model.safetensors"}, "names a file or hub repository"),
+        ({"pretrained": "http:example"}, "pretrained must be a plain name"),
         ({"pretrained": ""}, "pretrained must be a plain name"),
         ({"pretrained": 5}, "pretrained must be a plain name"),
         ({"batch_size": 10**7}, "batch_size must be between 1 and 4096"),
@@ -111,8 +114,11 @@ def test_clip_config_names_must_be_known_to_open_clip(
 ) -> None:
     # A file whose name is a plain word is still never opened: only open_clip's own tags are accepted.
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "weights.pt").write_bytes(b"would be loaded if a config could name a file")
+    for name in ("weights", "weights.pt"):
+        (tmp_path / name).write_bytes(b"would be loaded if a config could name a file")
     with pytest.raises(ValueError, match="not a weight tag"):
+        embedder_from_config({"type": "clip", "model_name": TINY_CLIP, "pretrained": "weights"})
+    with pytest.raises(ValueError, match="names a file"):
         embedder_from_config({"type": "clip", "model_name": TINY_CLIP, "pretrained": "weights.pt"})
     with pytest.raises(ValueError, match="not an open_clip model"):
         embedder_from_config({"type": "clip", "model_name": "ViT-Nope", "pretrained": None})

@@ -339,8 +339,9 @@ class ClipEmbedder:
             not recorded, or has another digest.
         """
         check_config(config, "clip", _CONFIG_KEYS)
+        record = check_record(config, _CONFIG_WHERE)
         model_name = config.get("model_name", "ViT-B-32")
-        tag = config.get("pretrained", "openai")
+        tag = config.get("pretrained", "openai" if record is None else None)
         for key, value in (("model_name", model_name), ("pretrained", tag)):
             if isinstance(value, str) and (value.startswith("hf-hub:") or _looks_like_path(value)):
                 raise ValueError(
@@ -352,7 +353,6 @@ class ClipEmbedder:
         if tag is not None:
             tag = config_name("clip", "pretrained", tag)
         batch_size = config_int("clip", "batch_size", config.get("batch_size", 64), MAX_CONFIG_BATCH_SIZE)
-        record = check_record(config, _CONFIG_WHERE)
         if record is not None and tag is not None:
             raise ValueError(
                 f"{_CONFIG_WHERE} records both the weight tag {tag!r} and a local checkpoint; "

@@ -3,6 +3,7 @@ decompression bombs, and how skipped images are reported (library warning and co
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -360,6 +361,15 @@ def test_read_errors_name_the_path_and_a_reason(tmp_path: Path, content: bytes |
         read_rgb(path)
     assert info.value.path == str(path) and info.value.reason == reason
     assert str(info.value) == f"cannot read image {str(path)!r}: {reason}"
+
+
+def test_non_regular_files_are_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    for path in (fifo, tmp_path):
+        with pytest.raises(ImageReadError, match="not a regular file") as info:
+            read_rgb(path)
+        assert info.value.path == str(path)
 
 
 def test_truncated_image_is_an_image_read_error(tmp_path: Path) -> None:

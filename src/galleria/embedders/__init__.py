@@ -5,7 +5,14 @@
 
 from __future__ import annotations
 
-from galleria.embedders.base import DEFAULT_BATCH_SIZE, Embedder, ImageInput, TextEmbedder, batch_size_of
+from galleria.embedders.base import (
+    DEFAULT_BATCH_SIZE,
+    Embedder,
+    ImageInput,
+    TextEmbedder,
+    batch_size_of,
+    input_size_of,
+)
 from galleria.embedders.clip import ClipEmbedder
 from galleria.embedders.pixel import PixelEmbedder
 from galleria.embedders.registry import EMBEDDER_TYPES, embedder_config, embedder_from_config
@@ -21,4 +28,5 @@ __all__ = [
     "batch_size_of",
     "embedder_config",
     "embedder_from_config",
+    "input_size_of",
 ]

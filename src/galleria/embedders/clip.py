@@ -339,12 +339,20 @@ class ClipEmbedder:
             not recorded, or has another digest.
         """
         check_config(config, "clip", _CONFIG_KEYS)
-        model_name = config_name("clip", "model_name", config.get("model_name", "ViT-B-32"))
-        tag = config.get("pretrained", "openai")
+        record = check_record(config, _CONFIG_WHERE)
+        model_name = config.get("model_name", "ViT-B-32")
+        tag = config.get("pretrained", "openai" if record is None else None)
+        for key, value in (("model_name", model_name), ("pretrained", tag)):
+            if isinstance(value, str) and (value.startswith("hf-hub:") or _looks_like_path(value)):
+                raise ValueError(
+                    f"{_CONFIG_WHERE}: {key} {value!r} names a file or hub repository, and a config never "
+                    "chooses what is loaded; build the ClipEmbedder yourself and pass it (embedder=...), "
+                    "or pass a local checkpoint the config records (checkpoint=...)"
+                )
+        model_name = config_name("clip", "model_name", model_name)
         if tag is not None:
             tag = config_name("clip", "pretrained", tag)
         batch_size = config_int("clip", "batch_size", config.get("batch_size", 64), MAX_CONFIG_BATCH_SIZE)
-        record = check_record(config, _CONFIG_WHERE)
         if record is not None and tag is not None:
             raise ValueError(
                 f"{_CONFIG_WHERE} records both the weight tag {tag!r} and a local checkpoint; "

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, JpegImagePlugin
 
 __all__ = ["SIXTEEN_BIT_MODES", "draft_for", "rgb_array", "rgb_image", "to_rgb_image"]
 
@@ -114,7 +114,7 @@ def draft_for(image: Image.Image, min_size: tuple[int, int] | None) -> None:
     ``min_size`` is meant in display orientation (EXIF applied); other formats, and JPEGs already
     small enough, are left alone. Must be called before the image is loaded.
     """
-    if min_size is None or image.format != "JPEG":
+    if min_size is None or not isinstance(image, JpegImagePlugin.JpegImageFile):  # MPO photos included
         return
     width, height = min_size
     if _orientation(image) in _SWAPPING_ORIENTATIONS:

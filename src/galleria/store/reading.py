@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -67,7 +68,8 @@ def read_rgb(path: str | os.PathLike[str], min_size: int | tuple[int, int] | Non
     Raises
     ------
     ImageReadError
-        If the file is missing, unreadable, not a decodable image, or larger than Pillow's
+        If the file is missing, not a regular file (a folder, FIFO or device is refused without
+        opening it), unreadable, not a decodable image, or larger than Pillow's
         decompression-bomb limit (``PIL.Image.MAX_IMAGE_PIXELS``); the message names the path.
     ValueError
         If ``min_size`` is malformed.
@@ -75,10 +77,14 @@ def read_rgb(path: str | os.PathLike[str], min_size: int | tuple[int, int] | Non
     name = os.fspath(path)
     size = _check_min_size(min_size)
     try:
+        if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO or device would block in open()
+            raise ImageReadError(
+                f"cannot read image {name!r}: not a regular file", path=name, reason="not a regular file"
+            )
         with Image.open(name) as image:
             draft_for(image, size)
             return rgb_array(image)
-    except MemoryError:
+    except (MemoryError, ImageReadError):
         raise
     except Exception as error:  # Pillow's decoders raise many kinds (OSError, SyntaxError, struct.error...)
         reason = _reason(error, name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from typing import Any
 
 from galleria.cli._common import CliError
@@ -17,21 +18,30 @@ from galleria.index.base import SPACES
 
 __all__ = [
     "EMBEDDER_HELP",
+    "add_embedder_options",
     "add_expand_options",
+    "add_load_options",
     "add_report_options",
     "add_rerank_options",
     "add_store_options",
     "check_existing_file",
     "check_existing_folder",
+    "embedder_settings",
     "expand_settings",
+    "load_store",
     "make_embedder",
     "parse_embedder_spec",
     "parse_float",
     "parse_int",
     "rerank_settings",
+    "shorten_middle",
 ]
 
-EMBEDDER_HELP = "pixel | clip[:MODEL[:PRETRAINED]] (default: %(default)s)"
+EMBEDDER_HELP = (
+    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]], PRETRAINED a weights tag, a local checkpoint "
+    "file or 'random' (default: %(default)s)"
+)
+_SPEC_FORMS = "pixel[:SIZE][:gray] or clip[:MODEL[:PRETRAINED]]"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -77,41 +87,144 @@ def check_existing_file(what: str, path: str) -> str:
     return path
 
 
-def parse_embedder_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Check ``pixel`` | ``clip[:MODEL[:PRETRAINED]]``; return the kind and its keyword arguments.
+def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Check an embedder spec; return the kind and its keyword arguments.
 
-    PRETRAINED is an open_clip weights tag or a local checkpoint path (which may itself hold colons).
+    ``pixel``, ``pixel:16``, ``pixel:16:gray`` or ``pixel:gray`` (thumbnail side, one gray channel);
+    ``clip``, ``clip:MODEL``, ``clip:MODEL:PRETRAINED`` where PRETRAINED is an open_clip weights tag,
+    a local checkpoint path (which may itself hold colons) or ``random`` (seeded random weights).
+
+    Examples
+    --------
+    >>> parse_embedder_spec("pixel:16:gray")
+    ('pixel', {'size': 16, 'grayscale': True})
+    >>> parse_embedder_spec("clip:ViT-B-32:random")
+    ('clip', {'model_name': 'ViT-B-32', 'pretrained': None})
     """
-    parts = spec.split(":", 2)
-    if parts == ["pixel"]:
-        return "pixel", {}
-    if parts[0] == "clip":
-        if not all(parts[1:]):
-            raise CliError(f"--embedder {spec!r} is malformed: expected clip[:MODEL[:PRETRAINED]]")
-        options = {"model_name": "ViT-B-32", "pretrained": "openai"}
-        if len(parts) > 1:
-            options["model_name"] = parts[1]
+    kind, _, rest = spec.partition(":")
+    if kind == "pixel":
+        options: dict[str, Any] = {"size": 32, "grayscale": False}
+        parts = rest.split(":") if rest else []
         if len(parts) > 2:
-            options["pretrained"] = parts[2]
-        return "clip", options
-    raise CliError(f"unknown embedder {spec!r}: expected pixel or clip[:MODEL[:PRETRAINED]]")
+            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
+        for position, part in enumerate(parts):
+            if part == "gray" and (position == len(parts) - 1):
+                options["grayscale"] = True
+            elif position == 0 and part.isdigit() and int(part) > 0:
+                options["size"] = int(part)
+            else:
+                raise CliError(
+                    f"--embedder {spec!r} is malformed: {part!r} is neither a positive thumbnail size "
+                    f"nor 'gray' (expected {_SPEC_FORMS})"
+                )
+        return "pixel", options
+    if kind == "clip":
+        parts = rest.split(":", 1) if rest else []
+        if not all(parts):
+            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
+        clip_options: dict[str, Any] = {"model_name": "ViT-B-32", "pretrained": "openai"}
+        if parts:
+            clip_options["model_name"] = parts[0]
+        if len(parts) > 1:
+            clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
+        return "clip", clip_options
+    raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
 
 
-def make_embedder(spec: str) -> Embedder:
-    """Build the embedder named by ``pixel`` or ``clip[:MODEL[:PRETRAINED]]``."""
+def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The checked ``--device`` and ``--batch-size`` of a command that makes an embedder."""
+    settings: dict[str, Any] = {}
+    if getattr(args, "batch_size", None) is not None:
+        settings["batch_size"] = parse_int("--batch-size", args.batch_size)
+    if getattr(args, "device", None) is not None:
+        if parse_embedder_spec(args.embedder)[0] != "clip":
+            raise CliError(f"--device applies to clip embedders only, not --embedder {args.embedder!r}")
+        settings["device"] = args.device
+    return settings
+
+
+def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
+    """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
     from galleria.embedders import ClipEmbedder, PixelEmbedder
 
     kind, options = parse_embedder_spec(spec)
+    extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     if kind == "pixel":
-        return PixelEmbedder()
-    embedder: Embedder = ClipEmbedder(model_name=options["model_name"], pretrained=options["pretrained"])
+        return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
+    if device is not None:
+        extra["device"] = device
+    print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
+    embedder: Embedder = ClipEmbedder(
+        model_name=options["model_name"], pretrained=options["pretrained"], **extra
+    )
     return embedder
 
 
-def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """``--embedder``, ``--index``, ``--space``, ``--workers``, ``--skip-errors``."""
-    group = parser.add_argument_group("gallery options")
+def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> None:
+    """``--embedder``, ``--device``, ``--batch-size``."""
+    group = group or parser.add_argument_group("embedder options")
     group.add_argument("--embedder", default="pixel", metavar="SPEC", help=EMBEDDER_HELP)
+    group.add_argument(
+        "--device", default=None, metavar="DEVICE", help="torch device of a clip embedder (default: auto)"
+    )
+    group.add_argument(
+        "--batch-size", default=None, metavar="N", help="images embedded per batch (default: the embedder's)"
+    )
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` and ``--root`` of the commands that load a store file."""
+    group = parser.add_argument_group("loading the store")
+    group.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="PATH",
+        help="local model file of a store built from one (checked against the digest it recorded)",
+    )
+    group.add_argument(
+        "--root",
+        default=None,
+        metavar="DIR",
+        help="the gallery folder's new place, for a store whose images were moved",
+    )
+
+
+def load_store(args: argparse.Namespace, path: str) -> Any:
+    """Load the store file ``path`` with the ``--checkpoint`` and ``--root`` options when they are given."""
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    check_existing_file("store file", path)
+    options: dict[str, Any] = {}
+    if getattr(args, "checkpoint", None) is not None:
+        options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
+    if getattr(args, "root", None) is not None:
+        options["root"] = check_existing_folder("--root", args.root)
+    return InMemoryImageEmbeddingStore.load_from_disk(path, **options)
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters by replacing its middle with ``…`` (kept whole if it fits).
+
+    Examples
+    --------
+    >>> shorten_middle("/photos/holiday/2023/beach/IMG_0001.jpg", 24)
+    '/photos/hol…IMG_0001.jpg'
+    >>> shorten_middle("short.png", 24)
+    'short.png'
+    """
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) // 2 + (width - 1) % 2
+    head = width - 1 - tail
+    return text[:head] + "…" + text[len(text) - tail :]
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """``--embedder``, ``--device``, ``--batch-size``, ``--index``, ``--space``, ``--workers``, ``--skip-errors``."""
+    group = parser.add_argument_group("gallery options")
+    add_embedder_options(parser, group)
     group.add_argument(
         "--index", default="exact", choices=("exact", "hnsw"), help="search index (default: %(default)s)"
     )

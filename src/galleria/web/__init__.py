@@ -15,7 +15,7 @@ def _require_web() -> None:
     try:
         import fastapi  # noqa: F401
         import jinja2  # noqa: F401
-        import multipart  # noqa: F401
+        import python_multipart  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as error:
         raise ImportError(

@@ -15,6 +15,7 @@ from typing import Any
 from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
 from galleria.index.base import SPACES
+from galleria.viewer.text import shorten_middle
 
 __all__ = [
     "EMBEDDER_HELP",
@@ -200,25 +201,6 @@ def load_store(args: argparse.Namespace, path: str) -> Any:
     if getattr(args, "root", None) is not None:
         options["root"] = check_existing_folder("--root", args.root)
     return InMemoryImageEmbeddingStore.load_from_disk(path, **options)
-
-
-def shorten_middle(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters by replacing its middle with ``…`` (kept whole if it fits).
-
-    Examples
-    --------
-    >>> shorten_middle("/photos/holiday/2023/beach/IMG_0001.jpg", 24)
-    '/photos/hol…IMG_0001.jpg'
-    >>> shorten_middle("short.png", 24)
-    'short.png'
-    """
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    tail = (width - 1) // 2 + (width - 1) % 2
-    head = width - 1 - tail
-    return text[:head] + "…" + text[len(text) - tail :]
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ from galleria.viewer import (
     compare_search,
     decode_upload,
 )
+from galleria.viewer.text import shorten_middle
 from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
@@ -178,6 +179,9 @@ def create_app(
         def shown(path: str) -> str:
             return labels.relative(path)
 
+        def short(path: str) -> str:
+            return shorten_middle(labels.relative(path), 22)
+
         return templates.TemplateResponse(
             request,
             "index.html",
@@ -192,6 +196,7 @@ def create_app(
                 "thumb": thumb,
                 "link": link,
                 "shown": shown,
+                "short": short,
             },
             status_code=status,
         )

@@ -255,7 +255,10 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
 def add_report_options(parser: argparse.ArgumentParser) -> None:
     """``--out`` (report folder) and ``--json`` of the evaluating commands, ``evaluate`` and ``demo``."""
     parser.add_argument(
-        "--out", default=None, metavar="DIR", help="write report.md, metrics.json, pr_curve.png"
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="write report.html (with thumbs/), report.md, metrics.json, pr_curve.png",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"

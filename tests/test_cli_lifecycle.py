@@ -77,8 +77,17 @@ def test_build_resume_info_search_add_remove_sync(photos: Path, tmp_path: Path) 
     store = str(tmp_path / "photos.safetensors")
     partial = store + ".partial"
     # An unreadable image stops the build; what was embedded before it is kept in the checkpoint.
-    line = fails("build", str(photos), "--out", store, "--batch-size", "1", "--checkpoint-every", "0",
-                 match="cannot read image")
+    line = fails(
+        "build",
+        str(photos),
+        "--out",
+        store,
+        "--batch-size",
+        "1",
+        "--checkpoint-every",
+        "0",
+        match="cannot read image",
+    )
     assert "--skip-errors" in line and "--resume" in line
     assert os.path.exists(partial) and not os.path.exists(store)
     loop = galleria("build", str(photos), "--out", store, "--resume", "--batch-size", "1")
@@ -98,8 +107,17 @@ def test_build_resume_info_search_add_remove_sync(photos: Path, tmp_path: Path) 
     assert "images:         18" in text and "format version:" in text
 
     # --queries FOLDER with a broken file: skipped and reported; --exclude-self drops the query itself.
-    process = ok("search", store, "--queries", str(photos / "red"), "--skip-errors", "--exclude-self",
-                 "-k", "3", "--csv")
+    process = ok(
+        "search",
+        store,
+        "--queries",
+        str(photos / "red"),
+        "--skip-errors",
+        "--exclude-self",
+        "-k",
+        "3",
+        "--csv",
+    )
     rows = list(csv.DictReader(io.StringIO(process.stdout)))
     assert len(rows) == 6 * 3 and "broken.jpg" in process.stderr
     assert all(row["query"] != row["path"] for row in rows)
@@ -107,10 +125,25 @@ def test_build_resume_info_search_add_remove_sync(photos: Path, tmp_path: Path) 
     fails("search", store, "--queries", str(photos / "red"), match="--skip-errors")
     listing = tmp_path / "queries.txt"
     listing.write_text("# two queries\nphotos/green/green0.png\n\nphotos/blue/blue1.png\n")
-    payload = ok_json("search", store, "--queries", str(listing), "-k", "2", "--rerank", "--k1", "4",
-                      "--k2", "2", "--pool", "10")
+    payload = ok_json(
+        "search",
+        store,
+        "--queries",
+        str(listing),
+        "-k",
+        "2",
+        "--rerank",
+        "--k1",
+        "4",
+        "--k2",
+        "2",
+        "--pool",
+        "10",
+    )
     assert [entry["query"] for entry in payload["queries"]] == [
-        str(tmp_path / "photos/green/green0.png"), str(tmp_path / "photos/blue/blue1.png")]
+        str(tmp_path / "photos/green/green0.png"),
+        str(tmp_path / "photos/blue/blue1.png"),
+    ]
     assert payload["rerank"]["k1"] == 4
     table = ok("search", store, "--image", str(photos / "green" / "green0.png"), "-k", "2").stdout
     assert all(len(line) < 80 for line in table.splitlines())
@@ -144,7 +177,7 @@ def test_build_resume_info_search_add_remove_sync(photos: Path, tmp_path: Path) 
 class _StrictHTML(HTMLParser):
     """Fails on unbalanced or misnested tags and duplicate ids; collects image sources."""
 
-    VOID = {"meta", "img", "br", "hr", "link", "input", "source"}
+    VOID = frozenset({"meta", "img", "br", "hr", "link", "input", "source"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -174,8 +207,23 @@ class _StrictHTML(HTMLParser):
 
 def test_evaluate_writes_a_valid_self_contained_html_report(photos: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    process = ok("evaluate", str(photos), "--queries", "6", "--skip-errors", "--expand", "--rerank",
-                 "--k1", "4", "--k2", "2", "--pool", "12", "--out", str(out))
+    process = ok(
+        "evaluate",
+        str(photos),
+        "--queries",
+        "6",
+        "--skip-errors",
+        "--expand",
+        "--rerank",
+        "--k1",
+        "4",
+        "--k2",
+        "2",
+        "--pool",
+        "12",
+        "--out",
+        str(out),
+    )
     assert "running plain retrieval on" in process.stderr  # progress while the queries run
     page = (out / "report.html").read_text(encoding="utf-8")
     checker = _StrictHTML()
@@ -185,7 +233,7 @@ def test_evaluate_writes_a_valid_self_contained_html_report(photos: Path, tmp_pa
     assert "pr_curve.png" in checker.images
     for source in checker.images:
         assert not os.path.isabs(source) and (out / source).is_file(), source
-    assert page.count('<tr><td>') == 3  # plain, αQE, αQE + re-ranking
+    assert page.count("<tr><td>") == 3  # plain, αQE, αQE + re-ranking
     sheets = page.count('class="sheet"')
     assert 0 < sheets <= 20
     assert len(checker.images) == 1 + sheets * 21  # PR curve; per sheet the query and 10 + 10 results
@@ -216,8 +264,18 @@ def test_embedder_specs_and_errors(photos: Path, tmp_path: Path) -> None:
 def test_clip_random_weights_build(photos: Path, tmp_path: Path) -> None:
     pytest.importorskip("open_clip", reason="the clip extra is not installed")
     store = str(tmp_path / "clip.safetensors")
-    built = ok_json("build", str(photos / "green"), "--out", store, "--embedder", "clip:ViT-B-32:random",
-                    "--device", "cpu", "--batch-size", "4")
+    built = ok_json(
+        "build",
+        str(photos / "green"),
+        "--out",
+        store,
+        "--embedder",
+        "clip:ViT-B-32:random",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "4",
+    )
     assert built["indexed"] == 6
     info = ok_json("info", store)
     assert info["embedder"]["type"] == "clip" and info["embedder"]["pretrained"] is None

@@ -11,11 +11,11 @@ import pytest
 from PIL import Image
 
 pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
-from galleria.viewer import ThumbnailCache, UploadError, decode_upload  # noqa: E402
-from galleria.web import create_app  # noqa: E402
+from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
+from galleria.viewer import ThumbnailCache, UploadError, decode_upload
+from galleria.web import create_app
 
 COLOURS = {"red": (210, 40, 40), "green": (40, 190, 60), "blue": (40, 60, 210)}
 
@@ -104,7 +104,11 @@ def test_search_errors_are_4xx_with_a_message(client: TestClient) -> None:
         ({"json": {"path": "red/0.png", "k": "many"}}, 400, "k must be an integer"),
         ({"json": {"path": "red/0.png", "rerank": True, "k2": 9, "k1": 3}}, 400, "k2"),
         ({"json": {"path": "red/0.png", "rerank": True, "lambda": 2}}, 400, "lambda"),
-        ({"json": {"path": "red/0.png", "rerank": True, "k": 20, "pool": 10}}, 400, "pool must be at least k"),
+        (
+            {"json": {"path": "red/0.png", "rerank": True, "k": 20, "pool": 10}},
+            400,
+            "pool must be at least k",
+        ),
         ({"json": {"path": "red/0.png", "expand": "maybe"}}, 400, "expand must be true or false"),
         ({"json": {}}, 400, "exactly one query"),
         ({"json": {"path": "red/0.png", "text": "x"}}, 400, "exactly one query"),
@@ -125,8 +129,16 @@ def test_only_gallery_files_are_served(client: TestClient) -> None:
     original = client.get("/image/red/0.png")
     assert original.status_code == 200 and original.content.startswith(b"\x89PNG")
     for route in ("thumb", "image"):
-        for path in ("../secret.txt", "%2e%2e/secret.txt", "red/../../secret.txt", "/etc/passwd",
-                     "%2Fetc%2Fpasswd", "red/missing.png", "red", ""):
+        for path in (
+            "../secret.txt",
+            "%2e%2e/secret.txt",
+            "red/../../secret.txt",
+            "/etc/passwd",
+            "%2Fetc%2Fpasswd",
+            "red/missing.png",
+            "red",
+            "",
+        ):
             answer = client.get(f"/{route}/{path}")
             assert answer.status_code == 404, (route, path, answer.status_code)
 

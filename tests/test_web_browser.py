@@ -31,7 +31,9 @@ from galleria.web import create_app  # noqa: E402
 def chromium_binary() -> str | None:
     """The chromium executable of Debian's package (what ``dpkg -L chromium`` lists), else on PATH."""
     try:
-        listing = subprocess.run(["dpkg", "-L", "chromium"], capture_output=True, text=True, timeout=30).stdout
+        listing = subprocess.run(
+            ["dpkg", "-L", "chromium"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         listing = ""
     for line in listing.splitlines():
@@ -41,7 +43,9 @@ def chromium_binary() -> str | None:
 
 
 CHROMIUM = chromium_binary()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
+)
 
 COLOURS = {"red": (210, 40, 40), "green": (40, 190, 60), "blue": (40, 60, 210), "yellow": (220, 210, 40)}
 
@@ -67,8 +71,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=8), num_workers=1)
     store.build_store(progress=False)
     port = _free_port()
-    config = uvicorn.Config(create_app(store, store_name="colours.safetensors"), host="127.0.0.1", port=port,
-                            log_level="warning")
+    config = uvicorn.Config(
+        create_app(store, store_name="colours.safetensors"), host="127.0.0.1", port=port, log_level="warning"
+    )
     instance = uvicorn.Server(config)
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()

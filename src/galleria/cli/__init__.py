@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _one_line_warnings(command: str) -> Any:
     """A ``warnings.showwarning`` that prints ``galleria COMMAND: warning: <message>`` on stderr."""
 
-    def show(message: Any, category: Any, filename: Any, lineno: Any, file: Any = None, line: Any = None) -> None:
+    def show(
+        message: Any, category: Any, filename: Any, lineno: Any, file: Any = None, line: Any = None
+    ) -> None:
         print(f"galleria {command}: warning: {message}", file=sys.stderr)
 
     return show

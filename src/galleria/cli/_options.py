@@ -204,7 +204,7 @@ def load_store(args: argparse.Namespace, path: str) -> Any:
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """``--embedder``, ``--device``, ``--batch-size``, ``--index``, ``--space``, ``--workers``, ``--skip-errors``."""
+    """The gallery options: the embedder's, ``--index``, ``--space``, ``--workers``, ``--skip-errors``."""
     group = parser.add_argument_group("gallery options")
     add_embedder_options(parser, group)
     group.add_argument(

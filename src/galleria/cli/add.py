@@ -34,7 +34,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("store", metavar="STORE", help="store file to change")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="image files or folders to add")
-    parser.add_argument("--skip-errors", action="store_true", help="skip unreadable images instead of stopping")
+    parser.add_argument(
+        "--skip-errors", action="store_true", help="skip unreadable images instead of stopping"
+    )
     add_load_options(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run)
@@ -62,11 +64,18 @@ def run(args: argparse.Namespace) -> int:
     added = len(store) - before
     if args.json:
         print_json(
-            {"store": args.store, "added": added, "already_present": len(present), "skipped": skipped,
-             "count": len(store)}
+            {
+                "store": args.store,
+                "added": added,
+                "already_present": len(present),
+                "skipped": skipped,
+                "count": len(store),
+            }
         )
     else:
-        print(f"added {added} image(s), {len(present)} already present, skipped {len(skipped)} → {args.store}")
+        print(
+            f"added {added} image(s), {len(present)} already present, skipped {len(skipped)} → {args.store}"
+        )
         for path in skipped:
             print(f"  skipped: {path}", file=sys.stderr)
     return 0

@@ -67,7 +67,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--out", required=True, metavar="STORE", help="store file to write (.safetensors)")
     add_store_options(parser)
     parser.add_argument(
-        "--resume", action="store_true", help="continue an interrupted build from its STORE.partial checkpoint"
+        "--resume",
+        action="store_true",
+        help="continue an interrupted build from its STORE.partial checkpoint",
     )
     parser.add_argument(
         "--checkpoint-every",
@@ -159,14 +161,21 @@ def run(args: argparse.Namespace) -> int:
     position = 0
     try:
         with tqdm(
-            total=len(paths), initial=len(paths) - len(paths_left), desc="building gallery", unit="img",
+            total=len(paths),
+            initial=len(paths) - len(paths_left),
+            desc="building gallery",
+            unit="img",
             disable=True if args.json else None,
         ) as bar:
             while position < len(paths_left) or store is None:
                 part = paths_left[position : position + chunk]
                 if store is None:
                     store = InMemoryImageEmbeddingStore(
-                        part, embedder, args.index, space=args.space, skip_errors=args.skip_errors,
+                        part,
+                        embedder,
+                        args.index,
+                        space=args.space,
+                        skip_errors=args.skip_errors,
                         num_workers=workers,
                     )
                     store.build_store(progress=False)

@@ -184,7 +184,10 @@ def run_evaluation(
         )
         print(format_table(results))
         if out is not None:
-            print(f"report: {files.html} (also {files.report.name}, {files.metrics.name}, {files.pr_curve.name})")
+            print(
+                f"report: {files.html} "
+                f"(also {files.report.name}, {files.metrics.name}, {files.pr_curve.name})"
+            )
     for path in skipped:
         print(f"skipped unreadable image: {path}", file=sys.stderr)
     return 0

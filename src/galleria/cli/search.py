@@ -161,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
         query_names = list(args.image) if args.image else query_paths_from(args.queries)
     store = load_store(args, args.store)
     if store.embedder is None:
-        raise CliError(f"store {args.store!r} has no embedder (it was made from vectors); it cannot embed queries")
+        raise CliError(
+            f"store {args.store!r} has no embedder (it was made from vectors); it cannot embed queries"
+        )
     if batch_size is not None:
         store.embedder.batch_size = batch_size
     if kind == "text" and not callable(getattr(store.embedder, "embed_text", None)):
@@ -184,8 +186,11 @@ def run(args: argparse.Namespace) -> int:
     lists = _answer(store, queries, kind, depth, expansion)
     if args.exclude_self and kind == "image":
         lists = [
-            [candidate for candidate in candidates if candidate.path != os.path.abspath(name)
-             and candidate.path != name][: depth - extra]
+            [
+                candidate
+                for candidate in candidates
+                if candidate.path != os.path.abspath(name) and candidate.path != name
+            ][: depth - extra]
             for name, candidates in zip(query_names, lists, strict=True)
         ]
     if rerank is not None:

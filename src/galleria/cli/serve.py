@@ -56,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
     store = load_store(args, args.store)
     app = create_app(store, store_name=args.store, max_upload_bytes=int(max_upload_mb * 1024 * 1024))
-    print(f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)", file=sys.stderr)
+    print(
+        f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
+        file=sys.stderr,
+    )
     serve(app, host=args.host, port=port)
     return 0

@@ -37,7 +37,9 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("store", metavar="STORE", help="store file to update")
     parser.add_argument("folder", metavar="FOLDER", help="the gallery folder")
-    parser.add_argument("--skip-errors", action="store_true", help="skip unreadable images instead of stopping")
+    parser.add_argument(
+        "--skip-errors", action="store_true", help="skip unreadable images instead of stopping"
+    )
     add_load_options(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run)
@@ -66,7 +68,9 @@ def plan_sync(
         recorded = stats.get(path)
         if now is None:
             continue
-        if (recorded is not None and tuple(recorded) != now) or (recorded is None and now[1] > store_mtime_ns):
+        if (recorded is not None and tuple(recorded) != now) or (
+            recorded is None and now[1] > store_mtime_ns
+        ):
             changed.append(path)
     return new, vanished, changed
 
@@ -80,9 +84,7 @@ def run(args: argparse.Namespace) -> int:
     listed = list_images(folder)
     stats = read_manifest(args.store)
     warnings.filterwarnings("ignore", message="skipping unreadable image", category=RuntimeWarning)
-    new, vanished, changed = plan_sync(
-        store.paths, listed, folder, stats, os.stat(args.store).st_mtime_ns
-    )
+    new, vanished, changed = plan_sync(store.paths, listed, folder, stats, os.stat(args.store).st_mtime_ns)
     to_embed = new + changed
     skipped: list[str] = []
     if args.skip_errors:

@@ -1,4 +1,4 @@
-"""Present evaluation results: a text table, ``metrics.json``, ``report.md``, ``pr_curve.png``, ``report.html``.
+"""Present evaluation results: a text table, ``metrics.json``, ``report.md``, ``pr_curve.png`` and HTML.
 
 The JSON schema is documented in ``docs/report-schema.md``; :data:`SCHEMA` names its version.
 Every file is written atomically (a temporary file in the output folder, then ``os.replace``).
@@ -326,25 +326,31 @@ def report_html(
     def picture(path: str, css: str, label: str) -> str:
         caption = f"{path} ({label})"
         if path in images:
-            return f'<img class="{css}" src="{esc(images[path])}" alt="{esc(caption)}" title="{esc(caption)}">'
+            return (
+                f'<img class="{css}" src="{esc(images[path])}" alt="{esc(caption)}" title="{esc(caption)}">'
+            )
         return f'<span class="{css}" title="{esc(caption)}">{esc(os.path.basename(path))}</span>'
 
     for number, sheet in enumerate(sheets, start=1):
-        def row(name: str, paths: Sequence[str], sheet: ContactSheet = sheet) -> str:
+
+        def sheet_row(name: str, paths: Sequence[str], sheet: ContactSheet = sheet) -> str:
             cells = []
             for path in paths:
                 label = sheet.labels.get(path, "?")
                 cells.append(picture(path, "hit" if label == sheet.query_label else "miss", label))
             hits = sum(1 for path in paths if sheet.labels.get(path) == sheet.query_label)
-            return f'<div class="row"><span class="name">{esc(name)} ({hits}/{len(paths)})</span>{"".join(cells)}</div>'
+            title = f'<span class="name">{esc(name)} ({hits}/{len(paths)})</span>'
+            return f'<div class="row">{title}{"".join(cells)}</div>'
 
         parts += [
             f'<div class="sheet" id="sheet-{number}">',
-            f"<h3>{number}. query <code>{esc(sheet.query)}</code>, label <b>{esc(sheet.query_label)}</b></h3>",
-            '<div class="row"><span class="name">query</span>' + picture(sheet.query, "query", sheet.query_label)
+            f"<h3>{number}. query <code>{esc(sheet.query)}</code>, "
+            f"label <b>{esc(sheet.query_label)}</b></h3>",
+            '<div class="row"><span class="name">query</span>'
+            + picture(sheet.query, "query", sheet.query_label)
             + "</div>",
-            row(compared[0], sheet.before),
-            row(compared[1], sheet.after),
+            sheet_row(compared[0], sheet.before),
+            sheet_row(compared[1], sheet.after),
             "</div>",
         ]
     parts += ["</body>", "</html>", ""]

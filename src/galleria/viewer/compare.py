@@ -72,7 +72,9 @@ def _number(settings: Mapping[str, Any], key: str, default: Any, kind: type) -> 
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+        raise ValueError(
+            f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+        ) from None
 
 
 def _flag(settings: Mapping[str, Any], key: str) -> bool:
@@ -179,9 +181,11 @@ class GalleryLabels:
         self._by_relative = {relative: path for path, relative in self._relative.items()}
         parts = [relative.split("/") for relative in self._relative.values()]
         self.has_classes = bool(parts) and all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) > 1
-        self._labels = {
-            path: relative.split("/")[0] for path, relative in self._relative.items()
-        } if self.has_classes else {}
+        self._labels = (
+            {path: relative.split("/")[0] for path, relative in self._relative.items()}
+            if self.has_classes
+            else {}
+        )
 
     def _relpath(self, path: str) -> str:
         relative = os.path.relpath(path, self.root) if self.root else path
@@ -201,7 +205,9 @@ class GalleryLabels:
 
 
 def _items(
-    candidates: Sequence[Any], labels: GalleryLabels | None, query_label: str | None,
+    candidates: Sequence[Any],
+    labels: GalleryLabels | None,
+    query_label: str | None,
     previous: Mapping[str, int] | None = None,
 ) -> list[RankedItem]:
     items = []

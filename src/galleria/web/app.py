@@ -115,13 +115,17 @@ def create_app(
             fields = {key: value for key, value in form.items() if key != "image"}
             image = form.get("image")
         else:
-            raise ValueError("send multipart form data (field 'image') or JSON ({'path': ...} or {'text': ...})")
+            raise ValueError(
+                "send multipart form data (field 'image') or JSON ({'path': ...} or {'text': ...})"
+            )
         settings = SearchSettings.from_mapping({key: fields[key] for key in _SETTING_KEYS if key in fields})
         given = [name for name in ("path", "text") if fields.get(name) not in (None, "")]
         if image is not None and not (isinstance(image, str) and not image):
             given.append("image")
         if len(given) != 1:
-            raise ValueError(f"give exactly one query: 'image' (upload), 'path' or 'text'; got {given or 'none'}")
+            raise ValueError(
+                f"give exactly one query: 'image' (upload), 'path' or 'text'; got {given or 'none'}"
+            )
         if given[0] == "image":
             return await read_upload(image), "image", settings
         if given[0] == "text":
@@ -153,8 +157,16 @@ def create_app(
         except (ValueError, LookupError, TypeError) as error:
             return error_response(error)
 
-    def page(request: Request, *, query: Any = None, kind: str | None = None, settings: SearchSettings,
-             error: str | None = None, status: int = 200, query_text: str = "") -> HTMLResponse:
+    def page(
+        request: Request,
+        *,
+        query: Any = None,
+        kind: str | None = None,
+        settings: SearchSettings,
+        error: str | None = None,
+        status: int = 200,
+        query_text: str = "",
+    ) -> HTMLResponse:
         result = None
         if error is None and kind is not None:
             try:
@@ -206,16 +218,25 @@ def create_app(
         """The page; ``?path=`` (a gallery path relative to the root) or ``?text=`` runs a search."""
         params = request.query_params
         try:
-            settings = SearchSettings.from_mapping({key: params[key] for key in _SETTING_KEYS if key in params})
+            settings = SearchSettings.from_mapping(
+                {key: params[key] for key in _SETTING_KEYS if key in params}
+            )
         except ValueError as error:
             return page(request, settings=SearchSettings(), error=str(error), status=400)
         if params.get("path"):
             path = labels.path_of(params["path"])
             if path is None:
-                return page(request, settings=settings, error=f"{params['path']!r} is not an image of this gallery", status=404)
+                return page(
+                    request,
+                    settings=settings,
+                    error=f"{params['path']!r} is not an image of this gallery",
+                    status=404,
+                )
             return page(request, query=path, kind="path", settings=settings)
         if params.get("text"):
-            return page(request, query=params["text"], kind="text", settings=settings, query_text=params["text"])
+            return page(
+                request, query=params["text"], kind="text", settings=settings, query_text=params["text"]
+            )
         return page(request, settings=settings)
 
     @app.post("/", response_class=HTMLResponse)

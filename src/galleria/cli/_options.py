@@ -154,7 +154,8 @@ def make_embedder(spec: str, *, device: str | None = None, batch_size: int | Non
         return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
     if device is not None:
         extra["device"] = device
-    print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():  # like the progress bars: on a terminal only, so errors stay one line
+        print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
     embedder: Embedder = ClipEmbedder(
         model_name=options["model_name"], pretrained=options["pretrained"], **extra
     )

@@ -282,3 +282,80 @@ def test_clip_random_weights_build(photos: Path, tmp_path: Path) -> None:
     assert info["text_queries"] is True
     payload = ok_json("search", store, "--text", "a green square", "-k", "2")
     assert len(payload["queries"][0]["results"]) == 2
+
+
+def test_ctrl_c_keeps_a_checkpoint_that_resume_continues(
+    photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from galleria.cli import main
+    from galleria.embedders import PixelEmbedder
+
+    (photos / "red" / "broken.jpg").unlink()
+    calls = {"n": 0}
+    original = PixelEmbedder.embed
+
+    def interrupted(self: PixelEmbedder, images: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 6:  # Ctrl-C arrives during the second chunk (4 batches of 2 per chunk)
+            raise KeyboardInterrupt
+        return original(self, images)
+
+    store = tmp_path / "g.safetensors"
+    monkeypatch.setattr(PixelEmbedder, "embed", interrupted)
+    args = ["build", str(photos), "--out", str(store), "--batch-size", "2", "--checkpoint-every", "0"]
+    assert main(args) == 130
+    assert "--resume" in capsys.readouterr().err
+    partial = Path(str(store) + ".partial")
+    assert partial.exists() and not store.exists()
+    monkeypatch.setattr(PixelEmbedder, "embed", original)
+    assert main([*args, "--resume", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["indexed"] == 18 and summary["resumed"] == 8  # the first chunk
+    assert not partial.exists()
+
+
+def test_serve_answers_in_a_real_process(photos: Path, tmp_path: Path) -> None:
+    pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
+    import socket
+    import urllib.error
+    import urllib.request
+
+    store = str(tmp_path / "g.safetensors")
+    ok("build", str(photos / "green"), "--out", store)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "galleria", "serve", store, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        info = None
+        for _ in range(300):  # bounded wait for the server to listen
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/info", timeout=2) as answer:
+                    info = json.loads(answer.read())
+                break
+            except (urllib.error.URLError, ConnectionError):
+                if server.poll() is not None:
+                    break
+                time.sleep(0.1)
+        assert info is not None, server.communicate(timeout=10)
+        assert info["count"] == 6
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/search",
+            data=json.dumps({"path": "green0.png", "k": 2}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert len(json.loads(answer.read())["plain"]) == 2
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/thumb/../g.safetensors", timeout=10)
+        assert caught.value.code == 404
+    finally:
+        server.terminate()
+        server.communicate(timeout=20)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -120,6 +121,51 @@ def test_search_errors_are_4xx_with_a_message(client: TestClient) -> None:
         answer = client.post("/api/search", **request)  # type: ignore[arg-type]
         assert answer.status_code == status, (request, answer.text)
         assert message in answer.json()["detail"], (request, answer.text)
+
+
+def test_oversized_bodies_are_refused_before_they_are_stored(client: TestClient) -> None:
+    big = b"\x89PNG" + b"0" * 2_000_000  # over the 50 kB limit plus 1 MB for the other form fields
+    declared = client.post("/api/search", files={"image": ("big.png", big, "image/png")})
+    assert declared.status_code == 413 and "upload limit" in declared.json()["detail"]
+
+    def chunks() -> Any:  # no content-length: the body is counted while it is read
+        yield b"--x\r\nContent-Disposition: form-data; name=image; filename=a.png\r\n\r\n"
+        for _ in range(40):
+            yield b"0" * 65_536
+
+    streamed = client.post(
+        "/api/search", content=chunks(), headers={"content-type": "multipart/form-data; boundary=x"}
+    )
+    assert streamed.status_code == 413 and "upload limit" in streamed.json()["detail"]
+    page = client.post("/", files={"image": ("big.png", big, "image/png")})
+    assert page.status_code == 413
+
+
+class _TextEmbedder:
+    """Images and texts into one space: the mean colour, and a colour named by the text."""
+
+    batch_size = 8
+
+    def embed(self, images: Any) -> np.ndarray:
+        rows = [np.asarray(image, dtype=np.float32).reshape(-1, 3).mean(axis=0) for image in images]
+        return np.asarray(rows, dtype=np.float32)
+
+    def embed_text(self, texts: Any) -> np.ndarray:
+        return np.asarray([COLOURS[text.split()[-1]] for text in texts], dtype=np.float32)
+
+
+def test_text_queries_on_a_store_with_a_text_side(gallery: tuple[Path, InMemoryImageEmbeddingStore]) -> None:
+    store = InMemoryImageEmbeddingStore(gallery[1].paths, _TextEmbedder(), num_workers=1)
+    store.build_store(progress=False)
+    client = TestClient(create_app(store))
+    assert client.get("/api/info").json()["text_queries"] is True
+    assert 'name="text"' in client.get("/").text
+    body = client.post("/api/search", json={"text": "something blue", "k": 4}).json()
+    assert all("/blue/" in item["path"] for item in body["plain"])
+    page = client.get("/?text=a%20green&k=3&rerank=true&k1=4&k2=2&pool=8")
+    assert page.status_code == 200 and page.text.count("/thumb/green/") >= 6
+    form = client.post("/", data={"text": "a red", "k": "2"})
+    assert form.status_code == 200 and "/thumb/red/" in form.text
 
 
 def test_only_gallery_files_are_served(client: TestClient) -> None:

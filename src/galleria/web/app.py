@@ -34,6 +34,50 @@ _HERE = Path(__file__).parent
 _SETTING_KEYS = ("k", "expand", "alpha", "neighbors", "rerank", "k1", "k2", "lambda", "lambda_value", "pool")
 
 
+#: Room for the form's other fields beside the image, in bytes.
+_FORM_SLACK = 1024 * 1024
+
+
+class _BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is refused with 413, never stored whole.
+
+    A declared ``content-length`` over the limit is answered at once; a body that turns out longer
+    while it is read (chunked uploads) raises :class:`UploadError` inside the route, which answers 413.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            response = JSONResponse({"detail": _too_large(int(declared), self.limit)}, status_code=413)
+            await response(scope, receive, send)
+            return
+        total = 0
+        limit = self.limit
+
+        async def limited() -> Any:
+            nonlocal total
+            message = await receive()
+            if message.get("type") == "http.request":
+                total += len(message.get("body", b""))
+                if total > limit:
+                    raise UploadError(_too_large(total, limit), too_large=True)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _too_large(size: int, limit: int) -> str:
+    allowed = (limit - _FORM_SLACK) / 1e6
+    return f"the request is {size / 1e6:.1f} MB or more, over the upload limit of {allowed:.1f} MB"
+
+
 def create_app(
     store: Any,
     *,
@@ -57,6 +101,7 @@ def create_app(
         description="Search a gallery store; plain and k-reciprocal re-ranked results side by side.",
     )
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
+    app.add_middleware(_BodyLimit, limit=max_upload_bytes + _FORM_SLACK)
 
     def gallery_path(relative: str) -> str:
         path = labels.path_of(relative)
@@ -111,7 +156,7 @@ def create_app(
             fields: dict[str, Any] = body
             image = None
         elif content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-            form = await request.form(max_part_size=max_upload_bytes + 1024 * 1024)
+            form = await request.form()
             fields = {key: value for key, value in form.items() if key != "image"}
             image = form.get("image")
         else:

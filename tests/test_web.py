@@ -199,6 +199,7 @@ def test_page_routes(client: TestClient) -> None:
     assert "/thumb/red/" in page.text and "&amp;path=red/" in page.text  # clickable results
     upload = client.post("/", files={"image": ("q.png", _png((40, 60, 210)), "image/png")}, data={"k": "2"})
     assert upload.status_code == 200 and 'id="plain"' in upload.text and 'id="reranked"' not in upload.text
+    assert 'src="data:image/jpeg;base64,' in upload.text  # the uploaded query is shown
     assert client.get("/?path=../secret.txt").status_code == 404
     bad = client.get("/?k=abc")
     assert bad.status_code == 400 and "k must be an integer" in bad.text

@@ -7,11 +7,18 @@ import os
 import threading
 from collections import OrderedDict
 
+import numpy as np
 from PIL import Image
 
 from galleria._validation import check_positive_int
 
-__all__ = ["DEFAULT_CACHE_BYTES", "DEFAULT_THUMBNAIL_SIZE", "ThumbnailCache", "make_thumbnail"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_THUMBNAIL_SIZE",
+    "ThumbnailCache",
+    "array_thumbnail",
+    "make_thumbnail",
+]
 
 #: Longest side of a thumbnail, in pixels.
 DEFAULT_THUMBNAIL_SIZE = 160
@@ -36,9 +43,18 @@ def make_thumbnail(path: str | os.PathLike[str], size: int = DEFAULT_THUMBNAIL_S
     with Image.open(os.fspath(path)) as image:
         image.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
         picture = image.convert("RGB")
+    return _jpeg(picture, size)
+
+
+def array_thumbnail(pixels: np.ndarray, size: int = DEFAULT_THUMBNAIL_SIZE) -> bytes:
+    """The JPEG bytes of an (H, W, 3) uint8 RGB array shrunk to fit in ``size`` × ``size``."""
+    return _jpeg(Image.fromarray(np.asarray(pixels, dtype=np.uint8)), check_positive_int("size", size))
+
+
+def _jpeg(picture: Image.Image, size: int) -> bytes:
     picture.thumbnail((size, size), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
-    picture.save(buffer, format="JPEG", quality=85)
+    picture.convert("RGB").save(buffer, format="JPEG", quality=85)
     return buffer.getvalue()
 
 

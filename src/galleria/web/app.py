@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -24,7 +25,7 @@ from galleria.viewer import (
     decode_upload,
 )
 from galleria.viewer.text import shorten_middle
-from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES
+from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES, array_thumbnail
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 
@@ -233,6 +234,11 @@ def create_app(
             )
             return "/?" + fields
 
+        upload_preview = None
+        if kind == "image" and result is not None:
+            encoded = base64.b64encode(array_thumbnail(query, 96)).decode("ascii")
+            upload_preview = f"data:image/jpeg;base64,{encoded}"
+
         def shown(path: str) -> str:
             return labels.relative(path)
 
@@ -254,6 +260,7 @@ def create_app(
                 "link": link,
                 "shown": shown,
                 "short": short,
+                "upload_preview": upload_preview,
             },
             status_code=status,
         )

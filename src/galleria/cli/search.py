@@ -233,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
                 print()
             print(shorten_middle(f"{kind} query: {entry['query']}", width - 1))
             for result in entry["results"]:
-                head = f"  {result['rank']:>3}  {result['score']:.6f}  "
+                score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
+                head = f"  {result['rank']:>3}  {score:.6f}  "
                 print(head + shorten_middle(result["path"], max(8, width - 1 - len(head))))
     return 0

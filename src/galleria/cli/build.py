@@ -94,10 +94,11 @@ def _check_checkpoint(path: str, embedder: Any, index: str, space: str) -> None:
     from galleria.embedders import embedder_config
 
     header = read_store_header(path)
-    saved_embedder = (header.get("embedder") or {}).get("config")
+    embedder_entry = header.get("embedder")
+    index_entry = header.get("index")
     saved = {
-        "embedder": _comparable(saved_embedder),
-        "index": (header.get("index") or {}).get("name"),
+        "embedder": _comparable(embedder_entry.get("config") if isinstance(embedder_entry, dict) else None),
+        "index": index_entry.get("name") if isinstance(index_entry, dict) else None,
         "space": header.get("space"),
     }
     wanted = {"embedder": _comparable(embedder_config(embedder)), "index": index, "space": space}

@@ -359,3 +359,14 @@ def test_serve_answers_in_a_real_process(photos: Path, tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.communicate(timeout=20)
+
+
+def test_root_reanchors_a_moved_gallery(photos: Path, tmp_path: Path) -> None:
+    store = str(tmp_path / "g.safetensors")
+    ok("build", str(photos / "blue"), "--out", store)
+    moved = tmp_path / "moved"
+    os.rename(photos / "blue", moved)
+    payload = ok_json("search", store, "--image", str(moved / "blue1.png"), "-k", "1", "--root", str(moved))
+    assert payload["queries"][0]["results"][0]["path"] == str(moved / "blue1.png")
+    assert ok_json("info", store, "--root", str(moved))["count"] == 6
+    assert ok_json("sync", store, str(moved), "--root", str(moved))["count"] == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -232,9 +233,19 @@ def test_clip_local_checkpoint(clip: ClipEmbedder, tmp_path: Path) -> None:
         loaded.embed(batch), clip.embed(batch)
     )  # the checkpoint's weights, not random ones
     config = embedder_config(loaded)
-    assert config == {"type": "clip", "model_name": TINY_CLIP, "pretrained": str(path), "batch_size": 64}
-    rebuilt = embedder_from_config(json.loads(json.dumps(config)))  # the path as a str this time
-    assert isinstance(rebuilt, ClipEmbedder)
+    assert config == {
+        "type": "clip",
+        "model_name": TINY_CLIP,
+        "pretrained": None,
+        "batch_size": 64,
+        "checkpoint_name": "weights.pt",
+        "checkpoint_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }  # the file's name and digest, never its path
+    saved = json.loads(json.dumps(config))
+    with pytest.raises(ValueError, match=r"weights\.pt.*checkpoint="):
+        embedder_from_config(saved)  # the config alone never chooses a file to load
+    rebuilt = embedder_from_config(saved, checkpoint=str(path))
+    assert isinstance(rebuilt, ClipEmbedder) and rebuilt.config() == config
     np.testing.assert_array_equal(rebuilt.embed(batch), loaded.embed(batch))
     broken = tmp_path / "broken.pt"
     broken.write_bytes(b"not a checkpoint")

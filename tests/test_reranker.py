@@ -176,8 +176,8 @@ def test_rerank_argument_validation() -> None:
         reranker.rerank([good[0], Candidate(good[1].path, float("nan"))], top_k=3)
     with pytest.raises(ValueError, match=r"candidates\[0\]\.score"):
         reranker.rerank([Candidate(good[0].path, float("inf"))], top_k=3)
-    with pytest.raises(TypeError, match=r"candidates\[0\]\.score"):
-        reranker.rerank([Candidate(good[0].path, "0.1")], top_k=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"score must be a real number, got '0.1'"):
+        Candidate(good[0].path, "0.1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="more than once"):
         reranker.rerank([good[0], good[1], Candidate(good[0].path, 0.5)], top_k=3)
     with pytest.raises(KeyError, match=r"missing\.png"):

@@ -231,7 +231,8 @@ def test_all_images_unreadable_gives_an_empty_store(tmp_path: Path) -> None:
         store.build_store(progress=False)
     assert "none of the 3" in str(record[-1].message)
     assert store.is_built and len(store) == 0 and store.skipped == bad
-    assert store.retrieve_top_k_similar(np.zeros((8, 8, 3), dtype=np.uint8), k=2) == [[]]
+    query = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    assert store.retrieve_top_k_similar(query, k=2) == [[]]
     assert store.embeddings.shape[0] == 0
     store.add_images([make_images(tmp_path / "later", 1)[0]])
     assert len(store) == 1

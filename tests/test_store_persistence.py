@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -108,7 +109,7 @@ def test_save_replaces_atomically_and_keeps_old_file_on_error(gallery: list[str]
 
     class Broken:
         def embed(self, images: Any) -> np.ndarray:
-            return np.zeros((len(images), 3), dtype=np.float32)
+            return np.ones((len(images), 2), dtype=np.float32)
 
         def config(self) -> str:
             return "not a dict"
@@ -261,16 +262,30 @@ def saved(gallery: list[str], tmp_path: Path, request: pytest.FixtureRequest) ->
     return file
 
 
-def rewrite(source: Path, target: Path, edit_header: Any = None, edit_tensors: Any = None) -> Path:
-    """Copy a store file, changing its header and/or tensors (a tamperer with a safetensors writer)."""
+def seal(header: Any) -> str:
+    """The header digest a store file carries: SHA-256 of the canonical JSON (sorted keys, compact)."""
+    canonical = json.dumps(header, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def rewrite(
+    source: Path, target: Path, edit_header: Any = None, edit_tensors: Any = None, *, reseal: bool = True
+) -> Path:
+    """Copy a store file, changing its header and/or tensors (a tamperer with a safetensors writer).
+
+    With ``reseal`` the tamperer also recomputes the header digest, so the loader's own checks of
+    each key are what refuses the file.
+    """
     with safe_open(str(source), framework="numpy") as reader:
-        header = json.loads(reader.metadata()["galleria"])
+        metadata = reader.metadata()
+        header = json.loads(metadata["galleria"])
         tensors = {key: reader.get_tensor(key) for key in reader.keys()}
     if edit_header:
         edit_header(header)
     if edit_tensors:
         edit_tensors(tensors)
-    save_file(tensors, str(target), metadata={"galleria": json.dumps(header)})
+    digest = seal(header) if reseal else metadata["galleria_sha256"]
+    save_file(tensors, str(target), metadata={"galleria": json.dumps(header), "galleria_sha256": digest})
     return target
 
 
@@ -280,7 +295,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_directory_instead_of_file(tmp_path: Path) -> None:
-    with pytest.raises(OSError):
+    with pytest.raises(ValueError, match="folder, not a regular file"):
         InMemoryImageEmbeddingStore.load_from_disk(tmp_path)
 
 
@@ -400,10 +415,9 @@ def test_bad_path_and_argument_types(saved: Path) -> None:
         store.save_to_disk("")
 
 
-def test_wrong_embedder_dimension_on_load_is_caught_at_query(saved: Path) -> None:
-    store = InMemoryImageEmbeddingStore.load_from_disk(saved, embedder=PixelEmbedder(size=4))
-    with pytest.raises(ValueError, match="dimension"):
-        store.retrieve_top_k_similar(np.zeros((8, 8, 3), dtype=np.uint8), k=1)
+def test_wrong_embedder_dimension_is_caught_at_load(saved: Path) -> None:
+    with pytest.raises(ValueError, match=r"embedder \(PixelEmbedder\) outputs dimension 48, but the store"):
+        InMemoryImageEmbeddingStore.load_from_disk(saved, embedder=PixelEmbedder(size=4))
 
 
 @pytest.mark.parametrize("index", ["exact", "hnsw"])

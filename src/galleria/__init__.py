@@ -27,6 +27,8 @@ _EXPORTS: dict[str, str] = {
     "k_reciprocal_rerank": "galleria.rerank",
     "k_reciprocal_rerank_features": "galleria.rerank",
     "alpha_query_expansion": "galleria.expansion",
+    "GalleriaWarning": "galleria._warnings",
+    "SkippedImageWarning": "galleria._warnings",
 }
 
 __all__ = [
@@ -34,10 +36,12 @@ __all__ = [
     "ClipEmbedder",
     "ExactIndex",
     "ExternalSearchIndex",
+    "GalleriaWarning",
     "HnswIndex",
     "InMemoryImageEmbeddingStore",
     "KReciprocalReranker",
     "PixelEmbedder",
+    "SkippedImageWarning",
     "__version__",
     "alpha_query_expansion",
     "image_text_retrieval",
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from galleria._warnings import GalleriaWarning, SkippedImageWarning
     from galleria.embedders import ClipEmbedder, PixelEmbedder
     from galleria.expansion import alpha_query_expansion
     from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex

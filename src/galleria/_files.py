@@ -4,16 +4,22 @@ A file is written to a temporary file in the target's own folder and moved into 
 ``os.replace``, so readers see the old file or the new one, never half of one. The temporary
 file gets the permissions a plain ``open()`` would have given (``0o666`` less the umask), not
 ``mkstemp``'s private ``0o600``.
+
+A temporary file is named ``.TARGET.PID.RANDOM.tmp``. A process killed mid-write leaves its own
+behind; the next write to the same target removes those whose process no longer runs (never one
+that another live process or thread is still writing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["atomic_path", "atomic_write_bytes", "default_mode"]
+__all__ = ["atomic_path", "atomic_write_bytes", "default_mode", "remove_stale_temporaries"]
 
 
 def default_mode(*, folder: bool = False) -> int:
@@ -37,8 +43,11 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[str]:
     'done'
     """
     destination = os.path.abspath(os.fspath(target))
+    remove_stale_temporaries(destination)
     handle, temporary = tempfile.mkstemp(
-        prefix=f".{os.path.basename(destination)}.", suffix=".tmp", dir=os.path.dirname(destination)
+        prefix=f".{os.path.basename(destination)}.{os.getpid()}.",
+        suffix=".tmp",
+        dir=os.path.dirname(destination),
     )
     os.close(handle)
     try:
@@ -51,6 +60,35 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[str]:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, but belongs to someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(destination: str) -> list[str]:
+    """Remove temporary files that killed writes to ``destination`` left; return the names removed."""
+    folder, base = os.path.split(destination)
+    pattern = re.compile(re.escape(f".{base}.") + r"(\d+)\.[^.]+\.tmp")
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return removed
+    for entry in names:
+        match = pattern.fullmatch(entry)
+        if match is None or _running(int(match.group(1))):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(folder, entry))
+            removed.append(entry)
+    return removed
 
 
 def atomic_write_bytes(target: str | os.PathLike[str], data: bytes) -> None:

@@ -17,28 +17,55 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["normalize_rows", "pairwise_distances", "pairwise_distances_batched", "prepare_vectors"]
+__all__ = [
+    "normalize_rows",
+    "pairwise_distances",
+    "pairwise_distances_batched",
+    "prepare_vectors",
+    "zero_rows",
+]
 
 
 def normalize_rows(vectors: np.ndarray, *, dtype: npt.DTypeLike | None = np.float32) -> np.ndarray:
     """Return a copy of ``vectors`` with every row scaled to unit L2 norm (zero rows stay 0).
 
-    The copy is float32 by default; ``dtype=None`` keeps the dtype of a floating-point input.
+    The copy is float32 by default; ``dtype=None`` keeps the dtype of a floating-point input. Rows
+    whose norm overflows (huge finite entries) or underflows (tiny ones) are first divided by their
+    largest magnitude, so they normalise like any other row instead of becoming zeros.
 
     Examples
     --------
     >>> import numpy as np
     >>> normalize_rows(np.array([[3.0, 4.0], [0.0, 0.0]]), dtype=None).tolist()
     [[0.6, 0.8], [0.0, 0.0]]
+    >>> np.round(normalize_rows(np.array([[3e30, 4e30]], dtype=np.float32)).astype(float), 6).tolist()
+    [[0.6, 0.8]]
     """
     array = np.asarray(vectors, dtype=dtype)
-    norms = np.linalg.norm(array, axis=-1, keepdims=True)
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(array, axis=-1, keepdims=True)
+    bad = ~np.isfinite(norms) | ((norms == 0) & (array != 0).any(axis=-1, keepdims=True))
+    if bad.any():
+        rows = bad[..., 0]
+        peaks = np.max(np.abs(array[rows]), axis=-1, keepdims=True)
+        scaled = array[rows] / peaks
+        array = array.copy()
+        array[rows] = scaled
+        norms[rows] = np.linalg.norm(scaled, axis=-1, keepdims=True)
     result: np.ndarray = np.divide(array, norms, out=np.zeros_like(array), where=norms > 0)
     return result
 
 
+def zero_rows(vectors: np.ndarray) -> np.ndarray:
+    """Positions of the rows of a 2-D array that are all zeros (no direction in cosine space)."""
+    return np.flatnonzero(~np.asarray(vectors).any(axis=1))
+
+
 def prepare_vectors(vectors: np.ndarray, space: str) -> np.ndarray:
-    """Vectors as an index of ``space`` stores them: L2-normalised for cosine, unchanged otherwise."""
+    """Vectors as an index of ``space`` stores them: L2-normalised for cosine, unchanged otherwise.
+
+    Zero rows stay zero here; the store refuses them in cosine space (they have no direction).
+    """
     if space == "cosine":
         return normalize_rows(vectors)
     return np.ascontiguousarray(vectors, dtype=np.float32)
@@ -80,7 +107,9 @@ def pairwise_distances_batched(a: np.ndarray, b: np.ndarray, space: str) -> np.n
 
 def _from_gram(gram: np.ndarray, left: np.ndarray, right: np.ndarray, space: str) -> np.ndarray:
     """Distances in ``space`` from the Gram matrix (or stack of them) of ``left`` and ``right`` rows."""
-    if space in ("cosine", "ip"):
+    if space == "cosine":  # unit rows: 1 - cos lies in [0, 2], rounding floored at 0
+        return np.maximum(np.asarray(1.0 - gram, dtype=np.float32), 0.0)
+    if space == "ip":
         return np.asarray(1.0 - gram, dtype=np.float32)
     if space == "l2":
         squared = (

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from galleria import __version__
-from galleria.cli._common import CliError
+from galleria.cli._common import CliError, report_skipped_images
 
 __all__ = ["CliError", "main"]
 
@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     try:
-        code: int = args.run(args)
+        with report_skipped_images():
+            code: int = args.run(args)
         sys.stdout.flush()  # inside the try, so that a closed pipe is handled below
     except BrokenPipeError:
         # The reader of our output went away (``galleria ... | head``): not an error of ours.

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from typing import Any
+import warnings
+from collections.abc import Iterator
+from typing import Any, TextIO
 
-__all__ = ["CliError", "add_command", "print_json"]
+from galleria._warnings import SkippedImageWarning
+
+__all__ = ["CliError", "add_command", "print_json", "report_skipped_images"]
 
 
 class CliError(Exception):
@@ -32,3 +37,30 @@ def print_json(payload: Any) -> None:
     """Print ``payload`` as stable JSON (sorted keys, two-space indent) on stdout."""
     json.dump(payload, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
+
+
+@contextlib.contextmanager
+def report_skipped_images() -> Iterator[None]:
+    """Print each :class:`~galleria.SkippedImageWarning` as one ``skipped PATH: reason`` line on stderr.
+
+    Other warnings are shown as Python shows them. Every skipped file is reported, repeats included.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SkippedImageWarning)
+        show = warnings.showwarning
+
+        def show_one(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if isinstance(message, SkippedImageWarning):
+                print(message, file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show_one
+        yield

@@ -105,7 +105,8 @@ def readable(paths: list[str]) -> tuple[list[str], list[str]]:
     for path in paths:
         try:
             read_rgb(path)
-        except ImageReadError:
+        except ImageReadError as error:
+            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
             bad.append(path)
         else:
             good.append(path)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
@@ -50,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     paths = expand_paths(args.paths, "PATH")
     store = load_store(args, args.store)
     stats = read_manifest(args.store)
-    warnings.filterwarnings("ignore", message="skipping unreadable image", category=RuntimeWarning)
     present = [path for path in paths if path in store]
     new = [path for path in paths if path not in store]
     skipped: list[str] = []
@@ -76,6 +73,4 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"added {added} image(s), {len(present)} already present, skipped {len(skipped)} → {args.store}"
         )
-        for path in skipped:
-            print(f"  skipped: {path}", file=sys.stderr)
     return 0

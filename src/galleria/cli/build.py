@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 import time
-import warnings
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
@@ -155,8 +154,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         paths_left = paths
 
-    # Each unreadable image is listed once, at the end, rather than warned about as well.
-    warnings.filterwarnings("ignore", message="skipping unreadable image", category=RuntimeWarning)
     chunk = max(1, _BATCHES_PER_CHUNK * batch_size_of(embedder))
     last_save = time.monotonic()
     position = 0
@@ -223,6 +220,4 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"indexed {len(store)} image(s), skipped {len(skipped)} → {out}")
-        for item in skipped:
-            print(f"  skipped: {item}", file=sys.stderr)
     return 0

@@ -92,7 +92,8 @@ def _readable_queries(split: QueryGallerySplit, skip_errors: bool) -> tuple[list
     for path, label in zip(split.query_paths, split.query_labels, strict=True):
         try:
             read_rgb(path)
-        except ImageReadError:
+        except ImageReadError as error:
+            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
             unreadable.append(path)
             continue
         paths.append(path)
@@ -188,8 +189,6 @@ def run_evaluation(
                 f"report: {files.html} "
                 f"(also {files.report.name}, {files.metrics.name}, {files.pr_curve.name})"
             )
-    for path in skipped:
-        print(f"skipped unreadable image: {path}", file=sys.stderr)
     return 0
 
 

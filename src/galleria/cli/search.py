@@ -117,11 +117,13 @@ def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list
     for path in paths:
         if not os.path.exists(path):
             if skip_errors:
+                print(f"skipped {path}: no such file", file=sys.stderr)
                 bad.append(path)
                 continue
             raise CliError(f"query image {path!r} does not exist")
         if not os.path.isfile(path):
             if skip_errors:
+                print(f"skipped {path}: not a file", file=sys.stderr)
                 bad.append(path)
                 continue
             raise CliError(f"query image {path!r} is not a file")
@@ -130,6 +132,7 @@ def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list
         except ImageReadError as error:
             if not skip_errors:
                 raise CliError(f"{error} (pass --skip-errors to skip unreadable queries)") from None
+            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
             bad.append(path)
             continue
         kept.append(path)
@@ -216,8 +219,6 @@ def run(args: argparse.Namespace) -> int:
             for query, candidates in zip(query_names, lists, strict=True)
         ],
     }
-    for path in skipped:
-        print(f"skipped unreadable query: {path}", file=sys.stderr)
     if args.json:
         print_json(payload)
     elif args.csv:

@@ -1,4 +1,4 @@
-"""Input checks shared by the embedders: a batch of RGB uint8 arrays or PIL images."""
+"""Input checks shared by the embedders: a batch of RGB uint8 arrays or PIL images (made RGB)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from galleria.embedders.decoding import rgb_image
 
 __all__ = ["check_images", "to_pil"]
 
@@ -28,9 +30,13 @@ def check_images(images: Any) -> list[Any]:
 
 
 def to_pil(image: Any, position: int) -> Image.Image:
-    """Return ``images[position]`` as a PIL image, checking arrays are (H, W, 3) uint8."""
+    """Return ``images[position]`` as an RGB PIL image, checking arrays are (H, W, 3) uint8.
+
+    PIL images follow the decoding rules of files (:mod:`galleria.embedders.decoding`): EXIF
+    orientation, 16-bit and float scaling, transparency composited onto white.
+    """
     if isinstance(image, Image.Image):
-        return image
+        return rgb_image(image)
     if isinstance(image, np.ndarray):
         if image.dtype != np.uint8:
             raise TypeError(f"images[{position}] must be a uint8 array, got dtype {image.dtype}")

@@ -4,6 +4,9 @@ An embedder turns a batch of RGB images into an (n, d) float32 array. Anything w
 method works; ``batch_size`` is optional (:func:`batch_size_of` falls back to a default), and
 ``embed_text`` is present only for embedders with a text side (CLIP). ``config()`` returns a
 JSON-able dict with a ``"type"`` key so a saved store can rebuild its embedder without pickle.
+``input_size`` is optional too: the (width, height) an embedder resizes its images to, or an int for a
+square; a store then decodes large JPEGs at a reduced scale that keeps twice that size
+(:func:`input_size_of`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from PIL import Image
 
 from galleria._validation import is_int
 
-__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of"]
+__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of", "input_size_of"]
 
 #: A single image: an (H, W, 3) uint8 RGB array or a PIL image.
 ImageInput = np.ndarray | Image.Image
@@ -48,3 +51,19 @@ def batch_size_of(embedder: object) -> int:
     if is_int(size) and size > 0:
         return int(size)
     return DEFAULT_BATCH_SIZE
+
+
+def input_size_of(embedder: object) -> tuple[int, int] | None:
+    """The embedder's ``input_size`` as (width, height), or None if it declares none (or a malformed one).
+
+    Examples
+    --------
+    >>> from galleria.embedders import PixelEmbedder
+    >>> input_size_of(PixelEmbedder(size=(8, 4))), input_size_of(object())
+    ((8, 4), None)
+    """
+    size: Any = getattr(embedder, "input_size", None)
+    pair = (size, size) if is_int(size) else size
+    if isinstance(pair, (tuple, list)) and len(pair) == 2 and all(is_int(side) and side > 0 for side in pair):
+        return int(pair[0]), int(pair[1])
+    return None

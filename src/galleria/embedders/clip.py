@@ -12,13 +12,16 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
+from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record, verify_checkpoint
+from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_int, config_name
+from galleria.embedders._hub import obtainable
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders.base import ImageInput
-from galleria.embedders.registry import check_config
 
 __all__ = ["ClipEmbedder"]
 
-_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size"})
+_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", *CHECKPOINT_KEYS})
+_CONFIG_WHERE = "clip embedder config"
 _CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 #: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
 RANDOM_WEIGHTS_SEED = 0
@@ -74,6 +77,11 @@ def _looks_like_path(value: str) -> bool:
     return os.sep in value or "/" in value or value.lower().endswith(_CHECKPOINT_SUFFIXES)
 
 
+def _check_model_name(open_clip: Any, model_name: str) -> None:
+    if model_name not in open_clip.list_models():
+        raise ValueError(f"model_name {model_name!r} is not an open_clip model; see open_clip.list_models()")
+
+
 class ClipEmbedder:
     """Embed images and texts into one CLIP space with open_clip; outputs are L2-normalised float32.
 
@@ -85,8 +93,11 @@ class ClipEmbedder:
     pretrained : str, os.PathLike or None
         An open_clip weight tag for ``model_name`` (``"openai"``, ``"laion2b_s34b_b79k"``, ...), the
         path of a local checkpoint file, or None for random weights (seeded: every instance is equal).
-        Weights given by tag are downloaded or taken from the local cache; with the network
-        unavailable (``HF_HUB_OFFLINE=1``) and no cached copy this raises RuntimeError at once.
+        A string that is one of the model's tags is the tag, even if a file of that name exists.
+        Weights given by tag are taken from the local cache without any network request, or
+        downloaded; when they are not cached and the hub is offline (``HF_HUB_OFFLINE=1``) or its
+        host does not answer within a few seconds, this raises a one-line RuntimeError at once.
+        A local checkpoint is recorded in :meth:`config` by file name and SHA-256, never by path.
     device : str, torch.device or None
         Where the model runs; None picks cuda, then mps, then cpu. Autocast is used on cuda.
     batch_size : int
@@ -97,7 +108,8 @@ class ClipEmbedder:
     ImportError
         If torch or open_clip is not installed (``pip install 'galleria[clip]'``).
     ValueError
-        For an unknown model name, an unknown tag or a checkpoint path that does not exist.
+        For an unknown model name, an unknown tag, or a checkpoint path that does not exist or is
+        not a regular file.
     RuntimeError
         If the weights cannot be fetched or loaded.
 
@@ -122,22 +134,42 @@ class ClipEmbedder:
         if not model_name:
             raise ValueError("model_name must be a non-empty string, got ''")
         hub_model = model_name.startswith("hf-hub:")
-        if not hub_model and model_name not in open_clip.list_models():
-            raise ValueError(
-                f"model_name {model_name!r} is not an open_clip model; see open_clip.list_models()"
-            )
-        self.batch_size = check_positive_int("batch_size", batch_size)
-        self._pretrained = self._check_pretrained(open_clip, model_name, pretrained, hub_model)
+        if not hub_model:
+            _check_model_name(open_clip, model_name)
+        batch_size = check_positive_int("batch_size", batch_size)
+        tag, checkpoint = self._check_pretrained(open_clip, model_name, pretrained, hub_model)
+        record = checkpoint_record(checkpoint) if checkpoint is not None else None
+        self._setup(torch, open_clip, model_name, tag, checkpoint, record, device, batch_size)
+
+    def _setup(
+        self,
+        torch: Any,
+        open_clip: Any,
+        model_name: str,
+        tag: str | None,
+        checkpoint: str | None,
+        record: dict[str, str] | None,
+        device: Any,
+        batch_size: int,
+    ) -> None:
+        self.batch_size = batch_size
         self._model_name = model_name
+        self._tag = tag
+        self._checkpoint = checkpoint
+        self._record = record
         self._torch = torch
         self._device = _pick_device(torch, device)
         self._model, self._preprocess, self._tokenizer = self._load(open_clip)
 
     @staticmethod
-    def _check_pretrained(open_clip: Any, model_name: str, pretrained: Any, hub_model: bool) -> str | None:
+    def _check_pretrained(
+        open_clip: Any, model_name: str, pretrained: Any, hub_model: bool
+    ) -> tuple[str | None, str | None]:
+        """Return (tag, checkpoint path): at most one is set."""
         if pretrained is None:
-            return None
-        if isinstance(pretrained, os.PathLike):
+            return None, None
+        is_path = isinstance(pretrained, os.PathLike)
+        if is_path:
             pretrained = os.fspath(pretrained)
         if not isinstance(pretrained, str):
             raise TypeError(
@@ -146,36 +178,42 @@ class ClipEmbedder:
             )
         if not pretrained:
             raise ValueError("pretrained must be a tag, a checkpoint path or None, got ''")
+        tags: list[str] = [] if hub_model else list(open_clip.list_pretrained_tags_by_model(model_name))
+        if not is_path and pretrained in tags:
+            return pretrained, None
         if os.path.exists(pretrained):
-            return pretrained
-        if _looks_like_path(pretrained):
+            return None, pretrained
+        if is_path or _looks_like_path(pretrained):
             raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
-        if not hub_model:
-            tags = open_clip.list_pretrained_tags_by_model(model_name)
-            if pretrained not in tags:
-                raise ValueError(
-                    f"pretrained {pretrained!r} is neither a local checkpoint nor a weight tag of "
-                    f"{model_name!r}; its tags are {tags}"
-                )
-        return pretrained
+        if hub_model:
+            return pretrained, None
+        raise ValueError(
+            f"pretrained {pretrained!r} is neither a local checkpoint nor a weight tag of "
+            f"{model_name!r}; its tags are {tags}"
+        )
 
     def _load(self, open_clip: Any) -> tuple[Any, Any, Any]:
         torch = self._torch
+        # Fails at once, in one line, when the weights are neither cached nor downloadable now.
+        context: contextlib.AbstractContextManager[None] = (
+            contextlib.nullcontext()
+            if self._checkpoint is not None
+            else obtainable(open_clip, self._model_name, self._tag)
+        )
         try:
-            with torch.random.fork_rng(devices=[]), _quiet_open_clip_logging():
+            with context, torch.random.fork_rng(devices=[]), _quiet_open_clip_logging():
                 torch.manual_seed(RANDOM_WEIGHTS_SEED)
                 model, _, preprocess = open_clip.create_model_and_transforms(
-                    self._model_name, pretrained=self._pretrained, device="cpu"
+                    self._model_name, pretrained=self.pretrained, device="cpu"
                 )
             tokenizer = open_clip.get_tokenizer(self._model_name)
         except Exception as error:  # hub, network, file-format and state-dict errors alike
-            source = self._pretrained
-            if source is not None and os.path.exists(source):
+            if self._checkpoint is not None:
                 raise RuntimeError(
-                    f"could not load the checkpoint {source!r} into {self._model_name!r}: {error}"
+                    f"could not load the checkpoint {self._checkpoint!r} into {self._model_name!r}: {error}"
                 ) from error
             raise RuntimeError(
-                f"could not obtain weights {source!r} for {self._model_name!r} ({error}). Without network "
+                f"could not obtain weights {self._tag!r} for {self._model_name!r} ({error}). Without network "
                 "access, download the checkpoint file elsewhere and pass its local path instead: "
                 f"ClipEmbedder({self._model_name!r}, pretrained='/path/to/open_clip_pytorch_model.bin'); "
                 "or use pretrained=None for random weights."
@@ -185,7 +223,7 @@ class ClipEmbedder:
 
     def __repr__(self) -> str:
         return (
-            f"ClipEmbedder(model_name={self._model_name!r}, pretrained={self._pretrained!r}, "
+            f"ClipEmbedder(model_name={self._model_name!r}, pretrained={self.pretrained!r}, "
             f"device={str(self._device)!r}, batch_size={self.batch_size})"
         )
 
@@ -197,7 +235,17 @@ class ClipEmbedder:
     @property
     def pretrained(self) -> str | None:
         """The weight tag or checkpoint path (None: seeded random weights)."""
-        return self._pretrained
+        return self._checkpoint if self._checkpoint is not None else self._tag
+
+    @property
+    def input_size(self) -> tuple[int, int] | None:
+        """The (width, height) of the model's input images (a store decodes large JPEGs to twice this)."""
+        size: Any = getattr(self._model.visual, "image_size", None)
+        if isinstance(size, int):
+            return size, size
+        if isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(v, int) for v in size):
+            return int(size[1]), int(size[0])  # open_clip keeps (height, width)
+        return None
 
     @property
     def device(self) -> str:
@@ -251,21 +299,70 @@ class ClipEmbedder:
         return self._encode(batches, self._model.encode_text)
 
     def config(self) -> dict[str, Any]:
-        """A JSON-able description (model, weights, batch size; not the device) for :meth:`from_config`."""
-        return {
+        """A JSON-able description (model, weights, batch size; not the device) for :meth:`from_config`.
+
+        Weights from a local checkpoint are recorded as ``pretrained: None`` plus the checkpoint's
+        ``checkpoint_name`` (its base name) and ``checkpoint_sha256``, never its path.
+        """
+        config: dict[str, Any] = {
             "type": "clip",
             "model_name": self._model_name,
-            "pretrained": self._pretrained,
+            "pretrained": self._tag,
             "batch_size": self.batch_size,
         }
+        if self._record is not None:
+            config.update(self._record)
+        return config
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], device: Any = None) -> ClipEmbedder:
-        """Rebuild an embedder from :meth:`config` output (on ``device``, auto-selected by default)."""
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        device: Any = None,
+        *,
+        checkpoint: str | os.PathLike[str] | None = None,
+    ) -> ClipEmbedder:
+        """Rebuild an embedder from :meth:`config` output (on ``device``, auto-selected by default).
+
+        The config is untrusted input (it may come from a store file): its values are checked before
+        any model is built, ``model_name`` must be an open_clip architecture and ``pretrained`` one of
+        its weight tags or None — never a path, URL or hub repository. A config that records a local
+        checkpoint needs that file passed as ``checkpoint``; its SHA-256 must match the record.
+
+        Raises
+        ------
+        TypeError
+            If ``config`` is not a mapping.
+        ValueError
+            For another type, an unknown key, a value of the wrong type or out of bounds
+            (``batch_size`` at most 4096), an unknown model or tag, or a checkpoint that is missing,
+            not recorded, or has another digest.
+        """
         check_config(config, "clip", _CONFIG_KEYS)
-        return cls(
-            model_name=config.get("model_name", "ViT-B-32"),
-            pretrained=config.get("pretrained", "openai"),
-            device=device,
-            batch_size=config.get("batch_size", 64),
-        )
+        model_name = config_name("clip", "model_name", config.get("model_name", "ViT-B-32"))
+        tag = config.get("pretrained", "openai")
+        if tag is not None:
+            tag = config_name("clip", "pretrained", tag)
+        batch_size = config_int("clip", "batch_size", config.get("batch_size", 64), MAX_CONFIG_BATCH_SIZE)
+        record = check_record(config, _CONFIG_WHERE)
+        if record is not None and tag is not None:
+            raise ValueError(
+                f"{_CONFIG_WHERE} records both the weight tag {tag!r} and a local checkpoint; "
+                "pretrained must be null with a checkpoint"
+            )
+        path = None
+        if record is not None or checkpoint is not None:
+            path = verify_checkpoint(config, checkpoint, _CONFIG_WHERE)
+        torch, open_clip = _import_clip()
+        _check_model_name(open_clip, model_name)
+        if tag is not None:
+            tags = list(open_clip.list_pretrained_tags_by_model(model_name))
+            if tag not in tags:
+                raise ValueError(
+                    f"{_CONFIG_WHERE}: pretrained {tag!r} is not a weight tag of {model_name!r}; "
+                    f"its tags are {tags}"
+                )
+        recorded = None if record is None else dict(zip(CHECKPOINT_KEYS, record, strict=True))
+        embedder = cls.__new__(cls)
+        embedder._setup(torch, open_clip, model_name, tag, path, recorded, device, batch_size)
+        return embedder

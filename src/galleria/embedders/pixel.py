@@ -10,13 +10,16 @@ from PIL import Image
 
 from galleria._validation import check_bool, check_positive_int
 from galleria.distances import normalize_rows
+from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_bool, config_int
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders.base import ImageInput
-from galleria.embedders.registry import check_config
 
-__all__ = ["PixelEmbedder"]
+__all__ = ["MAX_CONFIG_DIM", "MAX_CONFIG_SIDE", "PixelEmbedder"]
 
 _CONFIG_KEYS = frozenset({"type", "size", "grayscale", "batch_size"})
+#: Bounds on a config's thumbnail (a store file is untrusted): each side, and width × height × channels.
+MAX_CONFIG_SIDE = 1024
+MAX_CONFIG_DIM = 1 << 20
 
 
 def _check_size(size: Any) -> tuple[int, int]:
@@ -75,6 +78,11 @@ class PixelEmbedder:
         return self._grayscale
 
     @property
+    def input_size(self) -> tuple[int, int]:
+        """The (width, height) images are resized to (a store decodes large JPEGs to twice this)."""
+        return self._size
+
+    @property
     def dim(self) -> int:
         """Length of the embedding: width × height × channels."""
         return self._size[0] * self._size[1] * (1 if self._grayscale else 3)
@@ -107,11 +115,32 @@ class PixelEmbedder:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> PixelEmbedder:
-        """Rebuild an embedder from :meth:`config` output; ValueError for another type or unknown keys."""
+        """Rebuild an embedder from :meth:`config` output, checking every value first.
+
+        Raises
+        ------
+        TypeError
+            If ``config`` is not a mapping.
+        ValueError
+            For another type, an unknown key, or a value of the wrong type or out of bounds: each side
+            of ``size`` at most :data:`MAX_CONFIG_SIDE`, the dimension at most :data:`MAX_CONFIG_DIM`,
+            ``batch_size`` at most 4096, ``grayscale`` a bool.
+        """
         check_config(config, "pixel", _CONFIG_KEYS)
         size = config.get("size", 32)
-        return cls(
-            size=tuple(size) if isinstance(size, list) else size,
-            grayscale=config.get("grayscale", False),
-            batch_size=config.get("batch_size", 256),
-        )
+        if isinstance(size, (list, tuple)):
+            if len(size) != 2:
+                raise ValueError(f"pixel embedder config: size must be [width, height], got {size!r}")
+            width = config_int("pixel", "size[0]", size[0], MAX_CONFIG_SIDE)
+            height = config_int("pixel", "size[1]", size[1], MAX_CONFIG_SIDE)
+        else:
+            width = height = config_int("pixel", "size", size, MAX_CONFIG_SIDE)
+        grayscale = config_bool("pixel", "grayscale", config.get("grayscale", False))
+        dim = width * height * (1 if grayscale else 3)
+        if dim > MAX_CONFIG_DIM:
+            raise ValueError(
+                f"pixel embedder config: size {[width, height]} gives {dim} dimensions, "
+                f"more than {MAX_CONFIG_DIM}"
+            )
+        batch_size = config_int("pixel", "batch_size", config.get("batch_size", 256), MAX_CONFIG_BATCH_SIZE)
+        return cls(size=(width, height), grayscale=grayscale, batch_size=batch_size)

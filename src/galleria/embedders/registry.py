@@ -6,32 +6,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
+from galleria.embedders.clip import ClipEmbedder
+from galleria.embedders.pixel import PixelEmbedder
 
 __all__ = ["EMBEDDER_TYPES", "check_config", "embedder_config", "embedder_from_config"]
 
 #: Embedder types that :func:`embedder_from_config` can rebuild.
 EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip")
-
-
-def check_config(config: Any, kind: str, keys: frozenset[str]) -> Mapping[str, Any]:
-    """Return ``config`` if it is a mapping of embedder type ``kind`` with no key outside ``keys``.
-
-    Raises TypeError for a non-mapping, ValueError for another type or unknown keys (named).
-
-    Examples
-    --------
-    >>> check_config({"type": "pixel", "size": 8}, "pixel", frozenset({"type", "size"}))["size"]
-    8
-    """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a mapping, got {type(config).__name__}")
-    if config.get("type") != kind:
-        raise ValueError(f"config is not a {kind} embedder config (type {config.get('type')!r})")
-    unknown = sorted(map(str, set(config) - keys))
-    if unknown:
-        raise ValueError(f"unknown {kind} embedder config key(s) {unknown}")
-    return config
 
 
 def embedder_config(embedder: object) -> dict[str, Any] | None:
@@ -61,11 +44,27 @@ def embedder_config(embedder: object) -> dict[str, Any] | None:
     return dict(config)
 
 
-def embedder_from_config(config: Mapping[str, Any]) -> Embedder:
-    """Rebuild an embedder from a config written by :func:`embedder_config`.
+def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> Embedder:
+    """Rebuild an embedder from a config written by :func:`embedder_config` (e.g. one in a store file).
 
-    Raises TypeError if ``config`` is not a mapping and ValueError for a missing or unknown
-    ``"type"`` (the known types are :data:`EMBEDDER_TYPES`).
+    The config is untrusted: every value is checked before anything is built, and no file it names
+    is ever opened. A CLIP config built from a local checkpoint records only the checkpoint's file
+    name and SHA-256; pass the file as ``checkpoint`` and its digest is checked.
+
+    Parameters
+    ----------
+    config : mapping
+        A config with a ``"type"`` among :data:`EMBEDDER_TYPES`.
+    checkpoint : str, os.PathLike or None
+        The local checkpoint a CLIP config records (ValueError if it records none, or another one).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a mapping.
+    ValueError
+        For a missing or unknown ``"type"``, an unknown key, a value of the wrong type or out of
+        bounds, or a checkpoint that is missing, unexpected or has another digest.
 
     Examples
     --------
@@ -76,11 +75,9 @@ def embedder_from_config(config: Mapping[str, Any]) -> Embedder:
         raise TypeError(f"config must be a mapping, got {type(config).__name__}")
     kind = config.get("type")
     if kind == "pixel":
-        from galleria.embedders.pixel import PixelEmbedder
-
+        if checkpoint is not None:
+            raise ValueError(f"a pixel embedder takes no checkpoint, but checkpoint={checkpoint!r} was given")
         return PixelEmbedder.from_config(config)
     if kind == "clip":
-        from galleria.embedders.clip import ClipEmbedder
-
-        return ClipEmbedder.from_config(config)
+        return ClipEmbedder.from_config(config, checkpoint=checkpoint)
     raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")

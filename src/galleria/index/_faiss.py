@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -9,7 +10,18 @@ from typing import Any
 import faiss
 import numpy as np
 
-__all__ = ["LiveRows", "deserialize", "omp_threads", "serialize"]
+from galleria.index._faiss_check import check_faiss_bytes
+
+__all__ = ["LiveRows", "deserialize", "omp_threads", "serialize", "usable_threads"]
+
+
+def usable_threads(num_threads: int) -> int:
+    """``num_threads`` capped at the CPUs this process may use (a file never chooses more)."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        available = os.cpu_count() or 1
+    return max(1, min(num_threads, available))
 
 
 @contextmanager
@@ -19,7 +31,7 @@ def omp_threads(num_threads: int | None) -> Iterator[None]:
         yield
         return
     previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(num_threads)
+    faiss.omp_set_num_threads(usable_threads(num_threads))
     try:
         yield
     finally:
@@ -35,6 +47,9 @@ def deserialize(data: np.ndarray, what: str) -> Any:
     """Read a faiss index written by :func:`serialize`; raise ValueError if faiss cannot parse it."""
     if data.dtype != np.uint8 or data.ndim != 1 or data.size == 0:
         raise ValueError(f"serialised {what} lacks its faiss index bytes")
+    # Walk the bytes against the allow-list first: FAISS itself would follow on-disk inverted lists
+    # to other files and size its allocations by the counts it reads. No I/O flag is ever passed.
+    check_faiss_bytes(data, f"serialised {what}")
     try:
         # read_index already returns the most specific (and owning) wrapper; never downcast it again,
         # as a downcast wrapper does not own the C++ object.

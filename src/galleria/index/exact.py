@@ -97,6 +97,8 @@ def exact_search(
             np.maximum(distances, 0.0, out=distances)
         else:
             distances = np.subtract(1.0, gram, out=gram)
+            if space == "cosine":  # 1 - cos of twins can round below 0
+                np.maximum(distances, 0.0, out=distances)
         block_ids, block_scores = top_k_smallest(distances, k)
         ids[start : start + step] = block_ids
         scores[start : start + step] = block_scores

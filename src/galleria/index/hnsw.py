@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 
 from galleria._validation import check_choice, is_int
-from galleria.distances import normalize_rows, prepare_vectors
+from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
 from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
@@ -235,8 +235,7 @@ class HnswIndex:
         if live == 0:
             return empty_result(array.shape[0])
         if self._space == "cosine":
-            norms = np.sqrt(np.einsum("ij,ij->i", array, array))
-            array = array / norms[:, None] if norms.all() else normalize_rows(array)
+            array = prepare_vectors(array, "cosine")
         k = min(k, live)
         settings = self._search_settings(max(width, k))
         if self._num_threads is None:
@@ -247,6 +246,8 @@ class HnswIndex:
         ids = self._rows.to_positions(labels)
         if self._space != "l2":
             np.subtract(1.0, scores, out=scores)
+        if self._space != "ip":  # cosine and squared l2 distances are never negative
+            np.maximum(scores, 0.0, out=scores)
         if (ids < 0).any():
             # The graph walk found fewer than k live rows (tiny or heavily masked graphs): answer exactly.
             missing = np.flatnonzero((ids < 0).any(axis=1))

@@ -135,7 +135,7 @@ class KReciprocalReranker:
         RuntimeError
             The store is not built.
         """
-        pool = _check_candidates("candidates", candidates)
+        pool = _check_candidates("candidates", candidates, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         return self._rerank_checked([pool], count)[0]
 
@@ -167,7 +167,11 @@ class KReciprocalReranker:
             raise TypeError(
                 f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
             )
-        pools = [_check_candidates(f"candidate_lists[{i}]", pool) for i, pool in enumerate(candidate_lists)]
+        store_id = self._store.store_id
+        pools = [
+            _check_candidates(f"candidate_lists[{i}]", pool, store_id)
+            for i, pool in enumerate(candidate_lists)
+        ]
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []
@@ -187,6 +191,7 @@ class KReciprocalReranker:
             (candidate.score for pool in ordered for candidate in pool), np.float64, len(paths)
         )
         results: list[list[Candidate]] = [[] for _ in pools]
+        make, store_id = Candidate._from_store, store.store_id
         first = start = 0
         for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
             for count in chunk_counts(int(total), int(length) + 1):
@@ -200,7 +205,7 @@ class KReciprocalReranker:
                 ):
                     pool = pools[position]
                     results[position] = [
-                        Candidate(pool[i].path, value) for i, value in zip(picked, values, strict=True)
+                        make(pool[i].path, value, store_id) for i, value in zip(picked, values, strict=True)
                     ]
                 first += count
                 start = end
@@ -219,17 +224,30 @@ class KReciprocalReranker:
         return pools_core(matrices, sizes, self._k1, self._k2, self._lambda)
 
 
-def _check_candidates(name: str, candidates: Any) -> list[Candidate]:
-    """Validate one candidate list: non-empty, all ``Candidate``, finite scores, no repeated path."""
+#: Largest score magnitude accepted: a store's distances are float32, so anything beyond is not one.
+MAX_SCORE = float(np.finfo(np.float32).max)
+
+
+def _fits(score: float) -> bool:
+    return -MAX_SCORE <= score <= MAX_SCORE  # False for NaN and ±inf as well
+
+
+def _check_candidates(name: str, candidates: Any, store_id: str) -> list[Candidate]:
+    """Validate one candidate list: non-empty, all ``Candidate`` scored by this store (or by hand),
+    finite float32-range scores, no repeated path."""
     if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
         raise TypeError(f"{name} must be a sequence of Candidate, got {type(candidates).__name__}")
     if len(candidates) == 0:
         raise ValueError(f"{name} must not be empty")
     pool = list(candidates)
-    if all(type(candidate) is Candidate and type(candidate.score) is float for candidate in pool):
-        scores = [candidate.score for candidate in pool]  # the common case, checked fast
-        if math.isfinite(math.fsum(scores)) and len({candidate.path for candidate in pool}) == len(pool):
-            return pool
+    if all(
+        type(candidate) is Candidate
+        and type(candidate.score) is float
+        and _fits(candidate.score)
+        and candidate.store_id in (None, store_id)
+        for candidate in pool
+    ) and len({candidate.path for candidate in pool}) == len(pool):
+        return pool  # the common case, checked fast
     seen: set[str] = set()
     for position, candidate in enumerate(pool):
         if not isinstance(candidate, Candidate):
@@ -239,6 +257,15 @@ def _check_candidates(name: str, candidates: Any) -> list[Candidate]:
             raise TypeError(f"{name}[{position}].score must be a real number, got {score!r}")
         if not math.isfinite(float(score)):
             raise ValueError(f"{name}[{position}].score must be finite, got {score!r}")
+        if not _fits(float(score)):
+            raise ValueError(
+                f"{name}[{position}].score {score!r} is beyond the float32 range of a store's distances"
+            )
+        if candidate.store_id not in (None, store_id):
+            raise ValueError(
+                f"{name}[{position}] ({candidate.path!r}) was scored by another store (another embedder, "
+                "space or gallery); re-rank candidates with the reranker of the store that retrieved them"
+            )
         if candidate.path in seen:
             raise ValueError(f"{name} holds the path {candidate.path!r} more than once")
         seen.add(candidate.path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -14,7 +15,9 @@ from galleria.index._checks import check_vectors
 from galleria.index.base import SPACES
 
 __all__ = [
+    "absolute_paths",
     "check_embedder",
+    "check_embedder_dim",
     "check_embedding_output",
     "check_query_vectors",
     "check_retrieval_args",
@@ -165,3 +168,30 @@ def drop_duplicates(paths: list[str], name: str, known: set[str] | dict[str, int
             stacklevel=3,
         )
     return kept
+
+
+def absolute_paths(paths: list[str]) -> list[str]:
+    """Image paths made absolute against the working directory (already absolute ones unchanged)."""
+    isabs, absolute = os.path.isabs, os.path.abspath
+    return [path if isabs(path) else absolute(path) for path in paths]
+
+
+#: Side of the probe image embedded to learn an embedder's output dimension when it declares none.
+_PROBE_SIDE = 32
+
+
+def check_embedder_dim(embedder: Any, dim: int, name: str) -> None:
+    """Check that ``embedder`` outputs ``dim``-dimensional vectors: ValueError naming ``name`` otherwise.
+
+    Uses the embedder's ``dim`` attribute when it has one, else embeds one small grey probe image.
+    """
+    declared = getattr(embedder, "dim", None)
+    if declared is None or isinstance(declared, bool) or not isinstance(declared, (int, np.integer)):
+        probe = np.full((_PROBE_SIDE, _PROBE_SIDE, 3), 127, dtype=np.uint8)
+        output = check_embedding_output(embedder.embed([probe]), 1, None, "a probe image")
+        declared = output.shape[1]
+    if int(declared) != dim:
+        raise ValueError(
+            f"{name} ({type(embedder).__name__}) outputs dimension {int(declared)}, "
+            f"but the store holds vectors of dimension {dim}"
+        )

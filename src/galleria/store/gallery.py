@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from galleria._warnings import SkippedImageWarning
 from galleria.store.reading import ImageReadError, read_rgb
 
 __all__ = ["DecodedBatch", "iter_decoded_batches"]
@@ -63,7 +64,7 @@ def iter_decoded_batches(
     skip_errors : bool
         If False, the first unreadable image raises :class:`ImageReadError` (naming the path) and
         the remaining work is cancelled. If True, it is left out of its batch, listed in
-        ``DecodedBatch.skipped`` and reported with a warning.
+        ``DecodedBatch.skipped`` and reported with a :class:`~galleria.SkippedImageWarning`.
     reader : callable, optional
         Decodes one path (defaults to :func:`read_rgb`); it should raise ``ImageReadError``.
 
@@ -99,7 +100,8 @@ def iter_decoded_batches(
                 except ImageReadError as error:
                     if not skip_errors:
                         raise
-                    warnings.warn(f"skipping unreadable image: {error}", RuntimeWarning, stacklevel=3)
+                    reason = error.reason if isinstance(error.reason, str) else str(error)
+                    warnings.warn(SkippedImageWarning(path, reason), stacklevel=3)
                     batch.skipped.append(path)
                     continue
                 batch.paths.append(path)

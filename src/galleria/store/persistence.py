@@ -1,4 +1,4 @@
-"""Saving a gallery store to one safetensors file and loading it back, without pickle.
+"""Store files: one safetensors file, written atomically and read as untrusted input (no pickle).
 
 File layout (safetensors; readable by any safetensors reader):
 
@@ -10,19 +10,23 @@ File layout (safetensors; readable by any safetensors reader):
   cannot give them back (an external index) or when ``vectors=`` is passed to ``save_to_disk``.
 * metadata key ``"galleria"`` — a JSON header::
 
-      {"format": "galleria-store", "format_version": 1, "paths": [...], "space": "cosine",
+      {"format": "galleria-store", "format_version": 2, "paths": [...], "space": "cosine",
        "dim": 512, "index": {"name": "hnsw", "params": {...}}, "embedder": {"config": {...}} | null,
        "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}}}
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
+* metadata key ``"galleria_sha256"`` — the SHA-256 of the header's canonical JSON form (sorted keys,
+  no spaces), so the header is covered like the tensors (format version 2; version-1 files, which
+  lack it, still load).
 
-Every tensor's SHA-256 is recorded and checked on load, so a tampered or damaged file raises
-ValueError before its bytes reach FAISS. A file from a newer format version is refused.
-
-Loading rules for the index: a ``search_index=`` argument wins (it must already hold the
-store's rows, or be empty and then filled from the saved ``"vectors"``); otherwise the saved
-``"index"`` bytes are deserialised; a file with neither requires ``search_index=``.
+Reading validates everything before it builds anything (:func:`read_store` returns one checked
+:class:`~galleria.store._state.GalleryState`): the file must be a regular file; the header digest and
+every tensor's SHA-256 must match; every key of the header must be present with the right type
+(ValueError naming the file and the key otherwise); sizes must agree with each other and with the
+bytes actually present; FAISS bytes are walked against an allow-list before FAISS parses them
+(:mod:`galleria.index._faiss_check`); vectors must be finite; an embedder config never names a file
+to load (a local checkpoint is recorded by name and SHA-256 and must be passed by the caller).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import TYPE_CHECKING, Any
+import stat
+from typing import Any
 
 import numpy as np
 
@@ -38,23 +43,41 @@ from galleria._files import atomic_path
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.index import SearchIndex, index_from_bytes
 from galleria.index.base import SPACES
-from galleria.store._checks import check_embedder, check_query_vectors
+from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
+from galleria.store._state import GalleryState
 
-if TYPE_CHECKING:
-    from galleria.store.store import InMemoryImageEmbeddingStore
-
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "load_store", "save_store"]
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "check_regular_file",
+    "check_store_path",
+    "encode_store",
+    "read_store",
+    "write_store",
+]
 
 FORMAT_NAME = "galleria-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER_KEY = "galleria"
+_DIGEST_KEY = "galleria_sha256"
+_HEADER_KEYS = frozenset(
+    {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
+)
+_TENSOR_NAMES = frozenset({"index", "vectors"})
+#: Largest vector dimension a store file may declare.
+MAX_DIM = 1 << 16
 
 
 def _digest(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
-def _check_path(path: Any) -> str:
+def _canonical(header: Any) -> bytes:
+    return json.dumps(header, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def check_store_path(path: Any) -> str:
+    """Return ``path`` as a non-empty str (TypeError / ValueError otherwise)."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str):
@@ -64,15 +87,25 @@ def _check_path(path: Any) -> str:
     return path
 
 
-def save_store(store: InMemoryImageEmbeddingStore, path: Any, vectors: Any = None) -> None:
-    """Write ``store`` to ``path`` as described in the module docstring (temp file + ``os.replace``)."""
-    from safetensors.numpy import save_file
+def check_regular_file(path: Any, name: str = "path") -> str:
+    """Return ``path`` as a str once it names a regular file; a FIFO, device or folder is refused at
+    once (opening one would block or read forever). OSError for a missing file."""
+    text = check_store_path(path)
+    mode = os.stat(text).st_mode  # FileNotFoundError / PermissionError as they are
+    if not stat.S_ISREG(mode):
+        kind = "folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file"
+        raise ValueError(f"{name} {text!r} is a {kind}, not a regular file")
+    return text
 
-    target = _check_path(path)
-    store._require_built()
-    index = store._index
-    count = len(store._paths)
-    dim = store.dim
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tensors and metadata of a store file for ``state`` (call while the store cannot change)."""
+    index = state.index
+    count = len(state.paths)
+    dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
     tensors: dict[str, np.ndarray] = {}
     if vectors is not None:
         given = check_query_vectors("vectors", vectors, dim)
@@ -81,8 +114,8 @@ def save_store(store: InMemoryImageEmbeddingStore, path: Any, vectors: Any = Non
         from galleria.distances import prepare_vectors
 
         tensors["vectors"] = prepare_vectors(given, index.space)
-    elif store._vectors is not None:
-        tensors["vectors"] = store._vectors
+    elif state.vectors is not None:
+        tensors["vectors"] = state.vectors
     elif not index.can_reconstruct:
         raise ValueError(
             f"the {index.name!r} index cannot reconstruct its vectors and the store holds no copy; "
@@ -96,82 +129,174 @@ def save_store(store: InMemoryImageEmbeddingStore, path: Any, vectors: Any = Non
         blob = None  # an external index FAISS cannot serialise: loading will need it passed back
     if blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
-    embedder = store._embedder
+    embedder = state.embedder
     header = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "paths": store._paths,
+        "paths": list(state.paths),
         "space": index.space,
         "dim": dim,
         "index": {"name": index.name, "params": index.params()},
         "embedder": None if embedder is None else {"config": embedder_config(embedder)},
-        "skipped": store._skipped,
+        "skipped": list(state.skipped),
         "tensors": {name: {"sha256": _digest(array)} for name, array in tensors.items()},
     }
-    metadata = {_HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":"))}
+    metadata = {
+        _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
+        _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
+    }
+    return tensors, metadata
+
+
+def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    """Write a store file atomically (temporary file beside it, then ``os.replace``)."""
+    from safetensors.numpy import save_file
+
     with atomic_path(target) as temporary:
         save_file(tensors, temporary, metadata=metadata)
 
 
-def _read_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-    """Parse and check the JSON header; raise ValueError naming the file on any problem."""
+# ---------------------------------------------------------------------------------------------- reading
+
+
+class _Header:
+    """Typed access to a parsed header; every problem is a ValueError naming the file and the key."""
+
+    def __init__(self, name: str, header: Any) -> None:
+        self.name = name
+        if not isinstance(header, dict):
+            raise ValueError(f"{name!r}: the galleria header is a {type(header).__name__}, not a JSON object")
+        self.header: dict[str, Any] = header
+
+    def fail(self, key: str, problem: str) -> ValueError:
+        return ValueError(f"{self.name!r}: header key {key!r} {problem}")
+
+    def get(self, key: str) -> Any:
+        if key not in self.header:
+            raise self.fail(key, "is missing")
+        return self.header[key]
+
+    def integer(self, value: Any, key: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.fail(key, f"must be an integer in [{low}, {high}], got {value!r}")
+        return value
+
+    def path_list(self, key: str) -> list[str]:
+        value = self.get(key)
+        if not isinstance(value, list) or not all(
+            isinstance(path, str) and path and "\x00" not in path for path in value
+        ):
+            raise self.fail(key, "must be a list of non-empty path strings")
+        return value
+
+
+def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
+    """Parse the JSON header and check its digest; the returned dict is still unvalidated."""
     if not metadata or _HEADER_KEY not in metadata:
         raise ValueError(f"{name!r} is a safetensors file but not a galleria store (no galleria header)")
+    unknown = sorted(set(metadata) - {_HEADER_KEY, _DIGEST_KEY})
+    if unknown:
+        raise ValueError(f"{name!r} has unexpected metadata keys {unknown}")
     try:
         header = json.loads(metadata[_HEADER_KEY])
+    except RecursionError:
+        raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{name!r} has a corrupt galleria header: {error}") from error
-    if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
-        raise ValueError(f"{name!r} is not a galleria store file (format {header.get('format')!r})")
-    version = header.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"{name!r} has an invalid format_version {version!r}")
+    checked = _Header(name, header)
+    version = checked.integer(checked.get("format_version"), "format_version", 1, 1 << 30)
+    if checked.get("format") != FORMAT_NAME:
+        raise ValueError(
+            f"{name!r} is not a galleria store file (header key 'format' is {header.get('format')!r})"
+        )
     if version > FORMAT_VERSION:
         raise ValueError(
             f"{name!r} was written in store format version {version}, newer than this galleria reads "
             f"({FORMAT_VERSION}); upgrade galleria to load it"
         )
-    paths = header.get("paths")
-    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
-        raise ValueError(f"{name!r} has an invalid 'paths' list in its header")
+    digest = metadata.get(_DIGEST_KEY)
+    if version >= 2 or digest is not None:
+        if digest is None:
+            raise ValueError(f"{name!r}: the header digest {_DIGEST_KEY!r} is missing")
+        try:
+            actual = hashlib.sha256(_canonical(header)).hexdigest()
+        except RecursionError:
+            raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
+        if actual != digest:
+            raise ValueError(f"{name!r}: the header does not match its checksum (file damaged or tampered)")
+    return checked.header
+
+
+def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[str, Any]:
+    """Check every key of a header; return the values the loader uses."""
+    checked = _Header(name, header)
+    unknown = sorted(map(str, set(header) - _HEADER_KEYS))
+    if unknown:
+        raise ValueError(f"{name!r}: unknown header key(s) {unknown}")
+    paths = checked.path_list("paths")
     if len(set(paths)) != len(paths):
-        raise ValueError(f"{name!r} lists a path twice in its header")
-    if header.get("space") not in SPACES:
-        raise ValueError(f"{name!r} has an invalid space {header.get('space')!r}")
-    dim = header.get("dim")
-    if dim is not None and (not isinstance(dim, int) or isinstance(dim, bool) or dim < 1):
-        raise ValueError(f"{name!r} has an invalid dim {dim!r}")
-    index = header.get("index")
-    if not isinstance(index, dict) or not isinstance(index.get("name"), str):
-        raise ValueError(f"{name!r} has an invalid 'index' entry")
-    if not isinstance(index.get("params"), dict):
-        raise ValueError(f"{name!r} has invalid index params")
-    embedder = header.get("embedder")
+        raise checked.fail("paths", "lists a path twice")
+    space = checked.get("space")
+    if space not in SPACES:
+        raise checked.fail("space", f"must be one of {SPACES}, got {space!r}")
+    dim = checked.get("dim")
+    if dim is not None:
+        dim = checked.integer(dim, "dim", 1, MAX_DIM)
+    elif paths:
+        raise checked.fail("dim", "is null, but the store holds paths")
+    if len(paths) * (dim or 0) > file_size:  # even one byte per value would not fit
+        raise checked.fail(
+            "paths", f"declares {len(paths)} rows of dimension {dim}, more than the file holds"
+        )
+    index = checked.get("index")
+    if not isinstance(index, dict) or set(index) != {"name", "params"}:
+        raise checked.fail("index", "must be an object with exactly 'name' and 'params'")
+    if not isinstance(index["name"], str) or not isinstance(index["params"], dict):
+        raise checked.fail("index", "must have a string 'name' and an object 'params'")
+    embedder = checked.get("embedder")
     if embedder is not None and (
-        not isinstance(embedder, dict) or not isinstance(embedder.get("config"), (dict, type(None)))
+        not isinstance(embedder, dict)
+        or set(embedder) != {"config"}
+        or not isinstance(embedder["config"], (dict, type(None)))
     ):
-        raise ValueError(f"{name!r} has an invalid 'embedder' entry")
-    skipped = header.get("skipped", [])
-    if not isinstance(skipped, list) or not all(isinstance(p, str) for p in skipped):
-        raise ValueError(f"{name!r} has an invalid 'skipped' list")
-    tensors = header.get("tensors")
-    if not isinstance(tensors, dict) or not all(
-        isinstance(entry, dict) and isinstance(entry.get("sha256"), str) for entry in tensors.values()
+        raise checked.fail("embedder", "must be null or an object {'config': object or null}")
+    skipped = checked.path_list("skipped")
+    tensors = checked.get("tensors")
+    if (
+        not isinstance(tensors, dict)
+        or not set(tensors) <= _TENSOR_NAMES
+        or not all(
+            isinstance(entry, dict) and set(entry) == {"sha256"} and isinstance(entry["sha256"], str)
+            for entry in tensors.values()
+        )
     ):
-        raise ValueError(f"{name!r} has an invalid 'tensors' entry")
-    return header
+        raise checked.fail("tensors", "must map 'index' / 'vectors' to {'sha256': hex digest}")
+    return {
+        "paths": paths,
+        "space": space,
+        "dim": dim,
+        "index": index,
+        "embedder": embedder,
+        "skipped": skipped,
+        "tensors": tensors,
+    }
 
 
 def _read_tensors(name: str) -> tuple[dict[str, str] | None, dict[str, np.ndarray]]:
     from safetensors import safe_open
 
-    with open(name, "rb"):  # a missing or unreadable file raises its own OSError here
-        pass
     try:
         with safe_open(name, framework="numpy") as reader:
             metadata = reader.metadata()
-            arrays = {key: reader.get_tensor(key) for key in reader.keys()}
-    except OSError:
+            if not metadata or _HEADER_KEY not in metadata:
+                raise ValueError(
+                    f"{name!r} is a safetensors file but not a galleria store (no galleria header)"
+                )
+            keys = list(reader.keys())
+            if not set(keys) <= _TENSOR_NAMES:
+                raise ValueError(f"{name!r} holds unexpected tensors {sorted(set(keys) - _TENSOR_NAMES)}")
+            arrays = {key: reader.get_tensor(key) for key in keys}
+    except (OSError, ValueError):
         raise
     except Exception as error:  # safetensors raises its own error type for damaged files
         raise ValueError(
@@ -180,33 +305,33 @@ def _read_tensors(name: str) -> tuple[dict[str, str] | None, dict[str, np.ndarra
     return metadata, arrays
 
 
-def load_store(
-    cls: type[InMemoryImageEmbeddingStore], path: Any, embedder: Any = None, search_index: Any = None
-) -> InMemoryImageEmbeddingStore:
-    """Read a store written by :func:`save_store`; see the module docstring for the rules."""
-    name = _check_path(path)
-    check_embedder(embedder, allow_none=True)
-    if search_index is not None and not isinstance(search_index, SearchIndex):
-        raise TypeError(f"search_index must be a SearchIndex or None, got {type(search_index).__name__}")
-    metadata, arrays = _read_tensors(name)
-    header = _read_header(name, metadata)
-    recorded = header["tensors"]
-    if set(arrays) != set(recorded) or not set(arrays) <= {"index", "vectors"}:
-        raise ValueError(f"{name!r} holds tensors {sorted(arrays)}, but its header lists {sorted(recorded)}")
-    for key, array in arrays.items():
-        if _digest(array) != recorded[key]["sha256"]:
-            raise ValueError(
-                f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)"
-            )
-    paths: list[str] = header["paths"]
-    space: str = header["space"]
-    dim: int | None = header["dim"]
-    vectors = arrays.get("vectors")
-    if vectors is not None and (vectors.dtype != np.float32 or vectors.shape != (len(paths), dim)):
-        raise ValueError(
-            f"{name!r}: vectors of shape {vectors.shape} do not match {len(paths)} paths of dim {dim}"
-        )
+def _reanchor(paths: list[str], root: Any) -> tuple[str, str] | None:
+    """(old prefix, new prefix) that moves the gallery's common folder to ``root``."""
+    if root is None or not paths:
+        return None
+    if isinstance(root, os.PathLike):
+        root = os.fspath(root)
+    if not isinstance(root, str) or not root:
+        raise TypeError(f"root must be a non-empty str or os.PathLike, got {root!r}")
+    if not all(os.path.isabs(path) for path in paths):
+        return "", os.path.abspath(root)
+    return os.path.commonpath([os.path.dirname(path) for path in paths]), os.path.abspath(root)
 
+
+def _moved(path: str, anchor: tuple[str, str]) -> str:
+    old, new = anchor
+    if not old:
+        return os.path.join(new, path)
+    if path == old or path.startswith(old.rstrip(os.sep) + os.sep):
+        return os.path.join(new, os.path.relpath(path, old))
+    return path
+
+
+def _restore_index(
+    name: str, header: dict[str, Any], arrays: dict[str, np.ndarray], search_index: Any
+) -> tuple[SearchIndex, bool]:
+    """The store's index: the one passed in (maybe to fill from the vectors) or the saved one."""
+    paths, space, vectors = header["paths"], header["space"], arrays.get("vectors")
     if search_index is not None:
         if search_index.space != space:
             raise ValueError(
@@ -218,46 +343,89 @@ def load_store(
                     f"{name!r} holds no vectors to fill the empty search_index; pass an index that holds "
                     f"the store's {len(paths)} rows"
                 )
-            index: SearchIndex = search_index
-            fill = True
-        elif len(search_index) == len(paths):
-            index, fill = search_index, False
-        else:
-            raise ValueError(
-                f"search_index holds {len(search_index)} rows, but the store has {len(paths)} paths"
-            )
-    elif "index" in arrays:
-        try:
-            index = index_from_bytes(header["index"]["name"], arrays["index"].tobytes())
-        except (TypeError, ValueError, RuntimeError) as error:
-            raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
-        fill = False
-        if len(index) != len(paths) or index.space != space:
-            raise ValueError(f"{name!r}: the saved index does not match the header (rows or space)")
-    else:
+            return search_index, True
+        if len(search_index) == len(paths):
+            return search_index, False
+        raise ValueError(f"search_index holds {len(search_index)} rows, but the store has {len(paths)} paths")
+    if "index" not in arrays:
         raise ValueError(
             f"{name!r} was saved with a {header['index']['name']!r} index that could not be serialised; "
             "pass it back with search_index="
         )
+    try:
+        index = index_from_bytes(header["index"]["name"], arrays["index"].tobytes())
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
+    if len(index) != len(paths) or index.space != space:
+        raise ValueError(f"{name!r}: the saved index does not match the header (rows or space)")
+    return index, False
+
+
+def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim: int | None) -> Any:
+    if embedder is not None:
+        if checkpoint is not None:
+            raise ValueError("pass either embedder= or checkpoint=, not both")
+        if dim is not None:
+            check_embedder_dim(embedder, dim, "embedder")
+        return embedder
+    if saved is None:
+        if checkpoint is not None:
+            raise ValueError(f"{name!r} was saved without an embedder, so checkpoint= has no use")
+        return None
+    if saved["config"] is None:
+        raise ValueError(
+            f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
+        )
+    try:
+        return embedder_from_config(saved["config"], checkpoint=checkpoint)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
+
+
+def read_store(
+    path: Any, *, embedder: Any = None, search_index: Any = None, checkpoint: Any = None, root: Any = None
+) -> GalleryState:
+    """Read and validate a store file; return its :class:`GalleryState` (see the module docstring)."""
+    name = check_regular_file(path)
+    check_embedder(embedder, allow_none=True)
+    if search_index is not None and not isinstance(search_index, SearchIndex):
+        raise TypeError(f"search_index must be a SearchIndex or None, got {type(search_index).__name__}")
+    file_size = os.path.getsize(name)
+    metadata, arrays = _read_tensors(name)
+    header = _validate_header(name, _parse_header(name, metadata), file_size)
+    recorded = header["tensors"]
+    if set(arrays) != set(recorded):
+        raise ValueError(f"{name!r} holds tensors {sorted(arrays)}, but its header lists {sorted(recorded)}")
+    for key, array in arrays.items():
+        if _digest(array) != recorded[key]["sha256"]:
+            raise ValueError(
+                f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)"
+            )
+    if "index" in arrays and (arrays["index"].dtype != np.uint8 or arrays["index"].ndim != 1):
+        raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
+    paths: list[str] = header["paths"]
+    dim: int | None = header["dim"]
+    vectors = arrays.get("vectors")
+    if vectors is not None:
+        if vectors.dtype != np.float32 or vectors.shape != (len(paths), dim):
+            raise ValueError(
+                f"{name!r}: vectors of shape {vectors.shape} do not match {len(paths)} paths of dim {dim}"
+            )
+        if not np.isfinite(vectors).all():
+            raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    index, fill = _restore_index(name, header, arrays, search_index)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
-
-    saved_embedder = header["embedder"]
-    if embedder is None and saved_embedder is not None:
-        if saved_embedder["config"] is None:
-            raise ValueError(
-                f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
-            )
-        try:
-            embedder = embedder_from_config(saved_embedder["config"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
-
+    loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
+    anchor = _reanchor(paths, root)
+    skipped: list[str] = header["skipped"]
+    if anchor is not None:
+        paths = [_moved(path, anchor) for path in paths]
+        skipped = [_moved(path, anchor) for path in skipped]
+        if len(set(paths)) != len(paths):
+            raise ValueError(f"root={root!r} maps two gallery paths onto one")
     if fill:
         assert vectors is not None
         index.add(vectors)
-    store = cls.__new__(cls)
-    store._init_state(index, embedder)
-    store._skipped = list(header["skipped"])
-    store._set_gallery(paths, vectors)
-    return store
+    kept = vectors if vectors is not None and not index.can_reconstruct else None
+    return GalleryState(index, loaded_embedder, paths, kept, skipped)

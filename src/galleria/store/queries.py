@@ -9,12 +9,13 @@ raise :class:`~galleria.store.reading.ImageReadError` naming the path.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from galleria.embedders.decoding import rgb_array
 from galleria.store.reading import read_rgb
 
 __all__ = ["as_image_list", "as_text_list"]
@@ -28,19 +29,21 @@ def _check_image_array(name: str, array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _one_image(name: str, item: Any) -> np.ndarray:
+def _one_image(name: str, item: Any, reader: Callable[[str], np.ndarray]) -> np.ndarray:
     if isinstance(item, np.ndarray):
         return _check_image_array(name, item)
     if isinstance(item, Image.Image):
-        return np.asarray(item.convert("RGB"), dtype=np.uint8)
+        return rgb_array(item)
     if isinstance(item, (str, os.PathLike)):
-        return read_rgb(item)
+        return reader(os.fspath(item))
     raise TypeError(
         f"{name} must be an (H, W, 3) uint8 array, a PIL image or an image path, got {type(item).__name__}"
     )
 
 
-def as_image_list(queries: Any, name: str = "queries") -> list[np.ndarray]:
+def as_image_list(
+    queries: Any, name: str = "queries", *, reader: Callable[[str], np.ndarray] = read_rgb
+) -> list[np.ndarray]:
     """Normalise query images into a non-empty list of (H, W, 3) uint8 RGB arrays.
 
     Parameters
@@ -49,6 +52,9 @@ def as_image_list(queries: Any, name: str = "queries") -> list[np.ndarray]:
         One image (array, PIL image or path), a list/tuple of images, or an (N, H, W, 3) uint8 array.
     name : str
         The argument name used in error messages.
+    reader : callable
+        Decodes a path (the store passes :func:`~galleria.store.reading.reader_for` its embedder);
+        PIL images follow the same rules (:func:`~galleria.embedders.decoding.rgb_array`).
 
     Examples
     --------
@@ -67,11 +73,11 @@ def as_image_list(queries: Any, name: str = "queries") -> list[np.ndarray]:
             return [_check_image_array(f"{name}[{i}]", image) for i, image in enumerate(queries)]
         return [_check_image_array(name, queries)]
     if isinstance(queries, (Image.Image, str, os.PathLike)):
-        return [_one_image(name, queries)]
+        return [_one_image(name, queries, reader)]
     if isinstance(queries, (list, tuple)):
         if not queries:
             raise ValueError(f"{name} must not be empty")
-        return [_one_image(f"{name}[{i}]", item) for i, item in enumerate(queries)]
+        return [_one_image(f"{name}[{i}]", item, reader) for i, item in enumerate(queries)]
     raise TypeError(
         f"{name} must be an image array, a PIL image, a path, a list of those, or an (N, H, W, 3) array; "
         f"got {type(queries).__name__}"

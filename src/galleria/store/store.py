@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -11,12 +12,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from galleria._validation import check_bool, check_path_list, check_positive_int
-from galleria.distances import prepare_vectors
+from galleria.distances import prepare_vectors, zero_rows
 from galleria.embedders.base import batch_size_of
 from galleria.expansion import alpha_query_expansion
 from galleria.index import SearchIndex
 from galleria.store._checks import (
+    absolute_paths,
     check_embedder,
+    check_embedder_dim,
     check_embedding_output,
     check_query_vectors,
     check_retrieval_args,
@@ -25,9 +28,12 @@ from galleria.store._checks import (
     drop_duplicates,
     resolve_index,
 )
+from galleria.store._rwlock import ReadWriteLock
+from galleria.store._state import GalleryState
 from galleria.store.candidate import Candidate
 from galleria.store.gallery import iter_decoded_batches
 from galleria.store.queries import as_image_list, as_text_list
+from galleria.store.reading import reader_for
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
@@ -79,6 +85,21 @@ class InMemoryImageEmbeddingStore:
     of the vectors it embedded or was given, so :attr:`embeddings`, query expansion and the
     re-ranker still work; a store loaded without such vectors raises RuntimeError there.
 
+    Image paths are kept absolute (made so against the working directory when the store is
+    created), so a store can be searched and its candidates read from any working directory;
+    lookups (``path in store``, :meth:`embeddings_of`, :meth:`remove_images`) accept the relative
+    spelling too. A gallery that moved with its store is re-anchored with ``load_from_disk(...,
+    root=DIR)``. :meth:`from_embeddings` keeps its paths as given (they may be any identifiers).
+
+    **Thread safety.** One store may be shared between threads. Readers — every ``retrieve_*``
+    method, :attr:`embeddings`, :meth:`embeddings_of`, re-ranking through the store and
+    :meth:`save_to_disk` — run concurrently; writers — :meth:`add_images` and
+    :meth:`remove_images` — run alone, so a reader sees the gallery wholly before or wholly after
+    each change. Every :class:`Candidate` carries the distance of its own path, and every file
+    :meth:`save_to_disk` writes loads. Images are decoded and embedded outside the lock, so a long
+    ``add_images`` blocks readers only while the index is updated. :meth:`build_store` must finish
+    before the store is shared.
+
     Examples
     --------
     >>> import tempfile, numpy as np
@@ -109,6 +130,8 @@ class InMemoryImageEmbeddingStore:
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
+    _lock: ReadWriteLock
+    _id: str
 
     def __init__(
         self,
@@ -134,7 +157,7 @@ class InMemoryImageEmbeddingStore:
                 "InMemoryImageEmbeddingStore.from_embeddings for vectors computed elsewhere"
             )
         self._init_state(index, embedder)
-        self._pending = drop_duplicates(paths, "image_paths")
+        self._pending = drop_duplicates(absolute_paths(paths), "image_paths")
         self._skip_errors = skip
         self._num_workers = workers
         self._num_prefetch_batches = prefetch
@@ -151,6 +174,17 @@ class InMemoryImageEmbeddingStore:
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
+        self._lock = ReadWriteLock()
+        self._id = uuid.uuid4().hex
+
+    @classmethod
+    def _from_state(cls, state: GalleryState) -> InMemoryImageEmbeddingStore:
+        """The one internal constructor of a built store, from a validated :class:`GalleryState`."""
+        store = cls.__new__(cls)
+        store._init_state(state.index, state.embedder)
+        store._skipped = list(state.skipped)
+        store._set_gallery(state.paths, state.vectors)
+        return store
 
     # ------------------------------------------------------------------ construction from vectors
 
@@ -224,12 +258,17 @@ class InMemoryImageEmbeddingStore:
                     first.setdefault(path, row)
                 vectors = vectors[[first[path] for path in unique]]
             path_list = unique
-        store = cls.__new__(cls)
-        store._init_state(index, embedder)
+            zeros = zero_rows(vectors) if index.space == "cosine" else np.zeros(0, dtype=np.int64)
+            if zeros.size:
+                raise ValueError(
+                    f"embeddings row {int(zeros[0])} is a zero vector, which has no direction in cosine space"
+                )
+        dim = index.dim if vectors is None else vectors.shape[1]
+        if embedder is not None and dim is not None:
+            check_embedder_dim(embedder, dim, "embedder")
         if vectors is not None and len(index) == 0:
             index.add(vectors)
-        store._set_gallery(path_list, vectors)
-        return store
+        return cls._from_state(GalleryState(index, embedder, path_list, vectors, []))
 
     def _set_gallery(self, paths: list[str], vectors: np.ndarray | None) -> None:
         """Adopt ``paths`` (the filled index's row order); keep ``vectors`` if the index can't give them."""
@@ -265,24 +304,28 @@ class InMemoryImageEmbeddingStore:
 
         Warns
         -----
+        SkippedImageWarning
+            For every image skipped (``skip_errors=True``; also a RuntimeWarning).
         RuntimeWarning
-            For every image skipped (``skip_errors=True``), and when none could be read (the
-            store is then built and empty).
+            When none could be read (the store is then built and empty).
         """
         progress = check_bool("progress", progress)
         if self._built:
             return
         paths, vectors, skipped = self._embed_files(self._pending, progress, "building gallery")
-        if paths:
-            self._index.add(vectors)
-        else:
-            warnings.warn(
-                f"none of the {len(self._pending)} gallery images could be read; the store is empty",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        self._skipped = skipped
-        self._set_gallery(paths, vectors)
+        with self._lock.writing():
+            if self._built:
+                return
+            if paths:
+                self._index.add(vectors)
+            else:
+                warnings.warn(
+                    f"none of the {len(self._pending)} gallery images could be read; the store is empty",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            self._skipped = skipped
+            self._set_gallery(paths, vectors)
 
     def _embed_files(
         self, paths: list[str], progress: bool, description: str
@@ -299,6 +342,7 @@ class InMemoryImageEmbeddingStore:
             num_workers=self._num_workers,
             num_prefetch_batches=self._num_prefetch_batches,
             skip_errors=self._skip_errors,
+            reader=reader_for(embedder),
         )
         with tqdm(total=len(paths), desc=description, unit="img", disable=None if progress else True) as bar:
             try:
@@ -308,6 +352,7 @@ class InMemoryImageEmbeddingStore:
                         output = check_embedding_output(
                             embedder.embed(batch.images), len(batch.images), dim, "gallery images"
                         )
+                        self._check_directions(output, "the embedder's output for gallery images")
                         dim = output.shape[1]
                         chunks.append(output)
                         kept.extend(batch.paths)
@@ -323,6 +368,12 @@ class InMemoryImageEmbeddingStore:
     def embedder(self) -> Any:
         """The embedder (None for a store made from vectors without one)."""
         return self._embedder
+
+    @property
+    def store_id(self) -> str:
+        """This store object's identity, carried by the candidates it returns (a re-ranker bound to
+        another store refuses them)."""
+        return self._id
 
     @property
     def search_index(self) -> SearchIndex:
@@ -364,7 +415,10 @@ class InMemoryImageEmbeddingStore:
         """Whether ``path`` (str or os.PathLike) is in the gallery; O(1)."""
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
-        return isinstance(path, str) and path in self._rows
+        if not isinstance(path, str):
+            return False
+        rows = self._rows
+        return path in rows or (bool(path) and os.path.abspath(path) in rows)
 
     def __repr__(self) -> str:
         state = f"{len(self)} images" if self._built else f"unbuilt, {len(self._pending)} paths"
@@ -380,7 +434,8 @@ class InMemoryImageEmbeddingStore:
             If the store is not built, or its index cannot give vectors back and the store holds none.
         """
         self._require_built()
-        return self._gallery_vectors(np.arange(len(self._paths), dtype=np.int64))
+        with self._lock.reading():
+            return self._gallery_vectors(np.arange(len(self._paths), dtype=np.int64))
 
     def embeddings_of(self, paths: Sequence[str | os.PathLike[str]]) -> np.ndarray:
         """The stored vectors of ``paths``, one row per path in the order given (float32).
@@ -393,16 +448,29 @@ class InMemoryImageEmbeddingStore:
             As for :attr:`embeddings`.
         """
         self._require_built()
-        rows = self._rows_of(check_path_list("paths", paths, allow_empty=True))
-        return self._gallery_vectors(rows)
+        wanted = check_path_list("paths", paths, allow_empty=True)
+        with self._lock.reading():
+            return self._gallery_vectors(self._rows_of(wanted))
 
     def _rows_of(self, paths: list[str]) -> np.ndarray:
         rows = self._rows
         try:
             return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
         except KeyError:
-            unknown = [path for path in paths if path not in rows]
-            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}") from None
+            pass
+        found = []
+        unknown = []
+        for path in paths:  # the relative spelling of an absolute gallery path
+            row = rows.get(path)
+            if row is None and path:
+                row = rows.get(os.path.abspath(path))
+            if row is None:
+                unknown.append(path)
+            else:
+                found.append(row)
+        if unknown:
+            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
+        return np.asarray(found, dtype=np.int64)
 
     def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
         if self._vectors is not None:
@@ -474,7 +542,8 @@ class InMemoryImageEmbeddingStore:
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         embedder = self._require_embedder("query images")
-        vectors = self._embed_queries(embedder.embed, as_image_list(queries), "query images")
+        images = as_image_list(queries, reader=reader_for(embedder))
+        vectors = self._embed_queries(embedder.embed, images, "query images")
         return self._search(vectors, *checked)
 
     def retrieve_by_vector(
@@ -493,7 +562,9 @@ class InMemoryImageEmbeddingStore:
         """
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
-        return self._search(check_query_vectors("vectors", vectors, self.dim), *checked)
+        queries = check_query_vectors("vectors", vectors, self.dim)
+        self._check_directions(queries, "vectors")
+        return self._search(queries, *checked)
 
     def retrieve_by_text(
         self,
@@ -525,27 +596,40 @@ class InMemoryImageEmbeddingStore:
         chunks = []
         for start in range(0, len(items), batch):
             part = items[start : start + batch]
-            chunks.append(check_embedding_output(embed(part), len(part), self.dim, what))
+            output = check_embedding_output(embed(part), len(part), self.dim, what)
+            self._check_directions(output, f"the embedder's output for {what}")
+            chunks.append(output)
         return np.concatenate(chunks)
+
+    def _check_directions(self, vectors: np.ndarray, what: str) -> None:
+        """In cosine space a zero vector has no direction: ValueError naming ``what`` and the row."""
+        if self._index.space == "cosine":
+            zeros = zero_rows(vectors)
+            if zeros.size:
+                raise ValueError(
+                    f"{what}: row {int(zeros[0])} is a zero vector, which has no direction in cosine space"
+                )
 
     def _search(
         self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool
     ) -> list[list[Candidate]]:
         """Search (q, d) float32 queries, optionally after αQE, and turn rows into candidates."""
-        size = len(self._paths)
-        if size == 0:
-            return [[] for _ in range(len(queries))]
-        if expand:
-            queries = np.concatenate(
-                [
-                    self._expand(queries[start : start + _EXPANSION_BLOCK], alpha, min(neighbors, size))
-                    for start in range(0, len(queries), _EXPANSION_BLOCK)
-                ]
-            )
-        ids, scores = self._index.search(queries, k)
-        paths = self._paths
+        with self._lock.reading():
+            size = len(self._paths)
+            if size == 0:
+                return [[] for _ in range(len(queries))]
+            if expand:
+                queries = np.concatenate(
+                    [
+                        self._expand(queries[start : start + _EXPANSION_BLOCK], alpha, min(neighbors, size))
+                        for start in range(0, len(queries), _EXPANSION_BLOCK)
+                    ]
+                )
+            ids, scores = self._index.search(queries, k)
+            paths = self._paths
+        make, token = Candidate._from_store, self._id
         return [
-            [Candidate(paths[row], score) for row, score in zip(id_row, score_row, strict=True) if row >= 0]
+            [make(paths[row], score, token) for row, score in zip(id_row, score_row, strict=True) if row >= 0]
             for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
         ]
 
@@ -570,7 +654,7 @@ class InMemoryImageEmbeddingStore:
         RuntimeError
             The store is not built or has no embedder.
         """
-        new = check_path_list("paths", paths)
+        new = absolute_paths(check_path_list("paths", paths))
         progress = check_bool("progress", progress)
         self._require_built()
         self._require_embedder("new images")
@@ -578,15 +662,24 @@ class InMemoryImageEmbeddingStore:
         if not new:
             return
         kept, vectors, skipped = self._embed_files(new, progress, "adding images")
-        if kept:
-            self._index.add(vectors)
-            if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
-                stored = prepare_vectors(vectors, self._index.space)
-                self._vectors = stored if self._vectors is None else np.concatenate([self._vectors, stored])
-            for path in kept:
-                self._rows[path] = len(self._paths)
-                self._paths.append(path)
-        self._skipped.extend(skipped)
+        with self._lock.writing():
+            fresh = [position for position, path in enumerate(kept) if path not in self._rows]
+            if len(fresh) != len(kept):  # another thread added some of them meanwhile
+                kept, vectors = [kept[position] for position in fresh], vectors[fresh]
+            if kept:
+                self._index.add(vectors)
+                if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
+                    stored = prepare_vectors(vectors, self._index.space)
+                    self._vectors = (
+                        stored if self._vectors is None else np.concatenate([self._vectors, stored])
+                    )
+                paths_now = list(self._paths)
+                rows_now = dict(self._rows)
+                for path in kept:
+                    rows_now[path] = len(paths_now)
+                    paths_now.append(path)
+                self._paths, self._rows = paths_now, rows_now
+            self._skipped = self._skipped + skipped
 
     def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
         """Remove images from the store; they never appear in results, embeddings or saved files.
@@ -600,33 +693,43 @@ class InMemoryImageEmbeddingStore:
         """
         gone = check_path_list("paths", paths, allow_empty=True)
         self._require_built()
-        rows = np.unique(self._rows_of(gone))
-        if len(rows) == 0:
-            return
-        self._index.remove(rows)
-        keep = np.ones(len(self._paths), dtype=bool)
-        keep[rows] = False
-        if self._vectors is not None:
-            self._vectors = self._vectors[keep]
-        self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
-        self._rows = {path: row for row, path in enumerate(self._paths)}
+        with self._lock.writing():
+            rows = np.unique(self._rows_of(gone))
+            if len(rows) == 0:
+                return
+            self._index.remove(rows)
+            keep = np.ones(len(self._paths), dtype=bool)
+            keep[rows] = False
+            if self._vectors is not None:
+                self._vectors = self._vectors[keep]
+            self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
+            self._rows = {path: row for row, path in enumerate(self._paths)}
 
     # ------------------------------------------------------------------ persistence
 
     def save_to_disk(self, path: str | os.PathLike[str], vectors: Any = None) -> None:
         """Write the store to one safetensors file, atomically (see :mod:`galleria.store.persistence`).
 
+        The store is read under its lock (concurrent queries go on; an ``add_images`` or
+        ``remove_images`` waits), then the file is written outside it.
+
         Parameters
         ----------
         path : str or os.PathLike
-            The file to write (replaced if it exists).
+            The file to write (replaced if it exists). Hidden temporary files that earlier saves to
+            the same target left behind (a process killed mid-save) are removed.
         vectors : array of shape (len(store), d), optional
             The gallery vectors in row order, required when the index cannot reconstruct them and
             the store holds no copy; they are written to the file.
         """
-        from galleria.store.persistence import save_store
+        from galleria.store import persistence
 
-        save_store(self, path, vectors)
+        target = persistence.check_store_path(path)
+        self._require_built()
+        with self._lock.reading():
+            snapshot = GalleryState(self._index, self._embedder, self._paths, self._vectors, self._skipped)
+            tensors, metadata = persistence.encode_store(snapshot, vectors)
+        persistence.write_store(target, tensors, metadata)
 
     @classmethod
     def load_from_disk(
@@ -634,28 +737,46 @@ class InMemoryImageEmbeddingStore:
         path: str | os.PathLike[str],
         embedder: Any = None,
         search_index: SearchIndex | None = None,
+        *,
+        checkpoint: str | os.PathLike[str] | None = None,
+        root: str | os.PathLike[str] | None = None,
     ) -> InMemoryImageEmbeddingStore:
-        """Read a store written by :meth:`save_to_disk` (nothing is unpickled).
+        """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
+
+        Loading never runs code from the file (nothing is unpickled), never opens another file the
+        file names, and never lets the file choose memory or threads: every byte is covered by a
+        checksum, every size is checked against the file's real size, FAISS bytes are walked against
+        an allow-list of in-memory index types before FAISS reads them. See ``docs/security.md``.
 
         Parameters
         ----------
         path : str or os.PathLike
-            The file.
+            The file (a regular file: a FIFO, device or folder is refused at once).
         embedder : object with ``embed``, optional
-            Used instead of the embedder rebuilt from the saved config. Required when the saved
-            store's embedder had no ``config()``.
+            Used instead of the embedder rebuilt from the saved config; its output dimension is
+            checked against the store's. Required when the saved store's embedder had no
+            ``config()``.
         search_index : SearchIndex, optional
             An index to use instead of the saved one: one already holding the store's rows, or an
             empty one to fill from the saved vectors. Required when the file holds no serialised
             index (an external index that could not be serialised).
+        checkpoint : str or os.PathLike, optional
+            The local model checkpoint a store built from one needs: the file records only its name
+            and SHA-256, and the file you pass must match that digest.
+        root : str or os.PathLike, optional
+            Re-anchor a gallery that moved together with its store: the gallery paths' common
+            folder is replaced by ``root``.
 
         Raises
         ------
         OSError
             The file is missing or unreadable.
         ValueError
-            The file is truncated, tampered with, not a galleria store, or from a newer format.
+            The file is not a regular file, truncated, tampered with, not a galleria store, from a
+            newer format, or holds a FAISS index type galleria does not read (all naming the file).
         """
-        from galleria.store.persistence import load_store
+        from galleria.store.persistence import read_store
 
-        return load_store(cls, path, embedder, search_index)
+        return cls._from_state(
+            read_store(path, embedder=embedder, search_index=search_index, checkpoint=checkpoint, root=root)
+        )

@@ -1,0 +1,38 @@
+"""The validated contents of a built store, handed from a constructor or a loader to the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from galleria.index import SearchIndex
+
+__all__ = ["GalleryState"]
+
+
+@dataclass
+class GalleryState:
+    """Everything a built store holds, already checked against itself.
+
+    Attributes
+    ----------
+    index : SearchIndex
+        Holds exactly ``len(paths)`` rows, row i being ``paths[i]``.
+    embedder : object or None
+        The embedder for image / text queries.
+    paths : list of str
+        Unique gallery paths in row order.
+    vectors : (len(paths), d) float32 array or None
+        The store's own copy of the vectors, as the index's space stores them; only kept where the
+        index cannot give its vectors back.
+    skipped : list of str
+        Paths left out because they could not be read.
+    """
+
+    index: SearchIndex
+    embedder: Any
+    paths: list[str]
+    vectors: np.ndarray | None
+    skipped: list[str]

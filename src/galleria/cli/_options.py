@@ -191,8 +191,11 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def load_store(args: argparse.Namespace, path: str) -> Any:
-    """Load the store file ``path`` with the ``--checkpoint`` and ``--root`` options when they are given."""
+def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any:
+    """Load the store file ``path`` with the ``--checkpoint`` and ``--root`` options when they are given.
+
+    ``embedder`` replaces the saved one (which is then not rebuilt).
+    """
     from galleria.store import InMemoryImageEmbeddingStore
 
     check_existing_file("store file", path)
@@ -201,7 +204,9 @@ def load_store(args: argparse.Namespace, path: str) -> Any:
         options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
     if getattr(args, "root", None) is not None:
         options["root"] = check_existing_folder("--root", args.root)
-    return InMemoryImageEmbeddingStore.load_from_disk(path, **options)
+    if embedder is not None:
+        options.pop("checkpoint", None)  # the saved model is not rebuilt
+    return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:

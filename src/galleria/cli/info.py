@@ -36,13 +36,26 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
+class _NoModel:
+    """Stands in for the saved embedder, so describing a store never loads its model."""
+
+    def __init__(self, dim: Any) -> None:
+        self.dim = dim
+
+    def embed(self, images: Any) -> Any:  # pragma: no cover - never called
+        raise RuntimeError("galleria info does not embed")
+
+
 def describe_store(path: str, store: Any) -> dict[str, Any]:
-    """The JSON-able description of a loaded store file (the ``--json`` layout of ``galleria info``)."""
+    """The JSON-able description of a store file loaded by :func:`run` (``galleria info --json``).
+
+    The embedder is described from the file's header (its saved config), not rebuilt.
+    """
     from galleria.cli._storefile import read_store_header
-    from galleria.embedders import embedder_config
 
     header = read_store_header(path)
-    embedder = store.embedder
+    entry = header.get("embedder")
+    config = entry.get("config") if isinstance(entry, dict) else None
     index = store.search_index
     return {
         "store": path,
@@ -52,8 +65,8 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "dim": store.dim,
         "space": store.space,
         "index": {"name": index.name, "params": index.params()},
-        "embedder": None if embedder is None else embedder_config(embedder),
-        "text_queries": callable(getattr(embedder, "embed_text", None)),
+        "embedder": config,
+        "text_queries": isinstance(config, dict) and config.get("type") == "clip",
         "skipped": store.skipped,
     }
 
@@ -62,7 +75,11 @@ def _embedder_text(config: dict[str, Any] | None) -> str:
     if config is None:
         return "none (made from vectors; search it by vector)"
     kind = config.get("type", "?")
-    rest = ", ".join(f"{key}={value}" for key, value in config.items() if key != "type")
+    rest = ", ".join(
+        f"{key}={str(value)[:12] + '…' if key.endswith('sha256') else value}"
+        for key, value in config.items()
+        if key != "type"
+    )
     return f"{kind} ({rest})" if rest else str(kind)
 
 
@@ -77,7 +94,11 @@ def _size_text(size: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of the store."""
-    store = load_store(args, args.store)
+    from galleria.cli._options import check_existing_file
+    from galleria.cli._storefile import read_store_header
+
+    dim = read_store_header(check_existing_file("store file", args.store)).get("dim")
+    store = load_store(args, args.store, embedder=_NoModel(dim) if isinstance(dim, int) else None)
     info = describe_store(args.store, store)
     if args.json:
         print_json(info)

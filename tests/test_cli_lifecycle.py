@@ -370,3 +370,15 @@ def test_root_reanchors_a_moved_gallery(photos: Path, tmp_path: Path) -> None:
     assert payload["queries"][0]["results"][0]["path"] == str(moved / "blue1.png")
     assert ok_json("info", store, "--root", str(moved))["count"] == 6
     assert ok_json("sync", store, str(moved), "--root", str(moved))["count"] == 6
+
+
+def test_serve_on_a_busy_port_is_one_line(photos: Path, tmp_path: Path) -> None:
+    pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
+    import socket
+
+    store = str(tmp_path / "g.safetensors")
+    ok("build", str(photos / "green"), "--out", store)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        fails("serve", store, "--port", str(busy.getsockname()[1]), match="cannot listen on 127.0.0.1")

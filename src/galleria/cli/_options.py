@@ -206,6 +206,13 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         options["root"] = check_existing_folder("--root", args.root)
     if embedder is not None:
         options.pop("checkpoint", None)  # the saved model is not rebuilt
+    elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
+        from galleria.cli._storefile import read_store_header
+
+        entry = read_store_header(path).get("embedder")
+        config = entry.get("config") if isinstance(entry, dict) else None
+        if isinstance(config, dict) and config.get("type") == "clip":
+            print(f"loading CLIP model {config.get('model_name')} ...", file=sys.stderr, flush=True)
     return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from typing import Any
 
-from galleria.cli._common import add_command
+from galleria.cli._common import CliError, add_command
 from galleria.cli._options import add_load_options, load_store, parse_float, parse_int
 
 __all__ = ["add_parser", "run"]
@@ -44,6 +45,17 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def _check_bind(host: str, port: int) -> None:
+    """CliError (one line) if ``host:port`` cannot be bound, before the store is loaded."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as error:
+        raise CliError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the store and serve it until interrupted."""
     port = parse_int("--port", args.port, minimum=0)
@@ -54,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb!r}")
     from galleria.web import create_app, serve  # ImportError names the extra
 
+    _check_bind(args.host, port)
     store = load_store(args, args.store)
     app = create_app(store, store_name=args.store, max_upload_bytes=int(max_upload_mb * 1024 * 1024))
     print(

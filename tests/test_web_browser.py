@@ -113,7 +113,13 @@ def test_upload_rerank_and_click_in_chromium(server: tuple[str, Path]) -> None:
             assert all("blue/" in (plain.nth(i).get_attribute("data-path") or "") for i in range(4))
             assert reranked.locator(".change").count() == 6
             for i in range(6):  # every thumbnail was served and decoded by the browser
-                width = plain.nth(i).locator("img").evaluate("img => img.naturalWidth")
+                image = plain.nth(i).locator("img")
+                image.scroll_into_view_if_needed()  # thumbnails load lazily
+                width = image.evaluate(
+                    "img => img.complete && img.naturalWidth ? img.naturalWidth"
+                    " : new Promise(done => { img.onload = () => done(img.naturalWidth);"
+                    " img.onerror = () => done(0); setTimeout(() => done(img.naturalWidth), 20000); })"
+                )
                 assert width > 0
             # Click a re-ranked result: the page searches by that gallery image, re-ranking still on.
             clicked = reranked.nth(0).get_attribute("data-path")

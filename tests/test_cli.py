@@ -113,6 +113,7 @@ def test_build_indexes_every_image(built: tuple[Path, dict[str, Any]]) -> None:
     assert summary == {
         "store": str(store),
         "indexed": N_IMAGES,
+        "resumed": 0,
         "skipped": [],
         "embedder": "pixel",
         "index": "hnsw",
@@ -254,7 +255,13 @@ def test_demo_reduced(cache_dir: Path, tmp_path: Path) -> None:
     assert (plain["name"], aqe["name"], rerank["name"]) == ("plain", "aqe", "aqe+rerank")
     assert rerank["settings"]["pool"] == 200
     assert rerank["map@100"] > plain["map@100"]
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "pr_curve.png", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "metrics.json",
+        "pr_curve.png",
+        "report.html",
+        "report.md",
+        "thumbs",
+    ]
     assert json.loads((out / "metrics.json").read_text()) == payload
     with Image.open(out / "pr_curve.png") as image:
         image.load()
@@ -297,7 +304,10 @@ def test_errors_in_a_real_process(tmp_path: Path, built: tuple[Path, dict[str, A
         ((), "galleria: error: the following arguments are required: COMMAND"),
         (("nosuch",), "invalid choice: 'nosuch'"),
         (("build", "photos"), "galleria build: error: the following arguments are required: --out"),
-        (("search", "s.safetensors"), "galleria search: error: one of the arguments --image --text"),
+        (
+            ("search", "s.safetensors"),
+            "galleria search: error: one of the arguments --image --queries --text",
+        ),
         (("search", "s.safetensors", "--image", "a.png", "--text", "cat"), "not allowed with"),
         (("evaluate", "photos", "--index", "bogus"), "galleria evaluate: error: argument --index"),
         (("evaluate", "photos", "--queries", "3", "--query-fraction", "0.1"), "not allowed with"),

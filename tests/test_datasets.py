@@ -96,16 +96,41 @@ def test_load_image_folder_labels_from_subfolders(tmp_path: Path) -> None:
         ".git/1.png",
     ):
         _touch(tmp_path / name)
-    folder = load_image_folder(tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"1 image\(s\) directly in .* no label folder"):
+        folder = load_image_folder(tmp_path)
     assert folder.root == str(tmp_path)
     assert [os.path.relpath(p, tmp_path) for p in folder.paths] == [
         os.path.join("cat", "1.jpg"),
+        os.path.join("cat", "deep", "3.png"),
         os.path.join("dog", "1.png"),
         os.path.join("dog", "2.png"),
     ]
-    assert folder.labels == ["cat", "dog", "dog"]
+    assert folder.labels == ["cat", "cat", "dog", "dog"]
     assert folder.classes == ["cat", "dog"]
-    assert len(folder) == 3
+    assert len(folder) == 4
+    # The same images as build's listing sees, less the unlabelled one in root.
+    listed = [p for p in list_images(tmp_path) if os.path.dirname(p) != str(tmp_path)]
+    assert listed == folder.paths
+
+
+def test_symlinked_folders_followed_once_and_loops_reported(tmp_path: Path) -> None:
+    _touch(tmp_path / "real" / "cat" / "1.png")
+    _touch(tmp_path / "real" / "cat" / "sub" / "2.png")
+    (tmp_path / "real" / "dog").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    _touch(tmp_path / "elsewhere" / "3.png")
+    (tmp_path / "real" / "cat" / "sub" / "loop").symlink_to(tmp_path / "real" / "cat")
+    root = tmp_path / "real"
+    with pytest.warns(RuntimeWarning, match="loop.*already listed"):
+        listed = list_images(root)
+    assert [os.path.relpath(p, root) for p in listed] == [
+        os.path.join("cat", "1.png"),
+        os.path.join("cat", "sub", "2.png"),
+        os.path.join("dog", "3.png"),
+    ]
+    with pytest.warns(RuntimeWarning, match="loop.*already listed"):
+        folder = load_image_folder(root)
+    assert folder.paths == listed
+    assert folder.labels == ["cat", "cat", "dog"]
 
 
 def test_load_image_folder_errors(tmp_path: Path) -> None:

@@ -313,7 +313,12 @@ def test_write_report_files(tmp_path: Path) -> None:
     assert report.startswith("# Toy") and "| Configuration |" in report and "pr_curve.png" in report
     with Image.open(files.pr_curve) as image:
         assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "pr_curve.png", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "metrics.json",
+        "pr_curve.png",
+        "report.html",
+        "report.md",
+    ]
 
 
 def test_write_report_errors_leave_nothing_behind(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from galleria import __version__
 from galleria.cli._common import CliError, report_skipped_images
@@ -27,6 +28,11 @@ COMMANDS: dict[str, str] = {
     "search": "search",
     "evaluate": "evaluate",
     "evaluate-scores": "evaluate_scores",
+    "info": "info",
+    "add": "add",
+    "remove": "remove",
+    "sync": "sync",
+    "serve": "serve",
 }
 
 
@@ -55,10 +61,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings(command: str) -> Any:
+    """A ``warnings.showwarning`` that prints ``galleria COMMAND: warning: <message>`` on stderr."""
+
+    def show(
+        message: Any, category: Any, filename: Any, lineno: Any, file: Any = None, line: Any = None
+    ) -> None:
+        print(f"galleria {command}: warning: {message}", file=sys.stderr)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warnings(args.command)
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         with report_skipped_images():
             code: int = args.run(args)
@@ -71,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (CliError, TypeError, ValueError, KeyError, OSError, RuntimeError, ImportError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"galleria {args.command}: error: {message}", file=sys.stderr)
+        text = " ".join(str(message).split())  # one line, whatever the message held
+        print(f"galleria {args.command}: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("galleria: interrupted", file=sys.stderr)

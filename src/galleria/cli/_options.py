@@ -9,29 +9,40 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from typing import Any
 
 from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
 from galleria.index.base import SPACES
+from galleria.viewer.text import shorten_middle
 
 __all__ = [
     "EMBEDDER_HELP",
+    "add_embedder_options",
     "add_expand_options",
+    "add_load_options",
     "add_report_options",
     "add_rerank_options",
     "add_store_options",
     "check_existing_file",
     "check_existing_folder",
+    "embedder_settings",
     "expand_settings",
+    "load_store",
     "make_embedder",
     "parse_embedder_spec",
     "parse_float",
     "parse_int",
     "rerank_settings",
+    "shorten_middle",
 ]
 
-EMBEDDER_HELP = "pixel | clip[:MODEL[:PRETRAINED]] (default: %(default)s)"
+EMBEDDER_HELP = (
+    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]], PRETRAINED a weights tag, a local checkpoint "
+    "file or 'random' (default: %(default)s)"
+)
+_SPEC_FORMS = "pixel[:SIZE][:gray] or clip[:MODEL[:PRETRAINED]]"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -77,41 +88,138 @@ def check_existing_file(what: str, path: str) -> str:
     return path
 
 
-def parse_embedder_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Check ``pixel`` | ``clip[:MODEL[:PRETRAINED]]``; return the kind and its keyword arguments.
+def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Check an embedder spec; return the kind and its keyword arguments.
 
-    PRETRAINED is an open_clip weights tag or a local checkpoint path (which may itself hold colons).
+    ``pixel``, ``pixel:16``, ``pixel:16:gray`` or ``pixel:gray`` (thumbnail side, one gray channel);
+    ``clip``, ``clip:MODEL``, ``clip:MODEL:PRETRAINED`` where PRETRAINED is an open_clip weights tag,
+    a local checkpoint path (which may itself hold colons) or ``random`` (seeded random weights).
+
+    Examples
+    --------
+    >>> parse_embedder_spec("pixel:16:gray")
+    ('pixel', {'size': 16, 'grayscale': True})
+    >>> parse_embedder_spec("clip:ViT-B-32:random")
+    ('clip', {'model_name': 'ViT-B-32', 'pretrained': None})
     """
-    parts = spec.split(":", 2)
-    if parts == ["pixel"]:
-        return "pixel", {}
-    if parts[0] == "clip":
-        if not all(parts[1:]):
-            raise CliError(f"--embedder {spec!r} is malformed: expected clip[:MODEL[:PRETRAINED]]")
-        options = {"model_name": "ViT-B-32", "pretrained": "openai"}
-        if len(parts) > 1:
-            options["model_name"] = parts[1]
+    kind, _, rest = spec.partition(":")
+    if kind == "pixel":
+        options: dict[str, Any] = {"size": 32, "grayscale": False}
+        parts = rest.split(":") if rest else []
         if len(parts) > 2:
-            options["pretrained"] = parts[2]
-        return "clip", options
-    raise CliError(f"unknown embedder {spec!r}: expected pixel or clip[:MODEL[:PRETRAINED]]")
+            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
+        for position, part in enumerate(parts):
+            if part == "gray" and (position == len(parts) - 1):
+                options["grayscale"] = True
+            elif position == 0 and part.isdigit() and int(part) > 0:
+                options["size"] = int(part)
+            else:
+                raise CliError(
+                    f"--embedder {spec!r} is malformed: {part!r} is neither a positive thumbnail size "
+                    f"nor 'gray' (expected {_SPEC_FORMS})"
+                )
+        return "pixel", options
+    if kind == "clip":
+        parts = rest.split(":", 1) if rest else []
+        if not all(parts):
+            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
+        clip_options: dict[str, Any] = {"model_name": "ViT-B-32", "pretrained": "openai"}
+        if parts:
+            clip_options["model_name"] = parts[0]
+        if len(parts) > 1:
+            clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
+        return "clip", clip_options
+    raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
 
 
-def make_embedder(spec: str) -> Embedder:
-    """Build the embedder named by ``pixel`` or ``clip[:MODEL[:PRETRAINED]]``."""
+def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The checked ``--device`` and ``--batch-size`` of a command that makes an embedder."""
+    settings: dict[str, Any] = {}
+    if getattr(args, "batch_size", None) is not None:
+        settings["batch_size"] = parse_int("--batch-size", args.batch_size)
+    if getattr(args, "device", None) is not None:
+        if parse_embedder_spec(args.embedder)[0] != "clip":
+            raise CliError(f"--device applies to clip embedders only, not --embedder {args.embedder!r}")
+        settings["device"] = args.device
+    return settings
+
+
+def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
+    """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
     from galleria.embedders import ClipEmbedder, PixelEmbedder
 
     kind, options = parse_embedder_spec(spec)
+    extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     if kind == "pixel":
-        return PixelEmbedder()
-    embedder: Embedder = ClipEmbedder(model_name=options["model_name"], pretrained=options["pretrained"])
+        return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
+    if device is not None:
+        extra["device"] = device
+    if sys.stderr.isatty():  # like the progress bars: on a terminal only, so errors stay one line
+        print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
+    embedder: Embedder = ClipEmbedder(
+        model_name=options["model_name"], pretrained=options["pretrained"], **extra
+    )
     return embedder
 
 
-def add_store_options(parser: argparse.ArgumentParser) -> None:
-    """``--embedder``, ``--index``, ``--space``, ``--workers``, ``--skip-errors``."""
-    group = parser.add_argument_group("gallery options")
+def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> None:
+    """``--embedder``, ``--device``, ``--batch-size``."""
+    group = group or parser.add_argument_group("embedder options")
     group.add_argument("--embedder", default="pixel", metavar="SPEC", help=EMBEDDER_HELP)
+    group.add_argument(
+        "--device", default=None, metavar="DEVICE", help="torch device of a clip embedder (default: auto)"
+    )
+    group.add_argument(
+        "--batch-size", default=None, metavar="N", help="images embedded per batch (default: the embedder's)"
+    )
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint`` and ``--root`` of the commands that load a store file."""
+    group = parser.add_argument_group("loading the store")
+    group.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="PATH",
+        help="local model file of a store built from one (checked against the digest it recorded)",
+    )
+    group.add_argument(
+        "--root",
+        default=None,
+        metavar="DIR",
+        help="the gallery folder's new place, for a store whose images were moved",
+    )
+
+
+def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any:
+    """Load the store file ``path`` with the ``--checkpoint`` and ``--root`` options when they are given.
+
+    ``embedder`` replaces the saved one (which is then not rebuilt).
+    """
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    check_existing_file("store file", path)
+    options: dict[str, Any] = {}
+    if getattr(args, "checkpoint", None) is not None:
+        options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
+    if getattr(args, "root", None) is not None:
+        options["root"] = check_existing_folder("--root", args.root)
+    if embedder is not None:
+        options.pop("checkpoint", None)  # the saved model is not rebuilt
+    elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
+        from galleria.cli._storefile import read_store_header
+
+        entry = read_store_header(path).get("embedder")
+        config = entry.get("config") if isinstance(entry, dict) else None
+        if isinstance(config, dict) and config.get("type") == "clip":
+            print(f"loading CLIP model {config.get('model_name')} ...", file=sys.stderr, flush=True)
+    return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+
+
+def add_store_options(parser: argparse.ArgumentParser) -> None:
+    """The gallery options: the embedder's, ``--index``, ``--space``, ``--workers``, ``--skip-errors``."""
+    group = parser.add_argument_group("gallery options")
+    add_embedder_options(parser, group)
     group.add_argument(
         "--index", default="exact", choices=("exact", "hnsw"), help="search index (default: %(default)s)"
     )
@@ -160,7 +268,10 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
 def add_report_options(parser: argparse.ArgumentParser) -> None:
     """``--out`` (report folder) and ``--json`` of the evaluating commands, ``evaluate`` and ``demo``."""
     parser.add_argument(
-        "--out", default=None, metavar="DIR", help="write report.md, metrics.json, pr_curve.png"
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="write report.html (with thumbs/), report.md, metrics.json, pr_curve.png",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"

@@ -1,27 +1,52 @@
-"""``galleria build``: embed a folder of images and save the searchable store to one file."""
+"""``galleria build``: embed a folder of images and save the searchable store to one file.
+
+The build runs in chunks. Every ``--checkpoint-every`` seconds, and when it is interrupted (Ctrl-C,
+an unreadable image, any error), the embeddings done so far are saved beside the output as
+``STORE.partial``; ``--resume`` continues from that file, and a finished build removes it. A build
+killed outright keeps the last periodic checkpoint.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._edits import file_stat, save_with_manifest
 from galleria.cli._options import (
     add_store_options,
     check_existing_folder,
+    embedder_settings,
     make_embedder,
     parse_embedder_spec,
+    parse_float,
     parse_int,
 )
 
-__all__ = ["add_parser", "run"]
+__all__ = ["CHECKPOINT_SUFFIX", "add_parser", "checkpoint_path", "run"]
+
+#: Suffix of the checkpoint file an interrupted build leaves beside its output.
+CHECKPOINT_SUFFIX = ".partial"
+#: Default seconds between two checkpoints of a running build.
+DEFAULT_CHECKPOINT_EVERY = 60.0
+#: Images per chunk, in embedder batches.
+_BATCHES_PER_CHUNK = 4
 
 _EXAMPLES = """\
   galleria build photos/ --out photos.safetensors
   galleria build photos/ --out photos.safetensors --index hnsw --workers 8 --skip-errors
-  galleria build photos/ --out photos-clip.safetensors --embedder clip:ViT-B-32:openai
+  galleria build photos/ --out photos.safetensors --resume          # after an interrupted build
+  galleria build photos/ --out photos-clip.safetensors --embedder clip:ViT-B-32:openai --device cuda
+  galleria build photos/ --out tiny.safetensors --embedder pixel:16:gray
 """
+
+
+def checkpoint_path(out: str) -> str:
+    """The checkpoint file of a build writing ``out``."""
+    return out + CHECKPOINT_SUFFIX
 
 
 def add_parser(subparsers: Any) -> None:
@@ -31,47 +56,162 @@ def add_parser(subparsers: Any) -> None:
         "build",
         help="embed a folder of images into a store file",
         description=(
-            "Embed every image under IMAGE_DIR (sub-folders included, hidden ones skipped) with a progress "
-            "bar, index the vectors and save the store to one .safetensors file."
+            "Embed every image under IMAGE_DIR (sub-folders included, hidden ones skipped, symbolic links "
+            "followed once) with a progress bar, index the vectors and save the store to one .safetensors "
+            "file. An interrupted build keeps a checkpoint, STORE.partial, that --resume continues."
         ),
         examples=_EXAMPLES,
     )
     parser.add_argument("image_dir", metavar="IMAGE_DIR", help="folder of images to index")
     parser.add_argument("--out", required=True, metavar="STORE", help="store file to write (.safetensors)")
     add_store_options(parser)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted build from its STORE.partial checkpoint",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        default=str(DEFAULT_CHECKPOINT_EVERY),
+        metavar="SECONDS",
+        help="seconds between two checkpoints of a running build; 0 saves after every chunk "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run)
 
 
+def _comparable(config: Any) -> Any:
+    if isinstance(config, dict):
+        return {key: value for key, value in config.items() if key != "batch_size"}
+    return config
+
+
+def _check_checkpoint(path: str, embedder: Any, index: str, space: str) -> None:
+    """CliError unless the checkpoint at ``path`` was made with the same embedder, index and space."""
+    from galleria.cli._storefile import read_store_header
+    from galleria.embedders import embedder_config
+
+    header = read_store_header(path)
+    embedder_entry = header.get("embedder")
+    index_entry = header.get("index")
+    saved = {
+        "embedder": _comparable(embedder_entry.get("config") if isinstance(embedder_entry, dict) else None),
+        "index": index_entry.get("name") if isinstance(index_entry, dict) else None,
+        "space": header.get("space"),
+    }
+    wanted = {"embedder": _comparable(embedder_config(embedder)), "index": index, "space": space}
+    for key, value in wanted.items():
+        if saved[key] != value:
+            raise CliError(
+                f"the checkpoint {path!r} was made with {key} {saved[key]!r}, not {value!r}; "
+                "give the options of the interrupted build, or delete the checkpoint to start over"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     """Build and save the store; print how many images were indexed and skipped."""
+    from tqdm.auto import tqdm
+
     from galleria.datasets import list_images
-    from galleria.store import InMemoryImageEmbeddingStore
+    from galleria.embedders.base import batch_size_of
+    from galleria.store import ImageReadError, InMemoryImageEmbeddingStore
 
     image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
     parse_embedder_spec(args.embedder)
     workers = parse_int("--workers", args.workers)
+    every = parse_float("--checkpoint-every", args.checkpoint_every)
+    settings = embedder_settings(args)
     out = args.out
     if os.path.isdir(out):
         raise CliError(f"--out {out!r} is a directory; give a file name such as gallery.safetensors")
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise CliError(f"--out {out!r}: folder {parent!r} does not exist")
-    paths = list_images(image_dir)
-    embedder = make_embedder(args.embedder)
-    store = InMemoryImageEmbeddingStore(
-        paths, embedder, args.index, space=args.space, skip_errors=args.skip_errors, num_workers=workers
-    )
-    store.build_store(progress=not args.json)
+    partial = checkpoint_path(out)
+    if os.path.exists(partial) and not args.resume:
+        raise CliError(
+            f"an interrupted build left the checkpoint {partial!r}: pass --resume to continue it, "
+            "or delete it to start over"
+        )
+    paths = list_images(os.path.abspath(image_dir))
+    stats = {path: stat for path in paths if (stat := file_stat(path)) is not None}
+    embedder = make_embedder(args.embedder, **settings)
+
+    store: Any = None
+    resumed = 0
+    if args.resume and os.path.exists(partial):
+        _check_checkpoint(partial, embedder, args.index, args.space)
+        store = InMemoryImageEmbeddingStore.load_from_disk(partial, embedder=embedder)
+        listed = set(paths)
+        vanished = [path for path in store.paths if path not in listed]
+        if vanished:
+            store.remove_images(vanished)
+        done = set(store.paths) | set(store.skipped)
+        resumed = len(store)
+        paths_left = [path for path in paths if path not in done]
+        print(f"resuming from {partial}: {resumed} image(s) already embedded", file=sys.stderr)
+    else:
+        paths_left = paths
+
+    chunk = max(1, _BATCHES_PER_CHUNK * batch_size_of(embedder))
+    last_save = time.monotonic()
+    position = 0
+    try:
+        with tqdm(
+            total=len(paths),
+            initial=len(paths) - len(paths_left),
+            desc="building gallery",
+            unit="img",
+            disable=True if args.json else None,
+        ) as bar:
+            while position < len(paths_left) or store is None:
+                part = paths_left[position : position + chunk]
+                if store is None:
+                    store = InMemoryImageEmbeddingStore(
+                        part,
+                        embedder,
+                        args.index,
+                        space=args.space,
+                        skip_errors=args.skip_errors,
+                        num_workers=workers,
+                    )
+                    store.build_store(progress=False)
+                elif part:
+                    store.add_images(part)
+                position += len(part)
+                bar.update(len(part))
+                if position < len(paths_left) and time.monotonic() - last_save >= every:
+                    store.save_to_disk(partial)
+                    last_save = time.monotonic()
+    except BaseException as error:
+        note = ""
+        if store is not None and store.is_built and (len(store) or store.skipped):
+            store.save_to_disk(partial)
+            note = (
+                f"{len(store)} embedded image(s) are kept in {partial}: run the same command with --resume "
+                "to continue"
+            )
+        if isinstance(error, ImageReadError):
+            hint = "pass --skip-errors to skip unreadable images"
+            raise CliError(f"{error} ({hint}); {note}" if note else f"{error} ({hint})") from None
+        if note and isinstance(error, Exception):
+            raise CliError(f"{error}; {note}") from None
+        if note:
+            print(f"galleria build: {note}", file=sys.stderr)
+        raise
     if len(store) == 0:
         raise CliError(f"no image under {image_dir!r} could be read; nothing to save")
-    store.save_to_disk(out)
+    save_with_manifest(store, out, stats)
+    if os.path.exists(partial):
+        os.remove(partial)
     skipped = [str(item) for item in store.skipped]
     if args.json:
         print_json(
             {
                 "store": out,
                 "indexed": len(store),
+                "resumed": resumed,
                 "skipped": skipped,
                 "embedder": args.embedder,
                 "index": args.index,

@@ -16,10 +16,10 @@ from galleria.cli._options import (
     add_rerank_options,
     add_store_options,
     check_existing_folder,
+    embedder_settings,
     expand_settings,
     make_embedder,
     parse_embedder_spec,
-    parse_float,
     parse_int,
     rerank_settings,
 )
@@ -123,7 +123,7 @@ def run_evaluation(
     from galleria.store import InMemoryImageEmbeddingStore
 
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
-        raise CliError(f"--out {out!r} is a file; give a folder for report.md, metrics.json and pr_curve.png")
+        raise CliError(f"--out {out!r} is a file; give a folder for report.html and the other report files")
     started = time.perf_counter()
     store = InMemoryImageEmbeddingStore(
         split.gallery_paths,
@@ -141,7 +141,20 @@ def run_evaluation(
     labels = split.gallery_label_of
     gallery_labels = {path: labels[path] for path in store.paths}
     query_paths, query_labels, bad_queries = _readable_queries(split, skip_errors)
-    results = evaluate_retrieval(store, query_paths, query_labels, gallery_labels, configs)
+    from galleria.evaluation.report import SHEET_DEPTH, contact_sheets
+
+    shown: dict[str, list[list[str]]] = {}
+
+    def announce(config: RetrievalConfig) -> None:
+        print(f"running {config.title} on {len(query_paths)} queries ...", file=sys.stderr, flush=True)
+
+    def keep(config: RetrievalConfig, lists: list[list[Any]]) -> None:
+        if out is not None:
+            shown[config.name] = [[candidate.path for candidate in ranked[:SHEET_DEPTH]] for ranked in lists]
+
+    results = evaluate_retrieval(
+        store, query_paths, query_labels, gallery_labels, configs, on_config=announce, on_lists=keep
+    )
     skipped = [str(path) for path in store.skipped] + bad_queries
     meta = {
         **meta,
@@ -152,7 +165,17 @@ def run_evaluation(
         "total_seconds": round(time.perf_counter() - started, 3),
     }
     if out is not None:
-        files = write_report(out, results, meta, title=title)
+        sheets: list[Any] = []
+        compared = ("plain", "plain")
+        names = [config.name for config in configs]
+        if len(names) > 1:
+            # Plain against the re-ranked configuration (the last one), else against αQE.
+            other = next((c for c in reversed(configs) if c.rerank), configs[-1])
+            compared = ("plain", "re-ranked" if other.rerank else other.name)
+            sheets = contact_sheets(
+                query_paths, query_labels, shown[names[0]], shown[other.name], gallery_labels
+            )
+        files = write_report(out, results, meta, title=title, sheets=sheets, compared=compared)
     if as_json:
         print_json(results_payload(results, meta))
     else:
@@ -162,7 +185,10 @@ def run_evaluation(
         )
         print(format_table(results))
         if out is not None:
-            print(f"report: {files.report}, {files.metrics}, {files.pr_curve}")
+            print(
+                f"report: {files.html} "
+                f"(also {files.report.name}, {files.metrics.name}, {files.pr_curve.name})"
+            )
     return 0
 
 
@@ -182,11 +208,14 @@ def run(args: argparse.Namespace) -> int:
         split_option: dict[str, Any] = {"n_queries": parse_int("--queries", args.queries)}
     else:
         fraction = DEFAULT_QUERY_FRACTION if args.query_fraction is None else args.query_fraction
-        value = parse_float("--query-fraction", fraction, maximum=1.0)
-        if not 0.0 < value < 1.0:
-            raise CliError(f"--query-fraction must lie strictly between 0 and 1, got {fraction!r}")
+        try:
+            value = float(str(fraction))
+        except ValueError:
+            value = float("nan")
+        if not 0.0 < value < 1.0:  # NaN fails too: one message for every bad value
+            raise CliError(f"--query-fraction must be a number strictly between 0 and 1, got {fraction!r}")
         split_option = {"query_fraction": value}
-    dataset = load_image_folder(image_dir)
+    dataset = load_image_folder(os.path.abspath(image_dir))
     try:
         split = dataset.split(seed=seed, **split_option)
     except ValueError as error:
@@ -194,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     configs = standard_configs(
         expand=expand is not None, rerank=rerank is not None, **(expand or {}), **(rerank or {})
     )
-    embedder = make_embedder(args.embedder)
+    embedder = make_embedder(args.embedder, **embedder_settings(args))
     meta = {
         "dataset": {
             "root": image_dir,

@@ -3,30 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import os
+import shutil
+import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._options import (
     add_expand_options,
+    add_load_options,
     add_rerank_options,
-    check_existing_file,
     expand_settings,
+    load_store,
     parse_int,
     rerank_settings,
+    shorten_middle,
 )
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "query_paths_from", "run"]
 
 _EXAMPLES = """\
   galleria search photos.safetensors --image query.jpg
   galleria search photos.safetensors --image a.jpg b.jpg -k 5 --json
   galleria search photos.safetensors --image query.jpg --expand --rerank --pool 200
+  galleria search photos.safetensors --queries queries.txt --skip-errors --csv > results.csv
+  galleria search photos.safetensors --queries photos/ --exclude-self -k 5     # near-duplicates
   galleria search photos-clip.safetensors --text "a dog on a beach" -k 20
 """
 
 #: Default number of candidates re-ranked per query.
 DEFAULT_POOL = 100
+#: Query images read and answered together.
+_QUERY_BATCH = 64
 
 
 def add_parser(subparsers: Any) -> None:
@@ -45,56 +54,159 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("store", metavar="STORE", help="store file written by `galleria build`")
     queries = parser.add_mutually_exclusive_group(required=True)
     queries.add_argument("--image", nargs="+", metavar="PATH", help="query image file(s)")
+    queries.add_argument(
+        "--queries",
+        metavar="FILE|FOLDER",
+        help="a text file with one query image path a line, or a folder: every image under it",
+    )
     queries.add_argument("--text", nargs="+", metavar="TEXT", help="query text(s)")
     parser.add_argument("-k", default="10", metavar="K", help="results per query (default: %(default)s)")
+    parser.add_argument(
+        "--skip-errors", action="store_true", help="skip unreadable query images (listed on stderr)"
+    )
+    parser.add_argument(
+        "--exclude-self",
+        action="store_true",
+        help="leave a query image out of its own results when it is in the gallery",
+    )
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
     add_expand_options(parser)
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    add_load_options(parser)
+    parser.add_argument(
+        "--batch-size", default=None, metavar="N", help="queries embedded per batch (default: the embedder's)"
+    )
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the results as JSON")
+    output.add_argument("--csv", action="store_true", help="print the results as CSV: query,rank,path,score")
     parser.set_defaults(run=run)
+
+
+def query_paths_from(source: str) -> list[str]:
+    """The query image paths of ``--queries``: a folder's images, or a file's non-blank lines.
+
+    Relative paths in a list file are taken relative to the file's folder; lines starting with ``#``
+    are comments.
+    """
+    from galleria.datasets import list_images
+
+    if os.path.isdir(source):
+        return list_images(source)
+    if not os.path.isfile(source):
+        raise CliError(f"--queries {source!r} does not exist")
+    base = os.path.dirname(os.path.abspath(source))
+    try:
+        with open(source, encoding="utf-8") as stream:
+            lines = [line.strip() for line in stream]
+    except UnicodeDecodeError:
+        raise CliError(
+            f"--queries {source!r} is not a text file of paths (give a folder of images, or one path a line)"
+        ) from None
+    paths = [os.path.join(base, line) for line in lines if line and not line.startswith("#")]
+    if not paths:
+        raise CliError(f"--queries {source!r} lists no path")
+    return paths
+
+
+def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list[Any], list[str]]:
+    """Read the query images; return the paths kept, their arrays and the unreadable paths."""
+    from galleria.store.reading import ImageReadError, read_rgb
+
+    kept: list[str] = []
+    arrays: list[Any] = []
+    bad: list[str] = []
+    for path in paths:
+        if not os.path.exists(path):
+            if skip_errors:
+                print(f"skipped {path}: no such file", file=sys.stderr)
+                bad.append(path)
+                continue
+            raise CliError(f"query image {path!r} does not exist")
+        if not os.path.isfile(path):
+            if skip_errors:
+                print(f"skipped {path}: not a file", file=sys.stderr)
+                bad.append(path)
+                continue
+            raise CliError(f"query image {path!r} is not a file")
+        try:
+            arrays.append(read_rgb(path))
+        except ImageReadError as error:
+            if not skip_errors:
+                raise CliError(f"{error} (pass --skip-errors to skip unreadable queries)") from None
+            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
+            bad.append(path)
+            continue
+        kept.append(path)
+    return kept, arrays, bad
+
+
+def _answer(store: Any, queries: list[Any], kind: str, depth: int, expansion: dict[str, Any]) -> list[Any]:
+    if kind == "text":
+        return list(store.retrieve_by_text(queries, depth, **expansion))
+    lists: list[Any] = []
+    for start in range(0, len(queries), _QUERY_BATCH):
+        lists.extend(store.retrieve_top_k_similar(queries[start : start + _QUERY_BATCH], depth, **expansion))
+    return lists
 
 
 def run(args: argparse.Namespace) -> int:
     """Answer the queries and print the ranked paths and scores."""
     from galleria.rerank import KReciprocalReranker
-    from galleria.store import InMemoryImageEmbeddingStore
 
     k = parse_int("-k", args.k)
     rerank = rerank_settings(args)
     expand = expand_settings(args)
+    batch_size = None if args.batch_size is None else parse_int("--batch-size", args.batch_size)
     if rerank is not None and rerank["pool"] < k:
         raise CliError(f"--pool must be at least -k ({k}), got {rerank['pool']}")
-    check_existing_file("store file", args.store)
-    if args.image:
-        for path in args.image:
-            if not os.path.exists(path):
-                raise CliError(f"query image {path!r} does not exist")
-            if not os.path.isfile(path):
-                raise CliError(f"query image {path!r} is not a file")
-    store = InMemoryImageEmbeddingStore.load_from_disk(args.store)
-    if args.text and not callable(getattr(store.embedder, "embed_text", None)):
+    kind = "text" if args.text else "image"
+    query_names: list[str] = []
+    if kind == "image":
+        query_names = list(args.image) if args.image else query_paths_from(args.queries)
+    store = load_store(args, args.store)
+    if store.embedder is None:
+        raise CliError(
+            f"store {args.store!r} has no embedder (it was made from vectors); it cannot embed queries"
+        )
+    if batch_size is not None:
+        store.embedder.batch_size = batch_size
+    if kind == "text" and not callable(getattr(store.embedder, "embed_text", None)):
         raise CliError(
             f"--text needs an embedder with a text side (clip); store {args.store!r} was built with "
             f"{type(store.embedder).__name__}, which embeds images only"
         )
-    depth = rerank["pool"] if rerank is not None else k
-    expansion: dict[str, Any] = {"query_expansion": expand is not None, **(expand or {})}
-    if args.image:
-        lists = store.retrieve_top_k_similar(list(args.image), depth, **expansion)
-        queries: list[str] = list(args.image)
+    skipped: list[str] = []
+    queries: list[Any]
+    if kind == "image":
+        query_names, queries, skipped = _image_queries(query_names, args.skip_errors)
+        if not queries:
+            raise CliError("no query image could be read; nothing to search")
     else:
-        lists = store.retrieve_by_text(list(args.text), depth, **expansion)
+        query_names = list(args.text)
         queries = list(args.text)
+    extra = 1 if args.exclude_self else 0
+    depth = (rerank["pool"] if rerank is not None else k) + extra
+    expansion: dict[str, Any] = {"query_expansion": expand is not None, **(expand or {})}
+    lists = _answer(store, queries, kind, depth, expansion)
+    if args.exclude_self and kind == "image":
+        lists = [
+            [
+                candidate
+                for candidate in candidates
+                if candidate.path != os.path.abspath(name) and candidate.path != name
+            ][: depth - extra]
+            for name, candidates in zip(query_names, lists, strict=True)
+        ]
     if rerank is not None:
         reranker = KReciprocalReranker(
             store, k1=rerank["k1"], k2=rerank["k2"], lambda_value=rerank["lambda_value"]
         )
         lists = reranker.rerank_batch(lists, top_k=k)
-    kind = "image" if args.image else "text"
     payload = {
         "store": args.store,
         "k": k,
         "expand": expand,
         "rerank": rerank,
+        "skipped": skipped,
         "queries": [
             {
                 "query": query,
@@ -104,16 +216,25 @@ def run(args: argparse.Namespace) -> int:
                     for rank, candidate in enumerate(candidates[:k], start=1)
                 ],
             }
-            for query, candidates in zip(queries, lists, strict=True)
+            for query, candidates in zip(query_names, lists, strict=True)
         ],
     }
     if args.json:
         print_json(payload)
-        return 0
-    for number, entry in enumerate(payload["queries"]):
-        if number:
-            print()
-        print(f"{kind} query: {entry['query']}")
-        for result in entry["results"]:
-            print(f"  {result['rank']:>3}  {result['score']:.6f}  {result['path']}")
+    elif args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["query", "rank", "path", "score"])
+        for entry in payload["queries"]:
+            for result in entry["results"]:
+                writer.writerow([entry["query"], result["rank"], result["path"], f"{result['score']:.6f}"])
+    else:
+        width = shutil.get_terminal_size((80, 24)).columns
+        for number, entry in enumerate(payload["queries"]):
+            if number:
+                print()
+            print(shorten_middle(f"{kind} query: {entry['query']}", width - 1))
+            for result in entry["results"]:
+                score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
+                head = f"  {result['rank']:>3}  {score:.6f}  "
+                print(head + shorten_middle(result["path"], max(8, width - 1 - len(head))))
     return 0

@@ -14,6 +14,7 @@ order, so a listing is reproducible across platforms and runs.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,54 @@ def _check_folder(name: str, root: Any) -> Path:
     return folder
 
 
+def _walk(folder: Path, recursive: bool, visited: set[str] | None = None) -> tuple[list[str], list[str]]:
+    """The image files under ``folder`` and the symlinked folders not followed.
+
+    Sub-folders (hidden ones excepted) are descended into, symbolic links to folders included, but
+    each real folder is visited once: a link to a folder already visited (a loop, or a second link
+    to the same place) is not followed again and is returned in the second list instead.
+    ``visited`` (real paths) is shared between calls that must not list a folder twice.
+    """
+    found: list[str] = []
+    repeated: list[str] = []
+    visited = set() if visited is None else visited
+    real_root = os.path.realpath(folder)
+    if real_root in visited:
+        return found, [str(folder)]
+    visited.add(real_root)
+    for current, dirnames, filenames in os.walk(folder, followlinks=True):
+        kept = []
+        for name in sorted(d for d in dirnames if not d.startswith(".")) if recursive else []:
+            real = os.path.realpath(os.path.join(current, name))
+            if real in visited:
+                repeated.append(os.path.join(current, name))
+                continue
+            visited.add(real)
+            kept.append(name)
+        dirnames[:] = kept
+        for filename in filenames:
+            candidate = Path(current) / filename
+            if _is_image(candidate):
+                found.append(str(candidate))
+    return sorted(found), sorted(repeated)
+
+
+def _warn_repeated(repeated: list[str]) -> None:
+    for link in repeated:
+        warnings.warn(
+            f"not following {link!r}: it leads to a folder already listed (a symbolic link loop or a "
+            "second link to the same folder)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def list_images(root: str | os.PathLike[str], *, recursive: bool = True) -> list[str]:
     """List the image files under a folder, sorted, for indexing an unlabelled gallery.
+
+    Sub-folders are walked as :func:`load_image_folder` walks a label folder: hidden ones are
+    skipped, symbolic links to folders are followed once, and a link to a folder already listed
+    (a loop) is reported with a RuntimeWarning rather than followed again.
 
     Parameters
     ----------
@@ -73,6 +120,11 @@ def list_images(root: str | os.PathLike[str], *, recursive: bool = True) -> list
     ValueError
         If the folder is empty or holds no file with an image extension.
 
+    Warns
+    -----
+    RuntimeWarning
+        For every symbolic link to a folder that was already listed.
+
     Examples
     --------
     >>> import tempfile, pathlib
@@ -84,16 +136,11 @@ def list_images(root: str | os.PathLike[str], *, recursive: bool = True) -> list
     folder = _check_folder("root", root)
     if not any(folder.iterdir()):
         raise ValueError(f"image folder {os.fspath(root)!r} is empty")
-    found: list[str] = []
-    for current, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")) if recursive else []
-        for filename in filenames:
-            candidate = Path(current) / filename
-            if _is_image(candidate):
-                found.append(str(candidate))
+    found, repeated = _walk(folder, recursive)
+    _warn_repeated(repeated)
     if not found:
         raise ValueError(_no_images_message(root))
-    return sorted(found)
+    return found
 
 
 def _no_images_message(root: str | os.PathLike[str]) -> str:
@@ -155,8 +202,11 @@ class ImageFolder:
 def load_image_folder(root: str | os.PathLike[str]) -> ImageFolder:
     """Read a ``root/<label>/<image>`` tree: every image's path and label, sorted by path.
 
-    Only images directly inside a label folder count; files in ``root`` itself and deeper
-    sub-folders are ignored.
+    The label of an image is the first-level folder it lies in, however deep: ``root/cat/a.png``
+    and ``root/cat/kittens/b.png`` are both ``cat``. Label folders are walked as
+    :func:`list_images` walks a gallery (hidden folders skipped, symbolic links followed once), so
+    ``galleria build`` and ``galleria evaluate`` see the same images. Images directly in ``root``
+    have no label: they are left out with a RuntimeWarning that counts them.
 
     Raises
     ------
@@ -167,12 +217,18 @@ def load_image_folder(root: str | os.PathLike[str]) -> ImageFolder:
     ValueError
         If ``root`` is empty, or none of its label folders holds an image.
 
+    Warns
+    -----
+    RuntimeWarning
+        For images directly in ``root`` (left out), and for every symbolic link to a folder
+        already listed (not followed again).
+
     Examples
     --------
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> for name in ("cat/1.png", "cat/2.png", "dog/1.png"):
-    ...     (root / name).parent.mkdir(exist_ok=True); _ = (root / name).write_bytes(b"")
+    >>> for name in ("cat/1.png", "cat/small/2.png", "dog/1.png"):
+    ...     (root / name).parent.mkdir(parents=True, exist_ok=True); _ = (root / name).write_bytes(b"")
     >>> folder = load_image_folder(root)
     >>> folder.labels, folder.classes
     (['cat', 'cat', 'dog'], ['cat', 'dog'])
@@ -188,11 +244,22 @@ def load_image_folder(root: str | os.PathLike[str]) -> ImageFolder:
         )
     paths: list[str] = []
     labels: list[str] = []
+    repeated: list[str] = []
+    visited = {os.path.realpath(folder)}
     for label_dir in label_dirs:
-        for image in sorted(label_dir.iterdir()):
-            if _is_image(image):
-                paths.append(str(image))
-                labels.append(label_dir.name)
+        found, links = _walk(label_dir, recursive=True, visited=visited)
+        repeated.extend(links)
+        paths.extend(found)
+        labels.extend([label_dir.name] * len(found))
+    _warn_repeated(repeated)
+    loose = [entry for entry in entries if _is_image(entry)]
+    if loose:
+        warnings.warn(
+            f"{len(loose)} image(s) directly in {os.fspath(root)!r} have no label folder and are left out, "
+            f"e.g. {str(loose[0])!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     if not paths:
         raise ValueError(_no_images_message(root) + " in its label sub-folders")
     return ImageFolder(root=os.fspath(root), paths=paths, labels=labels)

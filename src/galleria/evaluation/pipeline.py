@@ -105,6 +105,7 @@ def evaluate_retrieval(
     depth: int = 200,
     batch_size: int = 256,
     on_config: Callable[[RetrievalConfig], None] | None = None,
+    on_lists: Callable[[RetrievalConfig, list[list[Candidate]]], None] | None = None,
 ) -> list[ConfigResult]:
     """Score each configuration on the same queries against the same built store.
 
@@ -128,6 +129,9 @@ def evaluate_retrieval(
         Queries answered per call (a small untimed warm-up query runs first for each configuration).
     on_config : callable, optional
         Called with each configuration before it runs (progress reporting).
+    on_lists : callable, optional
+        Called with each configuration and its ranked lists (one per query, in query order) after
+        it ran, e.g. to keep the lists an HTML report shows.
 
     Returns
     -------
@@ -203,6 +207,8 @@ def evaluate_retrieval(
             lists.extend(_answer(store, reranker, config, query_list[start : start + batch_size], depth))
         elapsed = time.perf_counter() - started
         results.append(_score(config, lists, label_list, gallery_labels, elapsed))
+        if on_lists is not None:
+            on_lists(config, lists)
     return results
 
 

@@ -1,0 +1,113 @@
+"""What ``add``, ``remove`` and ``sync`` share: the file-stat manifest beside a store, and saving.
+
+``galleria sync`` must know whether a file changed since it was embedded. A store file records paths,
+not file sizes or times, so the commands that write a store also write ``STORE.files.json`` beside it:
+``{"format": "galleria-files", "version": 1, "files": {path: [size, mtime_ns], ...}}``. It is a hint
+only: a missing or unreadable manifest makes ``sync`` compare file times with the store file's own.
+Both files are written atomically (the store first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from galleria._files import atomic_write_bytes
+from galleria.cli._common import CliError
+
+__all__ = [
+    "MANIFEST_SUFFIX",
+    "expand_paths",
+    "file_stat",
+    "manifest_path",
+    "read_manifest",
+    "readable",
+    "save_with_manifest",
+]
+
+MANIFEST_SUFFIX = ".files.json"
+_FORMAT = "galleria-files"
+
+Stat = tuple[int, int]
+
+
+def manifest_path(store_path: str) -> str:
+    """The manifest file of the store file ``store_path``."""
+    return store_path + MANIFEST_SUFFIX
+
+
+def file_stat(path: str) -> Stat | None:
+    """(size, mtime in ns) of a file, or None if it cannot be read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return int(info.st_size), int(info.st_mtime_ns)
+
+
+def read_manifest(store_path: str) -> dict[str, Stat]:
+    """The recorded file stats; empty (with a note on stderr) when the manifest is missing or invalid."""
+    name = manifest_path(store_path)
+    if not os.path.exists(name):
+        return {}
+    try:
+        with open(name, encoding="utf-8") as stream:
+            payload = json.load(stream)
+        files = payload["files"] if payload.get("format") == _FORMAT else None
+        if not isinstance(files, dict):
+            raise ValueError("no 'files' mapping")
+        stats: dict[str, Stat] = {}
+        for path, entry in files.items():
+            if (
+                isinstance(entry, list)
+                and len(entry) == 2
+                and all(isinstance(value, int) and not isinstance(value, bool) for value in entry)
+            ):
+                stats[str(path)] = (entry[0], entry[1])
+        return stats
+    except (OSError, ValueError, KeyError, AttributeError, TypeError) as error:
+        print(f"note: ignoring the unreadable manifest {name!r} ({error})", file=sys.stderr)
+        return {}
+
+
+def save_with_manifest(store: Any, store_path: str, stats: Mapping[str, Stat]) -> None:
+    """Save ``store`` to ``store_path`` atomically, then its manifest with the stats of its paths."""
+    store.save_to_disk(store_path)
+    files = {path: list(stats[path]) for path in store.paths if path in stats}
+    payload = {"format": _FORMAT, "version": 1, "files": files}
+    atomic_write_bytes(manifest_path(store_path), (json.dumps(payload, sort_keys=True) + "\n").encode())
+
+
+def expand_paths(items: Iterable[str], what: str) -> list[str]:
+    """Absolute image paths of ``items``: files as they are, folders walked as ``build`` walks them."""
+    from galleria.datasets import list_images
+
+    found: list[str] = []
+    for item in items:
+        if os.path.isdir(item):
+            found.extend(list_images(os.path.abspath(item)))
+        elif os.path.exists(item):
+            found.append(os.path.abspath(item))
+        else:
+            raise CliError(f"{what} {item!r} does not exist")
+    return list(dict.fromkeys(found))
+
+
+def readable(paths: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``paths`` into the images that decode and those that do not."""
+    from galleria.store.reading import ImageReadError, read_rgb
+
+    good: list[str] = []
+    bad: list[str] = []
+    for path in paths:
+        try:
+            read_rgb(path)
+        except ImageReadError as error:
+            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
+            bad.append(path)
+        else:
+            good.append(path)
+    return good, bad

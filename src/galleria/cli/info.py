@@ -1,0 +1,119 @@
+"""``galleria info``: what a store file holds — embedder, index, space, size, skipped files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from galleria.cli._common import add_command, print_json
+from galleria.cli._options import add_load_options, load_store
+
+__all__ = ["add_parser", "describe_store", "run"]
+
+_EXAMPLES = """\
+  galleria info photos.safetensors
+  galleria info photos.safetensors --json
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``galleria info``."""
+    parser = add_command(
+        subparsers,
+        "info",
+        help="describe a store file: embedder, index, space, size",
+        description=(
+            "Load a store file (checking it, as every command does) and print its embedder, index and "
+            "parameters, distance space, vector dimension, image count, the files skipped when it was "
+            "built, its format version and its size on disk."
+        ),
+        examples=_EXAMPLES,
+    )
+    parser.add_argument("store", metavar="STORE", help="store file written by `galleria build`")
+    add_load_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the description as JSON")
+    parser.set_defaults(run=run)
+
+
+class _NoModel:
+    """Stands in for the saved embedder, so describing a store never loads its model."""
+
+    def __init__(self, dim: Any) -> None:
+        self.dim = dim
+
+    def embed(self, images: Any) -> Any:  # pragma: no cover - never called
+        raise RuntimeError("galleria info does not embed")
+
+
+def describe_store(path: str, store: Any) -> dict[str, Any]:
+    """The JSON-able description of a store file loaded by :func:`run` (``galleria info --json``).
+
+    The embedder is described from the file's header (its saved config), not rebuilt.
+    """
+    from galleria.cli._storefile import read_store_header
+
+    header = read_store_header(path)
+    entry = header.get("embedder")
+    config = entry.get("config") if isinstance(entry, dict) else None
+    index = store.search_index
+    return {
+        "store": path,
+        "format_version": header.get("format_version"),
+        "file_bytes": os.path.getsize(path),
+        "count": len(store),
+        "dim": store.dim,
+        "space": store.space,
+        "index": {"name": index.name, "params": index.params()},
+        "embedder": config,
+        "text_queries": isinstance(config, dict) and config.get("type") == "clip",
+        "skipped": store.skipped,
+    }
+
+
+def _embedder_text(config: dict[str, Any] | None) -> str:
+    if config is None:
+        return "none (made from vectors; search it by vector)"
+    kind = config.get("type", "?")
+    rest = ", ".join(
+        f"{key}={str(value)[:12] + '…' if key.endswith('sha256') else value}"
+        for key, value in config.items()
+        if key != "type"
+    )
+    return f"{kind} ({rest})" if rest else str(kind)
+
+
+def _size_text(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit} ({size} B)"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover - the loop always returns
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the description of the store."""
+    from galleria.cli._options import check_existing_file
+    from galleria.cli._storefile import read_store_header
+
+    dim = read_store_header(check_existing_file("store file", args.store)).get("dim")
+    store = load_store(args, args.store, embedder=_NoModel(dim) if isinstance(dim, int) else None)
+    info = describe_store(args.store, store)
+    if args.json:
+        print_json(info)
+        return 0
+    params = ", ".join(f"{key}={value}" for key, value in info["index"]["params"].items())
+    print(f"store:          {info['store']}")
+    print(f"images:         {info['count']}")
+    print(f"embedder:       {_embedder_text(info['embedder'])}")
+    print(f"index:          {info['index']['name']}" + (f" ({params})" if params else ""))
+    print(f"space:          {info['space']}")
+    print(f"dim:            {info['dim']}")
+    print(f"text queries:   {'yes' if info['text_queries'] else 'no'}")
+    print(f"format version: {info['format_version']}")
+    print(f"file size:      {_size_text(info['file_bytes'])}")
+    print(f"skipped files:  {len(info['skipped'])}")
+    for path in info["skipped"]:
+        print(f"  {path}")
+    return 0

@@ -1,0 +1,63 @@
+"""``galleria remove``: take images out of a store file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._edits import read_manifest, save_with_manifest
+from galleria.cli._options import add_load_options, load_store
+
+__all__ = ["add_parser", "run"]
+
+_EXAMPLES = """\
+  galleria remove photos.safetensors photos/blurry/IMG_0042.jpg
+  galleria remove photos.safetensors photos/old/          # every stored image under the folder
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``galleria remove``."""
+    parser = add_command(
+        subparsers,
+        "remove",
+        help="remove images (files or folders) from a store file",
+        description=(
+            "Remove the given images from the store and save it in place, atomically. A folder stands for "
+            "every stored image under it. The files themselves are not touched and need not exist. A path "
+            "that is not in the store is an error, and then nothing is removed."
+        ),
+        examples=_EXAMPLES,
+    )
+    parser.add_argument("store", metavar="STORE", help="store file to change")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="stored image paths or folders")
+    add_load_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Remove the images and save the store."""
+    store = load_store(args, args.store)
+    stored = store.paths
+    gone: list[str] = []
+    for item in args.paths:
+        path = os.path.abspath(item)
+        if path in store:
+            gone.append(path)
+            continue
+        prefix = path.rstrip(os.sep) + os.sep
+        under = [candidate for candidate in stored if candidate.startswith(prefix)]
+        if not under:
+            raise CliError(f"PATH {item!r} is not in the store {args.store!r} (nothing was removed)")
+        gone.extend(under)
+    gone = list(dict.fromkeys(gone))
+    store.remove_images(gone)
+    save_with_manifest(store, args.store, read_manifest(args.store))
+    if args.json:
+        print_json({"store": args.store, "removed": len(gone), "count": len(store)})
+    else:
+        print(f"removed {len(gone)} image(s), {len(store)} left → {args.store}")
+    return 0

@@ -1,0 +1,77 @@
+"""``galleria serve``: browse and query a store in a web browser (extra ``galleria[web]``)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from typing import Any
+
+from galleria.cli._common import CliError, add_command
+from galleria.cli._options import add_load_options, load_store, parse_float, parse_int
+
+__all__ = ["add_parser", "run"]
+
+_EXAMPLES = """\
+  galleria serve photos.safetensors                 # then open http://127.0.0.1:8000
+  galleria serve photos.safetensors --port 8080 --max-upload-mb 50
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``galleria serve``."""
+    parser = add_command(
+        subparsers,
+        "serve",
+        help="browse and query a store in a web browser",
+        description=(
+            "Serve a page on which to query the store by uploading an image, by clicking a result, or by "
+            "text (clip stores), with plain and re-ranked results side by side; and a JSON API "
+            "(POST /api/search, GET /api/info, OpenAPI page at /docs). The store and its model are "
+            "loaded once. Needs the web extra (pip install 'galleria[web]')."
+        ),
+        examples=_EXAMPLES,
+    )
+    parser.add_argument("store", metavar="STORE", help="store file written by `galleria build`")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    parser.add_argument("--port", default="8000", metavar="N", help="port to bind (default: %(default)s)")
+    parser.add_argument(
+        "--max-upload-mb",
+        default="20",
+        metavar="MB",
+        help="largest accepted upload, in megabytes (default: %(default)s)",
+    )
+    add_load_options(parser)
+    parser.set_defaults(run=run)
+
+
+def _check_bind(host: str, port: int) -> None:
+    """CliError (one line) if ``host:port`` cannot be bound, before the store is loaded."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as error:
+        raise CliError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the store and serve it until interrupted."""
+    port = parse_int("--port", args.port, minimum=0)
+    if port > 65535:
+        raise ValueError(f"--port must be at most 65535, got {port}")
+    max_upload_mb = parse_float("--max-upload-mb", args.max_upload_mb)
+    if max_upload_mb <= 0:
+        raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb!r}")
+    from galleria.web import create_app, serve  # ImportError names the extra
+
+    _check_bind(args.host, port)
+    store = load_store(args, args.store)
+    app = create_app(store, store_name=args.store, max_upload_bytes=int(max_upload_mb * 1024 * 1024))
+    print(
+        f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
+        file=sys.stderr,
+    )
+    serve(app, host=args.host, port=port)
+    return 0

@@ -181,3 +181,22 @@ def test_root_re_anchors_a_moved_gallery(tmp_path: Path) -> None:
 def test_from_embeddings_keeps_identifiers_as_given() -> None:
     store = InMemoryImageEmbeddingStore.from_embeddings(["id-1", "id-2"], np.eye(2))
     assert store.paths == ["id-1", "id-2"]
+
+
+def test_add_images_can_skip_unreadable_files_for_one_call(tmp_path: Path) -> None:
+    from _store_support import write_corrupt
+
+    store = InMemoryImageEmbeddingStore(make_images(tmp_path / "a", 3), pixel_embedder())
+    store.build_store(progress=False)
+    broken = write_corrupt(tmp_path / "broken.png")
+    fine = make_images(tmp_path / "b", 1, seed=3)
+    from galleria.store import ImageReadError
+
+    with pytest.raises(ImageReadError):
+        store.add_images([broken, *fine])
+    assert len(store) == 3
+    with pytest.warns(UserWarning, match="skipped"):
+        store.add_images([broken, *fine], skip_errors=True)
+    assert len(store) == 4 and store.skipped == [broken]
+    with pytest.raises(TypeError, match="skip_errors"):
+        store.add_images(fine, skip_errors="yes")  # type: ignore[arg-type]

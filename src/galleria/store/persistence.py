@@ -53,6 +53,7 @@ __all__ = [
     "check_store_path",
     "encode_store",
     "read_store",
+    "read_store_header",
     "write_store",
 ]
 
@@ -380,6 +381,39 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
         return embedder_from_config(saved["config"], checkpoint=checkpoint)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
+
+
+def read_store_header(path: Any) -> dict[str, Any]:
+    """The checked JSON header of a store file, without reading its tensors or building anything.
+
+    The same checks as loading apply to the header: a regular file, the header digest, every key
+    present with the right type (ValueError naming the file and the key otherwise).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, numpy as np
+    >>> from galleria import InMemoryImageEmbeddingStore
+    >>> file = pathlib.Path(tempfile.mkdtemp()) / "s.safetensors"
+    >>> InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2)).save_to_disk(file)
+    >>> header = read_store_header(file)
+    >>> header["format_version"], header["dim"], header["index"]["name"]
+    (2, 2, 'exact')
+    """
+    from safetensors import safe_open
+
+    name = check_regular_file(path)
+    try:
+        with safe_open(name, framework="numpy") as reader:
+            metadata = reader.metadata()
+    except OSError:
+        raise
+    except Exception as error:  # safetensors raises its own error type for damaged files
+        raise ValueError(
+            f"{name!r} is not a readable safetensors file (truncated or damaged?): {error}"
+        ) from error
+    header = _parse_header(name, metadata)
+    _validate_header(name, header, os.path.getsize(name))
+    return header
 
 
 def read_store(

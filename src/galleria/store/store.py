@@ -284,7 +284,7 @@ class InMemoryImageEmbeddingStore:
             self._set_gallery(paths, vectors)
 
     def _embed_files(
-        self, paths: list[str], progress: bool, description: str
+        self, paths: list[str], progress: bool, description: str, skip_errors: bool | None = None
     ) -> tuple[list[str], np.ndarray, list[str]]:
         """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
         return embed_files(
@@ -294,7 +294,7 @@ class InMemoryImageEmbeddingStore:
             self._index.space,
             num_workers=self._num_workers,
             num_prefetch_batches=self._num_prefetch_batches,
-            skip_errors=self._skip_errors,
+            skip_errors=self._skip_errors if skip_errors is None else skip_errors,
             progress=progress,
             description=description,
         )
@@ -563,12 +563,18 @@ class InMemoryImageEmbeddingStore:
 
     # ------------------------------------------------------------------ changing the gallery
 
-    def add_images(self, paths: Sequence[str | os.PathLike[str]], *, progress: bool = False) -> None:
+    def add_images(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        progress: bool = False,
+        skip_errors: bool | None = None,
+    ) -> None:
         """Embed and add more images to a built store (no rebuild of what is there).
 
         Paths already in the store, or repeated, are dropped with a warning. Unreadable images
-        follow ``skip_errors`` as in :meth:`build_store`; skipped ones are appended to
-        :attr:`skipped`. Nothing changes if an error is raised.
+        follow ``skip_errors`` (None: the store's own setting) as in :meth:`build_store`; skipped
+        ones are appended to :attr:`skipped`. Nothing changes if an error is raised.
 
         Raises
         ------
@@ -577,12 +583,13 @@ class InMemoryImageEmbeddingStore:
         """
         new = absolute_paths(check_path_list("paths", paths))
         progress = check_bool("progress", progress)
+        skip = None if skip_errors is None else check_bool("skip_errors", skip_errors)
         self._require_built()
         self._require_embedder("new images")
         new = drop_duplicates(new, "paths", known=self._rows)
         if not new:
             return
-        kept, vectors, skipped = self._embed_files(new, progress, "adding images")
+        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip)
         with self._lock.writing():
             fresh = [position for position, path in enumerate(kept) if path not in self._rows]
             if len(fresh) != len(kept):  # another thread added some of them meanwhile

@@ -34,6 +34,7 @@ __all__ = [
     "collect",
     "interpolated_pr",
     "positive_ranks",
+    "rank_rows",
     "top_of_block",
 ]
 
@@ -74,15 +75,26 @@ def positive_ranks(
     return ranks
 
 
-def top_of_block(keys: np.ndarray, k: int) -> npt.NDArray[np.int64]:
-    """The first ``k`` valid gallery indices of every row (ranked by the tie rule), −1 past the valid ones."""
+def top_of_block(keys: np.ndarray, k: int, *, junk: bool = True) -> npt.NDArray[np.int64]:
+    """The first ``k`` gallery indices of every row (ranked by the tie rule), −1 past the end.
+
+    With ``junk`` (the default) keys of −inf are junk and never listed; without, they are ordinary.
+    """
     width = min(k, keys.shape[1])
     flipped = np.negative(keys)  # junk becomes +inf, after every valid item
     top = stable_smallest(flipped, width).astype(np.int64)
-    top[np.take_along_axis(flipped, top, axis=1) == np.inf] = -1
+    if junk:
+        top[np.take_along_axis(flipped, top, axis=1) == np.inf] = -1
     if width < k:
         top = np.concatenate([top, np.full((keys.shape[0], k - width), -1, dtype=np.int64)], axis=1)
     return top
+
+
+def rank_rows(
+    keys: np.ndarray, positive_sets: list[npt.NDArray[np.int64]], depth: int | None = None
+) -> list[np.ndarray]:
+    """:func:`positive_ranks` of every row of a block, with one positive set per row."""
+    return [positive_ranks(keys[row], positive_sets[row], depth) for row in range(keys.shape[0])]
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,6 @@ class ConfigResult:
             "map@100": self.map_at_100,
             "mrr": self.mrr,
             "ms_per_query": self.ms_per_query,
-            "pr_curve": {
-                "recall": [float(x) for x in self.pr_recall],
-                "precision": [float(x) for x in self.pr_precision],
-            },
         }
 
 

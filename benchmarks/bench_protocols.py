@@ -252,7 +252,8 @@ def bench_metric_learning(quick: bool) -> dict[str, Any]:
         runs.append(record)
         print(
             f"metric learning {n} × {n} × {dim}: {record['seconds']:.1f} s, "
-            f"traced {record['traced_mb']:.1f} MB, RSS growth {record['rss_growth_mb']:.1f} MB, MAP@R {record['map_at_r']:.4f}",
+            f"traced {record['traced_mb']:.1f} MB, RSS growth {record['rss_growth_mb']:.1f} MB, "
+            f"MAP@R {record['map_at_r']:.4f}",
             flush=True,
         )
     return {"runs": runs}

@@ -314,7 +314,11 @@ class _FeatureSource:
     def rows(self, start: int, stop: int) -> np.ndarray:
         block = self.features[start:stop]
         if self.metric == "cosine":
-            return pairwise_distances(block, self.features, "cosine")
+            # 1 - cos in place on the Gram block (the same float32 arithmetic as pairwise_distances,
+            # without a second block-sized array).
+            gram: np.ndarray = block @ self.features.T
+            np.subtract(np.float32(1.0), gram, out=gram)
+            return gram
         return np.asarray(np.sqrt(pairwise_distances(block, self.features, "l2")))
 
     def pairs(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
@@ -338,8 +342,8 @@ _Source = _MatrixSource | _FeatureSource
 def _transform(raw: np.ndarray, rows: np.ndarray, columns: np.ndarray, mode: str) -> np.ndarray:
     """Paper: float64, floored at 0, zero diagonal. Reference: squared in float32."""
     if mode == "reference":
-        values = np.asarray(raw, dtype=np.float32)
-        return np.square(values, out=values if values is not raw else None)
+        values = np.asarray(raw, dtype=np.float32)  # every source hands out fresh arrays: square in place
+        return np.square(values, out=values)
     values = np.maximum(np.asarray(raw, dtype=np.float64), 0.0)
     if values.ndim == 2:  # a block of whole rows: rows[r, 0] is the member in row r
         values[np.arange(values.shape[0]), rows[:, 0]] = 0.0

@@ -271,6 +271,8 @@ def test_stream_errors() -> None:
         reid_evaluate(iter([(np.array([0]), block)]), *args)
     with pytest.raises(ValueError, match="second time"):
         reid_evaluate(iter([(np.array([0]), block), (np.array([0]), block)]), *args)
+    with pytest.raises(ValueError, match="probe row 1 a second time"):
+        reid_evaluate(iter([(np.array([1, 1]), np.zeros((2, 2)))]), *args)
     with pytest.raises(ValueError, match="block must have shape"):
         reid_evaluate(iter([(np.array([0, 1]), block)]), *args)
     with pytest.raises(ValueError, match="out of range"):

@@ -179,9 +179,10 @@ def _checked_pairs(
         bad = np.flatnonzero((rows < 0) | (rows >= probes))
         if bad.size:
             raise ValueError(f"distances[{position}] probe row {rows[bad[0]]} is out of range [0, {probes})")
-        if seen[rows].any() or np.unique(rows).size != rows.size:
-            twice = rows[seen[rows]][0] if seen[rows].any() else rows[np.diff(np.sort(rows)) == 0][0]
-            raise ValueError(f"distances[{position}] gives probe row {twice} a second time")
+        ordered = np.sort(rows)
+        repeated = np.concatenate([rows[seen[rows]], ordered[1:][np.diff(ordered) == 0]])
+        if repeated.size:
+            raise ValueError(f"distances[{position}] gives probe row {repeated[0]} a second time")
         seen[rows] = True
         check_finite("distances", block, rows=rows)
         yield rows, block

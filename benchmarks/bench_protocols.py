@@ -375,6 +375,14 @@ def main() -> None:
     text = write_report(reid, learning, args.quick)
     print(text)
     if not args.no_write and not args.quick:
+        marker = "### Metric learning"
+        if reid is None and REPORT.exists() and marker in text:
+            # One part re-run: keep the other part's latest figures, say that this one ran apart.
+            head = REPORT.read_text(encoding="utf-8").split(marker)[0]
+            section = text[text.index(marker) :].replace(
+                "\n\n", "\n\n(Re-run on its own with `--part metric-learning`.)\n\n", 1
+            )
+            text = head + section
         REPORT.parent.mkdir(parents=True, exist_ok=True)
         REPORT.write_text(text, encoding="utf-8")
 

@@ -32,6 +32,7 @@ __all__ = [
     "average_precision_full",
     "average_precision_trapezoid",
     "collect",
+    "interpolated_one",
     "interpolated_pr",
     "positive_ranks",
     "rank_rows",
@@ -171,26 +172,32 @@ def average_precision_trapezoid(ranked: RankedPositives) -> npt.NDArray[np.float
     return result
 
 
+def interpolated_one(
+    ranks: np.ndarray, count: int, levels: npt.NDArray[np.float64] = PR_LEVELS
+) -> npt.NDArray[np.float64]:
+    """One query's interpolated precision at ``levels``: ``max {P@j : recall@j ≥ level}``.
+
+    The maximum is reached at a positive, where ``P = i / (r_i + 1)`` and ``recall = i / R``
+    (1-based i); a level the ranked positives never reach scores 0.
+    """
+    precision = np.arange(1, ranks.size + 1) / (ranks + 1.0)
+    best_after = np.maximum.accumulate(precision[::-1])[::-1] if ranks.size else precision
+    padded = np.concatenate([best_after, [0.0]])
+    # The first positive whose recall i / R reaches the level (a small tolerance for j / 20).
+    first = np.ceil(levels * count - 1e-9).astype(np.int64) - 1
+    result: npt.NDArray[np.float64] = padded[np.clip(first, 0, ranks.size)]
+    return result
+
+
 def interpolated_pr(
     ranked: RankedPositives, levels: npt.NDArray[np.float64] = PR_LEVELS
 ) -> npt.NDArray[np.float64]:
-    """Mean interpolated precision at ``levels`` over the queries with positives (all of them ranked).
-
-    Per query, ``max {P@j : recall@j ≥ level}``; the maximum is reached at a positive, where
-    ``P = i / (r_i + 1)`` and ``recall = i / R``.
-    """
+    """Mean of :func:`interpolated_one` over the queries with positives (all of them ranked)."""
     valid = np.flatnonzero(ranked.counts > 0)
     curve = np.zeros(len(levels), dtype=np.float64)
     if valid.size == 0:
         return curve
     for query in valid:
-        ranks = ranked.of(int(query))
-        count = int(ranked.counts[query])
-        precision = np.arange(1, ranks.size + 1) / (ranks + 1.0)
-        best_after = np.maximum.accumulate(precision[::-1])[::-1]
-        padded = np.concatenate([best_after, [0.0]])
-        # The first positive whose recall i / R reaches the level (a small tolerance for j / 20).
-        first = np.ceil(levels * count - 1e-9).astype(np.int64) - 1
-        curve += padded[np.clip(first, 0, ranks.size)]
+        curve += interpolated_one(ranked.of(int(query)), int(ranked.counts[query]), levels)
     result: npt.NDArray[np.float64] = curve / valid.size
     return result

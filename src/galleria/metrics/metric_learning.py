@@ -29,15 +29,7 @@ import numpy.typing as npt
 from galleria._validation import check_bool, check_choice, check_positive_int, is_int
 from galleria.distances import normalize_rows
 from galleria.metrics._checks import as_embeddings, as_label_vector
-from galleria.metrics._ranked import (
-    PR_LEVELS,
-    RankedPositives,
-    average_precision_full,
-    collect,
-    interpolated_pr,
-    positive_ranks,
-    top_of_block,
-)
+from galleria.metrics._ranked import PR_LEVELS, interpolated_one, positive_ranks, top_of_block
 
 __all__ = [
     "METRICS",
@@ -195,30 +187,60 @@ class _Inputs:
         return keys
 
 
-def _rank_all(
-    inputs: _Inputs, full_ranking: bool, keep: int
-) -> tuple[RankedPositives, np.ndarray, np.ndarray]:
-    """Ranked positives of every query (those above R, or all of them), and the first ``keep`` results."""
+@dataclass
+class _PerQuery:
+    """Per-query figures, filled as the queries are ranked (no list of ranks is kept: n·R can be large)."""
+
+    counts: npt.NDArray[np.int64]
+    first: npt.NDArray[np.int64]
+    map_at_r: npt.NDArray[np.float64]
+    r_precision: npt.NDArray[np.float64]
+    average_precision: npt.NDArray[np.float64]
+    curve: npt.NDArray[np.float64]
+    top: npt.NDArray[np.int64]
+
+    def add(self, query: int, ranks: np.ndarray, count: int, full: bool) -> None:
+        self.counts[query] = count
+        if ranks.size:
+            self.first[query] = ranks[0]
+        if count == 0:
+            return
+        order = np.arange(1, ranks.size + 1)
+        within = ranks < count
+        self.map_at_r[query] = float(np.sum(order[within] / (ranks[within] + 1.0))) / count
+        self.r_precision[query] = int(np.count_nonzero(within)) / count
+        if full:
+            self.average_precision[query] = float(np.sum(order / (ranks + 1.0))) / count
+            self.curve += interpolated_one(ranks, count)
+
+
+def _rank_all(inputs: _Inputs, full_ranking: bool, keep: int) -> _PerQuery:
+    """Rank every query's positives (those above R, or all of them) and keep the per-query figures."""
     n = len(inputs.queries)
     m = len(inputs.reference)
     rows = max(1, _BLOCK_BYTES // (m * inputs.reference.dtype.itemsize))
-    lists: list[np.ndarray] = []
-    counts = np.zeros(n, dtype=np.int64)
-    first = np.full(n, -1, dtype=np.int64)
-    top = np.full((n, keep), -1, dtype=np.int64)
+    nan = np.full(n, np.nan)
+    result = _PerQuery(
+        counts=np.zeros(n, dtype=np.int64),
+        first=np.full(n, -1, dtype=np.int64),
+        map_at_r=nan.copy(),
+        r_precision=nan.copy(),
+        average_precision=nan.copy(),
+        curve=np.zeros(len(PR_LEVELS)),
+        top=np.full((n, keep), -1, dtype=np.int64),
+    )
     for start in range(0, n, rows):
         stop = min(start + rows, n)
         keys = inputs.keys(start, stop)
         for local in range(stop - start):
             positives = inputs.positives(start + local)
-            counts[start + local] = positives.size
-            ranks = positive_ranks(keys[local], positives, None if full_ranking else max(1, positives.size))
-            lists.append(ranks)
-            if ranks.size:
-                first[start + local] = ranks[0]
+            depth = None if full_ranking else max(1, positives.size)
+            result.add(
+                start + local, positive_ranks(keys[local], positives, depth), positives.size, full_ranking
+            )
         if keep:
-            top[start:stop] = top_of_block(keys, keep)
-    return collect(lists, counts), first, top
+            result.top[start:stop] = top_of_block(keys, keep)
+    return result
 
 
 def metric_learning_evaluate(
@@ -271,39 +293,27 @@ def metric_learning_evaluate(
     inputs = _Inputs(embeddings, labels, reference, reference_labels, metric, exclude_self)
     full = check_bool("full_ranking", full_ranking)
     keep = 0 if (is_int(top_k) and top_k == 0) else check_positive_int("top_k", top_k)
-    ranked, first, top = _rank_all(inputs, full, keep)
-    counts = ranked.counts
-    valid = counts > 0
-    r = counts.astype(np.float64)
-    if full:
-        within = collect([ranked.of(q)[ranked.of(q) < counts[q]] for q in range(len(counts))], counts)
-        average = average_precision_full(ranked, r)
-    else:
-        within = ranked
-        average = np.full(len(counts), np.nan)
-    per_map = average_precision_full(within, r)
-    per_rp = np.full(len(counts), np.nan)
-    per_rp[valid] = np.diff(within.indptr)[valid] / r[valid]
-    hits_at_1 = (first == 0)[valid]
+    per = _rank_all(inputs, full, keep)
+    valid = per.counts > 0
     n_valid = int(valid.sum())
 
     def mean(values: np.ndarray) -> float:
         return float(np.mean(values)) if values.size else float("nan")
 
     return MetricLearningResult(
-        precision_at_1=mean(hits_at_1.astype(np.float64)),
-        r_precision=mean(per_rp[valid]),
-        map_at_r=mean(per_map[valid]),
+        precision_at_1=mean((per.first[valid] == 0).astype(np.float64)),
+        r_precision=mean(per.r_precision[valid]),
+        map_at_r=mean(per.map_at_r[valid]),
         valid_queries=n_valid,
-        skipped_queries=len(counts) - n_valid,
-        n_positives=counts,
-        per_query_map_at_r=per_map,
-        per_query_r_precision=per_rp,
-        first_positive_rank=first,
-        average_precision=average,
-        top=top,
+        skipped_queries=len(per.counts) - n_valid,
+        n_positives=per.counts,
+        per_query_map_at_r=per.map_at_r,
+        per_query_r_precision=per.r_precision,
+        first_positive_rank=per.first,
+        average_precision=per.average_precision,
+        top=per.top,
         pr_recall=PR_LEVELS.copy() if full else np.empty(0),
-        pr_precision=interpolated_pr(ranked) if full else np.empty(0),
+        pr_precision=per.curve / max(n_valid, 1) if full else np.empty(0),
     )
 
 

@@ -334,8 +334,8 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
                 verdicts.append(f"time met even under load ({run['seconds']:.1f} s ≤ {time_goal:g} s)")
             elif run["cpu_seconds"] <= time_goal:
                 verdicts.append(
-                    f"time not shown: {run['seconds']:.1f} s under load, but {run['cpu_seconds']:.1f} s of CPU "
-                    f"≤ {time_goal:g} s, so a quiet machine should meet it"
+                    f"time not shown: {run['seconds']:.1f} s under load, but "
+                    f"{run['cpu_seconds']:.1f} s of CPU ≤ {time_goal:g} s, so a quiet machine should meet it"
                 )
             else:
                 verdicts.append(

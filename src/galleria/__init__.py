@@ -26,6 +26,12 @@ _EXPORTS: dict[str, str] = {
     "KReciprocalReranker": "galleria.rerank",
     "k_reciprocal_rerank": "galleria.rerank",
     "k_reciprocal_rerank_features": "galleria.rerank",
+    "iter_k_reciprocal_rerank_features": "galleria.rerank",
+    "reid_evaluate": "galleria.metrics",
+    "revisited_evaluate": "galleria.metrics",
+    "precision_at_1": "galleria.metrics",
+    "r_precision": "galleria.metrics",
+    "map_at_r": "galleria.metrics",
     "alpha_query_expansion": "galleria.expansion",
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
@@ -45,11 +51,17 @@ __all__ = [
     "__version__",
     "alpha_query_expansion",
     "image_text_retrieval",
+    "iter_k_reciprocal_rerank_features",
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",
+    "map_at_r",
+    "precision_at_1",
+    "r_precision",
     "ranks_from_embeddings",
     "recall_at_k",
+    "reid_evaluate",
     "retrieval_ranks",
+    "revisited_evaluate",
 ]
 
 if TYPE_CHECKING:
@@ -57,8 +69,23 @@ if TYPE_CHECKING:
     from galleria.embedders import ClipEmbedder, PixelEmbedder
     from galleria.expansion import alpha_query_expansion
     from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex
-    from galleria.metrics import image_text_retrieval, ranks_from_embeddings, recall_at_k, retrieval_ranks
-    from galleria.rerank import KReciprocalReranker, k_reciprocal_rerank, k_reciprocal_rerank_features
+    from galleria.metrics import (
+        image_text_retrieval,
+        map_at_r,
+        precision_at_1,
+        r_precision,
+        ranks_from_embeddings,
+        recall_at_k,
+        reid_evaluate,
+        retrieval_ranks,
+        revisited_evaluate,
+    )
+    from galleria.rerank import (
+        KReciprocalReranker,
+        iter_k_reciprocal_rerank_features,
+        k_reciprocal_rerank,
+        k_reciprocal_rerank_features,
+    )
     from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 

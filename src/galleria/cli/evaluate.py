@@ -36,6 +36,7 @@ _EXAMPLES = """\
   galleria evaluate animals/ --queries 200 --expand --rerank   # the demo's three configurations
   galleria evaluate animals/ --query-fraction 0.2 --rerank --k1 30 --lambda 0.2 --out report/
   galleria evaluate animals/ --embedder clip --index hnsw --expand --json
+  galleria evaluate animals/ --protocol metric-learning --per-query queries.csv --out report/
 """
 
 #: Default number of candidates re-ranked per query (the spec's benchmark pool).
@@ -77,6 +78,19 @@ def add_parser(subparsers: Any) -> None:
     add_expand_options(parser)
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
     add_report_options(parser)
+    parser.add_argument(
+        "--protocol",
+        default="retrieval",
+        choices=("retrieval", "metric-learning"),
+        help="retrieval (queries vs gallery, the default) or metric-learning (every image queries the rest: "
+        "Precision@1, R-precision, MAP@R)",
+    )
+    parser.add_argument(
+        "--per-query",
+        default=None,
+        metavar="FILE.csv",
+        help="metric-learning: write per-query detail (positives, first-positive rank, AP, top-10) as CSV",
+    )
     parser.set_defaults(run=run)
 
 
@@ -202,6 +216,13 @@ def run(args: argparse.Namespace) -> int:
     parse_embedder_spec(args.embedder)
     seed = parse_int("--seed", args.seed, minimum=0)
     workers = parse_int("--workers", args.workers)
+    if args.protocol == "metric-learning":
+        from galleria.cli._metric_learning import run_metric_learning
+
+        meta = {"dataset": {"root": image_dir}, "embedder": {"spec": args.embedder}}
+        return run_metric_learning(args, image_dir, workers, meta)
+    if args.per_query is not None:
+        raise CliError("--per-query needs --protocol metric-learning (for scores: galleria evaluate-scores)")
     expand = expand_settings(args)
     rerank = rerank_settings(args)
     if args.queries is not None:

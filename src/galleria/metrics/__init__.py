@@ -9,6 +9,11 @@ Two families of inputs:
 * **ranked result lists** (the store's candidates, scores are distances) with labels →
   :func:`ranked_relevance` → ``hits`` → :func:`hit_rate`, :func:`mean_reciprocal_rank`,
   :func:`average_precision`, :func:`mean_average_precision`, :func:`interpolated_pr_curve`.
+
+The protocols the field reports, with junk removed from each ranking: :func:`reid_evaluate` (person
+re-identification: CMC, mAP, mINP), :func:`revisited_evaluate` (revisited Oxford / Paris: Easy, Medium,
+Hard) and :func:`precision_at_1`, :func:`r_precision`, :func:`map_at_r` (metric learning; all three at
+once with :func:`metric_learning_evaluate`). See ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -16,8 +21,16 @@ from __future__ import annotations
 from galleria.metrics.candidates import RankedRelevance, ranked_relevance
 from galleria.metrics.embeddings import ranks_from_embeddings
 from galleria.metrics.image_text import image_text_retrieval
+from galleria.metrics.metric_learning import (
+    MetricLearningResult,
+    map_at_r,
+    metric_learning_evaluate,
+    precision_at_1,
+    r_precision,
+)
 from galleria.metrics.ranks import retrieval_ranks
 from galleria.metrics.recall import recall_at_k
+from galleria.metrics.reid import ReidResult, reid_evaluate
 from galleria.metrics.relevance import (
     average_precision,
     hit_rate,
@@ -25,22 +38,31 @@ from galleria.metrics.relevance import (
     mean_average_precision,
     mean_reciprocal_rank,
 )
+from galleria.metrics.revisited import revisited_evaluate
 from galleria.metrics.summary import mean_rank, median_rank, mrr_from_ranks, recall_from_ranks
 
 __all__ = [
+    "MetricLearningResult",
     "RankedRelevance",
+    "ReidResult",
     "average_precision",
     "hit_rate",
     "image_text_retrieval",
     "interpolated_pr_curve",
+    "map_at_r",
     "mean_average_precision",
     "mean_rank",
     "mean_reciprocal_rank",
     "median_rank",
+    "metric_learning_evaluate",
     "mrr_from_ranks",
+    "precision_at_1",
+    "r_precision",
     "ranked_relevance",
     "ranks_from_embeddings",
     "recall_at_k",
     "recall_from_ranks",
+    "reid_evaluate",
     "retrieval_ranks",
+    "revisited_evaluate",
 ]

@@ -24,10 +24,12 @@ __all__ = [
     "as_embeddings",
     "as_index_vector",
     "as_ks",
+    "as_label_vector",
     "as_positives",
     "as_rank_vector",
     "as_relevant_counts",
     "as_score_matrix",
+    "check_finite",
     "check_no_nan",
 ]
 
@@ -75,6 +77,43 @@ def check_no_nan(name: str, block: np.ndarray, row_offset: int = 0) -> None:
         return
     row, column = np.argwhere(np.isnan(block))[0]
     raise ValueError(f"{name} contains NaN (first at row {row + row_offset}, column {column})")
+
+
+def check_finite(name: str, block: np.ndarray, row_offset: int = 0, rows: Any = None) -> None:
+    """Raise ValueError if the 2-D ``block`` holds NaN or ±inf (its position named as in the full matrix).
+
+    ``rows`` (optional) maps the block's rows to the full matrix's rows (a streamed block of probes).
+    """
+    if block.dtype.kind != "f" or np.isfinite(block).all():
+        return
+    row, column = np.argwhere(~np.isfinite(block))[0]
+    where = int(rows[row]) if rows is not None else int(row) + row_offset
+    raise ValueError(f"{name} must be finite, got {block[row, column]} at row {where}, column {column}")
+
+
+def as_label_vector(name: str, value: Any, *, length: int | None = None, strings: bool = False) -> np.ndarray:
+    """A non-empty 1-D array of integer labels (or strings when ``strings``), one per item.
+
+    TypeError for floats, bools or objects (a label must be an integer id); ValueError for a
+    wrong shape, an empty array or a length other than ``length``.
+    """
+    if not strings:
+        _check_int_items(name, value, "label")
+    array = as_array(name, value)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one label per item), got shape {array.shape}")
+    if len(array) == 0:
+        raise ValueError(f"{name} must not be empty")
+    if length is not None and len(array) != length:
+        raise ValueError(f"{name} must have {length} entries, got {len(array)}")
+    if array.dtype.kind == "O" and not strings:
+        _check_int_items(name, list(array), "label")
+        array = array.astype(np.int64)
+    kinds = "iuUS" if strings else "iu"
+    if array.dtype.kind not in kinds:
+        what = "integer or string labels" if strings else "integer ids"
+        raise TypeError(f"{name} must hold {what}, got dtype {array.dtype}")
+    return array
 
 
 def as_embeddings(name: str, value: Any) -> np.ndarray:

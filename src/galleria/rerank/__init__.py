@@ -4,18 +4,27 @@
 * :func:`rerank_pools` — many pools at once, equal or different in size;
 * :func:`k_reciprocal_rerank` / :func:`k_reciprocal_rerank_features` — a whole probe×gallery matrix
   (``mode="paper"`` or ``"reference"``) in memory near O(n·k) plus the output;
+* :func:`iter_k_reciprocal_rerank_features` / :func:`iter_k_reciprocal_rerank` — the same output, a block
+  of probes at a time, so the P×G matrix never exists;
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 """
 
 from __future__ import annotations
 
 from galleria.rerank.batched import rerank_pools
-from galleria.rerank.full import k_reciprocal_rerank, k_reciprocal_rerank_features
+from galleria.rerank.full import (
+    iter_k_reciprocal_rerank,
+    iter_k_reciprocal_rerank_features,
+    k_reciprocal_rerank,
+    k_reciprocal_rerank_features,
+)
 from galleria.rerank.pool import rerank_pool, scale_rows
 from galleria.rerank.reranker import KReciprocalReranker
 
 __all__ = [
     "KReciprocalReranker",
+    "iter_k_reciprocal_rerank",
+    "iter_k_reciprocal_rerank_features",
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",
     "rerank_pool",

@@ -18,11 +18,14 @@ matrices without stacking them, or computed from features), and each block leave
 ``k1 + 1`` nearest members and its scale. Reciprocity, the expansion of Eq. 4 and the features of
 Eq. 7 are then built on those neighbour lists as sparse matrices (a few dozen non-zeros per row), and
 the Jaccard sums are gathered through an inverted index of the gallery features. Memory stays near
-O(n·k) plus the P×G output.
+O(n·k) plus the P×G output — or plus one block of it with :func:`iter_k_reciprocal_rerank_features`
+(and :func:`iter_k_reciprocal_rerank`), which yield the output a block of probes at a time and
+recompute each block's original distances instead of keeping them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -38,7 +41,12 @@ from galleria.rerank._common import (
     stable_smallest,
 )
 
-__all__ = ["k_reciprocal_rerank", "k_reciprocal_rerank_features"]
+__all__ = [
+    "iter_k_reciprocal_rerank",
+    "iter_k_reciprocal_rerank_features",
+    "k_reciprocal_rerank",
+    "k_reciprocal_rerank_features",
+]
 
 METRICS: tuple[str, ...] = ("cosine", "euclidean")
 
@@ -101,6 +109,32 @@ def k_reciprocal_rerank(
     >>> out.shape, np.argsort(out[0], kind="stable").tolist()
     ((1, 4), [0, 1, 2, 3])
     """
+    source, settings = _matrix_source(probe_gallery, probe_probe, gallery_gallery, k1, k2, lambda_value, mode)
+    return _rerank(source, *settings)
+
+
+def iter_k_reciprocal_rerank(
+    probe_gallery: Any,
+    probe_probe: Any,
+    gallery_gallery: Any,
+    *,
+    k1: int = 20,
+    k2: int = 6,
+    lambda_value: float = 0.3,
+    mode: str = "paper",
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`k_reciprocal_rerank`, yielding the output a block of probes at a time.
+
+    Arguments are checked at the call; the work starts at the first ``next``. See
+    :func:`iter_k_reciprocal_rerank_features` for what is yielded.
+    """
+    source, settings = _matrix_source(probe_gallery, probe_probe, gallery_gallery, k1, k2, lambda_value, mode)
+    return _stream(source, *settings)
+
+
+def _matrix_source(
+    probe_gallery: Any, probe_probe: Any, gallery_gallery: Any, k1: Any, k2: Any, lambda_value: Any, mode: Any
+) -> tuple[_MatrixSource, tuple[int, int, float, str]]:
     pg = as_float_matrix("probe_gallery", probe_gallery)
     pp = as_float_matrix("probe_probe", probe_probe, square=True)
     gg = as_float_matrix("gallery_gallery", gallery_gallery, square=True)
@@ -114,7 +148,7 @@ def k_reciprocal_rerank(
     first, second, weight = check_hyperparameters(k1, k2, lambda_value)
     chosen = check_mode(mode)
     source = _MatrixSource(pp, pg, gg, transpose=chosen == "reference")
-    return _rerank(source, first, second, weight, chosen)
+    return source, (first, second, weight, chosen)
 
 
 def k_reciprocal_rerank_features(
@@ -166,6 +200,48 @@ def k_reciprocal_rerank_features(
     >>> k_reciprocal_rerank_features(probe, gallery, k1=2, k2=1).shape
     (1, 4)
     """
+    source, settings = _feature_source(probe, gallery, metric, k1, k2, lambda_value, mode)
+    return _rerank(source, *settings)
+
+
+def iter_k_reciprocal_rerank_features(
+    probe: Any,
+    gallery: Any,
+    *,
+    metric: str = "cosine",
+    k1: int = 20,
+    k2: int = 6,
+    lambda_value: float = 0.3,
+    mode: str = "paper",
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """:func:`k_reciprocal_rerank_features` a block of probes at a time: the P×G matrix never exists.
+
+    Yields ``(probe_rows, block)`` pairs in probe order: ``probe_rows`` an int64 array of
+    consecutive probe indices and ``block`` their (len(probe_rows), G) float32 re-ranked distances,
+    equal bit for bit to those rows of :func:`k_reciprocal_rerank_features`. Each block is a new
+    array (about 4M distances, e.g. 44 probes × 82,161 gallery items); the neighbour lists and the
+    sparse features (memory near O((P + G)·k)) are built before the first block, and the original
+    distances of each block are computed again from the features, so the output costs one block of
+    memory. :func:`galleria.metrics.reid_evaluate` consumes the pairs directly.
+
+    Arguments and errors as :func:`k_reciprocal_rerank_features`; they are checked at the call,
+    and the work starts at the first ``next``.
+
+    Examples
+    --------
+    >>> probe = np.array([[1.0, 0.0]])
+    >>> gallery = np.array([[1.0, 0.1], [0.0, 1.0], [0.9, 0.0], [0.1, 1.0]])
+    >>> [(rows.tolist(), block.shape) for rows, block in iter_k_reciprocal_rerank_features(
+    ...     probe, gallery, k1=2, k2=1)]
+    [([0], (1, 4))]
+    """
+    source, settings = _feature_source(probe, gallery, metric, k1, k2, lambda_value, mode)
+    return _stream(source, *settings)
+
+
+def _feature_source(
+    probe: Any, gallery: Any, metric: Any, k1: Any, k2: Any, lambda_value: Any, mode: Any
+) -> tuple[_FeatureSource, tuple[int, int, float, str]]:
     left = as_float_matrix("probe", probe)
     right = as_float_matrix("gallery", gallery)
     if left.shape[1] != right.shape[1]:
@@ -176,8 +252,7 @@ def k_reciprocal_rerank_features(
     chosen_metric = check_choice("metric", metric, METRICS)
     first, second, weight = check_hyperparameters(k1, k2, lambda_value)
     chosen = check_mode(mode)
-    source = _FeatureSource(left, right, chosen_metric)
-    return _rerank(source, first, second, weight, chosen)
+    return _FeatureSource(left, right, chosen_metric), (first, second, weight, chosen)
 
 
 class _MatrixSource:
@@ -239,7 +314,11 @@ class _FeatureSource:
     def rows(self, start: int, stop: int) -> np.ndarray:
         block = self.features[start:stop]
         if self.metric == "cosine":
-            return pairwise_distances(block, self.features, "cosine")
+            # 1 - cos in place on the Gram block (the same float32 arithmetic as pairwise_distances,
+            # without a second block-sized array).
+            gram: np.ndarray = block @ self.features.T
+            np.subtract(np.float32(1.0), gram, out=gram)
+            return gram
         return np.asarray(np.sqrt(pairwise_distances(block, self.features, "l2")))
 
     def pairs(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
@@ -263,8 +342,8 @@ _Source = _MatrixSource | _FeatureSource
 def _transform(raw: np.ndarray, rows: np.ndarray, columns: np.ndarray, mode: str) -> np.ndarray:
     """Paper: float64, floored at 0, zero diagonal. Reference: squared in float32."""
     if mode == "reference":
-        values = np.asarray(raw, dtype=np.float32)
-        return np.square(values, out=values if values is not raw else None)
+        values = np.asarray(raw, dtype=np.float32)  # every source hands out fresh arrays: square in place
+        return np.square(values, out=values)
     values = np.maximum(np.asarray(raw, dtype=np.float64), 0.0)
     if values.ndim == 2:  # a block of whole rows: rows[r, 0] is the member in row r
         values[np.arange(values.shape[0]), rows[:, 0]] = 0.0
@@ -273,46 +352,68 @@ def _transform(raw: np.ndarray, rows: np.ndarray, columns: np.ndarray, mode: str
     return values
 
 
+def _row_step(size: int) -> int:
+    """Rows per block of the first pass (the streamed output recomputes the same blocks)."""
+    return max(1, _BLOCK_ELEMENTS // size)
+
+
+def _scaled_rows(
+    source: _Source, start: int, stop: int, mode: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``start:stop`` of the distances, ready for ranking, with their scales and probe→gallery part.
+
+    Returns ``(block, peak, original)``: ``block`` ranks like the scaled rows (in paper mode on
+    float32 input it is the floored row, not yet divided), ``peak`` the row scales, and
+    ``original`` the scaled probe→gallery distances of the probe rows among them (float32, shape
+    (probe rows in the block, G)). Both passes call this, so their values agree bit for bit.
+    """
+    size = source.size
+    probes = source.probes
+    raw = source.rows(start, stop)
+    rows = np.arange(start, stop)
+    last = max(0, min(stop, probes) - start)
+    original = np.empty((last, source.gallery), dtype=np.float32)
+    if mode == "paper" and raw.dtype == np.float32:
+        # Float32 values keep their order and ties when divided in float64 by a positive
+        # number (the quotient's rounding is far finer than their spacing), so the ranking
+        # of the scaled row is the ranking of the floored float32 row: no float64 copy.
+        block = np.maximum(raw, 0.0, out=raw)
+        block[rows - start, rows] = 0.0
+        peak = block.max(axis=1).astype(np.float64)
+        peak[peak <= 0] = 1
+        if last:
+            original[...] = block[:last, probes:] / peak[:last, None]
+        return block, peak, original
+    block = _transform(raw, rows[:, None], np.arange(size)[None, :], mode)
+    peak = block.max(axis=1)
+    peak[peak <= 0] = 1
+    block /= peak[:, None]
+    if last:
+        original[...] = block[:last, probes:]
+    return block, peak, original
+
+
 def _neighbour_lists(
-    source: _Source, width: int, mode: str, out: np.ndarray
+    source: _Source, width: int, mode: str, out: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """First pass: every member's ``width`` first ranked members and its row scale.
 
-    Also writes the scaled probe→gallery distances into ``out``.
+    Also writes the scaled probe→gallery distances into ``out`` (unless it is None: the streamed
+    output recomputes them block by block).
     """
     size = source.size
     probes = source.probes
     ranking = np.empty((size, width), dtype=np.int64)
     scale_dtype = np.float32 if mode == "reference" else np.float64
     scales = np.ones(size, dtype=scale_dtype)
-    step = max(1, _BLOCK_ELEMENTS // size)
+    step = _row_step(size)
     for start in range(0, size, step):
         stop = min(start + step, size)
-        raw = source.rows(start, stop)
-        rows = np.arange(start, stop)
-        if mode == "paper" and raw.dtype == np.float32:
-            # Float32 values keep their order and ties when divided in float64 by a positive
-            # number (the quotient's rounding is far finer than their spacing), so the ranking
-            # of the scaled row is the ranking of the floored float32 row: no float64 copy.
-            block = np.maximum(raw, 0.0, out=raw)
-            block[rows - start, rows] = 0.0
-            peak = block.max(axis=1).astype(np.float64)
-            peak[peak <= 0] = 1
-            scales[start:stop] = peak
-            ranking[start:stop] = stable_smallest(block, width)
-            if start < probes:
-                last = min(stop, probes) - start
-                out[start : start + last] = block[:last, probes:] / peak[:last, None]
-            continue
-        block = _transform(raw, rows[:, None], np.arange(size)[None, :], mode)
-        peak = block.max(axis=1)
-        peak[peak <= 0] = 1
-        block /= peak[:, None]
+        block, peak, original = _scaled_rows(source, start, stop, mode)
         scales[start:stop] = peak
         ranking[start:stop] = stable_smallest(block, width)
-        if start < probes:
-            last = min(stop, probes) - start
-            out[start : start + last] = block[:last, probes:]
+        if out is not None and start < probes:
+            out[start : start + len(original)] = original
     return ranking, scales
 
 
@@ -384,69 +485,110 @@ def _query_expansion(features: sp.csr_matrix, ranking: np.ndarray, k2: int) -> s
     return averaged
 
 
-def _jaccard_into(out: np.ndarray, features: sp.csr_matrix, lambda_value: float, mode: str) -> None:
-    """Eq. 10 (or the reference's ``1 - m / (2 - m)``) and Eq. 12, written into ``out`` in place.
+class _Jaccard:
+    """Eq. 10 (or the reference's ``1 - m / (2 - m)``) and Eq. 12 for any range of probes.
 
-    ``out`` holds the scaled probe→gallery distances on entry and the final distances on exit.
     ``m = Σ_l min(V[p, l], V[g, l])`` is gathered through an inverted index of the gallery
     features (column l → gallery rows with ``V[g, l] > 0``); pairs that share no column have
-    ``m = 0`` and a Jaccard distance of exactly 1 in both modes.
+    ``m = 0`` and a Jaccard distance of exactly 1 in both modes. For a pair, the terms of ``m`` are
+    summed in the order of the probe's feature columns whatever the range, so any split of the
+    probes into ranges gives the same values bit for bit.
     """
-    probes, gallery = out.shape
-    totals = np.asarray(features.sum(axis=1)).ravel()
-    probe_part = sp.csr_matrix(features[:probes])
-    inverted = sp.csc_matrix(features[probes:])  # column l → gallery rows holding it
-    column_counts = np.diff(inverted.indptr).astype(np.int64)
-    nnz_rows = np.repeat(np.arange(probes), np.diff(probe_part.indptr))
-    per_probe = np.bincount(nnz_rows, weights=column_counts[probe_part.indices], minlength=probes)
-    reach = np.concatenate([[0.0], np.cumsum(per_probe)])
-    most_rows = max(1, _BLOCK_ELEMENTS // gallery)
-    start = 0
-    while start < probes:
-        # As many probes as fit both the triple budget and the dense block budget (at least one).
-        stop = int(np.searchsorted(reach, reach[start] + _TRIPLES, side="right")) - 1
-        stop = min(max(stop, start + 1), start + most_rows, probes)
-        low, high = probe_part.indptr[start], probe_part.indptr[stop]
-        columns = probe_part.indices[low:high]
-        counts = column_counts[columns]
-        offsets = np.repeat(inverted.indptr[columns] - (np.cumsum(counts) - counts), counts)
-        positions = np.arange(int(counts.sum())) + offsets
-        minima = np.minimum(np.repeat(probe_part.data[low:high], counts), inverted.data[positions])
-        keys = np.repeat(nnz_rows[low:high] - start, counts) * gallery + inverted.indices[positions]
-        smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
-        shared = np.flatnonzero(smallest)
-        low_sum = smallest[shared].astype(np.float64)
-        if mode == "reference":
-            jaccard = 1.0 - low_sum / (2.0 - low_sum)
-        else:
-            largest = totals[start + shared // gallery] + totals[probes + shared % gallery] - low_sum
-            jaccard = np.ones_like(low_sum)
-            np.subtract(1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
-        original = out[start:stop].astype(np.float64).ravel()
-        final = (1.0 - lambda_value) * 1.0 + lambda_value * original
-        final[shared] = (1.0 - lambda_value) * jaccard + lambda_value * original[shared]
-        out[start:stop] = final.reshape(stop - start, gallery)
-        start = stop
+
+    def __init__(self, features: sp.csr_matrix, probes: int, gallery: int, lambda_value: float, mode: str):
+        self.probes = probes
+        self.gallery = gallery
+        self.lambda_value = lambda_value
+        self.mode = mode
+        self.totals = np.asarray(features.sum(axis=1)).ravel()
+        self.probe_part = sp.csr_matrix(features[:probes])
+        self.inverted = sp.csc_matrix(features[probes:])  # column l → gallery rows holding it
+        self.column_counts = np.diff(self.inverted.indptr).astype(np.int64)
+        self.nnz_rows = np.repeat(np.arange(probes), np.diff(self.probe_part.indptr))
+        per_probe = np.bincount(
+            self.nnz_rows, weights=self.column_counts[self.probe_part.indices], minlength=probes
+        )
+        self.reach = np.concatenate([[0.0], np.cumsum(per_probe)])
+
+    def into(self, out: np.ndarray, first: int) -> None:
+        """Turn ``out`` — the scaled original distances of probes ``first:first + len(out)`` — into d*."""
+        gallery = self.gallery
+        probe_part, inverted, column_counts = self.probe_part, self.inverted, self.column_counts
+        most_rows = max(1, _BLOCK_ELEMENTS // gallery)
+        end = first + out.shape[0]
+        start = first
+        while start < end:
+            # As many probes as fit both the triple budget and the dense block budget (at least one).
+            stop = int(np.searchsorted(self.reach, self.reach[start] + _TRIPLES, side="right")) - 1
+            stop = min(max(stop, start + 1), start + most_rows, end)
+            low, high = probe_part.indptr[start], probe_part.indptr[stop]
+            columns = probe_part.indices[low:high]
+            counts = column_counts[columns]
+            offsets = np.repeat(inverted.indptr[columns] - (np.cumsum(counts) - counts), counts)
+            positions = np.arange(int(counts.sum())) + offsets
+            minima = np.minimum(np.repeat(probe_part.data[low:high], counts), inverted.data[positions])
+            keys = np.repeat(self.nnz_rows[low:high] - start, counts) * gallery + inverted.indices[positions]
+            smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
+            shared = np.flatnonzero(smallest)
+            low_sum = smallest[shared].astype(np.float64)
+            if self.mode == "reference":
+                jaccard = 1.0 - low_sum / (2.0 - low_sum)
+            else:
+                largest = (
+                    self.totals[start + shared // gallery]
+                    + self.totals[self.probes + shared % gallery]
+                    - low_sum
+                )
+                jaccard = np.ones_like(low_sum)
+                np.subtract(
+                    1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0
+                )
+            weight = self.lambda_value
+            original = out[start - first : stop - first].astype(np.float64).ravel()
+            final = (1.0 - weight) * 1.0 + weight * original
+            final[shared] = (1.0 - weight) * jaccard + weight * original[shared]
+            out[start - first : stop - first] = final.reshape(stop - start, gallery)
+            start = stop
 
 
-def _rerank(source: _Source, k1: int, k2: int, lambda_value: float, mode: str) -> np.ndarray:
-    """Both modes on a validated source: the (P, G) float32 re-ranked distances."""
-    size = source.size
+def _settings(size: int, k1: int, k2: int, mode: str) -> tuple[int, int, int]:
+    """``(width, half_width, k2)``: the neighbour-list widths and the expansion size on ``size`` members."""
     if mode == "reference":  # the authors slice k1 + 1, round(k1/2) + 1 and k2 entries
-        width = min(k1 + 1, size)
-        half_width = min(half_of(k1) + 1, size)
-        second = min(k2, size)
-    else:
-        first = min(k1, size - 1)
-        second = min(k2, first)
-        width = first + 1
-        half_width = half_of(first) + 1
-    out = np.empty((source.probes, source.gallery), dtype=np.float32)
+        return min(k1 + 1, size), min(half_of(k1) + 1, size), min(k2, size)
+    first = min(k1, size - 1)
+    return first + 1, half_of(first) + 1, min(k2, first)
+
+
+def _prepare(
+    source: _Source, k1: int, k2: int, lambda_value: float, mode: str, out: np.ndarray | None
+) -> _Jaccard:
+    """Everything but the output: neighbour lists, expanded sets, features (Eqs. 2–11)."""
+    width, half_width, second = _settings(source.size, k1, k2, mode)
     ranking, scales = _neighbour_lists(source, width, mode, out)
     rows, columns = _expanded_pairs(ranking, width, half_width, mode)
     features = _features(source, rows, columns, scales, mode)
     del rows, columns
     if second > 1:
         features = _query_expansion(features, ranking, second)
-    _jaccard_into(out, features, lambda_value, mode)
+    return _Jaccard(features, source.probes, source.gallery, lambda_value, mode)
+
+
+def _stream(
+    source: _Source, k1: int, k2: int, lambda_value: float, mode: str
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The re-ranked distances, one block of probes at a time (the first pass's own blocks)."""
+    jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
+    step = _row_step(source.size)
+    for start in range(0, source.probes, step):
+        stop = min(start + step, source.size)
+        _, _, original = _scaled_rows(source, start, stop, mode)
+        jaccard.into(original, start)
+        yield np.arange(start, start + len(original)), original
+
+
+def _rerank(source: _Source, k1: int, k2: int, lambda_value: float, mode: str) -> np.ndarray:
+    """Both modes on a validated source: the (P, G) float32 re-ranked distances."""
+    out = np.empty((source.probes, source.gallery), dtype=np.float32)
+    jaccard = _prepare(source, k1, k2, lambda_value, mode, out)
+    jaccard.into(out, 0)
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -217,3 +218,24 @@ def test_the_console_command_prints_no_traceback(tmp_path: Path) -> None:
         completed.stderr.strip()
         == f"galleria evaluate-scores: error: --scores file {str(tmp_path / 'nope.npy')!r} does not exist"
     )
+
+
+@pytest.mark.parametrize("option", ["--scores", "--ground-truth"])
+def test_fifo_or_device_inputs_are_refused_at_once(tmp_path: Path, option: str) -> None:
+    scores = tmp_path / "s.npy"
+    np.save(scores, np.eye(3))
+    truth = tmp_path / "g.npy"
+    np.save(truth, np.arange(3))
+    fifo = tmp_path / "pipe.npy"
+    os.mkfifo(fifo)
+    for special in (str(fifo), "/dev/zero"):
+        files = {"--scores": str(scores), "--ground-truth": str(truth), option: special}
+        done = subprocess.run(
+            [sys.executable, "-m", "galleria", "evaluate-scores", *[x for kv in files.items() for x in kv]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert "not a regular file" in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -288,7 +288,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pixels = np.clip(np.array(colour) + rng.normal(0, 30, size=(12, 12, 3)), 0, 255).astype(np.uint8)
             Image.fromarray(pixels).save(root / label / f"{i:02d}.png")
     (root / "lonely").mkdir()
-    Image.fromarray(np.zeros((12, 12, 3), dtype=np.uint8)).save(root / "lonely" / "only.png")
+    pixels = np.random.default_rng(99).integers(0, 256, (12, 12, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(root / "lonely" / "only.png")
     return root
 
 

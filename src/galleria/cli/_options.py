@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import stat
 import sys
 from typing import Any
 
@@ -80,11 +81,18 @@ def check_existing_folder(option: str, path: str) -> str:
 
 
 def check_existing_file(what: str, path: str) -> str:
-    """``path`` if it exists and is not a folder, else a CliError naming ``what`` (e.g. ``"store file"``)."""
+    """``path`` if it is a regular file, else a CliError naming ``what`` (e.g. ``"store file"``).
+
+    A folder, FIFO or device is refused at once: opening a FIFO would wait forever for a writer.
+    """
     if not os.path.exists(path):
         raise CliError(f"{what} {path!r} does not exist")
     if os.path.isdir(path):
         raise CliError(f"{what} {path!r} is a directory")
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "device or other special file"
+        raise CliError(f"{what} {path!r} is a {kind}, not a regular file")
     return path
 
 

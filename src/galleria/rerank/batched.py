@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from galleria.rerank._common import as_float_matrix, check_hyperparameters, ordered_sum, stable_smallest
+from galleria.rerank import _common
+from galleria.rerank._common import (
+    as_float_matrix,
+    check_hyperparameters,
+    ordered_sum,
+    ranked_members,
+)
+from galleria.rerank.sparse_pool import MatrixRows, sparse_pool_core
 
 __all__ = ["chunk_counts", "pools_core", "rerank_pools", "run_pools"]
 
@@ -90,10 +97,18 @@ def rerank_pools(
 
 
 def run_pools(matrices: Sequence[np.ndarray], k1: int, k2: int, lambda_value: float) -> list[np.ndarray]:
-    """:func:`rerank_pools` on trusted input: pools grouped by size, padded and re-ranked together."""
+    """:func:`rerank_pools` on trusted input: pools grouped by size, padded and re-ranked together.
+
+    Pools of ``_common.SPARSE_POOL_SIZE`` candidates or more go one by one through the sparse core.
+    """
     sizes = np.array([matrix.shape[0] for matrix in matrices], dtype=np.int64)
     results: list[np.ndarray] = [np.empty(0)] * len(matrices)
-    for chunk in _chunks(sizes):
+    large = sizes - 1 >= _common.SPARSE_POOL_SIZE
+    for position in np.flatnonzero(large).tolist():
+        results[position] = sparse_pool_core(MatrixRows(matrices[position]), k1, k2, lambda_value)
+    small = np.flatnonzero(~large)
+    for group in _chunks(sizes[small]):
+        chunk = small[group].tolist()
         width = int(sizes[chunk].max())
         padded = np.zeros((len(chunk), width, width), dtype=np.float64)
         for slot, position in enumerate(chunk):
@@ -169,7 +184,7 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
 
     scaled = _scale_rows(distances, valid)
     padded = not bool(valid.all())
-    ranking = _ranked_members(scaled, int(firsts.max()) + 1, padded)  # (B, n, ranks): N(i, k1) of all
+    ranking = ranked_members(scaled, int(firsts.max()) + 1, padded)  # (B, n, ranks): N(i, k1) of all
     rows = ranking + (np.arange(batch) * width)[:, None, None]  # row numbers in a (B·n, ·) view
     expanded_bits = _expanded_sets(ranking, rows, valid, firsts, halves)  # (B, n, words)
 
@@ -248,42 +263,6 @@ def _scale_rows(distances: np.ndarray, valid: np.ndarray) -> np.ndarray:
     if padded:
         np.copyto(scaled, np.inf, where=~valid[:, None, :])
     return scaled
-
-
-def _ranked_members(scaled: np.ndarray, ranks: int, padded: bool) -> np.ndarray:
-    """First ``ranks`` entries of every row's stable ranking list, for rows of values in [0, 1] or +inf.
-
-    Equal to ``stable_smallest(scaled, ranks)``, faster: each entry is packed with its column into
-    one integer key (the value truncated to a fixed point in the high bits, the column in the low
-    bits; int32 keys up to 256 columns, int64 beyond), and only the keys are sorted (partitioned
-    first on long rows). Truncation never reverses two values, so a row whose first ``ranks + 1``
-    keys have distinct value parts is ranked exactly; the rest (rows with ties, or values closer than
-    the fixed point's step) are redone with a stable sort of the true values. ``padded`` says whether
-    any value is +inf.
-    """
-    width = scaled.shape[-1]
-    column_bits = max(1, (width - 1).bit_length())
-    key_type = np.int32 if column_bits <= 8 else np.int64
-    value_bits = (30 if key_type is np.int32 else 62) - column_bits  # 1.5 · 2**value_bits fits
-    packed = np.empty(scaled.shape, dtype=key_type)
-    if padded:  # +inf becomes 1.5 · 2**value_bits, above every scaled value
-        keys = np.minimum(scaled, 1.5)
-        np.multiply(keys, float(2**value_bits), out=packed, casting="unsafe")  # truncates
-    else:
-        np.multiply(scaled, float(2**value_bits), out=packed, casting="unsafe")
-    packed <<= column_bits
-    packed |= np.arange(width, dtype=key_type)
-    span = min(ranks + 1, width)
-    if span < width // 8:  # a partial sort pays off on long rows only
-        packed = np.partition(packed, span - 1, axis=-1)[..., :span]
-    packed.sort(axis=-1)
-    packed = packed[..., :span]
-    values = packed >> column_bits
-    ranking: np.ndarray = (packed[..., :ranks] & ((1 << column_bits) - 1)).astype(np.intp)
-    tied = (values[..., 1:] == values[..., :-1]).any(axis=-1)
-    if tied.any():
-        ranking[tied] = stable_smallest(scaled[tied], ranks)
-    return ranking
 
 
 def _expanded_sets(

@@ -12,8 +12,10 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
-from galleria.rerank._common import check_hyperparameters
+from galleria.rerank import _common
+from galleria.rerank._common import check_hyperparameters, one_blas_thread
 from galleria.rerank.batched import chunk_counts, pools_core
+from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -188,22 +190,30 @@ class KReciprocalReranker:
         )
         results: list[list[Candidate]] = [[] for _ in pools]
         first = start = 0
-        for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
-            for count in chunk_counts(int(total), int(length) + 1):
-                end = start + count * int(length)
-                vectors = store.embeddings_of(paths[start:end])  # KeyError naming unknown paths
-                final = self._pool_finals(vectors, scores[start:end], count, int(length))
-                order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
-                best = np.take_along_axis(final, order, axis=1)
-                for position, picked, values in zip(
-                    by_size[first : first + count], order.tolist(), best.tolist(), strict=True
-                ):
-                    pool = pools[position]
-                    results[position] = [
-                        Candidate(pool[i].path, value) for i, value in zip(picked, values, strict=True)
-                    ]
-                first += count
-                start = end
+        # BLAS on one thread: the per-pool products are small, and threads would only compete for the
+        # cores with whatever else runs (4x slower beside one busy process on 2 cores).
+        with one_blas_thread():
+            for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
+                large = length >= _common.SPARSE_POOL_SIZE  # one by one, in memory near O(N·k1)
+                for count in [1] * int(total) if large else chunk_counts(int(total), int(length) + 1):
+                    end = start + count * int(length)
+                    vectors = store.embeddings_of(paths[start:end])  # KeyError naming unknown paths
+                    if large:
+                        source = VectorRows(vectors, scores[start:end], store.space)
+                        final = sparse_pool_core(source, self._k1, self._k2, self._lambda)[None, :]
+                    else:
+                        final = self._pool_finals(vectors, scores[start:end], count, int(length))
+                    order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
+                    best = np.take_along_axis(final, order, axis=1)
+                    for position, picked, values in zip(
+                        by_size[first : first + count], order.tolist(), best.tolist(), strict=True
+                    ):
+                        pool = pools[position]
+                        results[position] = [
+                            Candidate(pool[i].path, value) for i, value in zip(picked, values, strict=True)
+                        ]
+                    first += count
+                    start = end
         return results
 
     def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:

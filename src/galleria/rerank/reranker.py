@@ -14,7 +14,7 @@ from galleria.distances import pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank import _common
 from galleria.rerank._common import check_hyperparameters, one_blas_thread
-from galleria.rerank.batched import chunk_counts, pools_core
+from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
 from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -219,14 +219,10 @@ class KReciprocalReranker:
     def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates from their vectors and scores, pool by pool."""
         stacked = vectors.reshape(count, length, -1)
-        matrices = np.empty((count, length + 1, length + 1), dtype=np.float64)
-        matrices[:, 1:, 1:] = pairwise_distances_batched(stacked, stacked, self._store.space)
-        by_pool = scores.reshape(count, length)
-        matrices[:, 0, 1:] = by_pool
-        matrices[:, 1:, 0] = by_pool
-        matrices[:, 0, 0] = 0.0
+        between = pairwise_distances_batched(stacked, stacked, self._store.space)
+        scaled = scale_pools(between, scores.reshape(count, length))
         sizes = np.full(count, length + 1, dtype=np.int64)
-        return pools_core(matrices, sizes, self._k1, self._k2, self._lambda)
+        return scaled_pools_core(scaled, sizes, self._k1, self._k2, self._lambda)
 
 
 def _check_candidates(name: str, candidates: Any) -> list[Candidate]:

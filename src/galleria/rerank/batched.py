@@ -279,7 +279,9 @@ def _mean_rows(
         indices = picked.reshape(-1)
         indptr = np.arange(0, indices.size + 1, widest)
     else:
-        indices = picked[np.arange(widest)[None, None, :] < counts[:, None, None]]
+        indices = picked[
+            np.broadcast_to(np.arange(widest)[None, None, :] < counts[:, None, None], picked.shape)
+        ]
         indptr = np.concatenate([[0], np.cumsum(np.repeat(counts, members))])
     selector = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(batch * members, rows.shape[0]))
     total: np.ndarray = np.asarray(selector @ rows).reshape(batch, members, -1)

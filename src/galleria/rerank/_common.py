@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import threadpoolctl
 from threadpoolctl import ThreadpoolController
 
 from galleria._validation import check_choice, check_fraction, check_positive_int
@@ -264,7 +265,9 @@ class _OneBlasThread:
             if self._depth == 0:
                 if self._controller is None:  # found once, on first use (numpy's BLAS is loaded by then)
                     self._controller = ThreadpoolController()
+                _release_openblas_control()
                 self._limiter = self._controller.limit(limits=1, user_api="blas")
+                _release_openblas_control()
             self._depth += 1
 
     def __exit__(
@@ -276,8 +279,21 @@ class _OneBlasThread:
         with self._lock:
             self._depth -= 1
             if self._depth == 0:
+                _release_openblas_control()
                 self._limiter.restore_original_limits()
                 self._limiter = None
+                _release_openblas_control()
+
+
+def _release_openblas_control() -> None:
+    """Let this thread set OpenBLAS's process-wide thread count, and leave it to any thread after.
+
+    threadpoolctl ≥ 3.8 lets one Python thread at a time change it and ignores the others; the
+    counted limit may be set by one thread and restored by another.
+    """
+    release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
 
 
 _ONE_BLAS_THREAD = _OneBlasThread()

@@ -17,11 +17,10 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from galleria import Candidate, InMemoryImageEmbeddingStore, KReciprocalReranker
 from galleria.distances import pairwise_distances, prepare_vectors
-from galleria.rerank import _common, rerank_pool, rerank_pools
+from galleria.rerank import _common, rerank_pool, rerank_pools, sparse_pool
 from galleria.rerank import batched as batched_module
 from galleria.rerank import pool as pool_module
 from galleria.rerank import reranker as reranker_module
-from galleria.rerank import sparse_pool
 from galleria.rerank._common import one_blas_thread
 from galleria.rerank.pool import pool_core
 from galleria.rerank.sparse_pool import MatrixRows, VectorRows, sparse_pool_core
@@ -126,7 +125,10 @@ def test_reranker_gives_the_same_candidates_above_and_below_the_threshold(
         [f"c{i}.png" for i in range(500)], vectors, space=space
     )
     queries = (centres[rng.integers(0, 12, size=6)] + 0.5 * rng.normal(size=(6, 24))).astype(np.float32)
-    lists = [store.retrieve_by_vector(q, k=k)[0] for q, k in zip(queries, [30, 150, 99, 100, 260, 150])]
+    lists = [
+        store.retrieve_by_vector(q, k=k)[0]
+        for q, k in zip(queries, [30, 150, 99, 100, 260, 150], strict=True)
+    ]
     reranker = KReciprocalReranker(store, k1=15, k2=5, lambda_value=0.25)
     expected = reranker.rerank_batch(lists, top_k=300)  # every pool through the dense core
     calls = spy(monkeypatch, reranker_module, "sparse_pool_core")

@@ -92,7 +92,7 @@ def test_support_columns_processed_in_chunks_sum_left_to_right(monkeypatch: pyte
 def test_rerank_pool_sends_large_pools_to_the_sparse_core(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(1)
     small, large = clustered_pool(rng, 40, duplicates=True), clustered_pool(rng, 90, duplicates=False)
-    expected = [rerank_pool(matrix, k1=10, k2=4) for matrix in (small, large)]  # dense: under 1500
+    expected = [rerank_pool(matrix, k1=10, k2=4) for matrix in (small, large)]  # dense: under the threshold
     calls = spy(monkeypatch, pool_module, "sparse_pool_core")
     monkeypatch.setattr(_common, "SPARSE_POOL_SIZE", 60)
     results = [rerank_pool(matrix, k1=10, k2=4) for matrix in (small, large)]

@@ -38,7 +38,7 @@ MODES: tuple[str, ...] = ("paper", "reference")
 #: time growing with N², and N³ for :func:`~galleria.rerank.pool.rerank_pool`). The results are the
 #: same; ``benchmarks/bench_rerank.py`` measured the dense cores to stop paying off near this size.
 #: Read at each call, so tests may lower it.
-SPARSE_POOL_SIZE = 1500
+SPARSE_POOL_SIZE = 1000
 
 
 def check_hyperparameters(k1: Any, k2: Any, lambda_value: Any) -> tuple[int, int, float]:

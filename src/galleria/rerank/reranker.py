@@ -44,6 +44,16 @@ class KReciprocalReranker:
     lambda_value : float, default 0.3
         Weight of the original distance in ``d*``, in [0, 1].
 
+    Notes
+    -----
+    Pools of ``galleria.rerank._common.SPARSE_POOL_SIZE`` (1,000) candidates or more are re-ranked by
+    the sparse pool core (:mod:`galleria.rerank.sparse_pool`), with the same results and memory near
+    O(N·k1) instead of O(N²): a pool of 50,000 candidates needs a few hundred MB. While a call runs,
+    the BLAS libraries run their matrix products on one thread (threadpoolctl; the setting is
+    process-wide, so other threads' BLAS calls meanwhile do too, and it is restored when the last
+    concurrent call ends): pool products are small, and BLAS threads competing with other work for
+    the cores made re-ranking several times slower.
+
     Raises
     ------
     TypeError
@@ -194,15 +204,10 @@ class KReciprocalReranker:
         # cores with whatever else runs (4x slower beside one busy process on 2 cores).
         with one_blas_thread():
             for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
-                large = length >= _common.SPARSE_POOL_SIZE  # one by one, in memory near O(N·k1)
+                large = length >= _common.SPARSE_POOL_SIZE  # large pools go one by one
                 for count in [1] * int(total) if large else chunk_counts(int(total), int(length) + 1):
                     end = start + count * int(length)
-                    vectors = store.embeddings_of(paths[start:end])  # KeyError naming unknown paths
-                    if large:
-                        source = VectorRows(vectors, scores[start:end], store.space)
-                        final = sparse_pool_core(source, self._k1, self._k2, self._lambda)[None, :]
-                    else:
-                        final = self._pool_finals(vectors, scores[start:end], count, int(length))
+                    final = self._chunk_finals(paths[start:end], scores[start:end], count, int(length))
                     order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                     best = np.take_along_axis(final, order, axis=1)
                     for position, picked, values in zip(
@@ -215,6 +220,14 @@ class KReciprocalReranker:
                     first += count
                     start = end
         return results
+
+    def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
+        """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
+        vectors = self._store.embeddings_of(paths)  # KeyError naming unknown paths
+        if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)
+            source = VectorRows(vectors, scores, self._store.space)
+            return sparse_pool_core(source, self._k1, self._k2, self._lambda)[None, :]
+        return self._pool_finals(vectors, scores, count, length)
 
     def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates from their vectors and scores, pool by pool."""

@@ -5,12 +5,13 @@ the pool's squared size, which is right for a few hundred candidates and a Memor
 thousands (2.4 GB at 10,000). This module re-ranks one pool the way full re-ranking does it in
 ``mode="paper"`` (:mod:`galleria.rerank.full`; with one probe it is exactly the pool re-ranker):
 
-1. the raw distance rows are visited in blocks; each block leaves only its rows' scale (maximum) and
-   their first ``k1 + 1`` ranked members;
-2. reciprocity and the expansion of Eq. 4 are built on those neighbour lists
-   (:func:`galleria.rerank.full._expanded_pairs`), giving the (row, column) pairs of the expanded sets;
-3. the blocks are visited once more to read the distances of those pairs only: Eq. 7 weights, a few
-   dozen per row;
+1. the raw distance rows are visited in blocks; each block leaves only its rows' scale (maximum),
+   their first ``k1 + 1`` ranked members and, when there are several blocks, their nearest
+   ``8 (k1 + 1)`` distances;
+2. reciprocity and the expansion of Eq. 4 are built on those neighbour lists, a block of rows at a
+   time, giving the (row, column) pairs of the expanded sets;
+3. the distances of those pairs (a few dozen per row) are read from the kept nearest ones; the rare
+   blocks holding a pair beyond them are computed again, exactly as in the first pass; Eq. 7;
 4. Eq. 11 and Eq. 10 only need the probe's row of ``d_J``, hence the features on the probe's support
    (the columns where the probe's expanded feature is not 0; elsewhere ``min(V_p, V_g) = 0``), a dense
    (N+1)×|support| array processed in column chunks.

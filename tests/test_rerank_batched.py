@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from galleria.distances import pairwise_distances, pairwise_distances_batched, prepare_vectors
 from galleria.rerank import rerank_pool, rerank_pools
-from galleria.rerank._common import stable_smallest
-from galleria.rerank.batched import _CHUNK_ELEMENTS, _ranked_members, chunk_counts
+from galleria.rerank._common import ranked_members, stable_smallest
+from galleria.rerank.batched import _CHUNK_ELEMENTS, chunk_counts
 
 
 def clustered_pool(rng: np.random.Generator, size: int, duplicates: bool) -> np.ndarray:
@@ -62,7 +62,7 @@ def test_ranked_members_equal_a_stable_sort(width: int, ranks: int, seed: int, k
     if kind == "padded":
         values[..., width // 2 + 1 :] = np.inf
     expected = stable_smallest(values, ranks)
-    np.testing.assert_array_equal(_ranked_members(values, ranks, kind == "padded"), expected)
+    np.testing.assert_array_equal(ranked_members(values, ranks, kind == "padded"), expected)
 
 
 @pytest.mark.parametrize("space", ["cosine", "ip", "l2"])

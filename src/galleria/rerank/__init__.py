@@ -1,7 +1,9 @@
 """k-reciprocal re-ranking (Zhong et al., CVPR 2017): pure numeric cores and the store-bound re-ranker.
 
 * :func:`rerank_pool` — one pool (probe + N candidates) → ``d*`` of the candidates;
-* :func:`rerank_pools` — many pools at once, equal or different in size;
+* :func:`rerank_pools` — many pools at once, equal or different in size (pools of
+  ``_common.SPARSE_POOL_SIZE`` candidates or more go through :mod:`galleria.rerank.sparse_pool`, with
+  the same results in memory near O(N·k1));
 * :func:`k_reciprocal_rerank` / :func:`k_reciprocal_rerank_features` — a whole probe×gallery matrix
   (``mode="paper"`` or ``"reference"``) in memory near O(n·k) plus the output;
 * :func:`iter_k_reciprocal_rerank_features` / :func:`iter_k_reciprocal_rerank` — the same output, a block

@@ -5,25 +5,40 @@ Everything here works on numpy arrays and knows nothing of stores or files.
 
 from __future__ import annotations
 
+import threading
+from types import TracebackType
 from typing import Any
 
 import numpy as np
+import threadpoolctl
+from threadpoolctl import ThreadpoolController
 
 from galleria._validation import check_choice, check_fraction, check_positive_int
 
 __all__ = [
     "MODES",
+    "SPARSE_POOL_SIZE",
     "as_float_matrix",
     "check_hyperparameters",
     "check_mode",
     "effective_ks",
     "half_of",
+    "one_blas_thread",
     "ordered_sum",
+    "ranked_and_nearest",
+    "ranked_members",
     "stable_smallest",
 ]
 
 #: The two flavours of full probe×gallery re-ranking.
 MODES: tuple[str, ...] = ("paper", "reference")
+
+#: Pools of at least this many candidates are re-ranked by the sparse pool core
+#: (:mod:`galleria.rerank.sparse_pool`, memory near O(N·k1)) instead of the dense ones (memory and
+#: time growing with N², and N³ for :func:`~galleria.rerank.pool.rerank_pool`). The results are the
+#: same; ``benchmarks/bench_rerank.py`` measured the dense cores to stop paying off near this size.
+#: Read at each call, so tests may lower it.
+SPARSE_POOL_SIZE = 1000
 
 
 def check_hyperparameters(k1: Any, k2: Any, lambda_value: Any) -> tuple[int, int, float]:
@@ -151,6 +166,67 @@ def stable_smallest(values: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(where, local, axis=-1).reshape((*lead, k))
 
 
+def ranked_members(scaled: np.ndarray, ranks: int, padded: bool) -> np.ndarray:
+    """First ``ranks`` entries of every row's stable ranking list, for rows of values in [0, 1] or +inf.
+
+    Equal to ``stable_smallest(scaled, ranks)``, faster: each entry is packed with its column into
+    one integer key (the value truncated to a fixed point in the high bits, the column in the low
+    bits; int32 keys up to 256 columns, int64 beyond), and only the keys are sorted (partitioned
+    first on long rows). Truncation never reverses two values, so a row whose first ``ranks + 1``
+    keys have distinct value parts is ranked exactly; the rest (rows with ties, or values closer than
+    the fixed point's step) are redone with a stable sort of the true values. ``padded`` says whether
+    any value is +inf.
+    """
+    return _ranked(scaled, ranks, padded, 0)[0]
+
+
+def ranked_and_nearest(scaled: np.ndarray, ranks: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`ranked_members` of finite rows, and the columns of about the ``keep`` smallest entries.
+
+    The second array (…, min(max(keep, ranks + 1), n)) lists, in no particular order, the columns of
+    the smallest keys (values truncated as in :func:`ranked_members`, ties to the lower column).
+    """
+    ranking, nearest = _ranked(scaled, ranks, False, keep)
+    assert nearest is not None
+    return ranking, nearest
+
+
+def _ranked(scaled: np.ndarray, ranks: int, padded: bool, keep: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`ranked_members`, and with ``keep`` > 0 the columns of :func:`ranked_and_nearest`."""
+    width = scaled.shape[-1]
+    column_bits = max(1, (width - 1).bit_length())
+    key_type = np.int32 if column_bits <= 8 else np.int64
+    value_bits = (30 if key_type is np.int32 else 62) - column_bits  # 1.5 · 2**value_bits fits
+    packed = np.empty(scaled.shape, dtype=key_type)
+    if padded:  # +inf becomes 1.5 · 2**value_bits, above every scaled value
+        keys = np.minimum(scaled, 1.5)
+        np.multiply(keys, float(2**value_bits), out=packed, casting="unsafe")  # truncates
+    else:
+        np.multiply(scaled, float(2**value_bits), out=packed, casting="unsafe")
+    packed <<= column_bits
+    packed |= np.arange(width, dtype=key_type)
+    low_bits = (1 << column_bits) - 1
+    span = min(ranks + 1, width)
+    nearest = None
+    if keep > 0:
+        kept = min(max(keep, span), width)
+        if kept < width:
+            packed = np.partition(packed, kept - 1, axis=-1)[..., :kept]
+        nearest = (packed & low_bits).astype(np.intp)
+        if span < kept:
+            packed = np.partition(packed, span - 1, axis=-1)[..., :span]
+    elif span < width // 8:  # a partial sort pays off on long rows only
+        packed = np.partition(packed, span - 1, axis=-1)[..., :span]
+    packed.sort(axis=-1)
+    packed = packed[..., :span]
+    values = packed >> column_bits
+    ranking: np.ndarray = (packed[..., :ranks] & low_bits).astype(np.intp)
+    tied = (values[..., 1:] == values[..., :-1]).any(axis=-1)
+    if tied.any():
+        ranking[tied] = stable_smallest(scaled[tied], ranks)
+    return ranking, nearest
+
+
 def _smallest_short(flat: np.ndarray, k: int) -> np.ndarray:
     """:func:`stable_smallest` on a 2-D array by sorting whole rows."""
     span = min(k + 1, flat.shape[1])
@@ -166,3 +242,69 @@ def _smallest_short(flat: np.ndarray, k: int) -> np.ndarray:
 _SHORT_ROW = 1024
 #: Sampling stride used to bound the k-th smallest entry of a long row.
 _STRIDE = 32
+
+
+class _OneBlasThread:
+    """Context manager: the BLAS libraries loaded in this process run on one thread while it is entered.
+
+    The small matrix products of pool re-ranking (a few hundred rows each) are far slower when BLAS
+    spreads them over threads that compete with other work for the cores. The thread count of a
+    BLAS library is a setting of the whole process, so the limit is counted: the first caller to
+    enter sets it, the last to leave restores what was there before, however many threads re-rank
+    at once (other threads' BLAS calls meanwhile run on one thread too). Re-entrant.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._controller: ThreadpoolController | None = None
+        self._limiter: Any = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                if self._controller is None:  # found once, on first use (numpy's BLAS is loaded by then)
+                    self._controller = ThreadpoolController()
+                _release_openblas_control()
+                self._limiter = self._controller.limit(limits=1, user_api="blas")
+                _release_openblas_control()
+            self._depth += 1
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                _release_openblas_control()
+                self._limiter.restore_original_limits()
+                self._limiter = None
+                _release_openblas_control()
+
+
+def _release_openblas_control() -> None:
+    """Let this thread set OpenBLAS's process-wide thread count, and leave it to any thread after.
+
+    threadpoolctl ≥ 3.8 lets one Python thread at a time change it and ignores the others; the
+    counted limit may be set by one thread and restored by another.
+    """
+    release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if release is not None:
+        release(force=True)
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def one_blas_thread() -> _OneBlasThread:
+    """Run the enclosed BLAS calls on one thread (see :class:`_OneBlasThread`); thread-safe, re-entrant.
+
+    Examples
+    --------
+    >>> with one_blas_thread():
+    ...     product = np.ones((3, 2)) @ np.ones((2, 3))
+    """
+    return _ONE_BLAS_THREAD

@@ -23,10 +23,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
-from galleria.rerank._common import as_float_matrix, check_hyperparameters, ordered_sum, stable_smallest
+from galleria.rerank import _common
+from galleria.rerank._common import (
+    as_float_matrix,
+    check_hyperparameters,
+    ordered_sum,
+    ranked_members,
+)
+from galleria.rerank.sparse_pool import MatrixRows, sparse_pool_core
 
-__all__ = ["chunk_counts", "pools_core", "rerank_pools", "run_pools"]
+__all__ = ["chunk_counts", "pools_core", "rerank_pools", "run_pools", "scale_pools", "scaled_pools_core"]
 
 #: Upper bound on B·n² for one chunk of pools: each (B, n, n) float64 temporary stays near 2.4 MB,
 #: small enough to stay in cache between the passes over it.
@@ -90,10 +98,18 @@ def rerank_pools(
 
 
 def run_pools(matrices: Sequence[np.ndarray], k1: int, k2: int, lambda_value: float) -> list[np.ndarray]:
-    """:func:`rerank_pools` on trusted input: pools grouped by size, padded and re-ranked together."""
+    """:func:`rerank_pools` on trusted input: pools grouped by size, padded and re-ranked together.
+
+    Pools of ``_common.SPARSE_POOL_SIZE`` candidates or more go one by one through the sparse core.
+    """
     sizes = np.array([matrix.shape[0] for matrix in matrices], dtype=np.int64)
     results: list[np.ndarray] = [np.empty(0)] * len(matrices)
-    for chunk in _chunks(sizes):
+    large = sizes - 1 >= _common.SPARSE_POOL_SIZE
+    for position in np.flatnonzero(large).tolist():
+        results[position] = sparse_pool_core(MatrixRows(matrices[position]), k1, k2, lambda_value)
+    small = np.flatnonzero(~large)
+    for group in _chunks(sizes[small]):
+        chunk = small[group].tolist()
         width = int(sizes[chunk].max())
         padded = np.zeros((len(chunk), width, width), dtype=np.float64)
         for slot, position in enumerate(chunk):
@@ -160,16 +176,55 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     weights and their sums. Eq. 11 and Eq. 10 only need the features on the probe's support
     (outside it ``min(V_p, V_g)`` is 0), so they run on those columns only.
     """
-    batch, width, _ = distances.shape
     sizes = np.asarray(sizes, dtype=np.int64)
+    valid = np.arange(distances.shape[1])[None, :] < sizes[:, None]  # (B, n)
+    return scaled_pools_core(_scale_rows(distances, valid), sizes, k1, k2, lambda_value)
+
+
+def scale_pools(between: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """The scaled distances of equal pools from their parts, as :func:`pools_core` scales them.
+
+    Parameters
+    ----------
+    between : ndarray, shape (B, N, N), float32
+        Distances among each pool's candidates (modified in place).
+    scores : ndarray, shape (B, N), float64
+        Each pool's probe-to-candidate distances (row and column 0 of the pool matrix).
+
+    Returns
+    -------
+    ndarray, shape (B, N + 1, N + 1), float64
+        Equal to scaling the assembled float64 pool matrices: flooring, the diagonal and the row
+        maxima are done in float32 (exact: the cast to float64 keeps order and values), and the
+        division by the maxima writes the float64 result in the same pass.
+    """
+    batch, length, _ = between.shape
+    np.maximum(between, 0.0, out=between)
+    between.reshape(batch, length * length)[:, :: length + 1] = 0.0  # the diagonals
+    floored = np.maximum(scores, 0.0)
+    peak = np.empty((batch, length + 1), dtype=np.float64)
+    peak[:, 0] = floored.max(axis=1)  # row 0 is [0, scores]
+    np.maximum(between.max(axis=2), floored, out=peak[:, 1:])  # row i is [score_i, between[i]]
+    peak[peak <= 0] = 1.0
+    scaled = np.empty((batch, length + 1, length + 1), dtype=np.float64)
+    np.divide(between, peak[:, 1:, None], out=scaled[:, 1:, 1:])
+    np.divide(floored, peak[:, 1:], out=scaled[:, 1:, 0])
+    np.divide(floored, peak[:, :1], out=scaled[:, 0, 1:])
+    scaled[:, 0, 0] = 0.0
+    return scaled
+
+
+def scaled_pools_core(
+    scaled: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambda_value: float
+) -> np.ndarray:
+    """:func:`pools_core` on distances already scaled (padded columns +inf); ``scaled`` is overwritten."""
+    batch, width, _ = scaled.shape
     firsts = np.minimum(k1, sizes - 1)
     seconds = np.minimum(k2, firsts)
     halves = np.around(firsts / 2).astype(np.int64)
     valid = np.arange(width)[None, :] < sizes[:, None]  # (B, n)
-
-    scaled = _scale_rows(distances, valid)
     padded = not bool(valid.all())
-    ranking = _ranked_members(scaled, int(firsts.max()) + 1, padded)  # (B, n, ranks): N(i, k1) of all
+    ranking = ranked_members(scaled, int(firsts.max()) + 1, padded)  # (B, n, ranks): N(i, k1) of all
     rows = ranking + (np.arange(batch) * width)[:, None, None]  # row numbers in a (B·n, ·) view
     expanded_bits = _expanded_sets(ranking, rows, valid, firsts, halves)  # (B, n, words)
 
@@ -192,9 +247,10 @@ def pools_core(distances: np.ndarray, sizes: np.ndarray, k1: int, k2: int, lambd
     columns = np.argsort(~support, axis=1, kind="stable")[:, :span]  # the support first, in order
     narrow = np.take(weights, own[:, :, None] * width + columns[:, None, :])  # (B, n, span)
     narrow /= np.where(totals > 0, totals, 1.0)[:, :, None]
-    narrow = _mean_rows(narrow.reshape(batch * width, span), rows, own, seconds, average)
+    with_mass = np.concatenate([narrow.reshape(batch * width, span), mass.reshape(-1, 1)], axis=1)
+    averaged = _mean_rows(with_mass, rows, own, seconds, average)
+    narrow, member_mass = averaged[:, :, :span], averaged[:, :, span]
     smallest = ordered_sum(np.minimum(narrow[:, :1, :], narrow))  # Σ min(V_p, V_g); 0 off the support
-    member_mass = _mean_rows(mass.reshape(batch * width, 1), rows, own, seconds, average)[:, :, 0]
 
     # Eq. 10 with Σ max = Σ V_p + Σ V_g - Σ min (each V sums to its mass), then Eq. 12.
     largest = member_mass[:, :1] + member_mass - smallest
@@ -210,23 +266,26 @@ def _mean_rows(
     """Eq. 11 on gathered rows: each member's mean over its first ``k2`` ranked members.
 
     ``rows`` is (B·n, m), pool-major; ``ranking`` (B, r, ≥ k2) and ``own`` (B, r) hold row numbers
-    into it. The sum runs over the ranked members in order (exact zeros are added beyond a pool's
-    own ``k2``); pools whose ``average`` is False (``k2 = 1``) keep their own rows.
+    into it. Pools whose ``average`` is False (``k2 = 1``) keep their own rows. The sums are one
+    sparse product (a selector with ``k2`` ones per row, in ranking order), which adds the rows left
+    to right: ``0 + 1·x_1 + 1·x_2 + ...`` equals the plain running sum exactly.
     """
-    widest = int(seconds[average].max()) if average.any() else 1
-    if widest == 1:
-        result: np.ndarray = rows[own]
-        return result
-    total: np.ndarray = np.take(rows, ranking[:, :, 0], axis=0)
-    for position in range(1, widest):
-        gathered = np.take(rows, ranking[:, :, position], axis=0)
-        beyond = position >= seconds
-        if beyond.any():
-            gathered[beyond] = 0.0
-        total += gathered
-    total /= seconds[:, None, None]
-    if not average.all():
-        total = np.where(average[:, None, None], total, rows[own])
+    batch, members = own.shape
+    counts = np.where(average, seconds, 1)
+    widest = int(counts.max())
+    picked = np.array(ranking[:, :, :widest])
+    picked[~average, :, 0] = own[~average]
+    if bool((counts == widest).all()):
+        indices = picked.reshape(-1)
+        indptr = np.arange(0, indices.size + 1, widest)
+    else:
+        indices = picked[
+            np.broadcast_to(np.arange(widest)[None, None, :] < counts[:, None, None], picked.shape)
+        ]
+        indptr = np.concatenate([[0], np.cumsum(np.repeat(counts, members))])
+    selector = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(batch * members, rows.shape[0]))
+    total: np.ndarray = np.asarray(selector @ rows).reshape(batch, members, -1)
+    total /= counts[:, None, None]
     return total
 
 
@@ -248,42 +307,6 @@ def _scale_rows(distances: np.ndarray, valid: np.ndarray) -> np.ndarray:
     if padded:
         np.copyto(scaled, np.inf, where=~valid[:, None, :])
     return scaled
-
-
-def _ranked_members(scaled: np.ndarray, ranks: int, padded: bool) -> np.ndarray:
-    """First ``ranks`` entries of every row's stable ranking list, for rows of values in [0, 1] or +inf.
-
-    Equal to ``stable_smallest(scaled, ranks)``, faster: each entry is packed with its column into
-    one integer key (the value truncated to a fixed point in the high bits, the column in the low
-    bits; int32 keys up to 256 columns, int64 beyond), and only the keys are sorted (partitioned
-    first on long rows). Truncation never reverses two values, so a row whose first ``ranks + 1``
-    keys have distinct value parts is ranked exactly; the rest (rows with ties, or values closer than
-    the fixed point's step) are redone with a stable sort of the true values. ``padded`` says whether
-    any value is +inf.
-    """
-    width = scaled.shape[-1]
-    column_bits = max(1, (width - 1).bit_length())
-    key_type = np.int32 if column_bits <= 8 else np.int64
-    value_bits = (30 if key_type is np.int32 else 62) - column_bits  # 1.5 · 2**value_bits fits
-    packed = np.empty(scaled.shape, dtype=key_type)
-    if padded:  # +inf becomes 1.5 · 2**value_bits, above every scaled value
-        keys = np.minimum(scaled, 1.5)
-        np.multiply(keys, float(2**value_bits), out=packed, casting="unsafe")  # truncates
-    else:
-        np.multiply(scaled, float(2**value_bits), out=packed, casting="unsafe")
-    packed <<= column_bits
-    packed |= np.arange(width, dtype=key_type)
-    span = min(ranks + 1, width)
-    if span < width // 8:  # a partial sort pays off on long rows only
-        packed = np.partition(packed, span - 1, axis=-1)[..., :span]
-    packed.sort(axis=-1)
-    packed = packed[..., :span]
-    values = packed >> column_bits
-    ranking: np.ndarray = (packed[..., :ranks] & ((1 << column_bits) - 1)).astype(np.intp)
-    tied = (values[..., 1:] == values[..., :-1]).any(axis=-1)
-    if tied.any():
-        ranking[tied] = stable_smallest(scaled[tied], ranks)
-    return ranking
 
 
 def _expanded_sets(
@@ -309,18 +332,21 @@ def _expanded_sets(
     transposed = np.ascontiguousarray(positions.transpose(0, 2, 1))
     bits = _reciprocal_bits(positions, transposed, firsts, valid, words)  # (words, B, n)
     bits_half = _reciprocal_bits(positions, transposed, halves, valid, words).reshape(words, -1)
-    counts_half = sum(np.bitwise_count(bits_half[word]).astype(np.int64) for word in range(words))
+    sizes_half = np.bitwise_count(bits_half[0])
+    for word in range(1, words):
+        sizes_half += np.bitwise_count(bits_half[word])
+    # |R(q, k1/2)| · 2/3, rounded up: q is accepted when |R(i, k1) ∩ R(q, k1/2)| reaches it.
+    needed = ((2 * sizes_half.astype(np.int64) + 2) // 3).astype(sizes_half.dtype)
 
     # Eq. 4: q = ranking[b, i, a] in R(i, k1) is accepted when |R(i, k1) ∩ R(q, k1/2)| ≥ 2/3 |R(q, k1/2)|.
     candidates = [np.take(bits_half[word], rows) for word in range(words)]  # R(q, k1/2) of every ranked q
-    shared = np.zeros((batch, width, ranks), dtype=np.int64)
-    for word, candidate in enumerate(candidates):
-        shared += np.bitwise_count(candidate & bits[word][:, :, None])
-    counts = np.take(counts_half, rows)
-    accepted = np.negative((near & (3 * shared >= 2 * counts)).astype(np.uint64))  # all ones or 0
+    shared = np.bitwise_count(candidates[0] & bits[0][:, :, None])
+    for word in range(1, words):
+        shared += np.bitwise_count(candidates[word] & bits[word][:, :, None])
+    accepted = near & (shared >= np.take(needed, rows))
     expanded = np.empty((batch, width, words), dtype=np.uint64)
     for word, candidate in enumerate(candidates):
-        candidate &= accepted
+        candidate *= accepted  # R(q, k1/2) of the accepted q only
         np.bitwise_or(bits[word], np.bitwise_or.reduce(candidate, axis=2), out=expanded[..., word])
     return expanded
 

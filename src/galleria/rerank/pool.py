@@ -20,8 +20,10 @@ of every candidate, following Eqs. 2, 3, 4, 7, 11, 10 and 12 of the paper with t
   expanded set is empty); ``d_J = 1`` where both features are 0;
 * with N candidates, ``k1`` is capped at N and ``k2`` at the capped ``k1``.
 
-The functions here are pure numpy and keep every intermediate as a dense (N+1)×(N+1) array, which is
-right for pools of a few hundred candidates. :mod:`galleria.rerank.batched` does many pools at once.
+The core here is pure numpy and keeps every intermediate as a dense (N+1)×(N+1) array, which is
+right for pools of a few hundred candidates; :func:`rerank_pool` hands pools of
+``_common.SPARSE_POOL_SIZE`` candidates or more to :mod:`galleria.rerank.sparse_pool` (same results,
+memory near O(N·k1)). :mod:`galleria.rerank.batched` does many pools at once.
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ from typing import Any
 
 import numpy as np
 
+from galleria.rerank import _common
 from galleria.rerank._common import (
     as_float_matrix,
     check_hyperparameters,
     effective_ks,
+    one_blas_thread,
     ordered_sum,
     stable_smallest,
 )
+from galleria.rerank.sparse_pool import MatrixRows, sparse_pool_core
 
 __all__ = ["rerank_pool", "scale_rows"]
 
@@ -108,6 +113,8 @@ def rerank_pool(distances: Any, *, k1: int = 20, k2: int = 6, lambda_value: floa
             f"distances must hold the probe and at least one candidate, got shape {matrix.shape}"
         )
     first, second, weight = check_hyperparameters(k1, k2, lambda_value)
+    if matrix.shape[0] - 1 >= _common.SPARSE_POOL_SIZE:
+        return sparse_pool_core(MatrixRows(matrix), first, second, weight)
     return pool_core(matrix, first, second, weight)
 
 
@@ -128,10 +135,11 @@ def pool_core(distances: np.ndarray, k1: int, k2: int, lambda_value: float) -> n
 
     # Eq. 4: |R(i, k1) ∩ R(q, k1/2)| for every pair (i, q), compared with 2/3 |R(q, k1/2)|.
     as_float = reciprocal_half.astype(np.float32)
-    shared = reciprocal.astype(np.float32) @ as_float.T
     sizes = reciprocal_half.sum(axis=1)
-    accepted = reciprocal & (3 * shared >= 2 * sizes[None, :])
-    expanded = reciprocal | ((accepted.astype(np.float32) @ as_float) > 0)
+    with one_blas_thread():  # small products: threads would only compete for the cores
+        shared = reciprocal.astype(np.float32) @ as_float.T
+        accepted = reciprocal & (3 * shared >= 2 * sizes[None, :])
+        expanded = reciprocal | ((accepted.astype(np.float32) @ as_float) > 0)
 
     # Eq. 7 with unit L1 norm, then Eq. 11.
     features = np.zeros_like(scaled)

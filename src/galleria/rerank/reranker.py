@@ -12,8 +12,10 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
-from galleria.rerank._common import check_hyperparameters
-from galleria.rerank.batched import chunk_counts, pools_core
+from galleria.rerank import _common
+from galleria.rerank._common import check_hyperparameters, one_blas_thread
+from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
+from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -41,6 +43,16 @@ class KReciprocalReranker:
         Neighbourhood size of the local query expansion (``k2 <= k1``; 1 skips it).
     lambda_value : float, default 0.3
         Weight of the original distance in ``d*``, in [0, 1].
+
+    Notes
+    -----
+    Pools of ``galleria.rerank._common.SPARSE_POOL_SIZE`` (1,000) candidates or more are re-ranked by
+    the sparse pool core (:mod:`galleria.rerank.sparse_pool`), with the same results and memory near
+    O(N·k1) instead of O(N²): a pool of 50,000 candidates needs a few hundred MB. While a call runs,
+    the BLAS libraries run their matrix products on one thread (threadpoolctl; the setting is
+    process-wide, so other threads' BLAS calls meanwhile do too, and it is restored when the last
+    concurrent call ends): pool products are small, and BLAS threads competing with other work for
+    the cores made re-ranking several times slower.
 
     Raises
     ------
@@ -193,35 +205,43 @@ class KReciprocalReranker:
         results: list[list[Candidate]] = [[] for _ in pools]
         make, store_id = Candidate._from_store, store.store_id
         first = start = 0
-        for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
-            for count in chunk_counts(int(total), int(length) + 1):
-                end = start + count * int(length)
-                vectors = store.embeddings_of(paths[start:end])  # KeyError naming unknown paths
-                final = self._pool_finals(vectors, scores[start:end], count, int(length))
-                order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
-                best = np.take_along_axis(final, order, axis=1)
-                for position, picked, values in zip(
-                    by_size[first : first + count], order.tolist(), best.tolist(), strict=True
-                ):
-                    pool = pools[position]
-                    results[position] = [
-                        make(pool[i].path, value, store_id) for i, value in zip(picked, values, strict=True)
-                    ]
-                first += count
-                start = end
+        # BLAS on one thread: the per-pool products are small, and threads would only compete for the
+        # cores with whatever else runs (4x slower beside one busy process on 2 cores).
+        with one_blas_thread():
+            for length, total in zip(*np.unique(lengths, return_counts=True), strict=True):
+                large = length >= _common.SPARSE_POOL_SIZE  # large pools go one by one
+                for count in [1] * int(total) if large else chunk_counts(int(total), int(length) + 1):
+                    end = start + count * int(length)
+                    final = self._chunk_finals(paths[start:end], scores[start:end], count, int(length))
+                    order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
+                    best = np.take_along_axis(final, order, axis=1)
+                    for position, picked, values in zip(
+                        by_size[first : first + count], order.tolist(), best.tolist(), strict=True
+                    ):
+                        pool = pools[position]
+                        results[position] = [
+                            make(pool[i].path, value, store_id)
+                            for i, value in zip(picked, values, strict=True)
+                        ]
+                    first += count
+                    start = end
         return results
+
+    def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
+        """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
+        vectors = self._store.embeddings_of(paths)  # KeyError naming unknown paths
+        if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)
+            source = VectorRows(vectors, scores, self._store.space)
+            return sparse_pool_core(source, self._k1, self._k2, self._lambda)[None, :]
+        return self._pool_finals(vectors, scores, count, length)
 
     def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates from their vectors and scores, pool by pool."""
         stacked = vectors.reshape(count, length, -1)
-        matrices = np.empty((count, length + 1, length + 1), dtype=np.float64)
-        matrices[:, 1:, 1:] = pairwise_distances_batched(stacked, stacked, self._store.space)
-        by_pool = scores.reshape(count, length)
-        matrices[:, 0, 1:] = by_pool
-        matrices[:, 1:, 0] = by_pool
-        matrices[:, 0, 0] = 0.0
+        between = pairwise_distances_batched(stacked, stacked, self._store.space)
+        scaled = scale_pools(between, scores.reshape(count, length))
         sizes = np.full(count, length + 1, dtype=np.int64)
-        return pools_core(matrices, sizes, self._k1, self._k2, self._lambda)
+        return scaled_pools_core(scaled, sizes, self._k1, self._k2, self._lambda)
 
 
 #: Largest score magnitude accepted: a store's distances are float32, so anything beyond is not one.

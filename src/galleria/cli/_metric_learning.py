@@ -16,7 +16,7 @@ import numpy as np
 
 from galleria.cli._common import CliError, print_json
 
-__all__ = ["check_not_given", "run_metric_learning"]
+__all__ = ["check_not_given", "check_output_paths", "run_metric_learning"]
 
 #: Options of the retrieval protocol that mean nothing here: option → argparse destination.
 _RETRIEVAL_ONLY = {
@@ -49,6 +49,14 @@ def check_not_given(args: argparse.Namespace) -> None:
         )
 
 
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse an ``--out`` that is a file or a ``--per-query`` that is a directory, before any work."""
+    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise CliError(f"--out {args.out!r} is a file; give a folder for metrics.json")
+    if args.per_query is not None and os.path.isdir(args.per_query):
+        raise CliError(f"--per-query {args.per_query!r} is a directory; give a .csv file path")
+
+
 def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, meta: dict[str, Any]) -> int:
     """Embed every image, score the folder, print the figures and write what was asked for."""
     from galleria.cli._options import make_embedder
@@ -65,10 +73,7 @@ def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, 
     from galleria.store import InMemoryImageEmbeddingStore
 
     check_not_given(args)
-    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise CliError(f"--out {args.out!r} is a file; give a folder for metrics.json")
-    if args.per_query is not None and os.path.isdir(args.per_query):
-        raise CliError(f"--per-query {args.per_query!r} is a directory; give a .csv file path")
+    check_output_paths(args)
     dataset = load_image_folder(image_dir)
     embedder = make_embedder(args.embedder)
     started = time.perf_counter()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 import numpy as np
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._metric_learning import check_output_paths
 from galleria.cli._options import check_existing_file, parse_int
 
 __all__ = ["add_parser", "run"]
@@ -385,10 +385,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     _check_options(args)
-    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise CliError(f"--out {args.out!r} is a file; give a folder for metrics.json")
-    if args.per_query is not None and os.path.isdir(args.per_query):
-        raise CliError(f"--per-query {args.per_query!r} is a directory; give a .csv file path")
+    check_output_paths(args)
     detail = args.out is not None or args.per_query is not None
     runner = {
         "recall": _run_recall,

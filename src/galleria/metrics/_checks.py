@@ -29,6 +29,7 @@ __all__ = [
     "as_rank_vector",
     "as_relevant_counts",
     "as_score_matrix",
+    "as_top_k",
     "check_finite",
     "check_no_nan",
 ]
@@ -163,6 +164,13 @@ def as_ks(name: str, value: Any) -> list[int]:
     if not items:
         raise ValueError(f"{name} must not be empty")
     return [check_positive_int(f"{name}[{position}]", item) for position, item in enumerate(items)]
+
+
+def as_top_k(value: Any) -> int:
+    """``top_k``: 0 (keep no list of top results) or a positive int."""
+    if is_int(value) and value == 0:
+        return 0
+    return check_positive_int("top_k", value)
 
 
 def as_rank_vector(name: str, value: Any) -> npt.NDArray[np.int64]:

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from galleria._validation import check_bool, check_choice, check_positive_int, is_int
+from galleria._validation import check_bool, check_choice
 from galleria.distances import normalize_rows
-from galleria.metrics._checks import as_embeddings, as_label_vector
+from galleria.metrics._checks import as_embeddings, as_label_vector, as_top_k
 from galleria.metrics._ranked import PR_LEVELS, interpolated_one, positive_ranks, top_of_block
 
 __all__ = [
@@ -292,7 +292,7 @@ def metric_learning_evaluate(
     """
     inputs = _Inputs(embeddings, labels, reference, reference_labels, metric, exclude_self)
     full = check_bool("full_ranking", full_ranking)
-    keep = 0 if (is_int(top_k) and top_k == 0) else check_positive_int("top_k", top_k)
+    keep = as_top_k(top_k)
     per = _rank_all(inputs, full, keep)
     valid = per.counts > 0
     n_valid = int(valid.sum())
@@ -336,14 +336,7 @@ def precision_at_1(
     >>> precision_at_1(points, [0, 0, 1, 1])
     1.0
     """
-    return metric_learning_evaluate(
-        embeddings,
-        labels,
-        reference=reference,
-        reference_labels=reference_labels,
-        metric=metric,
-        exclude_self=exclude_self,
-    ).precision_at_1
+    return _headline(embeddings, labels, reference, reference_labels, metric, exclude_self).precision_at_1
 
 
 def r_precision(
@@ -365,14 +358,7 @@ def r_precision(
     >>> round(r_precision(points, [0, 0, 1, 0, 1], metric="euclidean"), 4)
     0.2
     """
-    return metric_learning_evaluate(
-        embeddings,
-        labels,
-        reference=reference,
-        reference_labels=reference_labels,
-        metric=metric,
-        exclude_self=exclude_self,
-    ).r_precision
+    return _headline(embeddings, labels, reference, reference_labels, metric, exclude_self).r_precision
 
 
 def map_at_r(
@@ -394,6 +380,13 @@ def map_at_r(
     >>> round(map_at_r(points, [0, 0, 1, 0, 1], metric="euclidean"), 4)
     0.15
     """
+    return _headline(embeddings, labels, reference, reference_labels, metric, exclude_self).map_at_r
+
+
+def _headline(
+    embeddings: Any, labels: Any, reference: Any, reference_labels: Any, metric: Any, exclude_self: Any
+) -> MetricLearningResult:
+    """The one call behind :func:`precision_at_1`, :func:`r_precision` and :func:`map_at_r`."""
     return metric_learning_evaluate(
         embeddings,
         labels,
@@ -401,4 +394,4 @@ def map_at_r(
         reference_labels=reference_labels,
         metric=metric,
         exclude_self=exclude_self,
-    ).map_at_r
+    )

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from galleria._validation import check_bool, check_positive_int, is_int
-from galleria.metrics._checks import as_array, as_label_vector, as_score_matrix, check_finite
+from galleria._validation import check_bool, is_int
+from galleria.metrics._checks import as_array, as_label_vector, as_score_matrix, as_top_k, check_finite
 from galleria.metrics._ranked import (
     PR_LEVELS,
     RankedPositives,
@@ -198,13 +198,6 @@ def _ids(name: str, value: Any, length: int | None) -> np.ndarray:
     return as_label_vector(name, value, length=length)
 
 
-def _top_k(value: Any) -> int:
-    """``top_k``: 0 (keep no top list) or a positive int."""
-    if is_int(value) and value == 0:
-        return 0
-    return check_positive_int("top_k", value)
-
-
 def _ignore_ids(value: Any) -> npt.NDArray[np.int64]:
     """``ignore_ids``: one integer id or a collection of them (possibly empty)."""
     if is_int(value):
@@ -280,7 +273,7 @@ def reid_evaluate(
     if max_rank < 1:
         raise ValueError(f"max_rank must be at least 1, got {max_rank!r}")
     higher = check_bool("higher_is_better", higher_is_better)
-    keep = _top_k(top_k)
+    keep = as_top_k(top_k)
     q_ids = _ids("query_ids", query_ids, None)
     g_ids = _ids("gallery_ids", gallery_ids, None)
     probes, gallery = len(q_ids), len(g_ids)

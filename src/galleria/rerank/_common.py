@@ -27,6 +27,7 @@ __all__ = [
     "ordered_sum",
     "ranked_and_nearest",
     "ranked_members",
+    "reciprocal_mask",
     "stable_smallest",
 ]
 
@@ -225,6 +226,27 @@ def _ranked(scaled: np.ndarray, ranks: int, padded: bool, keep: int) -> tuple[np
     if tied.any():
         ranking[tied] = stable_smallest(scaled[tied], ranks)
     return ranking, nearest
+
+
+def reciprocal_mask(ranking: np.ndarray, width: int, block_elements: int) -> np.ndarray:
+    """``mask[i, a]``: whether ``i`` is among the first ``width`` ranked members of ``ranking[i, a]``.
+
+    ``ranking`` (n, ≥ width) holds each member's ranked members; the rows are taken in blocks of
+    about ``block_elements`` gathered entries (the block size does not change the result).
+
+    Examples
+    --------
+    >>> reciprocal_mask(np.array([[0, 1, 2], [1, 0, 2], [2, 1, 0]]), 2, 1 << 22).tolist()
+    [[True, True], [True, True], [True, False]]
+    """
+    size = ranking.shape[0]
+    mask = np.empty((size, width), dtype=bool)
+    step = max(1, block_elements // (width * width))
+    for start in range(0, size, step):
+        stop = min(start + step, size)
+        heads = ranking[start:stop, :width]
+        mask[start:stop] = (ranking[heads, :width] == np.arange(start, stop)[:, None, None]).any(axis=2)
+    return mask
 
 
 def _smallest_short(flat: np.ndarray, k: int) -> np.ndarray:

@@ -38,6 +38,7 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     half_of,
+    reciprocal_mask,
     stable_smallest,
 )
 
@@ -417,26 +418,15 @@ def _neighbour_lists(
     return ranking, scales
 
 
-def _reciprocal(ranking: np.ndarray, width: int) -> np.ndarray:
-    """``mask[i, a]``: whether ``i`` is among the first ``width`` ranked members of ``ranking[i, a]``."""
-    size = ranking.shape[0]
-    mask = np.empty((size, width), dtype=bool)
-    step = max(1, _BLOCK_ELEMENTS // (width * width))
-    for start in range(0, size, step):
-        stop = min(start + step, size)
-        heads = ranking[start:stop, :width]
-        mask[start:stop] = (ranking[heads, :width] == np.arange(start, stop)[:, None, None]).any(axis=2)
-    return mask
-
-
 def _expanded_pairs(
     ranking: np.ndarray, width: int, half_width: int, mode: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eqs. 3–4 on neighbour lists: the (row, column) pairs of every member's expanded set R*."""
     size = ranking.shape[0]
     near = ranking[:, :width]
-    reciprocal = _reciprocal(ranking, width)  # R(i, k1) = near[i][reciprocal[i]]
-    reciprocal_half = _reciprocal(ranking, half_width)  # R(q, k1/2) = near[q, :half][...]
+    # R(i, k1) = near[i][reciprocal[i]]; R(q, k1/2) = near[q, :half][reciprocal_half[q]]
+    reciprocal = reciprocal_mask(ranking, width, _BLOCK_ELEMENTS)
+    reciprocal_half = reciprocal_mask(ranking, half_width, _BLOCK_ELEMENTS)
     half_sizes = reciprocal_half.sum(axis=1)
     keys = [np.flatnonzero(reciprocal) // width * size + near[reciprocal]]
     step = max(1, _BLOCK_ELEMENTS // (width * half_width * width))

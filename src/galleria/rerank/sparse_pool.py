@@ -32,7 +32,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from galleria.distances import pairwise_distances
-from galleria.rerank._common import effective_ks, ordered_sum, ranked_and_nearest, ranked_members
+from galleria.rerank._common import (
+    effective_ks,
+    ordered_sum,
+    ranked_and_nearest,
+    ranked_members,
+    reciprocal_mask,
+)
 
 __all__ = ["MatrixRows", "PoolRows", "VectorRows", "sparse_pool_core"]
 
@@ -209,8 +215,9 @@ def _expanded_pairs(ranking: np.ndarray, half_width: int) -> tuple[np.ndarray, n
     block's sets are rows of a (rows, n) bool mask. Returns the pairs sorted by row, then column.
     """
     size, width = ranking.shape
-    reciprocal = _reciprocal(ranking, width)  # R(i, k1) = ranking[i][reciprocal[i]]
-    reciprocal_half = _reciprocal(ranking, half_width)  # R(q, k1/2) = ranking[q, :half][...]
+    # R(i, k1) = ranking[i][reciprocal[i]]; R(q, k1/2) = ranking[q, :half][reciprocal_half[q]]
+    reciprocal = reciprocal_mask(ranking, width, _BLOCK_ELEMENTS)
+    reciprocal_half = reciprocal_mask(ranking, half_width, _BLOCK_ELEMENTS)
     half_sizes = reciprocal_half.sum(axis=1)
     step = max(1, min(_BLOCK_ELEMENTS // size, _BLOCK_ELEMENTS // (width * half_width)))
     found_rows, found_columns = [], []
@@ -232,18 +239,6 @@ def _expanded_pairs(ranking: np.ndarray, half_width: int) -> tuple[np.ndarray, n
         found_rows.append(block_rows + start)
         found_columns.append(block_columns)
     return np.concatenate(found_rows), np.concatenate(found_columns)
-
-
-def _reciprocal(ranking: np.ndarray, width: int) -> np.ndarray:
-    """``mask[i, a]``: whether ``i`` is among the first ``width`` ranked members of ``ranking[i, a]``."""
-    size = ranking.shape[0]
-    mask = np.empty((size, width), dtype=bool)
-    step = max(1, _BLOCK_ELEMENTS // (width * width))
-    for start in range(0, size, step):
-        stop = min(start + step, size)
-        heads = ranking[start:stop, :width]
-        mask[start:stop] = (ranking[heads, :width] == np.arange(start, stop)[:, None, None]).any(axis=2)
-    return mask
 
 
 def _pair_distances(

@@ -21,6 +21,9 @@ _EXPORTS: dict[str, str] = {
     "ExactIndex": "galleria.index",
     "HnswIndex": "galleria.index",
     "ExternalSearchIndex": "galleria.index",
+    "IvfPqIndex": "galleria.index",
+    "MilvusIndex": "galleria.index",
+    "build_with_ray": "galleria.engines",
     "PixelEmbedder": "galleria.embedders",
     "ClipEmbedder": "galleria.embedders",
     "KReciprocalReranker": "galleria.rerank",
@@ -36,10 +39,13 @@ __all__ = [
     "ExternalSearchIndex",
     "HnswIndex",
     "InMemoryImageEmbeddingStore",
+    "IvfPqIndex",
     "KReciprocalReranker",
+    "MilvusIndex",
     "PixelEmbedder",
     "__version__",
     "alpha_query_expansion",
+    "build_with_ray",
     "image_text_retrieval",
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",
@@ -51,7 +57,8 @@ __all__ = [
 if TYPE_CHECKING:
     from galleria.embedders import ClipEmbedder, PixelEmbedder
     from galleria.expansion import alpha_query_expansion
-    from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex
+    from galleria.engines import build_with_ray
+    from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex, IvfPqIndex, MilvusIndex
     from galleria.metrics import image_text_retrieval, ranks_from_embeddings, recall_at_k, retrieval_ranks
     from galleria.rerank import KReciprocalReranker, k_reciprocal_rerank, k_reciprocal_rerank_features
     from galleria.store import Candidate, InMemoryImageEmbeddingStore

@@ -56,8 +56,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from galleria.embedders import ClipEmbedder, PixelEmbedder
-    from galleria.expansion import alpha_query_expansion
     from galleria.engines import build_with_ray
+    from galleria.expansion import alpha_query_expansion
     from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex, IvfPqIndex, MilvusIndex
     from galleria.metrics import image_text_retrieval, ranks_from_embeddings, recall_at_k, retrieval_ranks
     from galleria.rerank import KReciprocalReranker, k_reciprocal_rerank, k_reciprocal_rerank_features

@@ -8,6 +8,7 @@ the codebooks) on a seeded sample of at most ``train_size`` vectors of the first
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +42,7 @@ class IvfPqParameter:
     choices: tuple[str, ...] = ()
 
     def check(self, name: str, value: Any) -> Any:
-        """Return ``value`` checked (an int in range, a bool or one of the choices), else raise naming ``name``."""
+        """Return ``value`` checked (an int in range, a bool or a choice), else raise naming ``name``."""
         if value is None and self.optional:
             return None
         if self.kind == "bool":
@@ -184,7 +185,7 @@ def _list_ids(ivf: Any) -> np.ndarray:
 
 
 def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
-    """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; return its bytes."""
+    """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; its bytes."""
     faiss.omp_set_num_threads(1)
     index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8).copy())
     ids = np.arange(first_id, first_id + vectors.shape[0], dtype=np.int64)
@@ -348,9 +349,10 @@ rerank_candidates, seed, build_workers, num_threads
         sample_size = min(count, params["train_size"])
         if sample_size < needed:
             raise ValueError(
-                f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = {needed} "
-                f"vectors (lists={lists}, bits={bits}); got {sample_size} (train_size={params['train_size']}, "
-                f"batch of {count}). Add more vectors at once or lower lists/bits"
+                f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = "
+                f"{needed} vectors (lists={lists}, bits={bits}); got {sample_size} "
+                f"(train_size={params['train_size']}, batch of {count}). Add more vectors at once or "
+                "lower lists/bits"
             )
         rng = np.random.default_rng(params["seed"])
         sample = (
@@ -413,7 +415,7 @@ rerank_candidates, seed, build_workers, num_threads
             with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
                 futures = [
                     pool.submit(_add_shard_shared, trained, block.name, array.shape, int(a), int(b))
-                    for a, b in zip(bounds[:-1], bounds[1:])
+                    for a, b in itertools.pairwise(bounds)
                 ]
                 shards = [future.result() for future in futures]
         finally:
@@ -605,7 +607,7 @@ rerank_candidates, seed, build_workers, num_threads
             # The OPQ rotation comes back as a LinearTransform (OPQMatrix is one): a square rotation.
             rotation = (
                 faiss.downcast_VectorTransform(loaded.chain.at(0))
-                if isinstance(loaded, faiss.IndexPreTransform) and loaded.chain.size() == 1
+                if isinstance(loaded, faiss.IndexPreTransform) and loaded.chain.size() == 1  # type: ignore[attr-defined]
                 else None
             )
             ok = (

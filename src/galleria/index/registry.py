@@ -11,12 +11,13 @@ from galleria.index.exact import ExactIndex
 from galleria.index.external import ExternalSearchIndex
 from galleria.index.hnsw import HnswIndex, validate_hnsw_params
 from galleria.index.ivfpq import IvfPqIndex, validate_ivfpq_params
+from galleria.index.milvus import MilvusIndex
 
 __all__ = ["INDEX_NAMES", "create_index", "index_from_bytes", "validate_index_params"]
 
 #: Built-in indexes that can be created by name.
 INDEX_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq")
-_SERIALISED_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq", "external")
+_SERIALISED_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq", "milvus", "external")
 
 
 def validate_index_params(name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -63,7 +64,7 @@ def create_index(name: str, space: str, params: Mapping[str, Any] | None = None)
 
 
 def index_from_bytes(name: str, data: bytes) -> SearchIndex:
-    """Rebuild an index of type ``name`` (``"exact"``, ``"hnsw"``, ``"ivfpq"`` or ``"external"``) from its ``to_bytes()``.
+    """Rebuild an index of type ``name`` (exact, hnsw, ivfpq, milvus or external) from its ``to_bytes()``.
 
     ``data`` may be bytes, a bytearray, a memoryview or a 1-D uint8 array. Corrupt, truncated or
     mismatched data raises ValueError; nothing is unpickled.
@@ -75,4 +76,6 @@ def index_from_bytes(name: str, data: bytes) -> SearchIndex:
         return HnswIndex.from_bytes(data)
     if name == "ivfpq":
         return IvfPqIndex.from_bytes(data)
+    if name == "milvus":
+        return MilvusIndex.from_bytes(data)  # reconnects to the recorded uri and collection
     return ExternalSearchIndex.from_bytes(data)

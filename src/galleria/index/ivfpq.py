@@ -365,6 +365,7 @@ rerank_candidates, seed, build_workers, num_threads
             description = f"OPQ{subquantizers}," + description
         index = faiss.index_factory(dim, description, self._metric())
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+        ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
         ivf.cp.seed = params["seed"]
         ivf.cp.min_points_per_centroid = 1
         ivf.pq.cp.seed = params["seed"] + 1

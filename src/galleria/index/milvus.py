@@ -67,7 +67,8 @@ def _check_params(index_type: str, params: Mapping[str, Any] | None) -> dict[str
     unknown = sorted(str(key) for key in params if key not in allowed)
     if unknown:
         raise ValueError(
-            f"unknown parameter(s) {unknown} for a Milvus {index_type} index; valid names are {sorted(allowed)}"
+            f"unknown parameter(s) {unknown} for a Milvus {index_type} index; "
+            f"valid names are {sorted(allowed)}"
         )
     checked: dict[str, int] = {}
     for name in allowed:
@@ -81,7 +82,7 @@ def _check_params(index_type: str, params: Mapping[str, Any] | None) -> dict[str
 
 
 class MilvusIndex:
-    """The :class:`~galleria.index.base.SearchIndex` contract on a Milvus collection (pymilvus ``MilvusClient``).
+    """The :class:`~galleria.index.base.SearchIndex` contract on a Milvus collection (pymilvus).
 
     The collection holds one entity per row: an int64 primary key, the vector and (when given to
     :meth:`add`) its image path. Rows are positions, like every galleria index: :meth:`remove`

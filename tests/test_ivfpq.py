@@ -192,7 +192,9 @@ def test_parallel_build_equals_serial(data: np.ndarray, monkeypatch: pytest.Monk
 def test_store_with_ivfpq_saves_loads_and_expands(tmp_path: object, data: np.ndarray) -> None:
     paths = [f"img/{i:04d}.png" for i in range(len(data))]
     params = {**SMALL, "keep_vectors": True, "rerank_candidates": 50}
-    store = InMemoryImageEmbeddingStore.from_embeddings(paths, data, search_index="ivfpq", index_params=params)
+    store = InMemoryImageEmbeddingStore.from_embeddings(
+        paths, data, search_index="ivfpq", index_params=params
+    )
     target = f"{tmp_path}/gallery.safetensors"
     store.save_to_disk(target)
     loaded = InMemoryImageEmbeddingStore.load_from_disk(target)

@@ -1,4 +1,4 @@
-"""Tests of the IVF-PQ index: parameters, recall against exact, kept vectors, removal, files, parallel build."""
+"""Tests of the IVF-PQ index: parameters, recall, kept vectors, removal, files, parallel build."""
 
 from __future__ import annotations
 
@@ -8,9 +8,15 @@ import numpy as np
 import pytest
 
 from galleria import InMemoryImageEmbeddingStore
-from galleria.index import ExactIndex, IvfPqIndex, create_index, index_from_bytes, validate_index_params
+from galleria.index import (
+    ExactIndex,
+    IvfPqIndex,
+    _serial,
+    create_index,
+    index_from_bytes,
+    validate_index_params,
+)
 from galleria.index import ivfpq as ivfpq_module
-from galleria.index import _serial
 
 
 def clustered(count: int, dim: int, seed: int = 0, centres: int = 20) -> np.ndarray:

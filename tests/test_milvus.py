@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("pymilvus", reason="the galleria[milvus] extra is not installed")
 pytest.importorskip("milvus_lite", reason="the galleria[milvus] extra is not installed")
 
-from safetensors import safe_open  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
+from safetensors import safe_open
+from sklearn.datasets import load_digits
 
-from galleria import InMemoryImageEmbeddingStore, MilvusIndex  # noqa: E402
-from galleria.index import ExactIndex, index_from_bytes  # noqa: E402
+from galleria import InMemoryImageEmbeddingStore, MilvusIndex
+from galleria.index import ExactIndex, index_from_bytes
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +118,9 @@ def test_save_records_uri_and_collection_and_loading_reconnects(
 
 
 def test_clear_errors(uri: str, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="folder .* does not exist"):
+    with pytest.raises(ValueError, match=r"folder .* does not exist"):
         MilvusIndex(str(tmp_path / "missing" / "x.db"), "c")
-    with pytest.raises(ValueError, match="ending in '.db'"):
+    with pytest.raises(ValueError, match=r"ending in '\.db'"):
         MilvusIndex(str(tmp_path / "x.sqlite"), "c")
     with pytest.raises(TypeError, match="collection"):
         MilvusIndex(uri, "")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import faiss
+import faiss as _faiss
 import numpy as np
 
 from galleria._validation import check_choice, is_int
@@ -23,6 +23,9 @@ from galleria.index._checks import check_k, check_rows, check_vectors, empty_res
 from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
 from galleria.index.base import SPACES
 from galleria.index.exact import top_k_smallest
+
+# faiss's bundled type stubs miss much of its SWIG API (DirectMap, IVF fields, search parameters).
+faiss: Any = _faiss
 
 __all__ = ["IVFPQ_PARAMETERS", "IvfPqIndex", "IvfPqParameter", "validate_ivfpq_params"]
 
@@ -447,11 +450,11 @@ rerank_candidates, seed, build_workers, num_threads
     # ------------------------------------------------------------------ searching
 
     def _faiss_search(self, queries: np.ndarray, width: int, probes: int) -> tuple[np.ndarray, np.ndarray]:
-        ivf_settings = faiss.SearchParametersIVF()  # type: ignore[attr-defined]
+        ivf_settings = faiss.SearchParametersIVF()
         ivf_settings.nprobe = min(probes, int(self._ivf.nlist))
         settings = ivf_settings
         if self._params["opq"]:
-            settings = faiss.SearchParametersPreTransform()  # type: ignore[attr-defined]
+            settings = faiss.SearchParametersPreTransform()
             settings.index_params = ivf_settings
         with omp_threads(self._params["num_threads"]):
             scores, labels = self._index.search(queries, width, params=settings)
@@ -571,7 +574,7 @@ rerank_candidates, seed, build_workers, num_threads
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt or mismatched data."""
         meta, arrays = _serial.unpack(data, "ivfpq")
         space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
-        if space not in SPACES or not isinstance(params, dict) or not is_int(total) or total < 0:
+        if space not in SPACES or not isinstance(params, dict) or not isinstance(total, int) or total < 0:
             raise ValueError("serialised ivfpq index has a corrupt header")
         try:
             index = cls(space, **params)
@@ -584,7 +587,7 @@ rerank_candidates, seed, build_workers, num_threads
             if dim is not None or total != 0 or live.size or "kept" in arrays:
                 raise ValueError("serialised ivfpq index lacks its faiss index")
             return index
-        if not is_int(dim) or dim < 1:
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
             raise ValueError(f"serialised ivfpq index has an invalid dimension {dim!r}")
         if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
             raise ValueError("serialised ivfpq index has an invalid 'live' row array")
@@ -608,7 +611,7 @@ rerank_candidates, seed, build_workers, num_threads
             # The OPQ rotation comes back as a LinearTransform (OPQMatrix is one): a square rotation.
             rotation = (
                 faiss.downcast_VectorTransform(loaded.chain.at(0))
-                if isinstance(loaded, faiss.IndexPreTransform) and loaded.chain.size() == 1  # type: ignore[attr-defined]
+                if isinstance(loaded, faiss.IndexPreTransform) and loaded.chain.size() == 1
                 else None
             )
             ok = (

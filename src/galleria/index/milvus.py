@@ -416,7 +416,7 @@ class MilvusIndex:
         """
         meta, arrays = _serial.unpack(data, "milvus")
         space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
-        if space not in SPACES or not isinstance(params, dict) or not is_int(total) or total < 0:
+        if space not in SPACES or not isinstance(params, dict) or not isinstance(total, int) or total < 0:
             raise ValueError("serialised milvus index has a corrupt header")
         if set(params) != {"uri", "collection", "index_type", "index_params"}:
             raise ValueError(f"serialised milvus index has unexpected parameters {sorted(params)}")

@@ -101,3 +101,14 @@ def test_argument_errors(gallery: list[str], tmp_path: Path) -> None:
         build_with_ray(gallery, PixelEmbedder(), tmp_path, "annoy")
     with pytest.raises(ValueError, match="num_actors"):
         build_with_ray(gallery, PixelEmbedder(), tmp_path, num_actors=0)
+
+
+def test_cli_build_engine_ray(local_ray: None, gallery: list[str], tmp_path: Path) -> None:
+    from galleria.cli import main
+
+    out = tmp_path / "store.safetensors"
+    folder = str(Path(gallery[0]).parent)
+    assert main(["build", folder, "--out", str(out), "--engine", "ray", "--actors", "1", "--json"]) == 0
+    store = InMemoryImageEmbeddingStore.load_from_disk(out)
+    assert store.paths == gallery
+    assert read_shards(str(out) + ".shards")[0] == gallery

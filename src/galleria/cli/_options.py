@@ -113,7 +113,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("gallery options")
     group.add_argument("--embedder", default="pixel", metavar="SPEC", help=EMBEDDER_HELP)
     group.add_argument(
-        "--index", default="exact", choices=("exact", "hnsw"), help="search index (default: %(default)s)"
+        "--index",
+        default="exact",
+        choices=("exact", "hnsw", "ivfpq"),
+        help="search index (default: %(default)s)",
     )
     group.add_argument(
         "--space", default="cosine", choices=SPACES, help="distance space (default: %(default)s)"

@@ -22,6 +22,7 @@ _EXAMPLES = """\
   galleria build photos/ --out photos.safetensors
   galleria build photos/ --out photos.safetensors --index hnsw --workers 8 --skip-errors
   galleria build photos/ --out photos-clip.safetensors --embedder clip:ViT-B-32:openai
+  galleria build photos/ --out photos.safetensors --engine ray --shards photos-shards/ --index ivfpq
 """
 
 
@@ -41,6 +42,16 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--out", required=True, metavar="STORE", help="store file to write (.safetensors)")
     add_store_options(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    engine = parser.add_argument_group("engine (galleria[ray])")
+    engine.add_argument(
+        "--engine", default="threads", choices=("threads", "ray"), help="who embeds (default: %(default)s)"
+    )
+    engine.add_argument("--ray-address", default=None, metavar="ADDR", help="Ray cluster (default: local)")
+    engine.add_argument("--actors", default="2", metavar="N", help="embedding actors (default: %(default)s)")
+    engine.add_argument("--gpus-per-actor", default="0", metavar="X", help="GPUs per actor (default: 0)")
+    engine.add_argument(
+        "--shards", default=None, metavar="DIR", help="Parquet shard folder (default: STORE + '.shards')"
+    )
     parser.set_defaults(run=run)
 
 
@@ -60,10 +71,13 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--out {out!r}: folder {parent!r} does not exist")
     paths = list_images(image_dir)
     embedder = make_embedder(args.embedder)
-    store = InMemoryImageEmbeddingStore(
-        paths, embedder, args.index, space=args.space, skip_errors=args.skip_errors, num_workers=workers
-    )
-    store.build_store(progress=not args.json)
+    if getattr(args, "engine", "threads") == "ray":
+        store = _build_on_ray(args, paths, embedder, out)
+    else:
+        store = InMemoryImageEmbeddingStore(
+            paths, embedder, args.index, space=args.space, skip_errors=args.skip_errors, num_workers=workers
+        )
+        store.build_store(progress=not args.json)
     if len(store) == 0:
         raise CliError(f"no image under {image_dir!r} could be read; nothing to save")
     store.save_to_disk(out)
@@ -84,3 +98,29 @@ def run(args: argparse.Namespace) -> int:
         for item in skipped:
             print(f"  skipped: {item}", file=sys.stderr)
     return 0
+
+
+def _build_on_ray(args: argparse.Namespace, paths: list[str], embedder: Any, out: str) -> Any:
+    """``--engine ray``: embed on Ray Data, write Parquet shards beside the store, build the index."""
+    from galleria.engines import build_with_ray
+
+    actors = parse_int("--actors", args.actors)
+    try:
+        gpus = float(args.gpus_per_actor)
+    except ValueError:
+        raise CliError(f"--gpus-per-actor must be a number, got {args.gpus_per_actor!r}") from None
+    shards = args.shards if args.shards is not None else out + ".shards"
+    try:
+        return build_with_ray(
+            paths,
+            embedder,
+            shards,
+            args.index,
+            space=args.space,
+            skip_errors=args.skip_errors,
+            address=args.ray_address,
+            num_actors=actors,
+            gpus_per_actor=gpus,
+        )
+    except ImportError as error:
+        raise CliError(str(error)) from error

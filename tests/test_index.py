@@ -339,7 +339,7 @@ def test_hnsw_num_threads_restored() -> None:
 
 
 def test_parameter_table_and_defaults() -> None:
-    assert INDEX_NAMES == ("exact", "hnsw")
+    assert INDEX_NAMES == ("exact", "hnsw", "ivfpq")
     assert set(HNSW_PARAMETERS) == {"graph_degree", "build_candidates", "search_candidates", "num_threads"}
     assert all(spec.meaning for spec in HNSW_PARAMETERS.values())
     assert validate_index_params("hnsw", None) == {

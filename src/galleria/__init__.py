@@ -21,6 +21,9 @@ _EXPORTS: dict[str, str] = {
     "ExactIndex": "galleria.index",
     "HnswIndex": "galleria.index",
     "ExternalSearchIndex": "galleria.index",
+    "IvfPqIndex": "galleria.index",
+    "MilvusIndex": "galleria.index",
+    "build_with_ray": "galleria.engines",
     "PixelEmbedder": "galleria.embedders",
     "ClipEmbedder": "galleria.embedders",
     "KReciprocalReranker": "galleria.rerank",
@@ -45,11 +48,14 @@ __all__ = [
     "GalleriaWarning",
     "HnswIndex",
     "InMemoryImageEmbeddingStore",
+    "IvfPqIndex",
     "KReciprocalReranker",
+    "MilvusIndex",
     "PixelEmbedder",
     "SkippedImageWarning",
     "__version__",
     "alpha_query_expansion",
+    "build_with_ray",
     "image_text_retrieval",
     "iter_k_reciprocal_rerank_features",
     "k_reciprocal_rerank",
@@ -67,8 +73,9 @@ __all__ = [
 if TYPE_CHECKING:
     from galleria._warnings import GalleriaWarning, SkippedImageWarning
     from galleria.embedders import ClipEmbedder, PixelEmbedder
+    from galleria.engines import build_with_ray
     from galleria.expansion import alpha_query_expansion
-    from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex
+    from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex, IvfPqIndex, MilvusIndex
     from galleria.metrics import (
         image_text_retrieval,
         map_at_r,

@@ -197,6 +197,11 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the gallery folder's new place, for a store whose images were moved",
     )
+    group.add_argument(
+        "--connect",
+        action="store_true",
+        help="let a Milvus-backed store reconnect to the uri and collection its file records",
+    )
 
 
 def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any:
@@ -212,6 +217,8 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
     if getattr(args, "root", None) is not None:
         options["root"] = check_existing_folder("--root", args.root)
+    if getattr(args, "connect", False):
+        options["connect"] = True
     if embedder is not None:
         options.pop("checkpoint", None)  # the saved model is not rebuilt
     elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
@@ -229,7 +236,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("gallery options")
     add_embedder_options(parser, group)
     group.add_argument(
-        "--index", default="exact", choices=("exact", "hnsw"), help="search index (default: %(default)s)"
+        "--index",
+        default="exact",
+        choices=("exact", "hnsw", "ivfpq"),
+        help="search index (default: %(default)s)",
     )
     group.add_argument(
         "--space", default="cosine", choices=SPACES, help="distance space (default: %(default)s)"

@@ -41,6 +41,7 @@ _EXAMPLES = """\
   galleria build photos/ --out photos.safetensors --resume          # after an interrupted build
   galleria build photos/ --out photos-clip.safetensors --embedder clip:ViT-B-32:openai --device cuda
   galleria build photos/ --out tiny.safetensors --embedder pixel:16:gray
+  galleria build photos/ --out photos.safetensors --engine ray --shards photos-shards/ --index ivfpq
 """
 
 
@@ -78,6 +79,16 @@ def add_parser(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    engine = parser.add_argument_group("engine (galleria[ray])")
+    engine.add_argument(
+        "--engine", default="threads", choices=("threads", "ray"), help="who embeds (default: %(default)s)"
+    )
+    engine.add_argument("--ray-address", default=None, metavar="ADDR", help="Ray cluster (default: local)")
+    engine.add_argument("--actors", default="2", metavar="N", help="embedding actors (default: %(default)s)")
+    engine.add_argument("--gpus-per-actor", default="0", metavar="X", help="GPUs per actor (default: 0)")
+    engine.add_argument(
+        "--shards", default=None, metavar="DIR", help="Parquet shard folder (default: STORE + '.shards')"
+    )
     parser.set_defaults(run=run)
 
 
@@ -111,11 +122,8 @@ def _check_checkpoint(path: str, embedder: Any, index: str, space: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build and save the store; print how many images were indexed and skipped."""
-    from tqdm.auto import tqdm
 
     from galleria.datasets import list_images
-    from galleria.embedders.base import batch_size_of
-    from galleria.store import ImageReadError, InMemoryImageEmbeddingStore
 
     image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
     parse_embedder_spec(args.embedder)
@@ -137,6 +145,44 @@ def run(args: argparse.Namespace) -> int:
     paths = list_images(os.path.abspath(image_dir))
     stats = {path: stat for path in paths if (stat := file_stat(path)) is not None}
     embedder = make_embedder(args.embedder, **settings)
+
+    if getattr(args, "engine", "threads") == "ray":
+        if args.resume:
+            raise CliError("--resume applies to --engine threads; Ray retries failed tasks by itself")
+        store, resumed = _build_on_ray(args, paths, embedder, out), 0
+    else:
+        store, resumed = _build_with_threads(args, paths, embedder, partial, workers, every)
+    if len(store) == 0:
+        raise CliError(f"no image under {image_dir!r} could be read; nothing to save")
+    save_with_manifest(store, out, stats)
+    if os.path.exists(partial):
+        os.remove(partial)
+    skipped = [str(item) for item in store.skipped]
+    if args.json:
+        print_json(
+            {
+                "store": out,
+                "indexed": len(store),
+                "resumed": resumed,
+                "skipped": skipped,
+                "embedder": args.embedder,
+                "index": args.index,
+                "space": args.space,
+            }
+        )
+    else:
+        print(f"indexed {len(store)} image(s), skipped {len(skipped)} → {out}")
+    return 0
+
+
+def _build_with_threads(
+    args: argparse.Namespace, paths: list[str], embedder: Any, partial: str, workers: int, every: float
+) -> tuple[Any, int]:
+    """``--engine threads``: embed in chunks, keeping a checkpoint at ``partial``; (store, images resumed)."""
+    from tqdm.auto import tqdm
+
+    from galleria.embedders.base import batch_size_of
+    from galleria.store import ImageReadError, InMemoryImageEmbeddingStore
 
     store: Any = None
     resumed = 0
@@ -200,24 +246,30 @@ def run(args: argparse.Namespace) -> int:
         if note:
             print(f"galleria build: {note}", file=sys.stderr)
         raise
-    if len(store) == 0:
-        raise CliError(f"no image under {image_dir!r} could be read; nothing to save")
-    save_with_manifest(store, out, stats)
-    if os.path.exists(partial):
-        os.remove(partial)
-    skipped = [str(item) for item in store.skipped]
-    if args.json:
-        print_json(
-            {
-                "store": out,
-                "indexed": len(store),
-                "resumed": resumed,
-                "skipped": skipped,
-                "embedder": args.embedder,
-                "index": args.index,
-                "space": args.space,
-            }
+    return store, resumed
+
+
+def _build_on_ray(args: argparse.Namespace, paths: list[str], embedder: Any, out: str) -> Any:
+    """``--engine ray``: embed on Ray Data, write Parquet shards beside the store, build the index."""
+    from galleria.engines import build_with_ray
+
+    actors = parse_int("--actors", args.actors)
+    try:
+        gpus = float(args.gpus_per_actor)
+    except ValueError:
+        raise CliError(f"--gpus-per-actor must be a number, got {args.gpus_per_actor!r}") from None
+    shards = args.shards if args.shards is not None else out + ".shards"
+    try:
+        return build_with_ray(
+            paths,
+            embedder,
+            shards,
+            args.index,
+            space=args.space,
+            skip_errors=args.skip_errors,
+            address=args.ray_address,
+            num_actors=actors,
+            gpus_per_actor=gpus,
         )
-    else:
-        print(f"indexed {len(store)} image(s), skipped {len(skipped)} → {out}")
-    return 0
+    except ImportError as error:
+        raise CliError(str(error)) from error

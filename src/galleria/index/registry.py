@@ -10,12 +10,14 @@ from galleria.index.base import SPACES, SearchIndex
 from galleria.index.exact import ExactIndex
 from galleria.index.external import ExternalSearchIndex
 from galleria.index.hnsw import HnswIndex, validate_hnsw_params
+from galleria.index.ivfpq import IvfPqIndex, validate_ivfpq_params
+from galleria.index.milvus import MilvusIndex
 
 __all__ = ["INDEX_NAMES", "create_index", "index_from_bytes", "validate_index_params"]
 
 #: Built-in indexes that can be created by name.
-INDEX_NAMES: tuple[str, ...] = ("exact", "hnsw")
-_SERIALISED_NAMES: tuple[str, ...] = ("exact", "hnsw", "external")
+INDEX_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq")
+_SERIALISED_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq", "milvus", "external")
 
 
 def validate_index_params(name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -39,11 +41,13 @@ def validate_index_params(name: str, params: Mapping[str, Any] | None) -> dict[s
             names = sorted(map(str, params))
             raise ValueError(f"the exact index takes no parameters, got index_params with {names}")
         return {}
+    if name == "ivfpq":
+        return validate_ivfpq_params(params)
     return validate_hnsw_params(params)
 
 
 def create_index(name: str, space: str, params: Mapping[str, Any] | None = None) -> SearchIndex:
-    """Create an empty built-in index by name (``"exact"`` or ``"hnsw"``) in ``space``.
+    """Create an empty built-in index by name (``"exact"``, ``"hnsw"`` or ``"ivfpq"``) in ``space``.
 
     Examples
     --------
@@ -54,11 +58,13 @@ def create_index(name: str, space: str, params: Mapping[str, Any] | None = None)
     check_choice("space", space, SPACES)
     if name == "exact":
         return ExactIndex(space)
+    if name == "ivfpq":
+        return IvfPqIndex(space, **checked)
     return HnswIndex(space, **checked)
 
 
 def index_from_bytes(name: str, data: bytes) -> SearchIndex:
-    """Rebuild an index of type ``name`` (``"exact"``, ``"hnsw"`` or ``"external"``) from its ``to_bytes()``.
+    """Rebuild an index of type ``name`` (exact, hnsw, ivfpq, milvus or external) from its ``to_bytes()``.
 
     ``data`` may be bytes, a bytearray, a memoryview or a 1-D uint8 array. Corrupt, truncated or
     mismatched data raises ValueError; nothing is unpickled.
@@ -68,4 +74,8 @@ def index_from_bytes(name: str, data: bytes) -> SearchIndex:
         return ExactIndex.from_bytes(data)
     if name == "hnsw":
         return HnswIndex.from_bytes(data)
+    if name == "ivfpq":
+        return IvfPqIndex.from_bytes(data)
+    if name == "milvus":
+        return MilvusIndex.from_bytes(data)  # reconnects to the recorded uri and collection
     return ExternalSearchIndex.from_bytes(data)

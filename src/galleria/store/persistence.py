@@ -65,6 +65,9 @@ _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
 _TENSOR_NAMES = frozenset({"index", "vectors"})
+#: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
+#: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
+REMOTE_INDEXES = frozenset({"milvus"})
 #: Largest vector dimension a store file may declare.
 MAX_DIM = 1 << 16
 
@@ -329,7 +332,7 @@ def _moved(path: str, anchor: tuple[str, str]) -> str:
 
 
 def _restore_index(
-    name: str, header: dict[str, Any], arrays: dict[str, np.ndarray], search_index: Any
+    name: str, header: dict[str, Any], arrays: dict[str, np.ndarray], search_index: Any, connect: bool
 ) -> tuple[SearchIndex, bool]:
     """The store's index: the one passed in (maybe to fill from the vectors) or the saved one."""
     paths, space, vectors = header["paths"], header["space"], arrays.get("vectors")
@@ -352,6 +355,14 @@ def _restore_index(
         raise ValueError(
             f"{name!r} was saved with a {header['index']['name']!r} index that could not be serialised; "
             "pass it back with search_index="
+        )
+    if header["index"]["name"] in REMOTE_INDEXES and not connect:
+        params = header["index"]["params"]
+        raise ValueError(
+            f"{name!r} keeps its vectors in {header['index']['name']} (uri {params.get('uri')!r}, collection "
+            f"{params.get('collection')!r}); a store file never chooses what galleria connects to: pass "
+            "connect=True (--connect on the command line) to reconnect to it, or search_index= an index "
+            "you opened yourself"
         )
     try:
         index = index_from_bytes(header["index"]["name"], arrays["index"].tobytes())
@@ -417,11 +428,19 @@ def read_store_header(path: Any) -> dict[str, Any]:
 
 
 def read_store(
-    path: Any, *, embedder: Any = None, search_index: Any = None, checkpoint: Any = None, root: Any = None
+    path: Any,
+    *,
+    embedder: Any = None,
+    search_index: Any = None,
+    checkpoint: Any = None,
+    root: Any = None,
+    connect: bool = False,
 ) -> GalleryState:
     """Read and validate a store file; return its :class:`GalleryState` (see the module docstring)."""
     name = check_regular_file(path)
     check_embedder(embedder, allow_none=True)
+    if not isinstance(connect, bool):
+        raise TypeError(f"connect must be a bool, got {connect!r}")
     if search_index is not None and not isinstance(search_index, SearchIndex):
         raise TypeError(f"search_index must be a SearchIndex or None, got {type(search_index).__name__}")
     file_size = os.path.getsize(name)
@@ -447,7 +466,7 @@ def read_store(
             )
         if not np.isfinite(vectors).all():
             raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
-    index, fill = _restore_index(name, header, arrays, search_index)
+    index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)

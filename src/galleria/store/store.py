@@ -668,6 +668,7 @@ class InMemoryImageEmbeddingStore:
         *,
         checkpoint: str | os.PathLike[str] | None = None,
         root: str | os.PathLike[str] | None = None,
+        connect: bool = False,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -694,6 +695,11 @@ class InMemoryImageEmbeddingStore:
         root : str or os.PathLike, optional
             Re-anchor a gallery that moved together with its store: the gallery paths' common
             folder is replaced by ``root``.
+        connect : bool
+            Allow a store whose index lives in a vector database (:class:`~galleria.MilvusIndex`)
+            to reconnect to the uri and collection its file records. Off by default: a file never
+            chooses what galleria opens or contacts (the token, if any, comes from
+            ``GALLERIA_MILVUS_TOKEN``, never from the file).
 
         Raises
         ------
@@ -706,5 +712,12 @@ class InMemoryImageEmbeddingStore:
         from galleria.store.persistence import read_store
 
         return cls._from_state(
-            read_store(path, embedder=embedder, search_index=search_index, checkpoint=checkpoint, root=root)
+            read_store(
+                path,
+                embedder=embedder,
+                search_index=search_index,
+                checkpoint=checkpoint,
+                root=root,
+                connect=connect,
+            )
         )

@@ -1,0 +1,114 @@
+"""Tests of the Ray engine on a local Ray with 2 CPUs: bit-for-bit equality, skip_errors, a killed worker."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="the galleria[ray] extra is not installed")
+pytest.importorskip("pyarrow", reason="the galleria[ray] extra is not installed")
+
+from _store_support import make_images, write_corrupt  # noqa: E402
+from galleria import InMemoryImageEmbeddingStore, PixelEmbedder, build_with_ray  # noqa: E402
+from galleria.engines import read_shards  # noqa: E402
+from galleria.store.reading import ImageReadError, read_rgb  # noqa: E402
+
+
+class DiesOnceEmbedder:
+    """A pixel embedder whose process exits the first time it embeds (a marker file remembers it died)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.inner = PixelEmbedder(size=8)
+        self.batch_size = 4
+
+    def embed(self, images: Sequence[Any]) -> np.ndarray:
+        if not os.path.exists(self.marker):
+            with open(self.marker, "w") as handle:
+                handle.write(str(os.getpid()))
+            os._exit(1)  # the worker dies mid-batch, like a lost node
+        return np.asarray(self.inner.embed(images))
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    # The test module's classes travel to the workers by value (the workers cannot import tests/).
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return make_images(tmp_path_factory.mktemp("ray_gallery"), 24, size=10)
+
+
+def test_embeddings_equal_the_threaded_builder_bit_for_bit(
+    local_ray: None, gallery: list[str], tmp_path: Path
+) -> None:
+    embedder = PixelEmbedder(size=8, batch_size=5)
+    threaded = InMemoryImageEmbeddingStore(gallery, embedder)
+    threaded.build_store(progress=False)
+    store = build_with_ray(gallery, embedder, tmp_path / "shards", "hnsw", num_actors=2, rows_per_shard=10)
+    assert store.paths == threaded.paths
+    np.testing.assert_array_equal(store.embeddings, threaded.embeddings)
+    assert store.search_index.name == "hnsw" and store.embedder is embedder
+    paths, vectors, manifest = read_shards(tmp_path / "shards")
+    assert paths == gallery and [shard["rows"] for shard in manifest["shards"]] == [10, 10, 4]
+    assert manifest["embedder"]["type"] == "pixel"
+    # The shards hold the embedder's raw output (the store normalises it for cosine).
+    np.testing.assert_array_equal(vectors, embedder.embed([read_rgb(path) for path in gallery]))
+
+
+def test_skip_errors_and_unreadable_images(local_ray: None, gallery: list[str], tmp_path: Path) -> None:
+    broken = write_corrupt(tmp_path / "broken.png")
+    images = [*gallery[:5], broken, *gallery[5:8]]
+    with pytest.raises(ImageReadError, match=r"broken\.png"):
+        build_with_ray(images, PixelEmbedder(size=8), tmp_path / "a")
+    with pytest.warns(RuntimeWarning, match=r"broken\.png"):
+        store = build_with_ray(images, PixelEmbedder(size=8), tmp_path / "b", skip_errors=True)
+    assert store.paths == [*gallery[:5], *gallery[5:8]] and store.skipped == [broken]
+    assert read_shards(tmp_path / "b")[2]["skipped"] == [broken]
+
+
+def test_a_killed_worker_is_retried_without_losing_or_duplicating_rows(
+    local_ray: None, gallery: list[str], tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "died")
+    store = build_with_ray(gallery, DiesOnceEmbedder(marker), tmp_path / "shards", num_actors=1)
+    assert os.path.exists(marker)  # a worker really died
+    assert store.paths == gallery  # every row once, in order
+    reference = InMemoryImageEmbeddingStore(gallery, PixelEmbedder(size=8))
+    reference.build_store(progress=False)
+    np.testing.assert_array_equal(store.embeddings, reference.embeddings)
+
+
+def test_argument_errors(gallery: list[str], tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="twice"):
+        build_with_ray([gallery[0], gallery[0]], PixelEmbedder(), tmp_path)
+    with pytest.raises(TypeError, match="embed"):
+        build_with_ray(gallery, object(), tmp_path)
+    with pytest.raises(ValueError, match="search_index"):
+        build_with_ray(gallery, PixelEmbedder(), tmp_path, "annoy")
+    with pytest.raises(ValueError, match="num_actors"):
+        build_with_ray(gallery, PixelEmbedder(), tmp_path, num_actors=0)
+
+
+def test_cli_build_engine_ray(local_ray: None, gallery: list[str], tmp_path: Path) -> None:
+    from galleria.cli import main
+
+    out = tmp_path / "store.safetensors"
+    folder = str(Path(gallery[0]).parent)
+    assert main(["build", folder, "--out", str(out), "--engine", "ray", "--actors", "1", "--json"]) == 0
+    store = InMemoryImageEmbeddingStore.load_from_disk(out)
+    assert store.paths == gallery
+    assert read_shards(str(out) + ".shards")[0] == gallery

@@ -167,7 +167,8 @@ def test_tampered_files_are_rejected(data: np.ndarray) -> None:
         "kept": (meta, {**arrays, "kept": arrays["kept"][:-1]}),
         "does not match its faiss index": ({**meta, "params": {**meta["params"], "lists": 32}}, arrays),
         "invalid parameters": ({**meta, "params": {**meta["params"], "bogus": 1}}, arrays),
-        "corrupt faiss index": (meta, {**arrays, "faiss": arrays["faiss"][:100]}),
+        # truncated faiss bytes: refused by galleria's walk before faiss parses anything
+        "more than the data holds|runs past the end": (meta, {**arrays, "faiss": arrays["faiss"][:100]}),
     }
     for message, (bad_meta, bad_arrays) in cases.items():
         with pytest.raises(ValueError, match=message):

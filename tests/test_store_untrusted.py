@@ -331,12 +331,16 @@ def test_threads_are_capped_at_the_cpu_count(tmp_path: Path) -> None:
     assert seen and max(seen) <= len(os.sched_getaffinity(0))
 
 
-def test_declared_rows_beyond_the_file_size_are_refused(saved: Path, tmp_path: Path) -> None:
+def test_declared_sizes_that_disagree_with_the_data_are_refused(saved: Path, tmp_path: Path) -> None:
     header, tensors = read_parts(saved)
     header["dim"] = 1 << 16
     header["paths"] = [f"/p/{i}" for i in range(5000)]
     bad = write_sealed(tmp_path / "big.safetensors", header, tensors)
-    with pytest.raises(ValueError, match=r"big\.safetensors.*(more than the file holds|dim)"):
+    with pytest.raises(ValueError, match=r"big\.safetensors.*does not match the header"):
+        InMemoryImageEmbeddingStore.load_from_disk(bad)
+    header["dim"] = (1 << 16) + 1
+    bad = write_sealed(tmp_path / "huge.safetensors", header, tensors)
+    with pytest.raises(ValueError, match=r"huge\.safetensors.*'dim' must be an integer in \[1, 65536\]"):
         InMemoryImageEmbeddingStore.load_from_disk(bad)
 
 

@@ -248,9 +248,9 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         dim = checked.integer(dim, "dim", 1, MAX_DIM)
     elif paths:
         raise checked.fail("dim", "is null, but the store holds paths")
-    if len(paths) * (dim or 0) > file_size:  # even one byte per value would not fit
+    if len(paths) + len(header.get("skipped") or []) > file_size:  # every path takes bytes of the file
         raise checked.fail(
-            "paths", f"declares {len(paths)} rows of dimension {dim}, more than the file holds"
+            "paths", f"declares {len(paths)} rows, more than the file of {file_size} bytes holds"
         )
     index = checked.get("index")
     if not isinstance(index, dict) or set(index) != {"name", "params"}:

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "ExternalSearchIndex": "galleria.index",
     "PixelEmbedder": "galleria.embedders",
     "ClipEmbedder": "galleria.embedders",
+    "TimmEmbedder": "galleria.embedders",
     "KReciprocalReranker": "galleria.rerank",
     "k_reciprocal_rerank": "galleria.rerank",
     "k_reciprocal_rerank_features": "galleria.rerank",
@@ -38,6 +39,7 @@ __all__ = [
     "InMemoryImageEmbeddingStore",
     "KReciprocalReranker",
     "PixelEmbedder",
+    "TimmEmbedder",
     "__version__",
     "alpha_query_expansion",
     "image_text_retrieval",
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from galleria.embedders import ClipEmbedder, PixelEmbedder
+    from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder
     from galleria.expansion import alpha_query_expansion
     from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex
     from galleria.metrics import image_text_retrieval, ranks_from_embeddings, recall_at_k, retrieval_ranks

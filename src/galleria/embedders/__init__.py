@@ -9,6 +9,7 @@ from galleria.embedders.base import DEFAULT_BATCH_SIZE, Embedder, ImageInput, Te
 from galleria.embedders.clip import ClipEmbedder
 from galleria.embedders.pixel import PixelEmbedder
 from galleria.embedders.registry import EMBEDDER_TYPES, embedder_config, embedder_from_config
+from galleria.embedders.timm import TimmEmbedder
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -18,6 +19,7 @@ __all__ = [
     "ImageInput",
     "PixelEmbedder",
     "TextEmbedder",
+    "TimmEmbedder",
     "batch_size_of",
     "embedder_config",
     "embedder_from_config",

@@ -11,7 +11,7 @@ from galleria.embedders.base import Embedder
 __all__ = ["EMBEDDER_TYPES", "check_config", "embedder_config", "embedder_from_config"]
 
 #: Embedder types that :func:`embedder_from_config` can rebuild.
-EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip")
+EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip", "timm")
 
 
 def check_config(config: Any, kind: str, keys: frozenset[str]) -> Mapping[str, Any]:
@@ -83,4 +83,8 @@ def embedder_from_config(config: Mapping[str, Any]) -> Embedder:
         from galleria.embedders.clip import ClipEmbedder
 
         return ClipEmbedder.from_config(config)
+    if kind == "timm":
+        from galleria.embedders.timm import TimmEmbedder
+
+        return TimmEmbedder.from_config(config)
     raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")

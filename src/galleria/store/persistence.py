@@ -12,7 +12,12 @@ File layout (safetensors; readable by any safetensors reader):
 
       {"format": "galleria-store", "format_version": 1, "paths": [...], "space": "cosine",
        "dim": 512, "index": {"name": "hnsw", "params": {...}}, "embedder": {"config": {...}} | null,
-       "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}}}
+       "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}},
+       "augmentation": {"method": "dba", "neighbors": 10, "alpha": 3.0}}
+
+  ``augmentation`` is present only for a store whose vectors were replaced by database-side
+  augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
+  index's own, so the file keeps them and loading restores the record.
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -108,9 +114,28 @@ def save_store(store: InMemoryImageEmbeddingStore, path: Any, vectors: Any = Non
         "skipped": store._skipped,
         "tensors": {name: {"sha256": _digest(array)} for name, array in tensors.items()},
     }
+    if store._augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
+        header["augmentation"] = store._augmentation
     metadata = {_HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":"))}
     with atomic_path(target) as temporary:
         save_file(tensors, temporary, metadata=metadata)
+
+
+def _valid_augmentation(record: Any) -> bool:
+    """Whether ``record`` is ``{"method": "dba", "neighbors": int >= 1, "alpha": finite float >= 0}``."""
+    if not isinstance(record, dict) or set(record) != {"method", "neighbors", "alpha"}:
+        return False
+    neighbors, alpha = record["neighbors"], record["alpha"]
+    return (
+        record["method"] == "dba"
+        and isinstance(neighbors, int)
+        and not isinstance(neighbors, bool)
+        and neighbors >= 1
+        and isinstance(alpha, (int, float))
+        and not isinstance(alpha, bool)
+        and math.isfinite(alpha)
+        and alpha >= 0
+    )
 
 
 def _read_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
@@ -154,6 +179,9 @@ def _read_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
     skipped = header.get("skipped", [])
     if not isinstance(skipped, list) or not all(isinstance(p, str) for p in skipped):
         raise ValueError(f"{name!r} has an invalid 'skipped' list")
+    augmentation = header.get("augmentation")
+    if augmentation is not None and not _valid_augmentation(augmentation):
+        raise ValueError(f"{name!r} has an invalid 'augmentation' entry {augmentation!r}")
     tensors = header.get("tensors")
     if not isinstance(tensors, dict) or not all(
         isinstance(entry, dict) and isinstance(entry.get("sha256"), str) for entry in tensors.values()
@@ -259,5 +287,7 @@ def load_store(
     store = cls.__new__(cls)
     store._init_state(index, embedder)
     store._skipped = list(header["skipped"])
+    if header.get("augmentation") is not None:
+        store._augmentation = dict(header["augmentation"])
     store._set_gallery(paths, vectors)
     return store

@@ -106,6 +106,7 @@ class InMemoryImageEmbeddingStore:
     _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
     _skipped: list[str]
     _built: bool
+    _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -148,6 +149,7 @@ class InMemoryImageEmbeddingStore:
         self._vectors = None
         self._skipped = []
         self._built = False
+        self._augmentation = None
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
@@ -340,6 +342,11 @@ class InMemoryImageEmbeddingStore:
         if self._index.dim is not None:
             return self._index.dim
         return None if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def augmentation(self) -> dict[str, Any] | None:
+        """How the stored vectors were augmented (``{"method": "dba", ...}``); None for plain ones."""
+        return None if self._augmentation is None else dict(self._augmentation)
 
     @property
     def is_built(self) -> bool:

@@ -227,7 +227,7 @@ def test_dba_pool_rescoring_equals_a_second_search_of_the_augmented_store() -> N
     gallery = rng.normal(size=(50, 10))
     paths = [f"g{i}" for i in range(50)]
     store = InMemoryImageEmbeddingStore.from_embeddings(paths, gallery)
-    reranker = DBAReranker(store, neighbors=4, alpha=2.0, expansion_neighbors=5, expansion_alpha=1.0)
+    reranker = DBAReranker(store, neighbors=4, alpha=2.0, aqe_neighbors=5, aqe_alpha=1.0)
     augmented = reranker.store
     assert augmented.augmentation == {"method": "dba", "neighbors": 4, "alpha": 2.0}
     assert store.augmentation is None  # the original is untouched
@@ -243,9 +243,7 @@ def test_dba_pool_rescoring_equals_a_second_search_of_the_augmented_store() -> N
     for got, want in zip(reranked, second, strict=True):
         assert [c.path for c in got] == [c.path for c in want]
         np.testing.assert_allclose([c.score for c in got], [c.score for c in want], atol=1e-5)
-    full = dba_aqe_rerank_features(
-        queries, gallery, neighbors=4, alpha=2.0, expansion_neighbors=5, expansion_alpha=1.0
-    )
+    full = dba_aqe_rerank_features(queries, gallery, neighbors=4, alpha=2.0, aqe_neighbors=5, aqe_alpha=1.0)
     for row, want in zip(full, second, strict=True):
         np.testing.assert_allclose(row[[int(c.path[1:]) for c in want]], [c.score for c in want], atol=1e-5)
 
@@ -348,7 +346,7 @@ def test_kreciprocal_satisfies_the_protocol() -> None:
         (GnnReranker, {"k1": 3, "k2": 4}, ValueError, "k2 must not exceed k1"),
         (GnnReranker, {"k1": "3"}, TypeError, "k1"),
         (DBAReranker, {"neighbors": 0}, ValueError, "neighbors"),
-        (DBAReranker, {"expansion_alpha": float("nan")}, ValueError, "expansion_alpha"),
+        (DBAReranker, {"aqe_alpha": float("nan")}, ValueError, "aqe_alpha"),
     ],
 )
 def test_constructor_errors_name_the_parameter(

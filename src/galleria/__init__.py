@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "k_reciprocal_rerank": "galleria.rerank",
     "k_reciprocal_rerank_features": "galleria.rerank",
     "alpha_query_expansion": "galleria.expansion",
+    "tune": "galleria.tune",
 }
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "ranks_from_embeddings",
     "recall_at_k",
     "retrieval_ranks",
+    "tune",
 ]
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from galleria.metrics import image_text_retrieval, ranks_from_embeddings, recall_at_k, retrieval_ranks
     from galleria.rerank import KReciprocalReranker, k_reciprocal_rerank, k_reciprocal_rerank_features
     from galleria.store import Candidate, InMemoryImageEmbeddingStore
+    from galleria.tune import tune
 
 
 def __getattr__(name: str) -> Any:

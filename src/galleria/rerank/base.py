@@ -32,10 +32,12 @@ from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
     "DEFAULT_METHOD",
+    "METHOD_PARAMS",
     "RERANK_METHODS",
     "PoolReranker",
     "Reranker",
     "check_features",
+    "check_method_params",
     "check_store",
     "make_reranker",
     "similarities_from_distances",
@@ -52,7 +54,15 @@ _BLOCK_ELEMENTS = 1 << 22
 
 @runtime_checkable
 class Reranker(Protocol):
-    """Re-orders retrieved candidates; scores of the returned candidates are lower-is-better."""
+    """Re-orders retrieved candidates; scores of the returned candidates are lower-is-better.
+
+    ``store`` is the store to retrieve the candidates from (for DBA + αQE the augmented store).
+    """
+
+    @property
+    def store(self) -> InMemoryImageEmbeddingStore:
+        """The store the candidates must come from."""
+        ...
 
     def rerank(self, candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
         """Re-rank one query's candidates and keep the best ``top_k``."""
@@ -233,7 +243,7 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
 
     ``params`` are the re-ranker's keyword arguments (``k1``, ``k2``, ``lambda_value`` for
     k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma`` for diffusion; ``k1``, ``k2`` for gnn;
-    ``neighbors``, ``alpha``, ``expansion_neighbors``, ``expansion_alpha`` for dba).
+    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba).
 
     Raises
     ------
@@ -262,3 +272,65 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     from galleria.rerank.dba import DBAReranker
 
     return DBAReranker(store, **params)
+
+
+#: The keyword parameters each method takes (besides the store).
+METHOD_PARAMS: dict[str, tuple[str, ...]] = {
+    "k-reciprocal": ("k1", "k2", "lambda_value"),
+    "diffusion": ("k", "query_k", "alpha", "gamma", "tol", "maxiter"),
+    "gnn": ("k1", "k2"),
+    "dba": ("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"),
+}
+
+
+def check_method_params(method: Any, params: Any) -> dict[str, Any]:
+    """Validate a method name and its parameters without a store; return the parameters as a dict.
+
+    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value.
+
+    Examples
+    --------
+    >>> check_method_params("gnn", {"k1": 10, "k2": 3})
+    {'k1': 10, 'k2': 3}
+    """
+    name = check_choice("method", method, RERANK_METHODS)
+    if not isinstance(params, dict):
+        raise TypeError(f"the {name} parameters must be a dict, got {type(params).__name__}")
+    unknown = sorted(set(params) - set(METHOD_PARAMS[name]))
+    if unknown:
+        raise ValueError(f"unknown {name} parameter(s) {unknown}; it takes {list(METHOD_PARAMS[name])}")
+    if name == "k-reciprocal":
+        from galleria.rerank._common import check_hyperparameters
+
+        k1, k2, lam = check_hyperparameters(
+            params.get("k1", 20), params.get("k2", 6), params.get("lambda_value", 0.3)
+        )
+        checked: dict[str, Any] = {"k1": k1, "k2": k2, "lambda_value": lam}
+    elif name == "diffusion":
+        from galleria.rerank.diffusion import check_diffusion_params
+
+        values = check_diffusion_params(
+            params.get("k", 50),
+            params.get("query_k", 10),
+            params.get("alpha", 0.99),
+            params.get("gamma", 3.0),
+            params.get("tol", 1e-6),
+            params.get("maxiter", 20),
+        )
+        checked = dict(zip(METHOD_PARAMS[name], values, strict=True))
+    elif name == "gnn":
+        from galleria.rerank.gnn import check_gnn_params
+
+        checked = dict(
+            zip(("k1", "k2"), check_gnn_params(params.get("k1", 26), params.get("k2", 7)), strict=True)
+        )
+    else:
+        from galleria._validation import check_nonnegative_float
+
+        checked = {
+            "neighbors": check_positive_int("neighbors", params.get("neighbors", 10)),
+            "alpha": check_nonnegative_float("alpha", params.get("alpha", 3.0)),
+            "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
+            "aqe_alpha": check_nonnegative_float("aqe_alpha", params.get("aqe_alpha", 3.0)),
+        }
+    return {key: checked[key] for key in params}

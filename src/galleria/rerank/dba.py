@@ -10,12 +10,12 @@ where ``N(i)`` excludes ``i`` itself (ties to the lower row). It is computed onc
 ``{"method": "dba", "neighbors": n, "alpha": a}`` in its ``augmentation`` property and keeps it,
 with the augmented vectors, in its saved file.
 
-**αQE** then expands each query with its ``expansion_neighbors`` best matches *in the augmented
+**αQE** then expands each query with its ``aqe_neighbors`` best matches *in the augmented
 gallery* and ranks again by cosine. :class:`DBAReranker` does the second ranking on a pool: given
 the candidates the augmented store returned (distances ``1 - cos(q̂, x̃_i)``), it scores every
 candidate by its exact cosine distance to the expanded query,
 
-    ``q' = q̂ + Σ_{j ≤ m} w_j x̃_j``,  ``w_j = max(cos(q̂, x̃_j), 0) ** expansion_alpha``,
+    ``q' = q̂ + Σ_{j ≤ m} w_j x̃_j``,  ``w_j = max(cos(q̂, x̃_j), 0) ** aqe_alpha``,
     ``d'_i = 1 - (cos(q̂, x̃_i) + Σ_j w_j cos(x̃_j, x̃_i)) / ‖q'‖``,
 
 which equals a second search with the expanded query restricted to the pool. DBA + αQE works in
@@ -82,13 +82,18 @@ def database_augmentation(vectors: Any, *, neighbors: int = 10, alpha: float = 3
     return _augment(unit, count, power)
 
 
-def _augment(unit: np.ndarray, neighbors: int, alpha: float) -> np.ndarray:
+def _augment(
+    unit: np.ndarray, neighbors: int, alpha: float, positions: np.ndarray | None = None
+) -> np.ndarray:
+    """DBA of unit rows; ``positions`` (n, ≥ neighbors), if given, are their precomputed neighbour lists."""
     size = unit.shape[0]
     chosen = min(neighbors, size - 1)
     if chosen == 0:
         copy: np.ndarray = unit.copy()
         return copy
-    positions, _ = top_similar(unit, unit, chosen, exclude_self=True)
+    if positions is None or positions.shape[1] < chosen:
+        positions, _ = top_similar(unit, unit, chosen, exclude_self=True)
+    positions = positions[:, :chosen]
     result = np.empty_like(unit)
     for start in range(0, size, _BLOCK):
         stop = min(size, start + _BLOCK)
@@ -97,13 +102,20 @@ def _augment(unit: np.ndarray, neighbors: int, alpha: float) -> np.ndarray:
 
 
 def augment_store(
-    store: InMemoryImageEmbeddingStore, *, neighbors: int = 10, alpha: float = 3.0
+    store: InMemoryImageEmbeddingStore,
+    *,
+    neighbors: int = 10,
+    alpha: float = 3.0,
+    neighbour_lists: np.ndarray | None = None,
 ) -> InMemoryImageEmbeddingStore:
     """A new store over the DBA-augmented vectors of ``store`` (same paths, embedder, index kind).
 
     The original store is left unchanged. The new store records the augmentation
     (:attr:`~galleria.store.InMemoryImageEmbeddingStore.augmentation`), and its saved file keeps
-    it. Images added to it later are not augmented.
+    it. Images added to it later are not augmented. ``neighbour_lists`` — the (n, m ≥ neighbors)
+    output of :func:`~galleria.rerank.base.top_similar` on the store's vectors with
+    ``exclude_self=True`` — lets a caller that augments one store many times (the tuner) find the
+    neighbours once; it is trusted as given.
 
     Raises
     ------
@@ -123,7 +135,7 @@ def augment_store(
         raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    augmented = _augment(store.embeddings, count, power)
+    augmented = _augment(store.embeddings, count, power, neighbour_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(
         store.paths,
@@ -174,9 +186,9 @@ class DBAReranker(PoolReranker):
         DBA: other gallery vectors averaged into each one.
     alpha : float, default 3.0
         DBA: the weights' exponent.
-    expansion_neighbors : int, default 10
+    aqe_neighbors : int, default 10
         αQE: best matches averaged into the query.
-    expansion_alpha : float, default 3.0
+    aqe_alpha : float, default 3.0
         αQE: the weights' exponent.
 
     Notes
@@ -193,7 +205,7 @@ class DBAReranker(PoolReranker):
     --------
     >>> vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     >>> original = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c", "d"], vectors)
-    >>> reranker = DBAReranker(original, neighbors=1, expansion_neighbors=1)
+    >>> reranker = DBAReranker(original, neighbors=1, aqe_neighbors=1)
     >>> candidates = reranker.store.retrieve_by_vector([1.0, 0.05], k=4)[0]
     >>> [c.path for c in reranker.rerank(candidates, top_k=2)]
     ['a', 'b']
@@ -205,14 +217,14 @@ class DBAReranker(PoolReranker):
         *,
         neighbors: int = 10,
         alpha: float = 3.0,
-        expansion_neighbors: int = 10,
-        expansion_alpha: float = 3.0,
+        aqe_neighbors: int = 10,
+        aqe_alpha: float = 3.0,
     ) -> None:
         check_store(store, "DBA + αQE")
         self._neighbors = check_positive_int("neighbors", neighbors)
         self._alpha = check_nonnegative_float("alpha", alpha)
-        self._expansion_neighbors = check_positive_int("expansion_neighbors", expansion_neighbors)
-        self._expansion_alpha = check_nonnegative_float("expansion_alpha", expansion_alpha)
+        self._aqe_neighbors = check_positive_int("aqe_neighbors", aqe_neighbors)
+        self._aqe_alpha = check_nonnegative_float("aqe_alpha", aqe_alpha)
         record = store.augmentation
         if record is None:
             self._store = augment_store(store, neighbors=self._neighbors, alpha=self._alpha)
@@ -226,7 +238,7 @@ class DBAReranker(PoolReranker):
     def __repr__(self) -> str:
         return (
             f"DBAReranker(neighbors={self._neighbors}, alpha={self._alpha}, "
-            f"expansion_neighbors={self._expansion_neighbors}, expansion_alpha={self._expansion_alpha}, "
+            f"aqe_neighbors={self._aqe_neighbors}, aqe_alpha={self._aqe_alpha}, "
             f"store={self._store!r})"
         )
 
@@ -235,12 +247,12 @@ class DBAReranker(PoolReranker):
         return {
             "neighbors": self._neighbors,
             "alpha": self._alpha,
-            "expansion_neighbors": self._expansion_neighbors,
-            "expansion_alpha": self._expansion_alpha,
+            "aqe_neighbors": self._aqe_neighbors,
+            "aqe_alpha": self._aqe_alpha,
         }
 
     def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
-        return aqe_pools(probe, among, neighbors=self._expansion_neighbors, alpha=self._expansion_alpha)
+        return aqe_pools(probe, among, neighbors=self._aqe_neighbors, alpha=self._aqe_alpha)
 
 
 def dba_aqe_rerank_features(
@@ -249,13 +261,13 @@ def dba_aqe_rerank_features(
     *,
     neighbors: int = 10,
     alpha: float = 3.0,
-    expansion_neighbors: int = 10,
-    expansion_alpha: float = 3.0,
+    aqe_neighbors: int = 10,
+    aqe_alpha: float = 3.0,
 ) -> np.ndarray:
     """DBA + αQE distances of every probe to every gallery item (cosine, whole gallery).
 
     The gallery is augmented (:func:`database_augmentation`); each probe is expanded with its
-    ``expansion_neighbors`` best augmented matches; the result is ``1 - cos(q', x̃_g)``.
+    ``aqe_neighbors`` best augmented matches; the result is ``1 - cos(q', x̃_g)``.
 
     Returns
     -------
@@ -265,14 +277,14 @@ def dba_aqe_rerank_features(
     Examples
     --------
     >>> gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    >>> distances = dba_aqe_rerank_features([[1.0, 0.05]], gallery, neighbors=1, expansion_neighbors=1)
+    >>> distances = dba_aqe_rerank_features([[1.0, 0.05]], gallery, neighbors=1, aqe_neighbors=1)
     >>> np.argsort(distances[0], kind="stable")[:2].tolist()
     [0, 1]
     """
     count = check_positive_int("neighbors", neighbors)
     power = check_nonnegative_float("alpha", alpha)
-    expansion = check_positive_int("expansion_neighbors", expansion_neighbors)
-    expansion_power = check_nonnegative_float("expansion_alpha", expansion_alpha)
+    expansion = check_positive_int("aqe_neighbors", aqe_neighbors)
+    expansion_power = check_nonnegative_float("aqe_alpha", aqe_alpha)
     probes = check_features("probe_features", probe_features)
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     augmented = _augment(gallery, count, power)

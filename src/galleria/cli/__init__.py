@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "search": "search",
     "evaluate": "evaluate",
     "evaluate-scores": "evaluate_scores",
+    "tune": "tune",
 }
 
 

@@ -15,11 +15,15 @@ from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
 from galleria.index.base import SPACES
 
+#: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
+RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba")
+
 __all__ = [
     "EMBEDDER_HELP",
     "add_expand_options",
     "add_report_options",
     "add_rerank_options",
+    "add_settings_option",
     "add_store_options",
     "check_existing_file",
     "check_existing_folder",
@@ -29,9 +33,10 @@ __all__ = [
     "parse_float",
     "parse_int",
     "rerank_settings",
+    "settings_config",
 ]
 
-EMBEDDER_HELP = "pixel | clip[:MODEL[:PRETRAINED]] (default: %(default)s)"
+EMBEDDER_HELP = "pixel | clip[:MODEL[:PRETRAINED]] | timm:MODEL[:PRETRAINED] (default: %(default)s)"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -78,9 +83,10 @@ def check_existing_file(what: str, path: str) -> str:
 
 
 def parse_embedder_spec(spec: str) -> tuple[str, dict[str, str]]:
-    """Check ``pixel`` | ``clip[:MODEL[:PRETRAINED]]``; return the kind and its keyword arguments.
+    """Check ``pixel`` | ``clip[:MODEL[:PRETRAINED]]`` | ``timm:MODEL[:PRETRAINED]``; return kind and kwargs.
 
-    PRETRAINED is an open_clip weights tag or a local checkpoint path (which may itself hold colons).
+    PRETRAINED is a weights tag or a local checkpoint path (which may itself hold colons). A timm
+    model without PRETRAINED has seeded random weights.
     """
     parts = spec.split(":", 2)
     if parts == ["pixel"]:
@@ -94,16 +100,30 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, str]]:
         if len(parts) > 2:
             options["pretrained"] = parts[2]
         return "clip", options
-    raise CliError(f"unknown embedder {spec!r}: expected pixel or clip[:MODEL[:PRETRAINED]]")
+    if parts[0] == "timm":
+        # timm:MODEL[:PRETRAINED] — PRETRAINED is a timm tag or a local checkpoint path (colons allowed).
+        if len(parts) < 2 or not all(parts[1:]):
+            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL[:PRETRAINED]")
+        timm_options = {"model_name": parts[1]}
+        if len(parts) > 2:
+            timm_options["pretrained"] = parts[2]
+        return "timm", timm_options
+    raise CliError(
+        f"unknown embedder {spec!r}: expected pixel, clip[:MODEL[:PRETRAINED]] or timm:MODEL[:PRETRAINED]"
+    )
 
 
 def make_embedder(spec: str) -> Embedder:
-    """Build the embedder named by ``pixel`` or ``clip[:MODEL[:PRETRAINED]]``."""
+    """Build the embedder named by ``pixel``, ``clip[:MODEL[:PRETRAINED]]`` or ``timm:MODEL[:PRETRAINED]``."""
     from galleria.embedders import ClipEmbedder, PixelEmbedder
 
     kind, options = parse_embedder_spec(spec)
     if kind == "pixel":
         return PixelEmbedder()
+    if kind == "timm":
+        from galleria.embedders import TimmEmbedder
+
+        return TimmEmbedder(options["model_name"], pretrained=options.get("pretrained"), progress=True)
     embedder: Embedder = ClipEmbedder(model_name=options["model_name"], pretrained=options["pretrained"])
     return embedder
 
@@ -130,8 +150,15 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
 
 def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int) -> None:
     """``--rerank`` and its ``--k1``, ``--k2``, ``--lambda``, ``--pool``."""
-    group = parser.add_argument_group("k-reciprocal re-ranking")
+    group = parser.add_argument_group("re-ranking")
     group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates (k-reciprocal)")
+    group.add_argument(
+        "--rerank-method",
+        default=None,
+        choices=RERANK_METHOD_CHOICES,
+        help="re-ranking method (default: k-reciprocal); --k1/--k2 also set gnn's, other methods take "
+        "their defaults or --settings",
+    )
     group.add_argument("--k1", default=None, metavar="N", help="k1, the neighbourhood size (default: 20)")
     group.add_argument("--k2", default=None, metavar="N", help="k2, local query expansion (default: 6)")
     group.add_argument(
@@ -176,18 +203,66 @@ def _require(args: argparse.Namespace, flag: str, names: dict[str, str]) -> None
 def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``); None without --rerank."""
     options = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda", "pool": "--pool"}
+    method = getattr(args, "rerank_method", None)
     if not args.rerank:
-        _require(args, "--rerank", options)
+        _require(args, "--rerank", {**options, "rerank_method": "--rerank-method"})
         return None
-    k1 = parse_int("--k1", 20 if args.k1 is None else args.k1)
-    k2 = parse_int("--k2", 6 if args.k2 is None else args.k2)
+    method = method or "k-reciprocal"
+    if method not in ("k-reciprocal", "gnn"):
+        _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
+    if method != "k-reciprocal":
+        _require(args, "--rerank-method k-reciprocal", {"lambda_value": "--lambda"})
+    defaults = (26, 7) if method == "gnn" else (20, 6)
+    k1 = parse_int("--k1", defaults[0] if args.k1 is None else args.k1)
+    k2 = parse_int("--k2", defaults[1] if args.k2 is None else args.k2)
     if k2 > k1:
         raise CliError(f"--k2 must not exceed --k1, got --k2 {k2} > --k1 {k1}")
     lambda_value = parse_float(
         "--lambda", 0.3 if args.lambda_value is None else args.lambda_value, maximum=1.0
     )
     pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
-    return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
+    if method == "k-reciprocal":
+        return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
+    params = {"k1": k1, "k2": k2} if method == "gnn" else {}
+    return {"rerank_method": method, "rerank_params": params, "pool": pool}
+
+
+def add_settings_option(parser: argparse.ArgumentParser) -> None:
+    """``--settings FILE``: αQE and re-ranking settings chosen by ``galleria tune``."""
+    parser.add_argument(
+        "--settings",
+        default=None,
+        metavar="FILE",
+        help="use the settings in FILE (written by `galleria tune`) instead of --expand/--rerank options",
+    )
+
+
+def settings_config(args: argparse.Namespace) -> Any:
+    """The ``RetrievalConfig`` of ``--settings`` (None without it); CliError beside --expand / --rerank."""
+    path = getattr(args, "settings", None)
+    if path is None:
+        return None
+    clashing = [
+        option
+        for dest, option in (
+            ("expand", "--expand"),
+            ("rerank", "--rerank"),
+            ("alpha", "--alpha"),
+            ("neighbors", "--neighbors"),
+            ("k1", "--k1"),
+            ("k2", "--k2"),
+            ("lambda_value", "--lambda"),
+            ("pool", "--pool"),
+            ("rerank_method", "--rerank-method"),
+        )
+        if getattr(args, dest, None) not in (None, False)
+    ]
+    if clashing:
+        raise CliError(f"--settings replaces {', '.join(clashing)}; give one or the other")
+    check_existing_file("settings file", path)
+    from galleria.tune.settings import read_settings
+
+    return read_settings(path)
 
 
 def expand_settings(args: argparse.Namespace) -> dict[str, Any] | None:

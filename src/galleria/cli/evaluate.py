@@ -14,6 +14,7 @@ from galleria.cli._options import (
     add_expand_options,
     add_report_options,
     add_rerank_options,
+    add_settings_option,
     add_store_options,
     check_existing_folder,
     expand_settings,
@@ -22,6 +23,7 @@ from galleria.cli._options import (
     parse_float,
     parse_int,
     rerank_settings,
+    settings_config,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ _EXAMPLES = """\
   galleria evaluate animals/ --queries 200 --expand --rerank   # the demo's three configurations
   galleria evaluate animals/ --query-fraction 0.2 --rerank --k1 30 --lambda 0.2 --out report/
   galleria evaluate animals/ --embedder clip --index hnsw --expand --json
+  galleria evaluate animals/ --settings tuned.json             # plain vs the settings `galleria tune` chose
 """
 
 #: Default number of candidates re-ranked per query (the spec's benchmark pool).
@@ -76,6 +79,7 @@ def add_parser(subparsers: Any) -> None:
     add_store_options(parser)
     add_expand_options(parser)
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
+    add_settings_option(parser)
     add_report_options(parser)
     parser.set_defaults(run=run)
 
@@ -141,6 +145,7 @@ def run_evaluation(
     gallery_labels = {path: labels[path] for path in store.paths}
     query_paths, query_labels, bad_queries = _readable_queries(split, skip_errors)
     results = evaluate_retrieval(store, query_paths, query_labels, gallery_labels, configs)
+    warnings = _lowering_warnings(results)
     skipped = [str(path) for path in store.skipped] + bad_queries
     meta = {
         **meta,
@@ -150,6 +155,8 @@ def run_evaluation(
         "build_seconds": round(build_seconds, 3),
         "total_seconds": round(time.perf_counter() - started, 3),
     }
+    if warnings:
+        meta["warnings"] = warnings
     if out is not None:
         files = write_report(out, results, meta, title=title)
     if as_json:
@@ -164,6 +171,8 @@ def run_evaluation(
             print(f"report: {files.report}, {files.metrics}, {files.pr_curve}")
     for path in skipped:
         print(f"skipped unreadable image: {path}", file=sys.stderr)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -177,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     parse_embedder_spec(args.embedder)
     seed = parse_int("--seed", args.seed, minimum=0)
     workers = parse_int("--workers", args.workers)
+    tuned = settings_config(args)
     expand = expand_settings(args)
     rerank = rerank_settings(args)
     if args.queries is not None:
@@ -195,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     configs = standard_configs(
         expand=expand is not None, rerank=rerank is not None, **(expand or {}), **(rerank or {})
     )
+    if tuned is not None:
+        configs = [configs[0], tuned]
     embedder = make_embedder(args.embedder)
     meta = {
         "dataset": {
@@ -221,3 +233,24 @@ def run(args: argparse.Namespace) -> int:
         as_json=args.json,
         title=f"galleria evaluate {image_dir}",
     )
+
+
+def _lowering_warnings(results: Sequence[Any]) -> list[str]:
+    """One line for every configuration whose mAP@100 or Recall@1 is below plain retrieval's."""
+    plain = next((result for result in results if result.config.name == "plain"), None)
+    if plain is None:
+        return []
+    lines = []
+    for result in results:
+        if result is plain:
+            continue
+        for label, key in (("mAP@100", "map_at_100"), ("Recall@1", "recall_at_1")):
+            ours, base = getattr(result, key), getattr(plain, key)
+            if ours < base:
+                lines.append(
+                    f"{result.config.title} lowers {label} from {base:.4f} (plain retrieval) to "
+                    f"{ours:.4f} on this gallery"
+                )
+    if lines:
+        lines.append("`galleria tune` chooses settings on a validation split of this gallery")
+    return lines

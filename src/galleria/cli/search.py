@@ -10,10 +10,12 @@ from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._options import (
     add_expand_options,
     add_rerank_options,
+    add_settings_option,
     check_existing_file,
     expand_settings,
     parse_int,
     rerank_settings,
+    settings_config,
 )
 
 __all__ = ["add_parser", "run"]
@@ -23,6 +25,7 @@ _EXAMPLES = """\
   galleria search photos.safetensors --image a.jpg b.jpg -k 5 --json
   galleria search photos.safetensors --image query.jpg --expand --rerank --pool 200
   galleria search photos-clip.safetensors --text "a dog on a beach" -k 20
+  galleria search photos.safetensors --image query.jpg --settings tuned.json
 """
 
 #: Default number of candidates re-ranked per query.
@@ -49,18 +52,27 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("-k", default="10", metavar="K", help="results per query (default: %(default)s)")
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
     add_expand_options(parser)
+    add_settings_option(parser)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Answer the queries and print the ranked paths and scores."""
-    from galleria.rerank import KReciprocalReranker
+    from galleria.rerank import make_reranker
     from galleria.store import InMemoryImageEmbeddingStore
 
     k = parse_int("-k", args.k)
+    tuned = settings_config(args)
     rerank = rerank_settings(args)
     expand = expand_settings(args)
+    if tuned is not None:  # --settings FILE: the tuned αQE and re-ranking
+        expand = (
+            {"expansion_alpha": tuned.expansion_alpha, "expansion_neighbors": tuned.expansion_neighbors}
+            if tuned.query_expansion
+            else None
+        )
+        rerank = dict(tuned.settings(), pool=tuned.pool) if tuned.rerank else None
     if rerank is not None and rerank["pool"] < k:
         raise CliError(f"--pool must be at least -k ({k}), got {rerank['pool']}")
     check_existing_file("store file", args.store)
@@ -78,16 +90,24 @@ def run(args: argparse.Namespace) -> int:
         )
     depth = rerank["pool"] if rerank is not None else k
     expansion: dict[str, Any] = {"query_expansion": expand is not None, **(expand or {})}
+    reranker = None
+    if rerank is not None:
+        method = rerank.get("rerank_method", "k-reciprocal")
+        if tuned is not None:
+            params = tuned.reranker_params()
+        elif method == "k-reciprocal":
+            params = {key: rerank[key] for key in ("k1", "k2", "lambda_value")}
+        else:
+            params = dict(rerank.get("rerank_params", {}))
+        reranker = make_reranker(method, store, **params)
+        store = reranker.store  # DBA + αQE searches the augmented store (made here unless saved so)
     if args.image:
         lists = store.retrieve_top_k_similar(list(args.image), depth, **expansion)
         queries: list[str] = list(args.image)
     else:
         lists = store.retrieve_by_text(list(args.text), depth, **expansion)
         queries = list(args.text)
-    if rerank is not None:
-        reranker = KReciprocalReranker(
-            store, k1=rerank["k1"], k2=rerank["k2"], lambda_value=rerank["lambda_value"]
-        )
+    if reranker is not None:
         lists = reranker.rerank_batch(lists, top_k=k)
     kind = "image" if args.image else "text"
     payload = {

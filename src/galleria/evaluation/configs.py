@@ -120,12 +120,15 @@ def standard_configs(
     k2: int = 6,
     lambda_value: float = 0.3,
     pool: int = 200,
+    rerank_method: str = DEFAULT_METHOD,
+    rerank_params: dict[str, Any] | None = None,
 ) -> list[RetrievalConfig]:
     """The configurations of the benchmark table: plain, then αQE, then re-ranking.
 
     Plain retrieval is always first. ``expand`` adds ``"aqe"``; ``rerank`` adds the re-ranked
     configuration, on the expanded query's pool (``"aqe+rerank"``) when ``expand`` is on and on
-    the plain query's pool (``"rerank"``) otherwise.
+    the plain query's pool (``"rerank"``) otherwise; ``rerank_method`` and ``rerank_params`` choose
+    another re-ranker than k-reciprocal.
 
     Examples
     --------
@@ -158,6 +161,8 @@ def standard_configs(
                 k2=k2,
                 lambda_value=lambda_value,
                 pool=pool,
+                rerank_method=rerank_method,
+                rerank_params=dict(rerank_params or {}),
             )
         )
     return configs

@@ -182,11 +182,7 @@ class PoolReranker:
                 paths = [candidate.path for pool in chunk_pools for candidate in pool]
                 vectors = store.embeddings_of(paths).reshape(count, length, -1)  # KeyError for unknown
                 scores = np.array([[c.score for c in pool] for pool in chunk_pools], dtype=np.float64)
-                among = pairwise_distances_batched(vectors, vectors, store.space)
-                final = self._pool_scores(
-                    similarities_from_distances(scores, store.space),
-                    similarities_from_distances(among, store.space),
-                )
+                final = self._scores_from_vectors(similarities_from_distances(scores, store.space), vectors)
                 order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                 best = np.take_along_axis(final, order, axis=1)
                 for position, pool, picked, values in zip(
@@ -196,6 +192,11 @@ class PoolReranker:
                         Candidate(pool[i].path, float(v)) for i, v in zip(picked, values, strict=True)
                     ]
         return results
+
+    def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        """Scores from the probe's similarities (B, N) and the candidates' vectors (B, N, d)."""
+        among = pairwise_distances_batched(vectors, vectors, self._store.space)
+        return self._pool_scores(probe, similarities_from_distances(among, self._store.space))
 
     def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError

@@ -152,21 +152,23 @@ def augment_store(
 def aqe_pools(probe: np.ndarray, among: np.ndarray, *, neighbors: int, alpha: float) -> np.ndarray:
     """Cosine distances of every candidate to the αQE-expanded query, for ``B`` pools (see the module).
 
-    ``probe`` (B, N) holds ``cos(q̂, x̃_i)``, ``among`` (B, N, N) the cosines among the candidates;
-    the expansion uses the ``neighbors`` most similar candidates (ties to the lower position).
+    ``probe`` (B, N) holds ``cos(q̂, x̃_i)``, ``among`` (B, N, N) the cosines among the candidates (only
+    the rows of the expansion's matches are read); the expansion uses the ``neighbors`` most similar
+    candidates (ties to the lower position).
     """
-    size = probe.shape[1]
-    chosen = stable_smallest(-probe, min(neighbors, size))
+    chosen = stable_smallest(-probe, min(neighbors, probe.shape[1]))
+    rows = np.take_along_axis(among, chosen[:, :, None], axis=1)  # (B, m, N)
+    return _aqe_from_rows(probe, chosen, rows, alpha)
+
+
+def _aqe_from_rows(probe: np.ndarray, chosen: np.ndarray, rows: np.ndarray, alpha: float) -> np.ndarray:
+    """:func:`aqe_pools` given the chosen matches and their cosines to every candidate ``rows`` (B, m, N)."""
     similar = np.take_along_axis(probe, chosen, axis=1)
     weights = np.where(similar > 0, np.maximum(similar, 0.0) ** alpha, 0.0)
-    rows = np.take_along_axis(among, chosen[:, :, None], axis=1)  # (B, m, N)
     numerator = probe + np.einsum("bm,bmn->bn", weights, rows)
     inner = np.take_along_axis(rows, chosen[:, None, :], axis=2)  # (B, m, m)
-    squared = (
-        1.0
-        + 2.0 * np.einsum("bm,bm->b", weights, similar)
-        + np.einsum("bm,bmk,bk->b", weights, inner, weights)
-    )
+    quadratic = np.einsum("bk,bk->b", np.einsum("bm,bmk->bk", weights, inner), weights)
+    squared = 1.0 + 2.0 * np.einsum("bm,bm->b", weights, similar) + quadratic
     norm = np.sqrt(np.maximum(squared, 0.0))
     cosine = np.divide(numerator, norm[:, None], out=np.zeros_like(numerator), where=norm[:, None] > 0)
     result: np.ndarray = 1.0 - cosine
@@ -253,6 +255,13 @@ class DBAReranker(PoolReranker):
 
     def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
         return aqe_pools(probe, among, neighbors=self._aqe_neighbors, alpha=self._aqe_alpha)
+
+    def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        # Only the expansion's matches need their cosines to every candidate: (B, m, N), not (B, N, N).
+        chosen = stable_smallest(-probe, min(self._aqe_neighbors, probe.shape[1]))
+        matches = np.take_along_axis(vectors, chosen[:, :, None], axis=1)
+        rows = np.einsum("bmd,bnd->bmn", matches.astype(np.float64), vectors.astype(np.float64))
+        return _aqe_from_rows(probe, chosen, rows, self._aqe_alpha)
 
 
 def dba_aqe_rerank_features(

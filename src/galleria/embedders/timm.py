@@ -196,8 +196,13 @@ class TimmEmbedder:
         if self._tag is None:
             return self._create(timm, self._model_name, pretrained=False)
         name = self._model_name if self._tag is True else f"{self._model_name.split('.')[0]}.{self._tag}"
-        if self._tag is not True and not timm.is_model(name):
-            raise ValueError(f"pretrained {self._tag!r} is not a timm weight tag of {self._model_name!r}")
+        if self._tag is not True:
+            base = self._model_name.split(".")[0]
+            tags = [known.split(".", 1)[1] for known in timm.list_pretrained(base) if "." in known]
+            if name not in timm.list_pretrained(base):
+                raise ValueError(
+                    f"pretrained {self._tag!r} is not a timm weight tag of {base!r}; its tags are {tags}"
+                )
         try:
             return self._create(timm, name, pretrained=True)
         except Exception as error:  # hub, network and file errors alike

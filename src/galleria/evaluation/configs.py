@@ -69,10 +69,10 @@ class RetrievalConfig:
         if self.k2 > self.k1:
             raise ValueError(f"k2 must not exceed k1, got k2={self.k2!r} > k1={self.k1!r}")
         object.__setattr__(self, "lambda_value", check_fraction("lambda_value", self.lambda_value))
-        params = check_method_params(self.rerank_method, self.rerank_params)
-        if self.rerank_method == DEFAULT_METHOD and params:
+        if self.rerank_method == DEFAULT_METHOD and self.rerank_params:
             raise ValueError("k-reciprocal takes k1, k2 and lambda_value as fields, not in rerank_params")
-        object.__setattr__(self, "rerank_params", params)
+        params = check_method_params(self.rerank_method, self.rerank_params)
+        object.__setattr__(self, "rerank_params", {} if self.rerank_method == DEFAULT_METHOD else params)
 
     def reranker_params(self) -> dict[str, Any]:
         """The keyword arguments of :func:`galleria.rerank.make_reranker` for this configuration."""

@@ -285,14 +285,14 @@ METHOD_PARAMS: dict[str, tuple[str, ...]] = {
 
 
 def check_method_params(method: Any, params: Any) -> dict[str, Any]:
-    """Validate a method name and its parameters without a store; return the parameters as a dict.
+    """Validate a method name and its parameters without a store; return all of them, defaults filled in.
 
     Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value.
 
     Examples
     --------
-    >>> check_method_params("gnn", {"k1": 10, "k2": 3})
-    {'k1': 10, 'k2': 3}
+    >>> check_method_params("gnn", {"k1": 10})
+    {'k1': 10, 'k2': 7}
     """
     name = check_choice("method", method, RERANK_METHODS)
     if not isinstance(params, dict):
@@ -334,4 +334,4 @@ def check_method_params(method: Any, params: Any) -> dict[str, Any]:
             "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
             "aqe_alpha": check_nonnegative_float("aqe_alpha", params.get("aqe_alpha", 3.0)),
         }
-    return {key: checked[key] for key in params}
+    return checked

@@ -169,3 +169,19 @@ def test_evaluate_warns_when_a_method_lowers_the_metric() -> None:
     assert "lowers Recall@1 from 0.5900 (plain retrieval) to 0.3900" in lines[1]
     assert len(lines) == 3 and "galleria tune" in lines[2]
     assert _lowering_warnings([plain, better]) == []
+
+
+def test_demo_fashion_mnist_without_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = _run(
+        capsys,
+        "demo",
+        "--dataset",
+        "fashion-mnist",
+        "--fashion-root",
+        str(tmp_path),
+        "--cache-dir",
+        str(tmp_path),
+    )
+    assert code == 2 and "apt-get install dataset-fashion-mnist" in stderr
+    code, _, stderr = _run(capsys, "demo", "--fashion-root", str(tmp_path))
+    assert code == 2 and "--fashion-root needs --dataset fashion-mnist" in stderr

@@ -161,7 +161,7 @@ def diffusion_pools(
     np.put_along_axis(query, chosen, values**gamma, axis=1)
 
     def matvec(vectors: np.ndarray) -> np.ndarray:
-        product: np.ndarray = vectors - alpha * np.einsum("bij,bj->bi", normalised, vectors)
+        product: np.ndarray = vectors - alpha * np.matmul(normalised, vectors[:, :, None])[:, :, 0]
         return product
 
     return conjugate_gradient(matvec, query, tol=tol, maxiter=maxiter)

@@ -68,11 +68,15 @@ def gnn_pools(similarities: np.ndarray, *, k1: int, k2: int) -> np.ndarray:
     if second == 1:
         return adjacency
     near = ranks[:, :, :second]
-    weights = np.zeros((count, size, size), dtype=np.float64)
-    weights[batch, rows, near] = np.take_along_axis(sims, near, axis=2) ** 2
+    weights = np.take_along_axis(sims, near, axis=2) ** 2  # (B, n, k2): W's only non-zeros
     for _ in range(ROUNDS):
         adjacency = adjacency + adjacency.transpose(0, 2, 1)
-        adjacency = _normalise_rows_dense(weights @ adjacency)
+        # (W A)_i = Σ_k W_{i, near_ik} A_{near_ik}: a weighted sum of k2 rows, not a dense matrix product.
+        propagated = np.zeros_like(adjacency)
+        pools = np.arange(count)[:, None]
+        for slot in range(second):
+            propagated += weights[:, :, slot, None] * adjacency[pools, near[:, :, slot]]
+        adjacency = _normalise_rows_dense(propagated)
     return adjacency
 
 

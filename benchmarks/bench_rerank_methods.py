@@ -85,7 +85,8 @@ from galleria import rerank
 name, folder = sys.argv[1], sys.argv[2]
 probes = np.load(folder + "/probes.npy"); gallery = np.load(folder + "/gallery.npy")
 probe_ids = np.load(folder + "/probe_ids.npy"); gallery_ids = np.load(folder + "/gallery_ids.npy")
-function = {"k-reciprocal": rerank.k_reciprocal_rerank_features, "diffusion": rerank.diffusion_rerank_features,
+function = {"k-reciprocal": rerank.k_reciprocal_rerank_features,
+            "diffusion": rerank.diffusion_rerank_features,
             "gnn": rerank.gnn_rerank_features, "dba+aqe": rerank.dba_aqe_rerank_features}[name]
 started = time.perf_counter()
 distances = function(probes, gallery)
@@ -96,7 +97,8 @@ ranks = np.arange(1, hits.shape[1] + 1)
 precision = np.cumsum(hits, axis=1) / ranks
 ap = (precision * hits).sum(axis=1) / np.maximum(hits.sum(axis=1), 1)
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
-print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "map": float(ap.mean()), "top1": float(hits[:, 0].mean())}))
+print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "map": float(ap.mean()),
+                  "top1": float(hits[:, 0].mean())}))
 """
 
 

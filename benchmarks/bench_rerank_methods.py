@@ -14,8 +14,9 @@ augmentation of the 20,000 vectors is timed once on its own).
 Part 2 — the full probe×gallery setting at Market-1501 size. Data: ``default_rng(1)``; 3,368 probes
 and 15,913 gallery items, 256-d unit features around 1,501 identities (σ = 1.2). Each function runs
 in its own child process that loads the features from ``.npy`` files, so its peak RSS (``VmHWM``) is
-its own: ``k_reciprocal_rerank_features`` (paper mode, for reference), ``diffusion_rerank_features``,
-``gnn_rerank_features`` (scipy.sparse) and ``dba_aqe_rerank_features``. mAP of each against the
+its own: ``diffusion_rerank_features``,
+``gnn_rerank_features`` (scipy.sparse) and ``dba_aqe_rerank_features`` (``--full-methods`` adds
+``k_reciprocal_rerank_features``, whose figures ``bench_rerank.py`` reports). mAP of each against the
 identities is printed beside its time, as a sanity check (synthetic data: not a quality claim).
 """
 
@@ -102,7 +103,7 @@ print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "map": float(ap.me
 """
 
 
-def part_full(quick: bool) -> list[dict[str, Any]]:
+def part_full(quick: bool, methods: list[str]) -> list[dict[str, Any]]:
     rng = np.random.default_rng(1)
     probes_n, gallery_n, ids = (400, 2000, 200) if quick else (3368, 15913, 1501)
     centres = rng.normal(size=(ids, 256))
@@ -123,7 +124,7 @@ def part_full(quick: bool) -> list[dict[str, Any]]:
         precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
         plain_map = float(((precision * hits).sum(axis=1) / np.maximum(hits.sum(axis=1), 1)).mean())
         rows.append({"method": "plain (cosine)", "map": plain_map, "top1": float(hits[:, 0].mean())})
-        for name in ("k-reciprocal", "diffusion", "gnn", "dba+aqe"):
+        for name in methods:
             process = subprocess.run(
                 [sys.executable, "-c", _CHILD, name, folder], capture_output=True, text=True, check=False
             )
@@ -179,9 +180,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--part", choices=("pool", "full", "both"), default="both")
+    parser.add_argument(
+        "--full-methods",
+        default="diffusion,gnn,dba+aqe",
+        help="methods of part 2 (k-reciprocal's full figures are in bench_rerank.py; add it to compare)",
+    )
     args = parser.parse_args()
     pools = part_pools(args.quick) if args.part in ("pool", "both") else []
-    full = part_full(args.quick) if args.part in ("full", "both") else []
+    methods = args.full_methods.split(",")
+    full = part_full(args.quick, methods) if args.part in ("full", "both") else []
     if args.part == "both":
         text = markdown(pools, full, args.quick)
         print(text)

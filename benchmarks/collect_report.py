@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("metrics", "index", "store", "rerank", "demo")
+SECTIONS = ("metrics", "index", "store", "rerank", "rerank_methods", "demo", "real")
 INTRO = """# Benchmarks
 
 The latest figures of the scripts in `benchmarks/`, each measured side by side in one run on the

@@ -26,6 +26,7 @@ given separately); the embedding time per query is its own column.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,8 @@ from galleria.tune import score_lists, tune  # noqa: E402
 
 DEPTH = 100
 POOL = 200
+#: Each embedder's latest results (git-ignored), so the two tables can come from separate runs.
+RESULTS = ROOT / ".cache" / "bench_real" / "results"
 
 
 def standard_rows() -> list[RetrievalConfig]:
@@ -148,14 +151,24 @@ def bench_embedder(
     return {
         "name": name,
         "rows": rows,
-        "tune": result,
+        "tune": {
+            "message": result.message,
+            "lift": result.lift,
+            "spread": result.spread,
+            "lifts": result.lifts,
+            "n_settings": len(result.trials),
+            "settings": result.config.settings(),
+        },
         "tune_seconds": tune_seconds,
         "embed_ms": round(embed_ms(embedder, sample), 2),
         "dim": int(gallery_vectors.shape[1]),
+        "trials": args.trials,
+        "validation_queries": args.validation_queries,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
 
-def markdown(results: list[dict[str, Any]], sizes: tuple[int, int], args: argparse.Namespace) -> str:
+def markdown(results: list[dict[str, Any]], sizes: tuple[int, int]) -> str:
     n_queries, n_gallery = sizes
     lines = [
         "# Real data: Fashion-MNIST",
@@ -164,8 +177,8 @@ def markdown(results: list[dict[str, Any]], sizes: tuple[int, int], args: argpar
         "(stratified, seed 0), exact cosine index, one run on the shared 2-core machine. Relevant = same "
         "class. ms/query: search + re-ranking of cached query vectors (the embedding time per query is "
         "given per embedder). Re-rankers work on a pool of 200; the tuned setting was chosen by "
-        f"`galleria.tune` ({args.trials} trials, seeded TPE, {args.validation_queries} validation queries "
-        "per split, 3 splits) on the gallery only.",
+        "`galleria.tune` (seeded TPE, 3 validation splits of the gallery; never the test queries). Each "
+        "embedder's table is one run of the script (`--embedders NAME`); the date is under it.",
         "",
     ]
     for result in results:
@@ -175,14 +188,14 @@ def markdown(results: list[dict[str, Any]], sizes: tuple[int, int], args: argpar
         lines += [
             f"## {result['name']} ({result['dim']}-d; embedding one query: {result['embed_ms']} ms)",
             "",
-            "| configuration | Recall@1 | Recall@5 | mAP@100 | MRR | mAP@R | ms/query |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| configuration | Recall@1 | Recall@5 | mAP@100 | MRR | ms/query |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         for row in rows:
             extra = f" (+{row['prepare_s']} s once)" if row["prepare_s"] >= 0.5 else ""
             lines.append(
                 f"| {row['title']} | {row['recall@1']:.4f} | {row['recall@5']:.4f} | {row['map@100']:.4f} | "
-                f"{row['mrr']:.4f} | {row['map@r']:.4f} | {row['ms_per_query']}{extra} |"
+                f"{row['mrr']:.4f} | {row['ms_per_query']}{extra} |"
             )
         outcome = result["tune"]
         lift = tuned["map@100"] - plain["map@100"]
@@ -190,9 +203,10 @@ def markdown(results: list[dict[str, Any]], sizes: tuple[int, int], args: argpar
         target = "met" if lift >= 0.05 and drop >= -0.01 else "missed"
         lines += [
             "",
-            f"Tuning: {outcome.message}; validation lift {outcome.lift:+.4f} ± {outcome.spread:.4f} "
-            f"over {len(outcome.lifts)} splits, {len(outcome.trials)} distinct settings in "
-            f"{result['tune_seconds']:.0f} s.",
+            f"Run {result['date']}. Tuning ({result['trials']} trials, {result['validation_queries']} "
+            f"validation queries per split): {outcome['message']}; validation lift {outcome['lift']:+.4f} ± "
+            f"{outcome['spread']:.4f} over {len(outcome['lifts'])} splits, {outcome['n_settings']} distinct "
+            f"settings in {result['tune_seconds']:.0f} s.",
             f"Target (tuned mAP@100 ≥ plain + 0.05, Recall@1 ≥ plain − 0.01): **{target}** "
             f"(mAP@100 {lift:+.4f}, Recall@1 {drop:+.4f} on the test queries).",
             "",
@@ -222,8 +236,8 @@ def main() -> None:
         args.validation_queries = min(args.validation_queries, 100)
     queries, gallery = benchmark_split(n_queries=n_queries, n_gallery=n_gallery, seed=0)
     split_key = {"n_queries": n_queries, "n_gallery": n_gallery, "seed": 0}
-    results = []
-    for name in args.embedders.split(","):
+    names = args.embedders.split(",")
+    for name in names:
         if name == "pixel":
             embedder: Any = PixelEmbedder(size=28, grayscale=True)
             label = "Pixel embedder"
@@ -239,9 +253,17 @@ def main() -> None:
                 "tf_efficientnet_lite0", pretrained=str(checkpoint), device="cpu", batch_size=50
             )
             label = "TimmEmbedder (EfficientNet-Lite0, ImageNet weights)"
-        results.append(bench_embedder(label, embedder, split_key, queries, gallery, args))
-    text = markdown(results, (n_queries, n_gallery), args)
-    if args.no_write or args.quick:
+        result = bench_embedder(label, embedder, split_key, queries, gallery, args)
+        if not args.quick:
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.quick:
+        print(markdown([result], (n_queries, n_gallery)))
+        return
+    saved = [RESULTS / f"{name}.json" for name in ("pixel", "timm")]
+    results = [json.loads(path.read_text(encoding="utf-8")) for path in saved if path.is_file()]
+    text = markdown(results, (n_queries, n_gallery))
+    if args.no_write:
         print(text)
     else:
         target = ROOT / "docs" / "benchmarks" / "real.md"

@@ -37,9 +37,9 @@ METRICS: tuple[str, ...] = ("map@100", "recall@1", "recall@5", "mrr", "map@r")
 #: The settings families searched: plain retrieval, αQE alone, and every re-ranking method.
 SEARCH_METHODS: tuple[str, ...] = ("plain", "aqe", *RERANK_METHODS)
 _DEPTH = 100
-_POOLS = (50, 100, 200)
+_POOLS = (100, 200, 400)
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
-_DBA_MAX = 30
+_DBA_MAX = 50
 
 
 def score_lists(
@@ -245,9 +245,9 @@ def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
         options["rerank_params"] = {"k1": k1, "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10))}
     else:
         options["rerank_params"] = {
-            "neighbors": trial.suggest_int("dba.neighbors", 1, 30, log=True),
+            "neighbors": trial.suggest_int("dba.neighbors", 1, _DBA_MAX, log=True),
             "alpha": trial.suggest_float("dba.alpha", 0.0, 5.0),
-            "aqe_neighbors": trial.suggest_int("dba.aqe_neighbors", 1, 30, log=True),
+            "aqe_neighbors": trial.suggest_int("dba.aqe_neighbors", 1, 50, log=True),
             "aqe_alpha": trial.suggest_float("dba.aqe_alpha", 0.0, 5.0),
         }
     return options

@@ -35,6 +35,9 @@ from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
 
+#: Probes diffused together in the full setting (their CG arrays are (block, G) float64).
+_PROBE_BLOCK = 256
+
 __all__ = [
     "DiffusionReranker",
     "check_diffusion_params",
@@ -323,12 +326,16 @@ def diffusion_rerank_features(
     system = (sp.identity(size, format="csr") - weight * normalised).tocsr()
     chosen_k = min(query_neighbours, size)
     chosen, similarities = top_similar(probes, gallery, chosen_k)
-    query = np.zeros((probes.shape[0], size), dtype=np.float64)
-    np.put_along_axis(query, chosen, np.maximum(similarities.astype(np.float64), 0.0) ** power, axis=1)
 
     def matvec(vectors: np.ndarray) -> np.ndarray:
-        result: np.ndarray = np.asarray(system @ vectors.T).T
-        return result
+        product: np.ndarray = np.ascontiguousarray(np.asarray(system @ vectors.T).T)
+        return product
 
-    scores = conjugate_gradient(matvec, query, tol=tolerance, maxiter=iterations)
-    return -scores
+    result = np.empty((probes.shape[0], size), dtype=np.float64)
+    for begin in range(0, probes.shape[0], _PROBE_BLOCK):  # bounds the (block, G) CG arrays
+        stop = min(probes.shape[0], begin + _PROBE_BLOCK)
+        query = np.zeros((stop - begin, size), dtype=np.float64)
+        values = np.maximum(similarities[begin:stop].astype(np.float64), 0.0) ** power
+        np.put_along_axis(query, chosen[begin:stop], values, axis=1)
+        result[begin:stop] = -conjugate_gradient(matvec, query, tol=tolerance, maxiter=iterations)
+    return result

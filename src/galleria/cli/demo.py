@@ -40,8 +40,9 @@ FASHION_GALLERY = 20_000
 #: Pixel embedder settings for Fashion-MNIST's 28×28 grey images.
 FASHION_EMBEDDER: dict[str, Any] = {"size": 28, "grayscale": True}
 
-#: Fashion-MNIST's αQE and re-ranking settings (see ``benchmarks/bench_real.py``).
-FASHION_SETTINGS: dict[str, Any] = {"expansion_alpha": 3.0, "expansion_neighbors": 50, "pool": 200}
+#: Fashion-MNIST with the pixel embedder: the setting ``galleria.tune`` chose on validation splits of the
+#: gallery in ``benchmarks/bench_real.py`` (DBA + αQE; values rounded to three digits).
+FASHION_TUNED: dict[str, Any] = {"neighbors": 12, "alpha": 3.47, "aqe_neighbors": 27, "aqe_alpha": 1.57}
 
 _EXAMPLES = """\
   galleria demo
@@ -142,7 +143,7 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
     from galleria.cli.evaluate import run_evaluation
     from galleria.datasets.fashion_mnist import DEBIAN_ROOT, fashion_mnist_folder
     from galleria.embedders import PixelEmbedder, embedder_config
-    from galleria.evaluation import standard_configs
+    from galleria.evaluation import RetrievalConfig
 
     n_queries = parse_int("--queries", FASHION_QUERIES if args.queries is None else args.queries)
     root = args.fashion_root or DEBIAN_ROOT
@@ -170,7 +171,11 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
         index="hnsw",
         space="cosine",
         index_params=DEMO_INDEX_PARAMS or None,
-        configs=standard_configs(**FASHION_SETTINGS),
+        configs=[
+            RetrievalConfig("plain"),
+            RetrievalConfig("rerank", rerank=True, pool=200),
+            RetrievalConfig("tuned", rerank=True, rerank_method="dba", rerank_params=FASHION_TUNED, pool=400),
+        ],
         num_workers=4,
         skip_errors=False,
         meta=meta,

@@ -42,7 +42,7 @@ FASHION_EMBEDDER: dict[str, Any] = {"size": 28, "grayscale": True}
 
 #: Fashion-MNIST with the pixel embedder: the setting ``galleria.tune`` chose on validation splits of the
 #: gallery in ``benchmarks/bench_real.py`` (DBA + αQE; values rounded to three digits).
-FASHION_TUNED: dict[str, Any] = {"neighbors": 12, "alpha": 3.47, "aqe_neighbors": 27, "aqe_alpha": 1.57}
+FASHION_TUNED: dict[str, Any] = {"neighbors": 9, "alpha": 4.07, "aqe_neighbors": 12, "aqe_alpha": 1.0}
 
 _EXAMPLES = """\
   galleria demo

@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # Reinstall only when the project metadata changes (idempotent and quick otherwise).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[dev,clip,demo,web,milvus,ray]'
+	$(BIN)/pip install --quiet -e '.[dev,clip,demo,web,milvus,ray,timm,tune]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -9,7 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("metrics", "index", "decoding", "store", "rerank", "protocols", "demo", "scale", "ray")
+SECTIONS = (
+    "metrics",
+    "index",
+    "decoding",
+    "store",
+    "rerank",
+    "rerank_methods",
+    "protocols",
+    "demo",
+    "real",
+    "scale",
+    "ray",
+)
 INTRO = """# Benchmarks
 
 The latest figures of the scripts in `benchmarks/`, each measured side by side in one run on the

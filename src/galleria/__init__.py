@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "build_with_ray": "galleria.engines",
     "PixelEmbedder": "galleria.embedders",
     "ClipEmbedder": "galleria.embedders",
+    "TimmEmbedder": "galleria.embedders",
     "KReciprocalReranker": "galleria.rerank",
     "k_reciprocal_rerank": "galleria.rerank",
     "k_reciprocal_rerank_features": "galleria.rerank",
@@ -38,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "alpha_query_expansion": "galleria.expansion",
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
+    "tune": "galleria.tune",
 }
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "MilvusIndex",
     "PixelEmbedder",
     "SkippedImageWarning",
+    "TimmEmbedder",
     "__version__",
     "alpha_query_expansion",
     "build_with_ray",
@@ -68,11 +71,12 @@ __all__ = [
     "reid_evaluate",
     "retrieval_ranks",
     "revisited_evaluate",
+    "tune",
 ]
 
 if TYPE_CHECKING:
     from galleria._warnings import GalleriaWarning, SkippedImageWarning
-    from galleria.embedders import ClipEmbedder, PixelEmbedder
+    from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder
     from galleria.engines import build_with_ray
     from galleria.expansion import alpha_query_expansion
     from galleria.index import ExactIndex, ExternalSearchIndex, HnswIndex, IvfPqIndex, MilvusIndex
@@ -94,6 +98,7 @@ if TYPE_CHECKING:
         k_reciprocal_rerank_features,
     )
     from galleria.store import Candidate, InMemoryImageEmbeddingStore
+    from galleria.tune import tune
 
 
 def __getattr__(name: str) -> Any:

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "remove": "remove",
     "sync": "sync",
     "serve": "serve",
+    "tune": "tune",
 }
 
 

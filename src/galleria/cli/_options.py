@@ -18,6 +18,9 @@ from galleria.embedders.base import Embedder
 from galleria.index.base import SPACES
 from galleria.viewer.text import shorten_middle
 
+#: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
+RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba")
+
 __all__ = [
     "EMBEDDER_HELP",
     "add_embedder_options",
@@ -25,6 +28,7 @@ __all__ = [
     "add_load_options",
     "add_report_options",
     "add_rerank_options",
+    "add_settings_option",
     "add_store_options",
     "check_existing_file",
     "check_existing_folder",
@@ -36,14 +40,15 @@ __all__ = [
     "parse_float",
     "parse_int",
     "rerank_settings",
+    "settings_config",
     "shorten_middle",
 ]
 
 EMBEDDER_HELP = (
-    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]], PRETRAINED a weights tag, a local checkpoint "
-    "file or 'random' (default: %(default)s)"
+    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL[:PRETRAINED], PRETRAINED a weights "
+    "tag, a local checkpoint file or 'random' (default: %(default)s)"
 )
-_SPEC_FORMS = "pixel[:SIZE][:gray] or clip[:MODEL[:PRETRAINED]]"
+_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL[:PRETRAINED]"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -137,6 +142,15 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
         if len(parts) > 1:
             clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
         return "clip", clip_options
+    if kind == "timm":
+        # timm:MODEL[:PRETRAINED] — PRETRAINED is a timm tag or a local checkpoint path (colons allowed).
+        parts = rest.split(":", 1) if rest else []
+        if not parts or not all(parts):
+            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL[:PRETRAINED]")
+        timm_options: dict[str, Any] = {"model_name": parts[0], "pretrained": None}
+        if len(parts) > 1:
+            timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
+        return "timm", timm_options
     raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
 
 
@@ -146,8 +160,8 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "batch_size", None) is not None:
         settings["batch_size"] = parse_int("--batch-size", args.batch_size)
     if getattr(args, "device", None) is not None:
-        if parse_embedder_spec(args.embedder)[0] != "clip":
-            raise CliError(f"--device applies to clip embedders only, not --embedder {args.embedder!r}")
+        if parse_embedder_spec(args.embedder)[0] == "pixel":
+            raise CliError(f"--device applies to clip and timm embedders, not --embedder {args.embedder!r}")
         settings["device"] = args.device
     return settings
 
@@ -162,6 +176,10 @@ def make_embedder(spec: str, *, device: str | None = None, batch_size: int | Non
         return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
     if device is not None:
         extra["device"] = device
+    if kind == "timm":
+        from galleria.embedders import TimmEmbedder
+
+        return TimmEmbedder(options["model_name"], pretrained=options["pretrained"], progress=True, **extra)
     if sys.stderr.isatty():  # like the progress bars: on a terminal only, so errors stay one line
         print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
     embedder: Embedder = ClipEmbedder(
@@ -256,8 +274,15 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
 
 def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int) -> None:
     """``--rerank`` and its ``--k1``, ``--k2``, ``--lambda``, ``--pool``."""
-    group = parser.add_argument_group("k-reciprocal re-ranking")
+    group = parser.add_argument_group("re-ranking")
     group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates (k-reciprocal)")
+    group.add_argument(
+        "--rerank-method",
+        default=None,
+        choices=RERANK_METHOD_CHOICES,
+        help="re-ranking method (default: k-reciprocal); --k1/--k2 also set gnn's, other methods take "
+        "their defaults or --settings",
+    )
     group.add_argument("--k1", default=None, metavar="N", help="k1, the neighbourhood size (default: 20)")
     group.add_argument("--k2", default=None, metavar="N", help="k2, local query expansion (default: 6)")
     group.add_argument(
@@ -305,18 +330,28 @@ def _require(args: argparse.Namespace, flag: str, names: dict[str, str]) -> None
 def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``); None without --rerank."""
     options = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda", "pool": "--pool"}
+    method = getattr(args, "rerank_method", None)
     if not args.rerank:
-        _require(args, "--rerank", options)
+        _require(args, "--rerank", {**options, "rerank_method": "--rerank-method"})
         return None
-    k1 = parse_int("--k1", 20 if args.k1 is None else args.k1)
-    k2 = parse_int("--k2", 6 if args.k2 is None else args.k2)
+    method = method or "k-reciprocal"
+    if method not in ("k-reciprocal", "gnn"):
+        _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
+    if method != "k-reciprocal":
+        _require(args, "--rerank-method k-reciprocal", {"lambda_value": "--lambda"})
+    defaults = (26, 7) if method == "gnn" else (20, 6)
+    k1 = parse_int("--k1", defaults[0] if args.k1 is None else args.k1)
+    k2 = parse_int("--k2", defaults[1] if args.k2 is None else args.k2)
     if k2 > k1:
         raise CliError(f"--k2 must not exceed --k1, got --k2 {k2} > --k1 {k1}")
     lambda_value = parse_float(
         "--lambda", 0.3 if args.lambda_value is None else args.lambda_value, maximum=1.0
     )
     pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
-    return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
+    if method == "k-reciprocal":
+        return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
+    params = {"k1": k1, "k2": k2} if method == "gnn" else {}
+    return {"rerank_method": method, "rerank_params": params, "pool": pool}
 
 
 def expand_settings(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -328,3 +363,41 @@ def expand_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     alpha = parse_float("--alpha", 3.0 if args.alpha is None else args.alpha)
     neighbors = parse_int("--neighbors", 50 if args.neighbors is None else args.neighbors)
     return {"expansion_alpha": alpha, "expansion_neighbors": neighbors}
+
+
+def add_settings_option(parser: argparse.ArgumentParser) -> None:
+    """``--settings FILE``: αQE and re-ranking settings chosen by ``galleria tune``."""
+    parser.add_argument(
+        "--settings",
+        default=None,
+        metavar="FILE",
+        help="use the settings in FILE (written by `galleria tune`) instead of --expand/--rerank options",
+    )
+
+
+def settings_config(args: argparse.Namespace) -> Any:
+    """The ``RetrievalConfig`` of ``--settings`` (None without it); CliError beside --expand / --rerank."""
+    path = getattr(args, "settings", None)
+    if path is None:
+        return None
+    clashing = [
+        option
+        for dest, option in (
+            ("expand", "--expand"),
+            ("rerank", "--rerank"),
+            ("alpha", "--alpha"),
+            ("neighbors", "--neighbors"),
+            ("k1", "--k1"),
+            ("k2", "--k2"),
+            ("lambda_value", "--lambda"),
+            ("pool", "--pool"),
+            ("rerank_method", "--rerank-method"),
+        )
+        if getattr(args, dest, None) not in (None, False)
+    ]
+    if clashing:
+        raise CliError(f"--settings replaces {', '.join(clashing)}; give one or the other")
+    check_existing_file("settings file", path)
+    from galleria.tune.settings import read_settings
+
+    return read_settings(path)

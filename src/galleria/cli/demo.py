@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from galleria.cli._common import add_command
+from galleria.cli._common import CliError, add_command
 from galleria.cli._options import add_report_options, parse_int
 
 __all__ = ["DEMO_EMBEDDER", "DEMO_INDEX_PARAMS", "DEMO_SETTINGS", "add_parser", "run"]
@@ -34,8 +34,19 @@ DEMO_SETTINGS: dict[str, Any] = {
     "pool": 200,
 }
 
+#: ``--dataset fashion-mnist``: queries from the test part, gallery from the training part (stratified).
+FASHION_QUERIES = 1000
+FASHION_GALLERY = 20_000
+#: Pixel embedder settings for Fashion-MNIST's 28×28 grey images.
+FASHION_EMBEDDER: dict[str, Any] = {"size": 28, "grayscale": True}
+
+#: Fashion-MNIST with the pixel embedder: the setting ``galleria.tune`` chose on validation splits of the
+#: gallery in ``benchmarks/bench_real.py`` (DBA + αQE; values rounded to three digits).
+FASHION_TUNED: dict[str, Any] = {"neighbors": 9, "alpha": 4.07, "aqe_neighbors": 12, "aqe_alpha": 1.0}
+
 _EXAMPLES = """\
   galleria demo
+  galleria demo --dataset fashion-mnist        # needs Debian's dataset-fashion-mnist (or --fashion-root)
   galleria demo --queries 500 --seed 1 --out demo-report/
   galleria demo --json --cache-dir /tmp/galleria-cache
 """
@@ -55,7 +66,21 @@ def add_parser(subparsers: Any) -> None:
         ),
         examples=_EXAMPLES,
     )
-    parser.add_argument("--queries", default="300", metavar="N", help="query images (default: %(default)s)")
+    parser.add_argument(
+        "--dataset",
+        default="digits",
+        choices=("digits", "fashion-mnist"),
+        help="digits (bundled, default) or fashion-mnist (1,000 test queries, 20,000-image gallery)",
+    )
+    parser.add_argument(
+        "--fashion-root",
+        default=None,
+        metavar="DIR",
+        help="folder of the Fashion-MNIST idx files (default: where Debian puts them)",
+    )
+    parser.add_argument(
+        "--queries", default=None, metavar="N", help="query images (default: 300; fashion-mnist 1000)"
+    )
     parser.add_argument(
         "--seed", default="0", metavar="N", help="seed of the query split (default: %(default)s)"
     )
@@ -76,8 +101,12 @@ def run(args: argparse.Namespace) -> int:
     from galleria.embedders import PixelEmbedder, embedder_config
     from galleria.evaluation import standard_configs
 
-    n_queries = parse_int("--queries", args.queries)
     seed = parse_int("--seed", args.seed, minimum=0)
+    if args.dataset == "fashion-mnist":
+        return _run_fashion(args, seed)
+    if args.fashion_root is not None:
+        raise CliError("--fashion-root needs --dataset fashion-mnist")
+    n_queries = parse_int("--queries", "300" if args.queries is None else args.queries)
     folder = digits_folder(args.cache_dir)
     dataset = load_image_folder(folder)
     split = dataset.split(n_queries=n_queries, seed=seed)
@@ -106,4 +135,51 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         as_json=args.json,
         title="galleria demo (handwritten digits)",
+    )
+
+
+def _run_fashion(args: argparse.Namespace, seed: int) -> int:
+    """The demo on Fashion-MNIST: the same pipeline, written once as PNG files into the cache folder."""
+    from galleria.cli.evaluate import run_evaluation
+    from galleria.datasets.fashion_mnist import DEBIAN_ROOT, fashion_mnist_folder
+    from galleria.embedders import PixelEmbedder, embedder_config
+    from galleria.evaluation import RetrievalConfig
+
+    n_queries = parse_int("--queries", FASHION_QUERIES if args.queries is None else args.queries)
+    root = args.fashion_root or DEBIAN_ROOT
+    try:
+        split = fashion_mnist_folder(
+            args.cache_dir, root, n_queries=n_queries, n_gallery=FASHION_GALLERY, seed=seed
+        )
+    except FileNotFoundError as error:
+        raise CliError(str(error)) from None
+    embedder = PixelEmbedder(**FASHION_EMBEDDER)
+    meta = {
+        "dataset": {
+            "name": "Fashion-MNIST",
+            "root": root,
+            "n_images": len(split.query_paths) + len(split.gallery_paths),
+            "n_labels": len(set(split.gallery_labels)),
+            "seed": seed,
+        },
+        "embedder": {"spec": "pixel", **(embedder_config(embedder) or {})},
+        "index": {"name": "hnsw", "space": "cosine", "params": DEMO_INDEX_PARAMS},
+    }
+    return run_evaluation(
+        split=split,
+        embedder=embedder,
+        index="hnsw",
+        space="cosine",
+        index_params=DEMO_INDEX_PARAMS or None,
+        configs=[
+            RetrievalConfig("plain"),
+            RetrievalConfig("rerank", rerank=True, pool=200),
+            RetrievalConfig("tuned", rerank=True, rerank_method="dba", rerank_params=FASHION_TUNED, pool=400),
+        ],
+        num_workers=4,
+        skip_errors=False,
+        meta=meta,
+        out=args.out,
+        as_json=args.json,
+        title="galleria demo (Fashion-MNIST)",
     )

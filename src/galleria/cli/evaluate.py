@@ -14,6 +14,7 @@ from galleria.cli._options import (
     add_expand_options,
     add_report_options,
     add_rerank_options,
+    add_settings_option,
     add_store_options,
     check_existing_folder,
     embedder_settings,
@@ -22,6 +23,7 @@ from galleria.cli._options import (
     parse_embedder_spec,
     parse_int,
     rerank_settings,
+    settings_config,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ _EXAMPLES = """\
   galleria evaluate animals/ --query-fraction 0.2 --rerank --k1 30 --lambda 0.2 --out report/
   galleria evaluate animals/ --embedder clip --index hnsw --expand --json
   galleria evaluate animals/ --protocol metric-learning --per-query queries.csv --out report/
+  galleria evaluate animals/ --settings tuned.json             # plain vs the settings `galleria tune` chose
 """
 
 #: Default number of candidates re-ranked per query (the spec's benchmark pool).
@@ -78,6 +81,7 @@ def add_parser(subparsers: Any) -> None:
     add_expand_options(parser)
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
     add_report_options(parser)
+    add_settings_option(parser)
     parser.add_argument(
         "--protocol",
         default="retrieval",
@@ -169,6 +173,7 @@ def run_evaluation(
     results = evaluate_retrieval(
         store, query_paths, query_labels, gallery_labels, configs, on_config=announce, on_lists=keep
     )
+    warnings = _lowering_warnings(results)
     skipped = [str(path) for path in store.skipped] + bad_queries
     meta = {
         **meta,
@@ -178,6 +183,8 @@ def run_evaluation(
         "build_seconds": round(build_seconds, 3),
         "total_seconds": round(time.perf_counter() - started, 3),
     }
+    if warnings:
+        meta["warnings"] = warnings
     if out is not None:
         sheets: list[Any] = []
         compared = ("plain", "plain")
@@ -203,6 +210,8 @@ def run_evaluation(
                 f"report: {files.html} "
                 f"(also {files.report.name}, {files.metrics.name}, {files.pr_curve.name})"
             )
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -223,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
         return run_metric_learning(args, image_dir, workers, meta)
     if args.per_query is not None:
         raise CliError("--per-query needs --protocol metric-learning (for scores: galleria evaluate-scores)")
+    tuned = settings_config(args)
     expand = expand_settings(args)
     rerank = rerank_settings(args)
     if args.queries is not None:
@@ -244,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
     configs = standard_configs(
         expand=expand is not None, rerank=rerank is not None, **(expand or {}), **(rerank or {})
     )
+    if tuned is not None:
+        configs = [configs[0], tuned]
     embedder = make_embedder(args.embedder, **embedder_settings(args))
     meta = {
         "dataset": {
@@ -270,3 +282,24 @@ def run(args: argparse.Namespace) -> int:
         as_json=args.json,
         title=f"galleria evaluate {image_dir}",
     )
+
+
+def _lowering_warnings(results: Sequence[Any]) -> list[str]:
+    """One line for every configuration whose mAP@100 or Recall@1 is below plain retrieval's."""
+    plain = next((result for result in results if result.config.name == "plain"), None)
+    if plain is None:
+        return []
+    lines = []
+    for result in results:
+        if result is plain:
+            continue
+        for label, key in (("mAP@100", "map_at_100"), ("Recall@1", "recall_at_1")):
+            ours, base = getattr(result, key), getattr(plain, key)
+            if ours < base:
+                lines.append(
+                    f"{result.config.title} lowers {label} from {base:.4f} (plain retrieval) to "
+                    f"{ours:.4f} on this gallery"
+                )
+    if lines:
+        lines.append("`galleria tune` chooses settings on a validation split of this gallery")
+    return lines

@@ -14,10 +14,12 @@ from galleria.cli._options import (
     add_expand_options,
     add_load_options,
     add_rerank_options,
+    add_settings_option,
     expand_settings,
     load_store,
     parse_int,
     rerank_settings,
+    settings_config,
     shorten_middle,
 )
 
@@ -30,6 +32,7 @@ _EXAMPLES = """\
   galleria search photos.safetensors --queries queries.txt --skip-errors --csv > results.csv
   galleria search photos.safetensors --queries photos/ --exclude-self -k 5     # near-duplicates
   galleria search photos-clip.safetensors --text "a dog on a beach" -k 20
+  galleria search photos.safetensors --image query.jpg --settings tuned.json
 """
 
 #: Default number of candidates re-ranked per query.
@@ -72,6 +75,7 @@ def add_parser(subparsers: Any) -> None:
     add_rerank_options(parser, pool_default=DEFAULT_POOL)
     add_expand_options(parser)
     add_load_options(parser)
+    add_settings_option(parser)
     parser.add_argument(
         "--batch-size", default=None, metavar="N", help="queries embedded per batch (default: the embedder's)"
     )
@@ -150,11 +154,19 @@ def _answer(store: Any, queries: list[Any], kind: str, depth: int, expansion: di
 
 def run(args: argparse.Namespace) -> int:
     """Answer the queries and print the ranked paths and scores."""
-    from galleria.rerank import KReciprocalReranker
+    from galleria.rerank import make_reranker
 
     k = parse_int("-k", args.k)
+    tuned = settings_config(args)
     rerank = rerank_settings(args)
     expand = expand_settings(args)
+    if tuned is not None:  # --settings FILE: the tuned αQE and re-ranking
+        expand = (
+            {"expansion_alpha": tuned.expansion_alpha, "expansion_neighbors": tuned.expansion_neighbors}
+            if tuned.query_expansion
+            else None
+        )
+        rerank = dict(tuned.settings(), pool=tuned.pool) if tuned.rerank else None
     batch_size = None if args.batch_size is None else parse_int("--batch-size", args.batch_size)
     if rerank is not None and rerank["pool"] < k:
         raise CliError(f"--pool must be at least -k ({k}), got {rerank['pool']}")
@@ -183,6 +195,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         query_names = list(args.text)
         queries = list(args.text)
+    reranker = None
+    if rerank is not None:
+        method = rerank.get("rerank_method", "k-reciprocal")
+        if tuned is not None:
+            params = tuned.reranker_params()
+        elif method == "k-reciprocal":
+            params = {key: rerank[key] for key in ("k1", "k2", "lambda_value")}
+        else:
+            params = dict(rerank.get("rerank_params", {}))
+        reranker = make_reranker(method, store, **params)
+        store = reranker.store  # DBA + αQE searches the augmented store (made here unless saved so)
     extra = 1 if args.exclude_self else 0
     depth = (rerank["pool"] if rerank is not None else k) + extra
     expansion: dict[str, Any] = {"query_expansion": expand is not None, **(expand or {})}
@@ -196,10 +219,7 @@ def run(args: argparse.Namespace) -> int:
             ][: depth - extra]
             for name, candidates in zip(query_names, lists, strict=True)
         ]
-    if rerank is not None:
-        reranker = KReciprocalReranker(
-            store, k1=rerank["k1"], k2=rerank["k2"], lambda_value=rerank["lambda_value"]
-        )
+    if reranker is not None:
         lists = reranker.rerank_batch(lists, top_k=k)
     payload = {
         "store": args.store,

@@ -16,6 +16,7 @@ from galleria.embedders.base import (
 from galleria.embedders.clip import ClipEmbedder
 from galleria.embedders.pixel import PixelEmbedder
 from galleria.embedders.registry import EMBEDDER_TYPES, embedder_config, embedder_from_config
+from galleria.embedders.timm import TimmEmbedder
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -25,6 +26,7 @@ __all__ = [
     "ImageInput",
     "PixelEmbedder",
     "TextEmbedder",
+    "TimmEmbedder",
     "batch_size_of",
     "embedder_config",
     "embedder_from_config",

@@ -10,11 +10,12 @@ from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
 from galleria.embedders.clip import ClipEmbedder
 from galleria.embedders.pixel import PixelEmbedder
+from galleria.embedders.timm import TimmEmbedder
 
 __all__ = ["EMBEDDER_TYPES", "check_config", "embedder_config", "embedder_from_config"]
 
 #: Embedder types that :func:`embedder_from_config` can rebuild.
-EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip")
+EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip", "timm")
 
 
 def embedder_config(embedder: object) -> dict[str, Any] | None:
@@ -80,4 +81,6 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
         return PixelEmbedder.from_config(config)
     if kind == "clip":
         return ClipEmbedder.from_config(config, checkpoint=checkpoint)
+    if kind == "timm":
+        return TimmEmbedder.from_config(config, checkpoint=checkpoint)
     raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
+from galleria.rerank.base import DEFAULT_METHOD, check_method_params
 
 __all__ = ["RetrievalConfig", "standard_configs"]
 
@@ -24,11 +25,17 @@ class RetrievalConfig:
         αQE's exponent and the number of matches it averages.
     rerank : bool
         Re-rank a pool of the first ``pool`` candidates (of the expanded query when
-        ``query_expansion`` is set) with :class:`~galleria.rerank.KReciprocalReranker`.
+        ``query_expansion`` is set) with the re-ranker ``rerank_method``.
     k1, k2, lambda_value : int, int, float
-        The re-ranker's parameters.
+        The k-reciprocal re-ranker's parameters.
     pool : int
         How many candidates are re-ranked.
+    rerank_method : str
+        One of :data:`galleria.rerank.RERANK_METHODS` (default ``"k-reciprocal"``). With ``"dba"``
+        the candidates are searched in the DBA-augmented store (made once per evaluation).
+    rerank_params : dict
+        The parameters of a method other than k-reciprocal (see :func:`galleria.rerank.make_reranker`);
+        a parameter left out takes the re-ranker's default.
 
     Examples
     --------
@@ -45,6 +52,8 @@ class RetrievalConfig:
     k2: int = 6
     lambda_value: float = 0.3
     pool: int = 200
+    rerank_method: str = DEFAULT_METHOD
+    rerank_params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -60,6 +69,16 @@ class RetrievalConfig:
         if self.k2 > self.k1:
             raise ValueError(f"k2 must not exceed k1, got k2={self.k2!r} > k1={self.k1!r}")
         object.__setattr__(self, "lambda_value", check_fraction("lambda_value", self.lambda_value))
+        if self.rerank_method == DEFAULT_METHOD and self.rerank_params:
+            raise ValueError("k-reciprocal takes k1, k2 and lambda_value as fields, not in rerank_params")
+        params = check_method_params(self.rerank_method, self.rerank_params)
+        object.__setattr__(self, "rerank_params", {} if self.rerank_method == DEFAULT_METHOD else params)
+
+    def reranker_params(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`galleria.rerank.make_reranker` for this configuration."""
+        if self.rerank_method == DEFAULT_METHOD:
+            return {"k1": self.k1, "k2": self.k2, "lambda_value": self.lambda_value}
+        return dict(self.rerank_params)
 
     def settings(self) -> dict[str, Any]:
         """The JSON-able settings of this configuration (αQE and re-ranking keys only when they are on)."""
@@ -68,8 +87,10 @@ class RetrievalConfig:
             result["expansion_alpha"] = self.expansion_alpha
             result["expansion_neighbors"] = self.expansion_neighbors
         result["rerank"] = self.rerank
-        if self.rerank:
+        if self.rerank and self.rerank_method == DEFAULT_METHOD:
             result.update(k1=self.k1, k2=self.k2, lambda_value=self.lambda_value, pool=self.pool)
+        elif self.rerank:
+            result.update(rerank_method=self.rerank_method, **self.rerank_params, pool=self.pool)
         return result
 
     @property
@@ -78,10 +99,14 @@ class RetrievalConfig:
         parts: list[str] = []
         if self.query_expansion:
             parts.append(f"αQE (α={self.expansion_alpha:g}, n={self.expansion_neighbors})")
-        if self.rerank:
+        if self.rerank and self.rerank_method == DEFAULT_METHOD:
             parts.append(
                 f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={self.lambda_value:g}, pool={self.pool})"
             )
+        elif self.rerank:
+            values = ", ".join(f"{key}={value:g}" for key, value in self.rerank_params.items())
+            label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
+            parts.append(f"{label} ({values + ', ' if values else ''}pool={self.pool})")
         return " + ".join(parts) if parts else "plain retrieval"
 
 
@@ -95,12 +120,15 @@ def standard_configs(
     k2: int = 6,
     lambda_value: float = 0.3,
     pool: int = 200,
+    rerank_method: str = DEFAULT_METHOD,
+    rerank_params: dict[str, Any] | None = None,
 ) -> list[RetrievalConfig]:
     """The configurations of the benchmark table: plain, then αQE, then re-ranking.
 
     Plain retrieval is always first. ``expand`` adds ``"aqe"``; ``rerank`` adds the re-ranked
     configuration, on the expanded query's pool (``"aqe+rerank"``) when ``expand`` is on and on
-    the plain query's pool (``"rerank"``) otherwise.
+    the plain query's pool (``"rerank"``) otherwise; ``rerank_method`` and ``rerank_params`` choose
+    another re-ranker than k-reciprocal.
 
     Examples
     --------
@@ -133,6 +161,8 @@ def standard_configs(
                 k2=k2,
                 lambda_value=lambda_value,
                 pool=pool,
+                rerank_method=rerank_method,
+                rerank_params=dict(rerank_params or {}),
             )
         )
     return configs

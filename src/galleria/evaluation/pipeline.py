@@ -26,7 +26,7 @@ from galleria.metrics import (
     mean_reciprocal_rank,
     ranked_relevance,
 )
-from galleria.rerank import KReciprocalReranker
+from galleria.rerank import Reranker, make_reranker
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = ["METRIC_DEPTH", "ConfigResult", "evaluate_retrieval"]
@@ -70,7 +70,7 @@ class ConfigResult:
 
 def _answer(
     store: InMemoryImageEmbeddingStore,
-    reranker: KReciprocalReranker | None,
+    reranker: Reranker | None,
     config: RetrievalConfig,
     queries: Sequence[Any],
     depth: int,
@@ -196,15 +196,15 @@ def evaluate_retrieval(
         if on_config is not None:
             on_config(config)
         reranker = (
-            KReciprocalReranker(store, k1=config.k1, k2=config.k2, lambda_value=config.lambda_value)
-            if config.rerank
-            else None
+            make_reranker(config.rerank_method, store, **config.reranker_params()) if config.rerank else None
         )
-        _answer(store, reranker, config, query_list[:1], depth)  # warm-up: lazy imports, thread pools
+        # DBA + αQE searches its augmented store (made once, above, outside the timing).
+        searched = reranker.store if reranker is not None else store
+        _answer(searched, reranker, config, query_list[:1], depth)  # warm-up: lazy imports, thread pools
         lists: list[list[Candidate]] = []
         started = time.perf_counter()
         for start in range(0, len(query_list), batch_size):
-            lists.extend(_answer(store, reranker, config, query_list[start : start + batch_size], depth))
+            lists.extend(_answer(searched, reranker, config, query_list[start : start + batch_size], depth))
         elapsed = time.perf_counter() - started
         results.append(_score(config, lists, label_list, gallery_labels, elapsed))
         if on_lists is not None:

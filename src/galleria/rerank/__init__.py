@@ -9,26 +9,46 @@
 * :func:`iter_k_reciprocal_rerank_features` / :func:`iter_k_reciprocal_rerank` — the same output, a block
   of probes at a time, so the P×G matrix never exists;
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
+
+Other re-rankers behind the same :class:`Reranker` protocol (built by name with :func:`make_reranker`):
+:class:`DiffusionReranker` (Iscen et al. 2017), :class:`GnnReranker` (Zhang et al. 2020) and
+:class:`DBAReranker` (database-side augmentation + αQE), each with a full probe×gallery function.
 """
 
 from __future__ import annotations
 
+from galleria.rerank.base import DEFAULT_METHOD, RERANK_METHODS, Reranker, make_reranker
 from galleria.rerank.batched import rerank_pools
+from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
+from galleria.rerank.diffusion import DiffusionReranker, diffusion_rerank_features
 from galleria.rerank.full import (
     iter_k_reciprocal_rerank,
     iter_k_reciprocal_rerank_features,
     k_reciprocal_rerank,
     k_reciprocal_rerank_features,
 )
+from galleria.rerank.gnn import GnnReranker, gnn_rerank_features
 from galleria.rerank.pool import rerank_pool, scale_rows
 from galleria.rerank.reranker import KReciprocalReranker
 
 __all__ = [
+    "DEFAULT_METHOD",
+    "RERANK_METHODS",
+    "DBAReranker",
+    "DiffusionReranker",
+    "GnnReranker",
     "KReciprocalReranker",
+    "Reranker",
+    "augment_store",
+    "database_augmentation",
+    "dba_aqe_rerank_features",
+    "diffusion_rerank_features",
+    "gnn_rerank_features",
     "iter_k_reciprocal_rerank",
     "iter_k_reciprocal_rerank_features",
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",
+    "make_reranker",
     "rerank_pool",
     "rerank_pools",
     "scale_rows",

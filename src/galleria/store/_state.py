@@ -29,6 +29,8 @@ class GalleryState:
         index cannot give its vectors back.
     skipped : list of str
         Paths left out because they could not be read.
+    augmentation : dict or None
+        How the vectors were augmented on the database side (``galleria.rerank.dba``), if they were.
     """
 
     index: SearchIndex
@@ -36,3 +38,4 @@ class GalleryState:
     paths: list[str]
     vectors: np.ndarray | None
     skipped: list[str]
+    augmentation: dict[str, Any] | None = None

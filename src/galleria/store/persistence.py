@@ -12,7 +12,12 @@ File layout (safetensors; readable by any safetensors reader):
 
       {"format": "galleria-store", "format_version": 2, "paths": [...], "space": "cosine",
        "dim": 512, "index": {"name": "hnsw", "params": {...}}, "embedder": {"config": {...}} | null,
-       "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}}}
+       "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}},
+       "augmentation": {"method": "dba", "neighbors": 10, "alpha": 3.0}}
+
+  ``augmentation`` is present only for a store whose vectors were replaced by database-side
+  augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
+  index's own, so the file keeps them and loading restores the record.
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 from typing import Any
@@ -64,6 +70,7 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
+_OPTIONAL_KEYS = frozenset({"augmentation"})
 _TENSOR_NAMES = frozenset({"index", "vectors"})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
@@ -145,6 +152,8 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
         "skipped": list(state.skipped),
         "tensors": {name: {"sha256": _digest(array)} for name, array in tensors.items()},
     }
+    if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
+        header["augmentation"] = dict(state.augmentation)
     metadata = {
         _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
         _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
@@ -161,6 +170,23 @@ def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str,
 
 
 # ---------------------------------------------------------------------------------------------- reading
+
+
+def _valid_augmentation(record: Any) -> bool:
+    """Whether ``record`` is ``{"method": "dba", "neighbors": int >= 1, "alpha": finite float >= 0}``."""
+    if not isinstance(record, dict) or set(record) != {"method", "neighbors", "alpha"}:
+        return False
+    neighbors, alpha = record["neighbors"], record["alpha"]
+    return (
+        record["method"] == "dba"
+        and isinstance(neighbors, int)
+        and not isinstance(neighbors, bool)
+        and 1 <= neighbors <= 1 << 20
+        and isinstance(alpha, (int, float))
+        and not isinstance(alpha, bool)
+        and math.isfinite(alpha)
+        and alpha >= 0
+    )
 
 
 class _Header:
@@ -234,7 +260,7 @@ def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
 def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[str, Any]:
     """Check every key of a header; return the values the loader uses."""
     checked = _Header(name, header)
-    unknown = sorted(map(str, set(header) - _HEADER_KEYS))
+    unknown = sorted(map(str, set(header) - _HEADER_KEYS - _OPTIONAL_KEYS))
     if unknown:
         raise ValueError(f"{name!r}: unknown header key(s) {unknown}")
     paths = checked.path_list("paths")
@@ -265,6 +291,12 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
     ):
         raise checked.fail("embedder", "must be null or an object {'config': object or null}")
     skipped = checked.path_list("skipped")
+    augmentation = header.get("augmentation")
+    if augmentation is not None and not _valid_augmentation(augmentation):
+        raise checked.fail(
+            "augmentation",
+            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}",
+        )
     tensors = checked.get("tensors")
     if (
         not isinstance(tensors, dict)
@@ -283,6 +315,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "embedder": embedder,
         "skipped": skipped,
         "tensors": tensors,
+        "augmentation": augmentation,
     }
 
 
@@ -481,4 +514,5 @@ def read_store(
         assert vectors is not None
         index.add(vectors)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
-    return GalleryState(index, loaded_embedder, paths, kept, skipped)
+    augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
+    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation)

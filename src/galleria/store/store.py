@@ -123,6 +123,7 @@ class InMemoryImageEmbeddingStore:
     _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
     _skipped: list[str]
     _built: bool
+    _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -167,6 +168,7 @@ class InMemoryImageEmbeddingStore:
         self._vectors = None
         self._skipped = []
         self._built = False
+        self._augmentation = None
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
@@ -179,6 +181,7 @@ class InMemoryImageEmbeddingStore:
         store = cls.__new__(cls)
         store._init_state(state.index, state.embedder)
         store._skipped = list(state.skipped)
+        store._augmentation = None if state.augmentation is None else dict(state.augmentation)
         store._set_gallery(state.paths, state.vectors)
         return store
 
@@ -328,6 +331,11 @@ class InMemoryImageEmbeddingStore:
         if self._index.dim is not None:
             return self._index.dim
         return None if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def augmentation(self) -> dict[str, Any] | None:
+        """How the stored vectors were augmented (``{"method": "dba", ...}``); None for plain ones."""
+        return None if self._augmentation is None else dict(self._augmentation)
 
     @property
     def is_built(self) -> bool:
@@ -655,7 +663,9 @@ class InMemoryImageEmbeddingStore:
         target = persistence.check_store_path(path)
         self._require_built()
         with self._lock.reading():
-            snapshot = GalleryState(self._index, self._embedder, self._paths, self._vectors, self._skipped)
+            snapshot = GalleryState(
+                self._index, self._embedder, self._paths, self._vectors, self._skipped, self._augmentation
+            )
             tensors, metadata = persistence.encode_store(snapshot, vectors)
         persistence.write_store(target, tensors, metadata)
 

@@ -1,0 +1,207 @@
+"""Benchmark of the re-ranking methods behind the Reranker protocol: pools of 200, and Market-1501 size.
+
+Run ``.venv/bin/python benchmarks/bench_rerank_methods.py`` (a few minutes) or with ``--quick``.
+Writes ``docs/benchmarks/rerank_methods.md``.
+
+Part 1 — pool re-ranking, ms/query at pool 200. Data: ``numpy.random.default_rng(0)``; 20,000 unit
+vectors in 512-d around 1,000 Gaussian centres (σ = 0.6 per coordinate before normalising) in an
+exact cosine store; 200 queries drawn around random centres the same way; each query's pool is its
+top-200 retrieval (not timed). Timed: ``rerank_batch`` of every method on all pools (k-reciprocal
+k1 = 20, k2 = 6, λ = 0.3; diffusion k = 50, query_k = 10, α = 0.99, γ = 3, 20 CG iterations; GNN
+k1 = 26, k2 = 7; DBA + αQE 10 neighbours, α = 3 — its pools come from the augmented store, whose
+augmentation of the 20,000 vectors is timed once on its own).
+
+Part 2 — the full probe×gallery setting at Market-1501 size. Data: ``default_rng(1)``; 3,368 probes
+and 15,913 gallery items, 256-d unit features around 1,501 identities (σ = 1.2). Each function runs
+in its own child process that loads the features from ``.npy`` files, so its peak RSS (``VmHWM``) is
+its own: ``diffusion_rerank_features``,
+``gnn_rerank_features`` (scipy.sparse) and ``dba_aqe_rerank_features`` (``--full-methods`` adds
+``k_reciprocal_rerank_features``, whose figures ``bench_rerank.py`` reports). mAP of each against the
+identities is printed beside its time, as a sanity check (synthetic data: not a quality claim).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _clustered(rng: np.random.Generator, centres: np.ndarray, count: int, sigma: float) -> tuple[Any, Any]:
+    ids = rng.integers(0, len(centres), count)
+    vectors = centres[ids] + rng.normal(0, sigma, (count, centres.shape[1]))
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32), ids
+
+
+def part_pools(quick: bool) -> list[dict[str, Any]]:
+    from galleria.rerank import DBAReranker, DiffusionReranker, GnnReranker, KReciprocalReranker
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    rng = np.random.default_rng(0)
+    size, queries_n = (4000, 40) if quick else (20_000, 200)
+    centres = rng.normal(size=(size // 20, 512))
+    gallery, _ = _clustered(rng, centres, size, 0.6)
+    queries, _ = _clustered(rng, centres, queries_n, 0.6)
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(size)], gallery)
+    pools = store.retrieve_by_vector(queries, k=200)
+    rows = []
+    started = time.perf_counter()
+    dba = DBAReranker(store)
+    augment_seconds = time.perf_counter() - started
+    dba_pools = dba.store.retrieve_by_vector(queries, k=200)
+    for name, reranker, lists in (
+        ("k-reciprocal", KReciprocalReranker(store), pools),
+        ("diffusion", DiffusionReranker(store), pools),
+        ("gnn", GnnReranker(store), pools),
+        ("dba+aqe", dba, dba_pools),
+    ):
+        reranker.rerank_batch(lists[:2], top_k=10)  # warm-up
+        started = time.perf_counter()
+        reranker.rerank_batch(lists, top_k=10)
+        batch = time.perf_counter() - started
+        started = time.perf_counter()
+        for candidates in lists[:20]:
+            reranker.rerank(candidates, top_k=10)
+        single = (time.perf_counter() - started) / min(20, len(lists))
+        rows.append({"method": name, "batch_ms": 1000 * batch / len(lists), "single_ms": 1000 * single})
+        print(f"pool {name}: {rows[-1]}", file=sys.stderr)
+    rows.append({"method": "dba augmentation", "seconds": augment_seconds, "gallery": size})
+    return rows
+
+
+_CHILD = """
+import json, resource, sys, time
+import numpy as np
+from galleria import rerank
+name, folder = sys.argv[1], sys.argv[2]
+probes = np.load(folder + "/probes.npy"); gallery = np.load(folder + "/gallery.npy")
+probe_ids = np.load(folder + "/probe_ids.npy"); gallery_ids = np.load(folder + "/gallery_ids.npy")
+function = {"k-reciprocal": rerank.k_reciprocal_rerank_features,
+            "diffusion": rerank.diffusion_rerank_features,
+            "gnn": rerank.gnn_rerank_features, "dba+aqe": rerank.dba_aqe_rerank_features}[name]
+started = time.perf_counter()
+distances = function(probes, gallery)
+seconds = time.perf_counter() - started
+order = np.argsort(distances, axis=1, kind="stable")
+hits = gallery_ids[order] == probe_ids[:, None]
+ranks = np.arange(1, hits.shape[1] + 1)
+precision = np.cumsum(hits, axis=1) / ranks
+ap = (precision * hits).sum(axis=1) / np.maximum(hits.sum(axis=1), 1)
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "map": float(ap.mean()),
+                  "top1": float(hits[:, 0].mean())}))
+"""
+
+
+def part_full(quick: bool, methods: list[str]) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(1)
+    probes_n, gallery_n, ids = (400, 2000, 200) if quick else (3368, 15913, 1501)
+    centres = rng.normal(size=(ids, 256))
+    probes, probe_ids = _clustered(rng, centres, probes_n, 1.2)
+    gallery, gallery_ids = _clustered(rng, centres, gallery_n, 1.2)
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name, array in (
+            ("probes", probes),
+            ("gallery", gallery),
+            ("probe_ids", probe_ids),
+            ("gallery_ids", gallery_ids),
+        ):
+            np.save(os.path.join(folder, f"{name}.npy"), array)
+        plain = probes @ gallery.T
+        order = np.argsort(-plain, axis=1, kind="stable")
+        hits = gallery_ids[order] == probe_ids[:, None]
+        precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
+        plain_map = float(((precision * hits).sum(axis=1) / np.maximum(hits.sum(axis=1), 1)).mean())
+        rows.append({"method": "plain (cosine)", "map": plain_map, "top1": float(hits[:, 0].mean())})
+        for name in methods:
+            process = subprocess.run(
+                [sys.executable, "-c", _CHILD, name, folder], capture_output=True, text=True, check=False
+            )
+            if process.returncode != 0:
+                rows.append({"method": name, "error": process.stderr.strip().splitlines()[-1]})
+            else:
+                rows.append({"method": name, **json.loads(process.stdout)})
+            print(f"full {rows[-1]}", file=sys.stderr)
+    return rows
+
+
+def markdown(pools: list[dict[str, Any]], full: list[dict[str, Any]], quick: bool) -> str:
+    lines = [
+        "# Re-ranking methods",
+        "",
+        "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs were "
+        "running: absolute times are high; compare rows).",
+        "",
+        "## Pools of 200 (ms per query)",
+        "",
+        "| method | `rerank_batch` | `rerank` one by one |",
+        "| --- | ---: | ---: |",
+    ]
+    for row in pools:
+        if "batch_ms" in row:
+            lines.append(f"| {row['method']} | {row['batch_ms']:.1f} | {row['single_ms']:.1f} |")
+    augment = next(row for row in pools if row["method"] == "dba augmentation")
+    lines += [
+        "",
+        f"DBA's augmentation of the {augment['gallery']:,}-vector store (once per store, kept in its saved "
+        f"file): {augment['seconds']:.1f} s.",
+        "",
+        "## Full probe×gallery setting"
+        + (" (quick sizes)" if quick else ", Market-1501 size (3,368 × 15,913, 256-d)"),
+        "",
+        "| method | seconds | peak RSS (MB) | mAP | top-1 |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in full:
+        if "error" in row:
+            lines.append(f"| {row['method']} | failed: {row['error']} | | | |")
+        elif "seconds" in row:
+            lines.append(
+                f"| {row['method']} | {row['seconds']:.1f} | {row['peak_mb']:.0f} | {row['map']:.4f} | "
+                f"{row['top1']:.4f} |"
+            )
+        else:
+            lines.append(f"| {row['method']} | – | – | {row['map']:.4f} | {row['top1']:.4f} |")
+    lines += [
+        "",
+        "The synthetic identities are well separated (plain mAP ≈ 1), so part 2 measures time and memory, "
+        "not quality; k-reciprocal's full-setting figures at this size are in its own section.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--part", choices=("pool", "full", "both"), default="both")
+    parser.add_argument(
+        "--full-methods",
+        default="diffusion,gnn,dba+aqe",
+        help="methods of part 2 (k-reciprocal's full figures are in bench_rerank.py; add it to compare)",
+    )
+    args = parser.parse_args()
+    pools = part_pools(args.quick) if args.part in ("pool", "both") else []
+    methods = args.full_methods.split(",")
+    full = part_full(args.quick, methods) if args.part in ("full", "both") else []
+    if args.part == "both":
+        text = markdown(pools, full, args.quick)
+        print(text)
+        if not args.quick:
+            (ROOT / "docs" / "benchmarks" / "rerank_methods.md").write_text(text, encoding="utf-8")
+    else:
+        print(json.dumps({"pools": pools, "full": full}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

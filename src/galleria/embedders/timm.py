@@ -1,0 +1,334 @@
+"""Global-pooled features of any timm backbone (optional extra ``galleria[timm]``).
+
+The network is created with ``num_classes=0`` (its classifier replaced by the identity), so its
+output is the pooled feature vector; images are prepared with timm's own data config for that
+network (resize, centre crop, mean and standard deviation). A local checkpoint follows the
+checkpoint rules of :mod:`galleria.embedders._checkpoint`: the config records its base name and
+SHA-256, never its path, and :meth:`TimmEmbedder.from_config` needs the file passed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from galleria._validation import check_bool, check_positive_int
+from galleria.embedders._checkpoint import check_record, checkpoint_record, verify_checkpoint
+from galleria.embedders._config import check_config
+from galleria.embedders._images import check_images, to_pil
+from galleria.embedders.base import ImageInput
+
+__all__ = ["TimmEmbedder"]
+
+_CONFIG_KEYS = frozenset(
+    {"type", "model_name", "pretrained", "batch_size", "normalize", "checkpoint_name", "checkpoint_sha256"}
+)
+#: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
+RANDOM_WEIGHTS_SEED = 0
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+
+
+def _import_timm() -> tuple[Any, Any]:
+    """Import torch and timm, or raise an ImportError naming the extra to install."""
+    try:
+        torch = importlib.import_module("torch")
+        timm = importlib.import_module("timm")
+    except ImportError as error:
+        raise ImportError(
+            "TimmEmbedder needs torch and timm; install them with: pip install 'galleria[timm]'"
+        ) from error
+    return torch, timm
+
+
+def _pick_device(torch: Any, device: Any) -> Any:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be None, a str or a torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
+
+
+def _looks_like_path(value: str) -> bool:
+    return os.sep in value or "/" in value or value.lower().endswith(_CHECKPOINT_SUFFIXES)
+
+
+def _read_state_dict(torch: Any, path: str) -> dict[str, Any]:
+    """A checkpoint's tensors (safetensors, or torch's format loaded with ``weights_only=True``)."""
+    try:
+        if path.lower().endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            state: Any = load_file(path, device="cpu")
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch / safetensors raise their own types for damaged files
+        raise ValueError(f"checkpoint {path!r} cannot be read as a weights file: {error}") from error
+    if isinstance(state, Mapping):
+        for key in ("state_dict", "model"):
+            inner = state.get(key)
+            if len(state) <= 3 and isinstance(inner, Mapping):
+                state = inner
+                break
+    if not isinstance(state, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in state.items()
+    ):
+        raise ValueError(f"checkpoint {path!r} does not hold a state dict of named tensors")
+    return dict(state)
+
+
+class TimmEmbedder:
+    """Embed images with a timm backbone's global-pooled features, in batches, on any torch device.
+
+    Parameters
+    ----------
+    model_name : str
+        A timm architecture (``timm.list_models()``), e.g. ``"tf_efficientnet_lite0"``.
+    pretrained : None, True, str or os.PathLike
+        None (or False) for seeded random weights; True for timm's default weights of the network;
+        a timm weight tag (``"in1k"`` → ``"<model_name>.in1k"``); or the path of a local checkpoint
+        file (a state dict in torch's format, read with ``weights_only=True``, or safetensors). A
+        checkpoint's classifier tensors, if any, are dropped; every other tensor must fit the network.
+        Weights by tag come from timm's hub cache; offline (``HF_HUB_OFFLINE=1``) without a cached copy
+        this raises RuntimeError saying to pass a local file instead.
+    device : str, torch.device or None
+        Where the model runs; None picks cuda when available, else cpu.
+    batch_size : int
+        Images per forward pass (and per batch a store feeds in).
+    normalize : bool
+        Scale each feature vector to unit L2 norm (default True).
+    progress : bool
+        Show a tqdm bar over the batches of one :meth:`embed` call.
+
+    Raises
+    ------
+    ImportError
+        If torch or timm is not installed (``pip install 'galleria[timm]'``).
+    TypeError
+        For arguments of the wrong kind.
+    ValueError
+        For an unknown model, a missing or unreadable checkpoint, or one whose tensors do not fit.
+    RuntimeError
+        If weights by tag cannot be obtained.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> embedder = TimmEmbedder("resnet18", pretrained=None, device="cpu")  # doctest: +SKIP
+    >>> embedder.embed([np.zeros((64, 64, 3), np.uint8)]).shape  # doctest: +SKIP
+    (1, 512)
+    """
+
+    def __init__(
+        self,
+        model_name: str = "tf_efficientnet_lite0",
+        pretrained: bool | str | os.PathLike[str] | None = None,
+        *,
+        device: Any = None,
+        batch_size: int = 32,
+        normalize: bool = True,
+        progress: bool = False,
+    ) -> None:
+        torch, timm = _import_timm()
+        if not isinstance(model_name, str):
+            raise TypeError(f"model_name must be a str, got {model_name!r} ({type(model_name).__name__})")
+        if not model_name or not timm.is_model(model_name):
+            raise ValueError(f"model_name {model_name!r} is not a timm model; see timm.list_models()")
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        self._normalize = check_bool("normalize", normalize)
+        self.progress = check_bool("progress", progress)
+        self._torch = torch
+        self._model_name = model_name
+        self._device = _pick_device(torch, device)
+        self._tag, self._checkpoint = self._check_pretrained(pretrained)
+        self._record = checkpoint_record(self._checkpoint) if self._checkpoint is not None else None
+        self._model = self._load(timm).to(self._device).eval()
+        config = timm.data.resolve_data_config({}, model=self._model)
+        self._data_config = dict(config)
+        self._transform = timm.data.create_transform(**config)
+        self._dim = int(self._model.num_features)
+
+    def _check_pretrained(self, pretrained: Any) -> tuple[str | bool | None, str | None]:
+        """Return ``(tag, checkpoint path)``: a timm tag / True / None, or a local file."""
+        if pretrained is None or pretrained is False:
+            return None, None
+        if pretrained is True:
+            return True, None
+        if isinstance(pretrained, os.PathLike):
+            pretrained = os.fspath(pretrained)
+        if not isinstance(pretrained, str):
+            raise TypeError(
+                f"pretrained must be None, True, a timm tag or a checkpoint path, got {pretrained!r} "
+                f"({type(pretrained).__name__})"
+            )
+        if not pretrained:
+            raise ValueError("pretrained must be None, True, a timm tag or a checkpoint path, got ''")
+        if os.path.exists(pretrained):
+            if not os.path.isfile(pretrained):
+                raise ValueError(f"pretrained checkpoint {pretrained!r} is not a file")
+            return None, pretrained
+        if _looks_like_path(pretrained):
+            raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
+        return pretrained, None
+
+    def _load(self, timm: Any) -> Any:
+        torch = self._torch
+        if self._checkpoint is not None:
+            state = _read_state_dict(torch, self._checkpoint)
+            model = self._create(timm, self._model_name, pretrained=False)
+            classifier = str(model.pretrained_cfg.get("classifier", "classifier"))
+            kept = {key: value for key, value in state.items() if not key.startswith(classifier + ".")}
+            try:
+                model.load_state_dict(kept, strict=True)
+            except RuntimeError as error:
+                raise ValueError(
+                    f"checkpoint {self._checkpoint!r} does not fit {self._model_name!r}: {error}"
+                ) from error
+            return model
+        if self._tag is None:
+            return self._create(timm, self._model_name, pretrained=False)
+        name = self._model_name if self._tag is True else f"{self._model_name.split('.')[0]}.{self._tag}"
+        if self._tag is not True:
+            base = self._model_name.split(".")[0]
+            tags = [known.split(".", 1)[1] for known in timm.list_pretrained(base) if "." in known]
+            if name not in timm.list_pretrained(base):
+                raise ValueError(
+                    f"pretrained {self._tag!r} is not a timm weight tag of {base!r}; its tags are {tags}"
+                )
+        try:
+            return self._create(timm, name, pretrained=True)
+        except Exception as error:  # hub, network and file errors alike
+            raise RuntimeError(
+                f"could not obtain the timm weights {name!r} ({error}). Without network access, download "
+                "the checkpoint elsewhere and pass its local path: "
+                f"TimmEmbedder({self._model_name!r}, pretrained='/path/to/checkpoint.pth')"
+            ) from error
+
+    def _create(self, timm: Any, name: str, *, pretrained: bool) -> Any:
+        torch = self._torch
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_WEIGHTS_SEED)
+            return timm.create_model(name, pretrained=pretrained, num_classes=0)
+
+    def __repr__(self) -> str:
+        source = self._record["checkpoint_name"] if self._record is not None else self._tag
+        return (
+            f"TimmEmbedder(model_name={self._model_name!r}, pretrained={source!r}, "
+            f"device={str(self._device)!r}, batch_size={self.batch_size})"
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The timm architecture."""
+        return self._model_name
+
+    @property
+    def device(self) -> str:
+        """The torch device the model runs on."""
+        return str(self._device)
+
+    @property
+    def dim(self) -> int:
+        """Length of the feature vectors (the network's ``num_features``)."""
+        return self._dim
+
+    @property
+    def data_config(self) -> dict[str, Any]:
+        """timm's data config used for preprocessing (input size, interpolation, crop, mean, std)."""
+        return dict(self._data_config)
+
+    @property
+    def model(self) -> Any:
+        """The torch module (classifier removed)."""
+        return self._model
+
+    def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
+        """Return the (len(images), dim) float32 features of RGB uint8 arrays or PIL images."""
+        items = [to_pil(image, position) for position, image in enumerate(check_images(images))]
+        if not items:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        torch = self._torch
+        outputs: list[np.ndarray] = []
+        starts = range(0, len(items), self.batch_size)
+        bar = tqdm(starts, desc="embedding", unit="batch", disable=not self.progress or len(starts) < 2)
+        autocast = (
+            torch.autocast(device_type="cuda") if self._device.type == "cuda" else contextlib.nullcontext()
+        )
+        with torch.inference_mode(), autocast:
+            for start in bar:
+                batch = torch.stack(
+                    [
+                        self._transform(image.convert("RGB"))
+                        for image in items[start : start + self.batch_size]
+                    ]
+                )
+                features = self._model(batch.to(self._device)).float()
+                if self._normalize:
+                    features = torch.nn.functional.normalize(features, dim=-1)
+                outputs.append(features.cpu().numpy().astype(np.float32, copy=False))
+        return np.ascontiguousarray(np.concatenate(outputs, axis=0), dtype=np.float32)
+
+    def config(self) -> dict[str, Any]:
+        """A JSON-able description for :meth:`from_config`: model, weights, batch size (not the device).
+
+        A local checkpoint is recorded by base name and SHA-256 only (``pretrained`` is then None).
+        """
+        result: dict[str, Any] = {
+            "type": "timm",
+            "model_name": self._model_name,
+            "pretrained": self._tag,
+            "batch_size": self.batch_size,
+            "normalize": self._normalize,
+        }
+        if self._record is not None:
+            result.update(self._record)
+        return result
+
+    @classmethod
+    def from_config(
+        cls, config: Mapping[str, Any], *, checkpoint: Any = None, device: Any = None
+    ) -> TimmEmbedder:
+        """Rebuild an embedder from :meth:`config` output.
+
+        A config that records a local checkpoint needs ``checkpoint=`` (the file, whose SHA-256 must
+        match the record); the config never names a path that is opened.
+
+        Raises
+        ------
+        TypeError
+            ``config`` is not a mapping.
+        ValueError
+            Another embedder type, unknown keys, a malformed record, a missing or mismatching
+            checkpoint, or a checkpoint given to a config that records none.
+        """
+        check_config(config, "timm", _CONFIG_KEYS)
+        where = "timm embedder config"
+        pretrained = config.get("pretrained")
+        if pretrained is not None and not isinstance(pretrained, (bool, str)):
+            raise ValueError(f"{where}: pretrained must be null, true or a timm tag, got {pretrained!r}")
+        if isinstance(pretrained, str) and _looks_like_path(pretrained):
+            raise ValueError(f"{where}: pretrained must be a timm tag, not a path ({pretrained!r})")
+        if check_record(config, where) is not None:
+            if pretrained not in (None, False):
+                raise ValueError(f"{where} records both a tag and a local checkpoint")
+            source: Any = verify_checkpoint(config, checkpoint, where)
+        elif checkpoint is not None:
+            verify_checkpoint(config, checkpoint, where)  # raises: the config records no checkpoint
+            source = None  # pragma: no cover
+        else:
+            source = pretrained
+        return cls(
+            model_name=config.get("model_name", "tf_efficientnet_lite0"),
+            pretrained=source,
+            device=device,
+            batch_size=config.get("batch_size", 32),
+            normalize=config.get("normalize", True),
+        )

@@ -1,0 +1,308 @@
+"""Database-side augmentation (DBA) + αQE, as in the landmark-retrieval literature.
+
+**DBA** replaces every gallery vector by a weighted mean of itself and its ``neighbors`` most
+similar gallery vectors, with the weights of αQE (:mod:`galleria.expansion`): with unit vectors,
+
+    ``x̃_i = normalise(x̂_i + Σ_{j ∈ N(i)} max(cos(x_i, x_j), 0) ** alpha · x̂_j)``
+
+where ``N(i)`` excludes ``i`` itself (ties to the lower row). It is computed once per store:
+:func:`augment_store` returns a new store over the augmented vectors, which records
+``{"method": "dba", "neighbors": n, "alpha": a}`` in its ``augmentation`` property and keeps it,
+with the augmented vectors, in its saved file.
+
+**αQE** then expands each query with its ``aqe_neighbors`` best matches *in the augmented
+gallery* and ranks again by cosine. :class:`DBAReranker` does the second ranking on a pool: given
+the candidates the augmented store returned (distances ``1 - cos(q̂, x̃_i)``), it scores every
+candidate by its exact cosine distance to the expanded query,
+
+    ``q' = q̂ + Σ_{j ≤ m} w_j x̃_j``,  ``w_j = max(cos(q̂, x̃_j), 0) ** aqe_alpha``,
+    ``d'_i = 1 - (cos(q̂, x̃_i) + Σ_j w_j cos(x̃_j, x̃_i)) / ‖q'‖``,
+
+which equals a second search with the expanded query restricted to the pool. DBA + αQE works in
+the ``cosine`` space only (the query's norm is not known from its distances elsewhere).
+
+:func:`dba_aqe_rerank_features` is the full probe×gallery setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_nonnegative_float, check_positive_int
+from galleria.expansion import alpha_query_expansion
+from galleria.rerank._common import stable_smallest
+from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
+from galleria.store.store import InMemoryImageEmbeddingStore
+
+__all__ = [
+    "DBAReranker",
+    "aqe_pools",
+    "augment_store",
+    "database_augmentation",
+    "dba_aqe_rerank_features",
+]
+
+#: Rows augmented together (bounds the (rows, neighbours, d) array handed to αQE).
+_BLOCK = 256
+
+
+def database_augmentation(vectors: Any, *, neighbors: int = 10, alpha: float = 3.0) -> np.ndarray:
+    """Augment every row of ``vectors`` with its ``neighbors`` most similar other rows (DBA).
+
+    Parameters
+    ----------
+    vectors : array_like, shape (n, d)
+        The gallery vectors (any scale; compared by cosine).
+    neighbors : int
+        Other rows averaged into each row (capped at ``n - 1``).
+    alpha : float
+        The αQE exponent of the weights, finite and ≥ 0.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n, d) float32 unit rows.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Non-numeric, empty, non-2-D or non-finite ``vectors``; bad ``neighbors`` / ``alpha``.
+
+    Examples
+    --------
+    >>> out = database_augmentation(np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]), neighbors=1, alpha=0.0)
+    >>> np.round(out.astype(float), 4).tolist()  # row 1 is equally close to rows 0 and 2: row 0 counts
+    [[0.9239, 0.3827], [0.9239, 0.3827], [0.3827, 0.9239]]
+    """
+    count = check_positive_int("neighbors", neighbors)
+    power = check_nonnegative_float("alpha", alpha)
+    unit = check_features("vectors", vectors)
+    return _augment(unit, count, power)
+
+
+def _augment(
+    unit: np.ndarray, neighbors: int, alpha: float, positions: np.ndarray | None = None
+) -> np.ndarray:
+    """DBA of unit rows; ``positions`` (n, ≥ neighbors), if given, are their precomputed neighbour lists."""
+    size = unit.shape[0]
+    chosen = min(neighbors, size - 1)
+    if chosen == 0:
+        copy: np.ndarray = unit.copy()
+        return copy
+    if positions is None or positions.shape[1] < chosen:
+        positions, _ = top_similar(unit, unit, chosen, exclude_self=True)
+    positions = positions[:, :chosen]
+    result = np.empty_like(unit)
+    for start in range(0, size, _BLOCK):
+        stop = min(size, start + _BLOCK)
+        result[start:stop] = alpha_query_expansion(unit[start:stop], unit[positions[start:stop]], alpha=alpha)
+    return result
+
+
+def augment_store(
+    store: InMemoryImageEmbeddingStore,
+    *,
+    neighbors: int = 10,
+    alpha: float = 3.0,
+    neighbour_lists: np.ndarray | None = None,
+) -> InMemoryImageEmbeddingStore:
+    """A new store over the DBA-augmented vectors of ``store`` (same paths, embedder, index kind).
+
+    The original store is left unchanged. The new store records the augmentation
+    (:attr:`~galleria.store.InMemoryImageEmbeddingStore.augmentation`), and its saved file keeps
+    it. Images added to it later are not augmented. ``neighbour_lists`` — the (n, m ≥ neighbors)
+    output of :func:`~galleria.rerank.base.top_similar` on the store's vectors with
+    ``exclude_self=True`` — lets a caller that augments one store many times (the tuner) find the
+    neighbours once; it is trusted as given.
+
+    Raises
+    ------
+    TypeError
+        ``store`` is not an ``InMemoryImageEmbeddingStore``; bad ``neighbors`` / ``alpha``.
+    ValueError
+        The store is not in the cosine space, is on an ``ExternalSearchIndex``, or is already augmented.
+    RuntimeError
+        The store is not built.
+    """
+    check_store(store, "database-side augmentation")
+    count = check_positive_int("neighbors", neighbors)
+    power = check_nonnegative_float("alpha", alpha)
+    if store.space != "cosine":
+        raise ValueError(f"database-side augmentation needs a cosine store, got space {store.space!r}")
+    if store.augmentation is not None:
+        raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
+    if not store.is_built:
+        raise RuntimeError("the store is not built yet; call build_store() first")
+    augmented = _augment(store.embeddings, count, power, neighbour_lists)
+    index = store.search_index
+    result = InMemoryImageEmbeddingStore.from_embeddings(
+        store.paths,
+        augmented,
+        store.embedder,
+        index.name,
+        space="cosine",
+        index_params=index.params() or None,
+    )
+    result._augmentation = {"method": "dba", "neighbors": count, "alpha": power}
+    return result
+
+
+def aqe_pools(probe: np.ndarray, among: np.ndarray, *, neighbors: int, alpha: float) -> np.ndarray:
+    """Cosine distances of every candidate to the αQE-expanded query, for ``B`` pools (see the module).
+
+    ``probe`` (B, N) holds ``cos(q̂, x̃_i)``, ``among`` (B, N, N) the cosines among the candidates (only
+    the rows of the expansion's matches are read); the expansion uses the ``neighbors`` most similar
+    candidates (ties to the lower position).
+    """
+    chosen = stable_smallest(-probe, min(neighbors, probe.shape[1]))
+    rows = np.take_along_axis(among, chosen[:, :, None], axis=1)  # (B, m, N)
+    return _aqe_from_rows(probe, chosen, rows, alpha)
+
+
+def _aqe_from_rows(probe: np.ndarray, chosen: np.ndarray, rows: np.ndarray, alpha: float) -> np.ndarray:
+    """:func:`aqe_pools` given the chosen matches and their cosines to every candidate ``rows`` (B, m, N)."""
+    similar = np.take_along_axis(probe, chosen, axis=1)
+    weights = np.where(similar > 0, np.maximum(similar, 0.0) ** alpha, 0.0)
+    numerator = probe + np.einsum("bm,bmn->bn", weights, rows)
+    inner = np.take_along_axis(rows, chosen[:, None, :], axis=2)  # (B, m, m)
+    quadratic = np.einsum("bk,bk->b", np.einsum("bm,bmk->bk", weights, inner), weights)
+    squared = 1.0 + 2.0 * np.einsum("bm,bm->b", weights, similar) + quadratic
+    norm = np.sqrt(np.maximum(squared, 0.0))
+    cosine = np.divide(numerator, norm[:, None], out=np.zeros_like(numerator), where=norm[:, None] > 0)
+    result: np.ndarray = 1.0 - cosine
+    return result
+
+
+class DBAReranker(PoolReranker):
+    """DBA + αQE: a store augmented once, and each query's pool re-scored by the expanded query.
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        A cosine store. If it is not augmented yet, :func:`augment_store` makes the augmented copy
+        here (once); if it already is (a saved augmented store), it must have been augmented with
+        the same ``neighbors`` and ``alpha``.
+    neighbors : int, default 10
+        DBA: other gallery vectors averaged into each one.
+    alpha : float, default 3.0
+        DBA: the weights' exponent.
+    aqe_neighbors : int, default 10
+        αQE: best matches averaged into the query.
+    aqe_alpha : float, default 3.0
+        αQE: the weights' exponent.
+
+    Notes
+    -----
+    Retrieve the candidates from :attr:`store` (the augmented store), not from the original one:
+    their distances are the query's cosines to the augmented vectors that the αQE formula needs.
+
+    Raises
+    ------
+    TypeError, ValueError, RuntimeError
+        As :func:`augment_store`; ``ValueError`` also for a store augmented with other settings.
+
+    Examples
+    --------
+    >>> vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> original = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c", "d"], vectors)
+    >>> reranker = DBAReranker(original, neighbors=1, aqe_neighbors=1)
+    >>> candidates = reranker.store.retrieve_by_vector([1.0, 0.05], k=4)[0]
+    >>> [c.path for c in reranker.rerank(candidates, top_k=2)]
+    ['a', 'b']
+    """
+
+    def __init__(
+        self,
+        store: InMemoryImageEmbeddingStore,
+        *,
+        neighbors: int = 10,
+        alpha: float = 3.0,
+        aqe_neighbors: int = 10,
+        aqe_alpha: float = 3.0,
+    ) -> None:
+        check_store(store, "DBA + αQE")
+        self._neighbors = check_positive_int("neighbors", neighbors)
+        self._alpha = check_nonnegative_float("alpha", alpha)
+        self._aqe_neighbors = check_positive_int("aqe_neighbors", aqe_neighbors)
+        self._aqe_alpha = check_nonnegative_float("aqe_alpha", aqe_alpha)
+        record = store.augmentation
+        if record is None:
+            self._store = augment_store(store, neighbors=self._neighbors, alpha=self._alpha)
+        elif record == {"method": "dba", "neighbors": self._neighbors, "alpha": self._alpha}:
+            self._store = store
+        else:
+            raise ValueError(
+                f"store is augmented with {record}, not with neighbors={self._neighbors}, alpha={self._alpha}"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"DBAReranker(neighbors={self._neighbors}, alpha={self._alpha}, "
+            f"aqe_neighbors={self._aqe_neighbors}, aqe_alpha={self._aqe_alpha}, "
+            f"store={self._store!r})"
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The re-ranker's parameters, as its constructor takes them."""
+        return {
+            "neighbors": self._neighbors,
+            "alpha": self._alpha,
+            "aqe_neighbors": self._aqe_neighbors,
+            "aqe_alpha": self._aqe_alpha,
+        }
+
+    def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
+        return aqe_pools(probe, among, neighbors=self._aqe_neighbors, alpha=self._aqe_alpha)
+
+    def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        # Only the expansion's matches need their cosines to every candidate: (B, m, N), not (B, N, N).
+        chosen = stable_smallest(-probe, min(self._aqe_neighbors, probe.shape[1]))
+        matches = np.take_along_axis(vectors, chosen[:, :, None], axis=1)
+        rows = np.einsum("bmd,bnd->bmn", matches.astype(np.float64), vectors.astype(np.float64))
+        return _aqe_from_rows(probe, chosen, rows, self._aqe_alpha)
+
+
+def dba_aqe_rerank_features(
+    probe_features: Any,
+    gallery_features: Any,
+    *,
+    neighbors: int = 10,
+    alpha: float = 3.0,
+    aqe_neighbors: int = 10,
+    aqe_alpha: float = 3.0,
+) -> np.ndarray:
+    """DBA + αQE distances of every probe to every gallery item (cosine, whole gallery).
+
+    The gallery is augmented (:func:`database_augmentation`); each probe is expanded with its
+    ``aqe_neighbors`` best augmented matches; the result is ``1 - cos(q', x̃_g)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        (P, G) float64 distances, lower is closer.
+
+    Examples
+    --------
+    >>> gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> distances = dba_aqe_rerank_features([[1.0, 0.05]], gallery, neighbors=1, aqe_neighbors=1)
+    >>> np.argsort(distances[0], kind="stable")[:2].tolist()
+    [0, 1]
+    """
+    count = check_positive_int("neighbors", neighbors)
+    power = check_nonnegative_float("alpha", alpha)
+    expansion = check_positive_int("aqe_neighbors", aqe_neighbors)
+    expansion_power = check_nonnegative_float("aqe_alpha", aqe_alpha)
+    probes = check_features("probe_features", probe_features)
+    gallery = check_features("gallery_features", gallery_features, probes.shape[1])
+    augmented = _augment(gallery, count, power)
+    chosen, _ = top_similar(probes, augmented, min(expansion, augmented.shape[0]))
+    result = np.empty((probes.shape[0], augmented.shape[0]), dtype=np.float64)
+    for start in range(0, probes.shape[0], _BLOCK):
+        stop = min(probes.shape[0], start + _BLOCK)
+        expanded = alpha_query_expansion(
+            probes[start:stop], augmented[chosen[start:stop]], alpha=expansion_power
+        )
+        result[start:stop] = 1.0 - (expanded @ augmented.T).astype(np.float64)
+    return result

@@ -1,0 +1,509 @@
+"""Choose retrieval settings on a validation split of the user's own labelled gallery (Optuna, seeded TPE).
+
+The gallery's images (never any test query) are split, stratified by label and seeded, into
+validation queries and a validation gallery; both reuse the vectors the store already holds, so
+nothing is embedded again. Every trial runs one setting — plain retrieval, αQE, or a re-ranking
+method (k-reciprocal, diffusion, GNN, DBA + αQE) with its parameters, with or without αQE before
+it — on those queries and scores it. Each method's defaults are tried first, then Optuna's TPE
+sampler (seeded) proposes more until the trial budget or the timeout is spent.
+
+The best setting is then compared with plain retrieval on ``n_splits`` validation splits (the
+tuning split and ``n_splits - 1`` more drawn with other seeds): the lift is the metric of the best
+setting minus that of plain retrieval, per split, with its mean and spread. When no setting beats
+plain retrieval on the tuning split, or its mean lift is not positive, the result says so and
+recommends plain retrieval.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_choice, check_positive_int, is_int
+from galleria.datasets.folder import stratified_split
+from galleria.evaluation.configs import RetrievalConfig
+from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_rank, ranked_relevance
+from galleria.rerank.base import DEFAULT_METHOD, RERANK_METHODS, make_reranker
+from galleria.store import Candidate, InMemoryImageEmbeddingStore
+
+__all__ = ["METRICS", "SEARCH_METHODS", "TuneResult", "score_lists", "tune"]
+
+#: Metrics the tuner can maximise.
+METRICS: tuple[str, ...] = ("map@100", "recall@1", "recall@5", "mrr", "map@r")
+#: The settings families searched: plain retrieval, αQE alone, and every re-ranking method.
+SEARCH_METHODS: tuple[str, ...] = ("plain", "aqe", *RERANK_METHODS)
+_DEPTH = 100
+_POOLS = (100, 200, 400)
+#: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
+_DBA_MAX = 50
+
+
+def score_lists(
+    lists: Sequence[Sequence[Candidate]],
+    query_labels: Sequence[Hashable],
+    gallery_labels: Mapping[str, Hashable],
+) -> dict[str, float]:
+    """Recall@1, Recall@5, mAP@100, MRR (within 100) and mAP@R of ranked lists, against labels.
+
+    mAP@R averages, over queries, ``Σ_{j ≤ R} P@j · rel_j / R`` with ``R`` the query's relevant
+    gallery items; lists shorter than ``R`` count the missing positions as misses.
+    """
+    relevance = ranked_relevance(lists, query_labels, gallery_labels)
+    hits = np.asarray(relevance.hits, dtype=bool)
+    relevant = np.asarray(relevance.n_relevant, dtype=np.int64)
+    top = hits[:, :_DEPTH]
+    recall_1, recall_5 = hit_rate(top, [1, 5])
+    positions = np.arange(1, hits.shape[1] + 1)
+    precision = np.cumsum(hits, axis=1) / positions
+    within = positions[None, :] <= relevant[:, None]
+    map_r = float(np.mean((precision * hits * within).sum(axis=1) / np.maximum(relevant, 1)))
+    return {
+        "recall@1": float(recall_1),
+        "recall@5": float(recall_5),
+        "map@100": float(mean_average_precision(top, relevant, _DEPTH)),
+        "mrr": float(mean_reciprocal_rank(top)),
+        "map@r": map_r,
+    }
+
+
+@dataclass
+class _Split:
+    """One validation split: a store over the validation gallery and the validation queries' vectors."""
+
+    seed: int
+    store: InMemoryImageEmbeddingStore
+    queries: np.ndarray
+    query_labels: list[Hashable]
+    gallery_labels: dict[str, Hashable]
+    depth: int
+    augmented: dict[tuple[int, float], InMemoryImageEmbeddingStore] = field(default_factory=dict)
+    neighbour_lists: np.ndarray | None = None
+    searches: dict[tuple[Any, ...], list[list[Candidate]]] = field(default_factory=dict)
+
+    def _augmented(self, neighbors: int, alpha: float) -> InMemoryImageEmbeddingStore:
+        from galleria.rerank.base import top_similar
+        from galleria.rerank.dba import augment_store
+
+        key = (neighbors, alpha)
+        if key not in self.augmented:
+            if self.neighbour_lists is None:  # once per split, for the largest DBA neighbourhood searched
+                unit = self.store.embeddings
+                self.neighbour_lists = top_similar(
+                    unit, unit, min(_DBA_MAX, len(unit) - 1), exclude_self=True
+                )[0]
+            if len(self.augmented) >= 2:
+                self.augmented.pop(next(iter(self.augmented)))
+            self.augmented[key] = augment_store(
+                self.store, neighbors=neighbors, alpha=alpha, neighbour_lists=self.neighbour_lists
+            )
+        return self.augmented[key]
+
+    def run(self, config: RetrievalConfig) -> dict[str, float]:
+        store = self.store
+        reranker = None
+        if config.rerank:
+            if config.rerank_method == "dba":
+                params = config.rerank_params
+                store = self._augmented(int(params.get("neighbors", 10)), float(params.get("alpha", 3.0)))
+            reranker = make_reranker(config.rerank_method, store, **config.reranker_params())
+            store = reranker.store
+        k = min(max(self.depth, config.pool) if config.rerank else self.depth, len(store))
+        key = (id(store), k, config.query_expansion, config.expansion_alpha, config.expansion_neighbors)
+        lists = self.searches.get(key) if not config.query_expansion else None
+        if lists is None:
+            lists = store.retrieve_by_vector(
+                self.queries,
+                k=k,
+                query_expansion=config.query_expansion,
+                expansion_alpha=config.expansion_alpha,
+                expansion_neighbors=config.expansion_neighbors,
+            )
+            if not config.query_expansion and store is self.store:
+                self.searches[key] = lists
+        if reranker is not None:
+            pools = [candidates[: config.pool] for candidates in lists]
+            reranked = reranker.rerank_batch(pools, top_k=max(len(pool) for pool in pools))
+            lists = [
+                head + candidates[config.pool :] for head, candidates in zip(reranked, lists, strict=True)
+            ]
+        return score_lists(lists, self.query_labels, self.gallery_labels)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tune` found: the recommended configuration and the evidence for it."""
+
+    #: The setting to use: the best one, or plain retrieval when nothing beat it.
+    config: RetrievalConfig
+    #: The best setting found (may be plain retrieval).
+    best: RetrievalConfig
+    metric: str
+    #: The metric of ``best`` and of plain retrieval on the tuning split.
+    best_value: float
+    plain_value: float
+    #: ``best`` minus plain, one entry per validation split (the tuning split first).
+    lifts: list[float]
+    beats_plain: bool
+    message: str
+    #: Every trial: its number, settings and value.
+    trials: list[dict[str, Any]]
+    #: How the validation splits were drawn.
+    validation: dict[str, Any]
+    sampler: dict[str, Any]
+    seconds: float
+
+    @property
+    def lift(self) -> float:
+        """Mean lift over the validation splits."""
+        return float(np.mean(self.lifts))
+
+    @property
+    def spread(self) -> float:
+        """Standard deviation of the lift over the validation splits (0 with one split)."""
+        return float(np.std(self.lifts))
+
+    def record(self) -> dict[str, Any]:
+        """The JSON-able record written beside the settings in a settings file."""
+        return {
+            "metric": self.metric,
+            "beats_plain": self.beats_plain,
+            "message": self.message,
+            "best": {"title": self.best.title, "settings": self.best.settings(), "value": self.best_value},
+            "plain": {"value": self.plain_value},
+            "lift": {"mean": round(self.lift, 6), "std": round(self.spread, 6), "per_split": self.lifts},
+            "validation": self.validation,
+            "sampler": self.sampler,
+            "n_trials": len(self.trials),
+            "seconds": round(self.seconds, 3),
+            "trials": self.trials,
+        }
+
+    def save(self, path: Any) -> None:
+        """Write the settings file (``config`` plus :meth:`record`)."""
+        from galleria.tune.settings import write_settings
+
+        write_settings(path, self.config, self.record())
+
+    def summary(self) -> str:
+        """A few human-readable lines: the best setting, its lift and spread, and the recommendation."""
+        spread = f" ± {self.spread:.4f}" if len(self.lifts) > 1 else ""
+        lines = [
+            f"metric: {self.metric} on {self.validation['n_queries']} validation queries × "
+            f"{self.validation['n_gallery']} validation gallery images, {len(self.trials)} distinct "
+            "settings tried",
+            f"plain retrieval: {self.plain_value:.4f}",
+            f"best: {self.best.title}: {self.best_value:.4f}",
+            f"lift over plain on {len(self.lifts)} split(s): {self.lift:+.4f}{spread} "
+            f"(per split: {', '.join(f'{value:+.4f}' for value in self.lifts)})",
+            self.message,
+        ]
+        return "\n".join(lines)
+
+
+def _default_settings(method: str) -> dict[str, Any]:
+    if method == "plain":
+        return {}
+    if method == "aqe":
+        return {"query_expansion": True}
+    return {"rerank": True, "rerank_method": method}
+
+
+def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
+    """Optuna's proposal for one trial, as ``RetrievalConfig`` keyword arguments."""
+    method = trial.suggest_categorical("method", list(methods))
+    options: dict[str, Any] = {}
+    if method == "aqe" or (
+        method in ("k-reciprocal", "diffusion", "gnn")
+        and trial.suggest_categorical(f"{method}.aqe", [False, True])
+    ):
+        options["query_expansion"] = True
+        options["expansion_alpha"] = trial.suggest_float("aqe.alpha", 0.0, 5.0)
+        options["expansion_neighbors"] = trial.suggest_int("aqe.n", 1, 50, log=True)
+    if method in ("plain", "aqe"):
+        return options
+    options["rerank"] = True
+    options["rerank_method"] = method
+    options["pool"] = trial.suggest_categorical(f"{method}.pool", list(_POOLS))
+    if method == "k-reciprocal":
+        k1 = trial.suggest_int("k-reciprocal.k1", 4, 60)
+        options["k1"] = k1
+        options["k2"] = min(k1, trial.suggest_int("k-reciprocal.k2", 1, 10))
+        options["lambda_value"] = trial.suggest_float("k-reciprocal.lambda", 0.0, 1.0)
+    elif method == "diffusion":
+        options["rerank_params"] = {
+            "k": trial.suggest_int("diffusion.k", 3, 100, log=True),
+            "query_k": trial.suggest_int("diffusion.query_k", 1, 30, log=True),
+            "alpha": trial.suggest_float("diffusion.alpha", 0.5, 0.99),
+            "gamma": trial.suggest_float("diffusion.gamma", 1.0, 5.0),
+        }
+    elif method == "gnn":
+        k1 = trial.suggest_int("gnn.k1", 3, 60)
+        options["rerank_params"] = {"k1": k1, "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10))}
+    else:
+        options["rerank_params"] = {
+            "neighbors": trial.suggest_int("dba.neighbors", 1, _DBA_MAX, log=True),
+            "alpha": trial.suggest_float("dba.alpha", 0.0, 5.0),
+            "aqe_neighbors": trial.suggest_int("dba.aqe_neighbors", 1, 50, log=True),
+            "aqe_alpha": trial.suggest_float("dba.aqe_alpha", 0.0, 5.0),
+        }
+    return options
+
+
+def _as_options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    options = dict(settings)
+    method = options.get("rerank_method", DEFAULT_METHOD)
+    if method != DEFAULT_METHOD:
+        params = {key: options.pop(key) for key in list(options) if key not in _CONFIG_KEYS}
+        options["rerank_params"] = params
+    return options
+
+
+_CONFIG_KEYS = {
+    "query_expansion",
+    "expansion_alpha",
+    "expansion_neighbors",
+    "rerank",
+    "rerank_method",
+    "pool",
+}
+
+
+def _labels_of(store: InMemoryImageEmbeddingStore, labels: Any) -> list[Hashable]:
+    paths = store.paths
+    if isinstance(labels, Mapping):
+        missing = [path for path in paths if path not in labels]
+        if missing:
+            raise ValueError(f"labels has no label for {len(missing)} store path(s), e.g. {missing[0]!r}")
+        return [labels[path] for path in paths]
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+        raise TypeError(f"labels must be a mapping path → label or a sequence, got {type(labels).__name__}")
+    if len(labels) != len(paths):
+        raise ValueError(f"labels must hold one label per store path ({len(paths)}), got {len(labels)}")
+    return list(labels)
+
+
+def _make_split(
+    store: InMemoryImageEmbeddingStore,
+    vectors: np.ndarray,
+    labels: list[Hashable],
+    seed: int,
+    n_queries: int,
+    metric: str,
+) -> _Split:
+    query_rows, gallery_rows = stratified_split(labels, n_queries=n_queries, seed=seed)
+    paths = store.paths
+    gallery_paths = [paths[row] for row in gallery_rows.tolist()]
+    gallery = InMemoryImageEmbeddingStore.from_embeddings(
+        gallery_paths, vectors[gallery_rows], search_index="exact", space=store.space
+    )
+    gallery_labels = {paths[row]: labels[row] for row in gallery_rows.tolist()}
+    query_labels = [labels[row] for row in query_rows.tolist()]
+    depth = _DEPTH
+    if metric == "map@r":
+        counts: dict[Hashable, int] = {}
+        for label in gallery_labels.values():
+            counts[label] = counts.get(label, 0) + 1
+        depth = max(_DEPTH, max(counts[label] for label in query_labels))
+    return _Split(seed, gallery, vectors[query_rows], query_labels, gallery_labels, min(depth, len(gallery)))
+
+
+def tune(
+    store: InMemoryImageEmbeddingStore,
+    labels: Mapping[str, Hashable] | Sequence[Hashable],
+    *,
+    metric: str = "map@100",
+    n_trials: int = 40,
+    timeout: float | None = None,
+    methods: Sequence[str] | None = None,
+    validation_queries: int | float = 0.1,
+    n_splits: int = 3,
+    seed: int = 0,
+    on_trial: Callable[[int, str, float], None] | None = None,
+) -> TuneResult:
+    """Search retrieval settings on validation splits of a labelled gallery store; see the module docstring.
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        A built store over the labelled gallery (not on an ``ExternalSearchIndex``). Only its vectors
+        are used; hold the test queries out of it.
+    labels : mapping path → label, or one label per ``store.paths`` entry
+    metric : {"map@100", "recall@1", "recall@5", "mrr", "map@r"}
+        What to maximise.
+    n_trials : int
+        Trial budget (the methods' default settings count as the first trials).
+    timeout : float, optional
+        Stop proposing new trials after this many seconds.
+    methods : sequence of str, optional
+        The families to search, from :data:`SEARCH_METHODS` (default: all). Plain retrieval is always
+        measured.
+    validation_queries : int or float
+        Validation queries per split: a count, or a share of the gallery in (0, 1).
+    n_splits : int
+        Validation splits the lift is measured on (1 to 10; the first is the tuning split).
+    seed : int
+        Seeds the first split (split ``i`` uses ``seed + i``) and the TPE sampler.
+    on_trial : callable, optional
+        Called with ``(number, title, value)`` after each trial (progress reporting).
+
+    Returns
+    -------
+    TuneResult
+
+    Raises
+    ------
+    ImportError
+        Optuna is not installed (``pip install 'galleria[tune]'``).
+    TypeError, ValueError
+        For bad arguments; a gallery too small to split.
+    RuntimeError
+        The store is not built.
+    """
+    try:
+        import optuna
+    except ImportError as error:
+        raise ImportError(
+            "galleria.tune needs optuna; install it with: pip install 'galleria[tune]'"
+        ) from error
+    if not isinstance(store, InMemoryImageEmbeddingStore):
+        raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
+    if not store.is_built:
+        raise RuntimeError("the store is not built yet; call build_store() first")
+    chosen_metric = check_choice("metric", metric, METRICS)
+    budget = check_positive_int("n_trials", n_trials)
+    splits = check_positive_int("n_splits", n_splits)
+    if splits > 10:
+        raise ValueError(f"n_splits must be at most 10, got {n_splits}")
+    if not is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    families = list(SEARCH_METHODS if methods is None else methods)
+    if not families:
+        raise ValueError("methods must not be empty")
+    for family in families:
+        check_choice("methods[i]", family, SEARCH_METHODS)
+    label_list = _labels_of(store, labels)
+    if isinstance(validation_queries, float) and not isinstance(validation_queries, bool):
+        if not 0.0 < validation_queries < 1.0:
+            raise ValueError(f"validation_queries as a share must lie in (0, 1), got {validation_queries!r}")
+        n_queries = max(1, round(validation_queries * len(label_list)))
+    else:
+        n_queries = check_positive_int("validation_queries", validation_queries)
+    vectors = store.embeddings
+    started = time.perf_counter()
+    first = _make_split(store, vectors, label_list, int(seed), n_queries, chosen_metric)
+
+    trials: list[dict[str, Any]] = []
+    seen: dict[str, float] = {}
+
+    def measure(options: dict[str, Any]) -> tuple[RetrievalConfig, float]:
+        config = RetrievalConfig("trial", **options)
+        key = repr(sorted(config.settings().items()))
+        if key not in seen:
+            seen[key] = first.run(config)[chosen_metric]
+            trials.append(
+                {
+                    "number": len(trials),
+                    "title": config.title,
+                    "settings": config.settings(),
+                    "value": round(seen[key], 6),
+                }
+            )
+            if on_trial is not None:
+                on_trial(len(trials) - 1, config.title, seen[key])
+        return config, seen[key]
+
+    plain_config, plain_value = measure({})
+    best_config, best_value = plain_config, plain_value
+
+    def objective(trial: Any) -> float:
+        nonlocal best_config, best_value
+        config, value = measure(_suggest(trial, families))
+        if value > best_value:
+            best_config, best_value = config, value
+        return value
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=int(seed))
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for family in families:  # each family's defaults first
+        params: dict[str, Any] = {"method": family}
+        if family in ("k-reciprocal", "diffusion", "gnn"):
+            params[f"{family}.aqe"] = False
+        if family in RERANK_METHODS:
+            params[f"{family}.pool"] = 200
+        table: dict[str, dict[str, Any]] = {
+            "k-reciprocal": {"k-reciprocal.k1": 20, "k-reciprocal.k2": 6, "k-reciprocal.lambda": 0.3},
+            "diffusion": {
+                "diffusion.k": 50,
+                "diffusion.query_k": 10,
+                "diffusion.alpha": 0.99,
+                "diffusion.gamma": 3.0,
+            },
+            "gnn": {"gnn.k1": 26, "gnn.k2": 7},
+            "dba": {
+                "dba.neighbors": 10,
+                "dba.alpha": 3.0,
+                "dba.aqe_neighbors": 10,
+                "dba.aqe_alpha": 3.0,
+            },
+            "aqe": {"aqe.alpha": 3.0, "aqe.n": 50},
+        }
+        study.enqueue_trial({**params, **table.get(family, {})})
+    remaining = max(0, budget - 1)  # plain retrieval was the first trial
+    if remaining:
+        left = None if timeout is None else max(0.0, float(timeout) - (time.perf_counter() - started))
+        study.optimize(objective, n_trials=remaining, timeout=left)
+
+    lifts = [best_value - plain_value]
+    for number in range(1, splits):
+        other = _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)
+        if best_config.settings() == plain_config.settings():
+            lifts.append(0.0)
+            continue
+        values = other.run(best_config)[chosen_metric], other.run(plain_config)[chosen_metric]
+        lifts.append(values[0] - values[1])
+    lifts = [round(value, 6) for value in lifts]
+    mean_lift = float(np.mean(lifts))
+    beats = best_value > plain_value and mean_lift > 0
+    if beats:
+        recommended = RetrievalConfig("tuned", **_as_options(best_config.settings()))
+        message = (
+            f"recommended: {best_config.title} (mean lift {mean_lift:+.4f} {chosen_metric} over plain "
+            f"retrieval on {len(lifts)} validation split(s))"
+        )
+    else:
+        recommended = RetrievalConfig("tuned")
+        message = (
+            f"no method beat plain retrieval on this gallery's validation splits ({chosen_metric}); "
+            "recommended: plain retrieval, without αQE or re-ranking"
+        )
+    validation = {
+        "seed": int(seed),
+        "seeds": [int(seed) + number for number in range(splits)],
+        "n_queries": n_queries,
+        "n_gallery": len(first.store),
+        "stratified": True,
+        "source": "the store's gallery (test queries are never in it)",
+    }
+    return TuneResult(
+        config=recommended,
+        best=RetrievalConfig("best", **_as_options(best_config.settings())),
+        metric=chosen_metric,
+        best_value=round(best_value, 6),
+        plain_value=round(plain_value, 6),
+        lifts=lifts,
+        beats_plain=beats,
+        message=message,
+        trials=trials,
+        validation=validation,
+        sampler={"name": "TPESampler", "seed": int(seed), "n_trials": budget, "timeout": timeout},
+        seconds=time.perf_counter() - started,
+    )

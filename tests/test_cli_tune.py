@@ -1,0 +1,187 @@
+"""Command-line tests of ``galleria tune``, ``--settings`` on evaluate and search, and ``--rerank-method``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from galleria.cli import main
+
+COLOURS = {"red": (200, 40, 40), "green": (40, 190, 60), "blue": (40, 60, 210)}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("colours")
+    rng = np.random.default_rng(0)
+    for label, colour in COLOURS.items():
+        (root / label).mkdir()
+        for number in range(12):
+            noise = rng.normal(0, 60, (12, 12, 3))
+            image = np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8)
+            Image.fromarray(image).save(root / label / f"{number}.png")
+    return root
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_tune_then_evaluate_and_search_with_the_settings(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tuned.json"
+    code, stdout, stderr = _run(
+        capsys,
+        "tune",
+        str(folder),
+        "--out",
+        str(out),
+        "--trials",
+        "5",
+        "--splits",
+        "2",
+        "--validation-queries",
+        "6",
+        "--workers",
+        "1",
+    )
+    assert code == 0, stderr
+    document = json.loads(out.read_text())
+    assert document["format"] == "galleria-settings"
+    assert document["source"]["test_split"] == {"seed": 0, "query_fraction": 0.1, "n_test_queries": 4}
+    assert document["validation"]["n_gallery"] == 36 - 4 - 6  # test queries never reach tuning
+    assert len(document["lift"]["per_split"]) == 2 and "plain retrieval" in stdout
+    code, stdout, stderr = _run(
+        capsys, "evaluate", str(folder), "--settings", str(out), "--json", "--workers", "1"
+    )
+    assert code == 0, stderr
+    payload = json.loads(stdout)
+    assert [entry["name"] for entry in payload["configurations"]] == ["plain", "tuned"]
+    assert payload["configurations"][1]["settings"] == document["settings"]
+    store = tmp_path / "s.safetensors"
+    assert main(["build", str(folder), "--out", str(store), "--workers", "1"]) == 0
+    query = str(next((folder / "red").iterdir()))
+    code, stdout, stderr = _run(
+        capsys, "search", str(store), "--image", query, "--settings", str(out), "--json"
+    )
+    assert code == 0, stderr
+    assert len(json.loads(stdout)["queries"][0]["results"]) == 10
+    code, stdout, stderr = _run(
+        capsys,
+        "tune",
+        str(store),
+        "--out",
+        str(tmp_path / "t2.json"),
+        "--trials",
+        "2",
+        "--splits",
+        "1",
+        "--validation-queries",
+        "6",
+        "--methods",
+        "plain",
+        "gnn",
+    )
+    assert code == 0, stderr
+    assert json.loads((tmp_path / "t2.json").read_text())["source"]["kind"] == "store"
+
+
+@pytest.mark.parametrize("method", ["diffusion", "gnn", "dba"])
+def test_rerank_methods_on_the_command_line(
+    folder: Path, method: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, stdout, stderr = _run(
+        capsys,
+        "evaluate",
+        str(folder),
+        "--rerank",
+        "--rerank-method",
+        method,
+        "--pool",
+        "20",
+        "--json",
+        "--workers",
+        "1",
+    )
+    assert code == 0, stderr
+    settings = json.loads(stdout)["configurations"][1]["settings"]
+    assert settings["rerank_method"] == method and settings["pool"] == 20
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rerank-method", "gnn"], "--rerank-method needs --rerank"),
+        (
+            ["--rerank", "--rerank-method", "diffusion", "--k1", "5"],
+            "--k1 needs --rerank-method k-reciprocal or gnn",
+        ),
+        (
+            ["--rerank", "--rerank-method", "gnn", "--lambda", "0.2"],
+            "--lambda needs --rerank-method k-reciprocal",
+        ),
+        (["--settings", "x.json", "--expand"], "--settings replaces --expand"),
+        (["--settings", "missing.json"], "settings file 'missing.json' does not exist"),
+    ],
+)
+def test_option_errors(
+    folder: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, stderr = _run(capsys, "evaluate", str(folder), *args)
+    assert code == 2 and message in stderr
+
+
+def test_tune_errors(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = _run(capsys, "tune", str(folder), "--out", str(tmp_path / "no" / "t.json"))
+    assert code == 2 and "existing folder" in stderr
+    code, _, stderr = _run(capsys, "tune", str(tmp_path / "nothing"), "--out", str(tmp_path / "t.json"))
+    assert code == 2 and "does not exist" in stderr
+    code, _, stderr = _run(capsys, "tune", str(folder), "--out", str(tmp_path / "t.json"), "--splits", "11")
+    assert code == 2 and "at most 10" in stderr
+    code, _, stderr = _run(capsys, "tune", str(folder), "--out", str(tmp_path / "t.json"), "--timeout", "0")
+    assert code == 2 and "--timeout" in stderr
+
+
+def test_evaluate_warns_when_a_method_lowers_the_metric() -> None:
+    from types import SimpleNamespace
+
+    from galleria.cli.evaluate import _lowering_warnings
+    from galleria.evaluation import RetrievalConfig
+
+    def result(name: str, map_100: float, recall_1: float, **options: object) -> SimpleNamespace:
+        return SimpleNamespace(
+            config=RetrievalConfig(name, **options), map_at_100=map_100, recall_at_1=recall_1
+        )
+
+    plain = result("plain", 0.5, 0.59)
+    worse = result("aqe+rerank", 0.45, 0.39, query_expansion=True, rerank=True)
+    better = result("aqe", 0.6, 0.7, query_expansion=True)
+    lines = _lowering_warnings([plain, worse, better])
+    assert lines[0].endswith("lowers mAP@100 from 0.5000 (plain retrieval) to 0.4500 on this gallery")
+    assert "lowers Recall@1 from 0.5900 (plain retrieval) to 0.3900" in lines[1]
+    assert len(lines) == 3 and "galleria tune" in lines[2]
+    assert _lowering_warnings([plain, better]) == []
+
+
+def test_demo_fashion_mnist_without_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = _run(
+        capsys,
+        "demo",
+        "--dataset",
+        "fashion-mnist",
+        "--fashion-root",
+        str(tmp_path),
+        "--cache-dir",
+        str(tmp_path),
+    )
+    assert code == 2 and "apt-get install dataset-fashion-mnist" in stderr
+    code, _, stderr = _run(capsys, "demo", "--fashion-root", str(tmp_path))
+    assert code == 2 and "--fashion-root needs --dataset fashion-mnist" in stderr

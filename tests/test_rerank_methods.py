@@ -1,0 +1,393 @@
+"""Tests of the diffusion, GNN and DBA + αQE re-rankers against literal, slow transcriptions of the formulas.
+
+Every oracle below is written element by element with Python loops and ``sorted`` (ties broken by
+position, as pinned), from the formulas in each module's docstring; hypothesis draws similarities on a
+coarse grid so that ties are frequent.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from galleria.rerank import (
+    RERANK_METHODS,
+    DBAReranker,
+    DiffusionReranker,
+    GnnReranker,
+    KReciprocalReranker,
+    Reranker,
+    augment_store,
+    database_augmentation,
+    dba_aqe_rerank_features,
+    diffusion_rerank_features,
+    gnn_rerank_features,
+    make_reranker,
+)
+from galleria.rerank.dba import aqe_pools
+from galleria.rerank.diffusion import conjugate_gradient, diffusion_pools
+from galleria.rerank.gnn import gnn_pools
+from galleria.store import Candidate, InMemoryImageEmbeddingStore
+
+# --------------------------------------------------------------------------------------------- oracles
+
+
+def _ranked(row: list[float], exclude: int | None = None) -> list[int]:
+    """Positions by descending value, ties to the lower position."""
+    return sorted((j for j in range(len(row)) if j != exclude), key=lambda j: (-row[j], j))
+
+
+def oracle_diffusion(
+    probe: list[float], among: list[list[float]], k: int, query_k: int, alpha: float, gamma: float
+):
+    n = len(probe)
+    kk = min(k, n - 1)
+    near = [set(_ranked(among[i], exclude=i)[:kk]) for i in range(n)]
+    a = [[0.0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(n):
+            if i != j and j in near[i] and i in near[j]:
+                a[i][j] = max(among[i][j], 0.0) ** gamma
+    degree = [sum(row) for row in a]
+    s = [
+        [
+            a[i][j] / math.sqrt(degree[i] * degree[j]) if degree[i] > 0 and degree[j] > 0 else 0.0
+            for j in range(n)
+        ]
+        for i in range(n)
+    ]
+    y = [0.0] * n
+    for j in _ranked(probe)[: min(query_k, n)]:
+        y[j] = max(probe[j], 0.0) ** gamma
+    system = np.array([[(1.0 if i == j else 0.0) - alpha * s[i][j] for j in range(n)] for i in range(n)])
+    return np.linalg.solve(system, np.array(y))
+
+
+def oracle_gnn(sims: list[list[float]], k1: int, k2: int) -> np.ndarray:
+    n = len(sims)
+    k1, k2 = min(k1, n), min(k2, min(k1, n))
+    ranks = [_ranked(sims[i]) for i in range(n)]
+    a = [[1.0 if j in ranks[i][:k1] else 0.0 for j in range(n)] for i in range(n)]
+    if k2 == 1:
+        return np.array(a)
+    w = [[sims[i][j] ** 2 if j in ranks[i][:k2] else 0.0 for j in range(n)] for i in range(n)]
+    for _ in range(2):
+        a = [[a[i][j] + a[j][i] for j in range(n)] for i in range(n)]
+        a = [[sum(w[i][m] * a[m][j] for m in range(n)) for j in range(n)] for i in range(n)]
+        norms = [math.sqrt(sum(v * v for v in row)) for row in a]
+        a = [[v / norms[i] if norms[i] > 0 else v for v in row] for i, row in enumerate(a)]
+    return np.array(a)
+
+
+def _unit(v: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in v))
+    return [x / norm for x in v] if norm > 0 else list(v)
+
+
+def _dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def oracle_dba(vectors: list[list[float]], neighbors: int, alpha: float) -> np.ndarray:
+    unit = [_unit(v) for v in vectors]
+    out = []
+    for i, x in enumerate(unit):
+        cosines = [_dot(x, other) for other in unit]
+        acc = list(x)
+        for j in _ranked(cosines, exclude=i)[:neighbors]:
+            if cosines[j] > 0:
+                weight = cosines[j] ** alpha
+                acc = [p + weight * q for p, q in zip(acc, unit[j], strict=True)]
+        out.append(_unit(acc))
+    return np.array(out)
+
+
+# --------------------------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def symmetric_pools(draw: Any, max_size: int = 9) -> tuple[np.ndarray, np.ndarray]:
+    """A probe row and a symmetric candidate matrix on a grid of eighths (many ties)."""
+    n = draw(st.integers(1, max_size))
+    grid = st.integers(-8, 8)
+    upper = np.array(draw(st.lists(grid, min_size=n * n, max_size=n * n)), dtype=np.float64).reshape(n, n) / 8
+    among = np.triu(upper) + np.triu(upper, 1).T
+    np.fill_diagonal(among, 1.0)
+    probe = np.array(draw(st.lists(grid, min_size=n, max_size=n)), dtype=np.float64) / 8
+    return probe, among
+
+
+# --------------------------------------------------------------------------------------------- diffusion
+
+
+@given(
+    symmetric_pools(),
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.5, 0.9, 0.99]),
+    st.sampled_from([1.0, 3.0]),
+)
+def test_diffusion_pools_equal_the_dense_transcription(
+    pool: Any, k: int, query_k: int, alpha: float, gamma: float
+) -> None:
+    probe, among = pool
+    expected = oracle_diffusion(probe.tolist(), among.tolist(), k, query_k, alpha, gamma)
+    got = diffusion_pools(
+        probe[None], among[None], k=k, query_k=query_k, alpha=alpha, gamma=gamma, tol=1e-14, maxiter=400
+    )[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-9)
+
+
+def test_conjugate_gradient_rows_are_independent_and_stop_at_maxiter() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(6, 6))
+    matrix = base @ base.T + 6 * np.eye(6)
+    rhs = rng.normal(size=(3, 6))
+    rhs[1] = 0.0  # a zero right-hand side stays zero
+    exact = np.linalg.solve(matrix, rhs.T).T
+    got = conjugate_gradient(lambda v: v @ matrix, rhs, tol=1e-12, maxiter=100)
+    np.testing.assert_allclose(got, exact, atol=1e-9)
+    assert not got[1].any()
+    one = conjugate_gradient(lambda v: v @ matrix, rhs, tol=0.0, maxiter=1)
+    step = (rhs[0] @ rhs[0]) / (rhs[0] @ matrix @ rhs[0])
+    np.testing.assert_allclose(one[0], step * rhs[0])
+
+
+def test_diffusion_full_equals_the_pool_over_the_whole_gallery() -> None:
+    rng = np.random.default_rng(3)
+    gallery = rng.normal(size=(40, 8))
+    probe = rng.normal(size=(1, 8))
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(40)], gallery)
+    params = {"k": 6, "query_k": 4, "alpha": 0.9, "gamma": 3.0, "tol": 1e-12, "maxiter": 300}
+    full = diffusion_rerank_features(probe, gallery, **params)[0]
+    candidates = store.retrieve_by_vector(probe, k=40)[0]
+    reranked = DiffusionReranker(store, **params).rerank(candidates, top_k=40)
+    by_path = {c.path: c.score for c in reranked}
+    np.testing.assert_allclose([by_path[f"g{i}"] for i in range(40)], full, atol=1e-5)
+    assert reranked[0].path == f"g{int(np.argmin(full))}"
+
+
+# --------------------------------------------------------------------------------------------- GNN
+
+
+@given(symmetric_pools(max_size=7), st.integers(1, 7), st.integers(1, 7))
+def test_gnn_pools_equal_the_dense_transcription(pool: Any, k1: int, k2: int) -> None:
+    _, among = pool
+    k2 = min(k1, k2)
+    expected = oracle_gnn(among.tolist(), k1, k2)
+    np.testing.assert_allclose(gnn_pools(among[None], k1=k1, k2=k2)[0], expected, atol=1e-12)
+
+
+def test_gnn_full_sparse_torch_and_pool_agree() -> None:
+    rng = np.random.default_rng(5)
+    gallery = rng.normal(size=(30, 6))
+    probes = rng.normal(size=(3, 6))
+    sparse = gnn_rerank_features(probes, gallery, k1=8, k2=3)
+    dense = gnn_rerank_features(probes, gallery, k1=8, k2=3, device="cpu")
+    np.testing.assert_allclose(dense, sparse, atol=1e-5)
+    # One probe: the pool re-ranker with the whole gallery as candidates is the same set.
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(30)], gallery)
+    candidates = store.retrieve_by_vector(probes[:1], k=30)[0]
+    reranked = GnnReranker(store, k1=8, k2=3).rerank(candidates, top_k=30)
+    single = gnn_rerank_features(probes[:1], gallery, k1=8, k2=3)[0]
+    by_path = {c.path: c.score for c in reranked}
+    np.testing.assert_allclose([by_path[f"g{i}"] for i in range(30)], single, atol=1e-5)
+
+
+def test_gnn_k2_one_skips_propagation() -> None:
+    sims = np.array([[[1.0, 0.5, 0.0], [0.5, 1.0, 0.25], [0.0, 0.25, 1.0]]])
+    np.testing.assert_array_equal(gnn_pools(sims, k1=2, k2=1)[0], [[1, 1, 0], [1, 1, 0], [0, 1, 1]])
+
+
+# --------------------------------------------------------------------------------------------- DBA + αQE
+
+
+#: Base vectors for DBA: distinct ones never tie; repeated rows tie exactly (in float32 and float64 alike).
+_BASES = np.random.default_rng(11).normal(size=(5, 4))
+
+
+@given(
+    st.lists(st.integers(0, 4), min_size=1, max_size=9), st.integers(1, 9), st.sampled_from([0.0, 1.0, 3.0])
+)
+def test_dba_equals_the_transcription_with_ties(rows: list[int], neighbors: int, alpha: float) -> None:
+    vectors = _BASES[rows]
+    expected = oracle_dba(vectors.tolist(), neighbors, alpha)
+    got = database_augmentation(vectors, neighbors=neighbors, alpha=alpha)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_dba_pool_rescoring_equals_a_second_search_of_the_augmented_store() -> None:
+    rng = np.random.default_rng(7)
+    gallery = rng.normal(size=(50, 10))
+    paths = [f"g{i}" for i in range(50)]
+    store = InMemoryImageEmbeddingStore.from_embeddings(paths, gallery)
+    reranker = DBAReranker(store, neighbors=4, alpha=2.0, aqe_neighbors=5, aqe_alpha=1.0)
+    augmented = reranker.store
+    assert augmented.augmentation == {"method": "dba", "neighbors": 4, "alpha": 2.0}
+    assert store.augmentation is None  # the original is untouched
+    np.testing.assert_allclose(
+        augmented.embeddings, database_augmentation(gallery, neighbors=4, alpha=2.0), atol=1e-6
+    )
+    queries = rng.normal(size=(4, 10))
+    pools = augmented.retrieve_by_vector(queries, k=50)
+    reranked = reranker.rerank_batch(pools, top_k=50)
+    second = augmented.retrieve_by_vector(
+        queries, k=50, query_expansion=True, expansion_alpha=1.0, expansion_neighbors=5
+    )
+    for got, want in zip(reranked, second, strict=True):
+        assert [c.path for c in got] == [c.path for c in want]
+        np.testing.assert_allclose([c.score for c in got], [c.score for c in want], atol=1e-5)
+    full = dba_aqe_rerank_features(queries, gallery, neighbors=4, alpha=2.0, aqe_neighbors=5, aqe_alpha=1.0)
+    for row, want in zip(full, second, strict=True):
+        np.testing.assert_allclose(row[[int(c.path[1:]) for c in want]], [c.score for c in want], atol=1e-5)
+
+
+def test_aqe_pools_without_positive_matches_keeps_the_order() -> None:
+    probe = np.array([[-0.5, -0.25]])
+    among = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    np.testing.assert_allclose(aqe_pools(probe, among, neighbors=2, alpha=1.0), [[1.5, 1.25]])
+
+
+def test_augmented_store_round_trips_through_its_file(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c", "d"], rng.normal(size=(4, 3)))
+    augmented = augment_store(store, neighbors=2, alpha=1.5)
+    path = tmp_path / "dba.safetensors"
+    augmented.save_to_disk(path)
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(path)
+    assert loaded.augmentation == {"method": "dba", "neighbors": 2, "alpha": 1.5}
+    np.testing.assert_array_equal(loaded.embeddings, augmented.embeddings)
+    assert DBAReranker(loaded, neighbors=2, alpha=1.5).store is loaded  # not augmented twice
+    with pytest.raises(ValueError, match="augmented with"):
+        DBAReranker(loaded, neighbors=3, alpha=1.5)
+    with pytest.raises(ValueError, match="already augmented"):
+        augment_store(loaded)
+    store.save_to_disk(tmp_path / "plain.safetensors")
+    assert InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "plain.safetensors").augmentation is None
+
+
+def test_a_tampered_augmentation_record_is_refused(tmp_path: Path) -> None:
+    import json
+
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    store = augment_store(InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2)), neighbors=1)
+    path = tmp_path / "s.safetensors"
+    store.save_to_disk(path)
+    with safe_open(str(path), framework="numpy") as reader:
+        header = json.loads(reader.metadata()["galleria"])
+    for bad in (
+        {"method": "dba", "neighbors": 0, "alpha": 1.0},
+        {"method": "x", "neighbors": 1, "alpha": 1.0},
+        [1],
+    ):
+        header["augmentation"] = bad
+        save_file(
+            load_file(str(path)), str(tmp_path / "bad.safetensors"), metadata={"galleria": json.dumps(header)}
+        )
+        with pytest.raises(ValueError, match="invalid 'augmentation'"):
+            InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "bad.safetensors")
+
+
+def test_dba_needs_a_cosine_store() -> None:
+    store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2), space="l2")
+    with pytest.raises(ValueError, match="cosine store"):
+        DBAReranker(store)
+
+
+# --------------------------------------------------------------------------------------------- shells
+
+
+def _store(n: int = 30, d: int = 6, seed: int = 0) -> InMemoryImageEmbeddingStore:
+    vectors = np.random.default_rng(seed).normal(size=(n, d))
+    return InMemoryImageEmbeddingStore.from_embeddings([f"p{i}" for i in range(n)], vectors)
+
+
+@pytest.mark.parametrize("method", RERANK_METHODS)
+def test_every_method_follows_the_protocol_and_batches_like_single_calls(method: str) -> None:
+    store = _store()
+    params = {"diffusion": {"k": 5}, "gnn": {"k1": 6, "k2": 3}, "dba": {"neighbors": 3}}.get(
+        method, {"k1": 6, "k2": 3}
+    )
+    reranker = make_reranker(method, store, **params)
+    assert isinstance(reranker, Reranker)
+    search = reranker.store if isinstance(reranker, DBAReranker) else store
+    queries = np.random.default_rng(1).normal(size=(3, 6))
+    pools = [search.retrieve_by_vector(q, k=k)[0] for q, k in zip(queries, (12, 20, 12), strict=True)]
+    batch = reranker.rerank_batch(pools, top_k=10)
+    for pool, got in zip(pools, batch, strict=True):
+        single = reranker.rerank(pool, top_k=10)
+        assert [c.path for c in got] == [c.path for c in single]
+        np.testing.assert_allclose([c.score for c in got], [c.score for c in single], atol=1e-12)
+        assert {c.path for c in got} <= {c.path for c in pool} and len(got) == 10
+    assert reranker.rerank(pools[0], top_k=100) and len(reranker.rerank(pools[0], top_k=100)) == 12
+    assert reranker.rerank_batch([], top_k=3) == []
+
+
+def test_kreciprocal_satisfies_the_protocol() -> None:
+    assert isinstance(KReciprocalReranker(_store()), Reranker)
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "error", "match"),
+    [
+        (DiffusionReranker, {"k": 0}, ValueError, "k must be a positive integer"),
+        (DiffusionReranker, {"alpha": 1.0}, ValueError, r"alpha must lie in \[0, 1\)"),
+        (DiffusionReranker, {"gamma": -1.0}, ValueError, "gamma"),
+        (DiffusionReranker, {"query_k": 2.5}, TypeError, "query_k"),
+        (DiffusionReranker, {"maxiter": True}, TypeError, "maxiter"),
+        (GnnReranker, {"k1": 3, "k2": 4}, ValueError, "k2 must not exceed k1"),
+        (GnnReranker, {"k1": "3"}, TypeError, "k1"),
+        (DBAReranker, {"neighbors": 0}, ValueError, "neighbors"),
+        (DBAReranker, {"aqe_alpha": float("nan")}, ValueError, "aqe_alpha"),
+    ],
+)
+def test_constructor_errors_name_the_parameter(
+    factory: Any, kwargs: dict[str, Any], error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        factory(_store(), **kwargs)
+
+
+@pytest.mark.parametrize("factory", [DiffusionReranker, GnnReranker, DBAReranker])
+def test_candidate_errors(factory: Any) -> None:
+    reranker = factory(_store())
+    with pytest.raises(TypeError, match="InMemoryImageEmbeddingStore"):
+        factory("not a store")
+    with pytest.raises(ValueError, match="must not be empty"):
+        reranker.rerank([], top_k=1)
+    with pytest.raises(KeyError):
+        reranker.rerank([Candidate("nope", 0.1)], top_k=1)
+    with pytest.raises(ValueError, match="more than once"):
+        reranker.rerank([Candidate("p1", 0.1), Candidate("p1", 0.2)], top_k=1)
+    with pytest.raises(ValueError, match="finite"):
+        reranker.rerank([Candidate("p1", float("nan"))], top_k=1)
+    with pytest.raises(TypeError, match="top_k"):
+        reranker.rerank([Candidate("p1", 0.1)], top_k=1.0)
+    with pytest.raises(TypeError, match=r"candidate_lists\[0\]"):
+        reranker.rerank_batch([["x"]], top_k=1)
+
+
+def test_make_reranker_rejects_unknown_methods() -> None:
+    with pytest.raises(ValueError, match="method must be one of"):
+        make_reranker("magic", _store())
+
+
+@pytest.mark.parametrize(
+    "function", [diffusion_rerank_features, gnn_rerank_features, dba_aqe_rerank_features]
+)
+def test_full_functions_check_their_features(function: Any) -> None:
+    with pytest.raises(ValueError, match="gallery_features has dimension 3"):
+        function(np.ones((2, 4)), np.ones((5, 3)))
+    with pytest.raises(ValueError, match="finite"):
+        function(np.full((2, 4), np.nan), np.ones((5, 4)))
+    with pytest.raises(TypeError, match="numeric"):
+        function(np.array([["a"]]), np.ones((5, 4)))
+    assert function(np.ones((1, 4)), np.eye(4)).shape == (1, 4)

@@ -1,0 +1,185 @@
+"""Tests of galleria.tune: the seeded settings search, its verdicts, and the settings file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import galleria
+from galleria.evaluation import RetrievalConfig
+from galleria.store import InMemoryImageEmbeddingStore
+from galleria.tune import (
+    TuneResult,
+    config_from_settings,
+    read_settings,
+    score_lists,
+    tune,
+    write_settings,
+)
+from galleria.tune.settings import MAX_BYTES
+
+
+def _clustered(separation: float, seed: int = 0, per_class: int = 12, classes: int = 5):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, 16)) * separation
+    vectors = np.concatenate([centre + rng.normal(size=(per_class, 16)) for centre in centres])
+    labels = [f"c{i}" for i in range(classes) for _ in range(per_class)]
+    paths = [f"{label}/{n}.png" for n, label in enumerate(labels)]
+    return InMemoryImageEmbeddingStore.from_embeddings(paths, vectors), dict(zip(paths, labels, strict=True))
+
+
+def test_tune_is_seeded_and_reports_every_trial() -> None:
+    store, labels = _clustered(0.6)
+    first = tune(store, labels, n_trials=9, validation_queries=10, n_splits=2, seed=3)
+    again = tune(store, labels, n_trials=9, validation_queries=10, n_splits=2, seed=3)
+    assert isinstance(first, TuneResult)
+    assert first.trials == again.trials and first.lifts == again.lifts
+    assert first.trials[0]["title"] == "plain retrieval" and first.trials[0]["value"] == first.plain_value
+    assert first.best_value == max(trial["value"] for trial in first.trials)
+    assert len(first.lifts) == 2 and first.validation["seeds"] == [3, 4]
+    assert first.validation["n_queries"] == 10 and first.validation["n_gallery"] == len(store) - 10
+    assert first.lifts[0] == pytest.approx(first.best_value - first.plain_value, abs=1e-6)
+    # The recommended config is the best one exactly when it beats plain retrieval.
+    assert first.beats_plain == (
+        first.config.settings() == first.best.settings() != {"query_expansion": False, "rerank": False}
+    )
+
+
+def test_tune_says_plainly_when_nothing_beats_plain_retrieval() -> None:
+    store, labels = _clustered(50.0)  # far-apart clusters: plain retrieval is already perfect
+    result = tune(store, labels, n_trials=7, validation_queries=10, n_splits=2)
+    assert result.plain_value == 1.0
+    assert not result.beats_plain
+    assert "no method beat plain retrieval" in result.message
+    assert result.config.settings() == {"query_expansion": False, "rerank": False}
+    assert "no method beat plain retrieval" in result.summary()
+
+
+def test_tune_finds_a_lift_where_expansion_helps() -> None:
+    store, labels = _clustered(0.5, seed=1, per_class=20)
+    result = tune(store, labels, n_trials=12, validation_queries=20, n_splits=2, methods=["aqe", "dba"])
+    assert result.best_value >= result.plain_value
+    assert {trial["settings"].get("rerank_method", "aqe") for trial in result.trials[1:]} <= {"aqe", "dba"}
+
+
+def test_the_package_itself_is_callable() -> None:
+    store, labels = _clustered(50.0)
+    assert galleria.tune(store, labels, n_trials=1, validation_queries=5, n_splits=1).trials[0]["number"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"metric": "auc"}, ValueError, "metric must be one of"),
+        ({"n_trials": 0}, ValueError, "n_trials"),
+        ({"n_splits": 11}, ValueError, "n_splits must be at most 10"),
+        ({"timeout": -1}, ValueError, "timeout"),
+        ({"methods": ["magic"]}, ValueError, "methods"),
+        ({"methods": []}, ValueError, "methods must not be empty"),
+        ({"validation_queries": 1.5}, ValueError, "validation_queries"),
+        ({"validation_queries": 1000}, ValueError, "too many"),
+        ({"seed": -1}, ValueError, "seed"),
+    ],
+)
+def test_tune_argument_errors(kwargs: dict[str, Any], error: type, match: str) -> None:
+    store, labels = _clustered(1.0)
+    with pytest.raises(error, match=match):
+        tune(store, labels, **kwargs)
+
+
+def test_tune_label_errors() -> None:
+    store, labels = _clustered(1.0)
+    with pytest.raises(ValueError, match="no label"):
+        tune(store, {"x": "y"})
+    with pytest.raises(ValueError, match="one label per store path"):
+        tune(store, ["a"])
+    with pytest.raises(TypeError, match="InMemoryImageEmbeddingStore"):
+        tune("store", labels)  # type: ignore[arg-type]
+
+
+def test_score_lists_map_at_r() -> None:
+    from galleria.store import Candidate
+
+    gallery = {"a": 1, "b": 1, "c": 2}
+    lists = [[Candidate("a", 0.0), Candidate("c", 0.1), Candidate("b", 0.2)]]
+    scores = score_lists(lists, [1], gallery)
+    assert scores["map@r"] == pytest.approx(0.5)  # R = 2: P@1 = 1 counted, position 2 a miss
+    assert scores["recall@1"] == 1.0 and scores["map@100"] == pytest.approx((1 + 2 / 3) / 2)
+
+
+# ------------------------------------------------------------------------------------------- settings file
+
+
+def test_settings_round_trip_for_every_method(tmp_path: Path) -> None:
+    configs = [
+        RetrievalConfig("a"),
+        RetrievalConfig("b", query_expansion=True, expansion_alpha=1.5, expansion_neighbors=7),
+        RetrievalConfig("c", rerank=True, k1=9, k2=3, lambda_value=0.1, pool=50),
+        RetrievalConfig("d", rerank=True, rerank_method="diffusion", rerank_params={"k": 8, "gamma": 2.0}),
+        RetrievalConfig("e", rerank=True, rerank_method="gnn", rerank_params={"k1": 5, "k2": 2}),
+        RetrievalConfig(
+            "f",
+            query_expansion=True,
+            rerank=True,
+            rerank_method="dba",
+            rerank_params={"neighbors": 4, "aqe_neighbors": 3},
+        ),
+    ]
+    for config in configs:
+        path = tmp_path / f"{config.name}.json"
+        write_settings(path, config, {"metric": "map@100"})
+        loaded = read_settings(path)
+        assert loaded.settings() == config.settings()
+        assert json.loads(path.read_text())["metric"] == "map@100"
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("not json", "not valid JSON"),
+        ('{"format": "other"}', "not a galleria settings file"),
+        ('{"format": "galleria-settings", "format_version": 9, "settings": {}}', "newer"),
+        ('{"format": "galleria-settings", "format_version": 1}', "has no .settings. object"),
+        ('{"format": "galleria-settings", "format_version": 1, "settings": {"k9": 1}}', r"unknown key\(s\)"),
+        (
+            '{"format": "galleria-settings", "format_version": 1, "settings": {"rerank": "yes"}}',
+            "true or false",
+        ),
+        (
+            '{"format": "galleria-settings", "format_version": 1, "settings": {"rerank": true, "k1": -1}}',
+            "k1",
+        ),
+        (
+            '{"format": "galleria-settings", "format_version": 1, "settings": {"rerank_method": "x"}}',
+            "one of",
+        ),
+        (
+            '{"format": "galleria-settings", "format_version": 1, '
+            '"settings": {"rerank_method": "gnn", "k": 3}}',
+            r"unknown key\(s\) \['k'\]",
+        ),
+    ],
+)
+def test_bad_settings_files_are_refused(tmp_path: Path, content: str, match: str) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(content)
+    with pytest.raises((TypeError, ValueError), match=match):
+        read_settings(path)
+
+
+def test_oversized_settings_file_is_not_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "big.json"
+    path.write_bytes(b" " * (MAX_BYTES + 10))
+    with pytest.raises(ValueError, match="larger than"):
+        read_settings(path)
+    with pytest.raises(OSError):
+        read_settings(tmp_path / "missing.json")
+
+
+def test_config_from_settings_names_where() -> None:
+    with pytest.raises(TypeError, match="here must be a JSON object"):
+        config_from_settings([1], where="here")

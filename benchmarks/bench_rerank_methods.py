@@ -141,7 +141,7 @@ def markdown(pools: list[dict[str, Any]], full: list[dict[str, Any]], quick: boo
         "# Re-ranking methods",
         "",
         "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs may have been "
-        "running: absolute times are high; compare rows).",
+        "running: compare rows).",
         "",
         "## Pools of 200 (ms per query)",
         "",

@@ -140,8 +140,8 @@ def markdown(pools: list[dict[str, Any]], full: list[dict[str, Any]], quick: boo
     lines = [
         "# Re-ranking methods",
         "",
-        "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs may have been "
-        "running: compare rows).",
+        "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs may have "
+        "been running: compare rows).",
         "",
         "## Pools of 200 (ms per query)",
         "",

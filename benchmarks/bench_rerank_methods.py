@@ -13,8 +13,8 @@ augmentation of the 20,000 vectors is timed once on its own).
 
 Part 2 — the full probe×gallery setting at Market-1501 size. Data: ``default_rng(1)``; 3,368 probes
 and 15,913 gallery items, 256-d unit features around 1,501 identities (σ = 1.2). Each function runs
-in its own child process that loads the features from ``.npy`` files, so its peak RSS (``VmHWM``) is
-its own: ``diffusion_rerank_features``,
+in its own child process that loads the features from ``.npy`` files, so its peak RSS (``VmHWM``,
+read as soon as the function returns, before the mAP check) is its own: ``diffusion_rerank_features``,
 ``gnn_rerank_features`` (scipy.sparse) and ``dba_aqe_rerank_features`` (``--full-methods`` adds
 ``k_reciprocal_rerank_features``, whose figures ``bench_rerank.py`` reports). mAP of each against the
 identities is printed beside its time, as a sanity check (synthetic data: not a quality claim).
@@ -92,12 +92,12 @@ function = {"k-reciprocal": rerank.k_reciprocal_rerank_features,
 started = time.perf_counter()
 distances = function(probes, gallery)
 seconds = time.perf_counter() - started
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 order = np.argsort(distances, axis=1, kind="stable")
 hits = gallery_ids[order] == probe_ids[:, None]
 ranks = np.arange(1, hits.shape[1] + 1)
 precision = np.cumsum(hits, axis=1) / ranks
 ap = (precision * hits).sum(axis=1) / np.maximum(hits.sum(axis=1), 1)
-peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
 print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "map": float(ap.mean()),
                   "top1": float(hits[:, 0].mean())}))
 """
@@ -140,8 +140,8 @@ def markdown(pools: list[dict[str, Any]], full: list[dict[str, Any]], quick: boo
     lines = [
         "# Re-ranking methods",
         "",
-        "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs were "
-        "running: absolute times are high; compare rows).",
+        "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs may have "
+        "been running: compare rows).",
         "",
         "## Pools of 200 (ms per query)",
         "",

@@ -143,4 +143,8 @@ def test_cli_spec() -> None:
         "timm",
         {"model_name": "tf_efficientnet_lite0", "pretrained": "/w/ckpt.pth"},
     )
-    assert parse_embedder_spec("timm:resnet18") == ("timm", {"model_name": "resnet18"})
+    assert parse_embedder_spec("timm:resnet18") == ("timm", {"model_name": "resnet18", "pretrained": None})
+    assert parse_embedder_spec("timm:resnet18:random") == (
+        "timm",
+        {"model_name": "resnet18", "pretrained": None},
+    )

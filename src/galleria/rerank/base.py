@@ -142,7 +142,7 @@ class PoolReranker:
         RuntimeError
             The store is not built.
         """
-        pool = _check_candidates("candidates", candidates)
+        pool = _check_candidates("candidates", candidates, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         return self._rerank_checked([pool], count)[0]
 
@@ -160,7 +160,11 @@ class PoolReranker:
             raise TypeError(
                 f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
             )
-        pools = [_check_candidates(f"candidate_lists[{i}]", pool) for i, pool in enumerate(candidate_lists)]
+        store_id = self._store.store_id
+        pools = [
+            _check_candidates(f"candidate_lists[{i}]", pool, store_id)
+            for i, pool in enumerate(candidate_lists)
+        ]
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []
@@ -189,7 +193,8 @@ class PoolReranker:
                     chunk, chunk_pools, order.tolist(), best.tolist(), strict=True
                 ):
                     results[position] = [
-                        Candidate(pool[i].path, float(v)) for i, v in zip(picked, values, strict=True)
+                        Candidate._from_store(pool[i].path, float(v), store.store_id)
+                        for i, v in zip(picked, values, strict=True)
                     ]
         return results
 

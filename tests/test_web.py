@@ -251,3 +251,37 @@ def test_decode_upload_limits() -> None:
         decode_upload(_png((0, 0, 0), (300, 300)), max_bytes=1 << 20, max_pixels=10_000)
     assert caught.value.too_large
     assert decode_upload(_png((1, 2, 3)), max_bytes=1 << 20)[0, 0].tolist() == [1, 2, 3]
+
+
+def test_settings_file_sets_the_method_and_the_first_page(tmp_path: Path) -> None:
+    """``serve --settings``: a tuned file's method (here diffusion) re-ranks, and the page starts from it."""
+    from fastapi.testclient import TestClient
+
+    from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
+    from galleria.evaluation import RetrievalConfig
+    from galleria.rerank import make_reranker
+    from galleria.web import create_app
+
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "g"
+    paths = []
+    for label in ("a", "b"):
+        (folder / label).mkdir(parents=True)
+        for i in range(12):
+            pixels = np.clip(rng.normal(60 if label == "a" else 190, 40, (16, 16, 3)), 0, 255)
+            path = folder / label / f"{i}.png"
+            Image.fromarray(pixels.astype(np.uint8)).save(path)
+            paths.append(str(path))
+    store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=8))
+    store.build_store(progress=False)
+    tuned = RetrievalConfig(
+        "tuned", rerank=True, pool=20, rerank_method="diffusion", rerank_params={"k": 5, "query_k": 3}
+    )
+    client = TestClient(create_app(store, defaults=tuned))
+    answer = client.post("/api/search", json={"path": paths[0], "k": 5, "rerank": True}).json()
+    plain = store.retrieve_top_k_similar(paths[0], 21)[0]
+    pool = [c for c in plain if c.path != paths[0]][:20]
+    expected = make_reranker("diffusion", store, k=5, query_k=3).rerank(pool, top_k=5)
+    assert [item["path"] for item in answer["reranked"]] == [c.path for c in expected]
+    first_page = client.get("/").text
+    assert 'name="rerank"' in first_page and "checked" in first_page.split('name="rerank"')[1][:80]

@@ -8,13 +8,14 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_load_options, load_store, parse_float, parse_int
+from galleria.cli._options import add_load_options, check_existing_file, load_store, parse_float, parse_int
 
 __all__ = ["add_parser", "run"]
 
 _EXAMPLES = """\
   galleria serve photos.safetensors                 # then open http://127.0.0.1:8000
   galleria serve photos.safetensors --port 8080 --max-upload-mb 50
+  galleria serve photos.safetensors --settings tuned.json   # the method and settings `galleria tune` chose
 """
 
 
@@ -42,6 +43,12 @@ def add_parser(subparsers: Any) -> None:
         help="largest accepted upload, in megabytes (default: %(default)s)",
     )
     add_load_options(parser)
+    parser.add_argument(
+        "--settings",
+        default=None,
+        metavar="FILE",
+        help="start from the settings in FILE (written by `galleria tune`): αQE, method, parameters",
+    )
     parser.set_defaults(run=run)
 
 
@@ -66,9 +73,19 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb!r}")
     from galleria.web import create_app, serve  # ImportError names the extra
 
+    defaults = None
+    if args.settings is not None:
+        from galleria.tune.settings import read_settings
+
+        defaults = read_settings(check_existing_file("settings file", args.settings))
     _check_bind(args.host, port)
     store = load_store(args, args.store)
-    app = create_app(store, store_name=args.store, max_upload_bytes=int(max_upload_mb * 1024 * 1024))
+    app = create_app(
+        store,
+        store_name=args.store,
+        max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+        defaults=defaults,
+    )
     print(
         f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
         file=sys.stderr,

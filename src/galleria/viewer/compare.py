@@ -104,14 +104,20 @@ class SearchSettings:
     config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=100))
 
     @classmethod
-    def from_mapping(cls, settings: Mapping[str, Any]) -> SearchSettings:
+    def from_mapping(
+        cls, settings: Mapping[str, Any], defaults: RetrievalConfig | None = None
+    ) -> SearchSettings:
         """Read ``k``, ``expand``, ``alpha``, ``neighbors``, ``rerank``, ``k1``, ``k2``, ``lambda``, ``pool``.
 
         Values may be text (form fields) or JSON numbers and booleans; ``lambda_value`` is accepted
-        for ``lambda``. ValueError names the setting and the value.
+        for ``lambda``. ValueError names the setting and the value. ``defaults`` (a settings file
+        written by ``galleria tune``) gives the values of absent numbers and the re-ranking method:
+        with a method other than k-reciprocal, its tuned parameters are used and ``k1``, ``k2``,
+        ``lambda`` only apply to k-reciprocal.
         """
+        base = defaults if defaults is not None else RetrievalConfig("search", pool=100)
         k = _number(settings, "k", 10, int)
-        pool = _number(settings, "pool", 100, int)
+        pool = _number(settings, "pool", base.pool, int)
         for name, value in (("k", k), ("pool", pool)):
             if not 1 <= value <= MAX_RESULTS:
                 raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
@@ -123,13 +129,15 @@ class SearchSettings:
             config = RetrievalConfig(
                 "search",
                 query_expansion=_flag(settings, "expand"),
-                expansion_alpha=_number(settings, "alpha", 3.0, float),
-                expansion_neighbors=_number(settings, "neighbors", 50, int),
+                expansion_alpha=_number(settings, "alpha", base.expansion_alpha, float),
+                expansion_neighbors=_number(settings, "neighbors", base.expansion_neighbors, int),
                 rerank=rerank,
-                k1=_number(settings, "k1", 20, int),
-                k2=_number(settings, "k2", 6, int),
-                lambda_value=_number({"lambda": lam}, "lambda", 0.3, float),
+                k1=_number(settings, "k1", base.k1, int),
+                k2=_number(settings, "k2", base.k2, int),
+                lambda_value=_number({"lambda": lam}, "lambda", base.lambda_value, float),
                 pool=pool,
+                rerank_method=base.rerank_method,
+                rerank_params=dict(base.rerank_params),
             )
         except TypeError as error:
             raise ValueError(str(error)) from None
@@ -251,7 +259,7 @@ def compare_search(
     labels : GalleryLabels, optional
         Marks results of the query's class when the query is a gallery path in a class folder.
     """
-    from galleria.rerank import KReciprocalReranker
+    from galleria.rerank import make_reranker
 
     if kind not in {"image", "text", "path"}:
         raise ValueError(f"kind must be 'image', 'text' or 'path', got {kind!r}")
@@ -259,7 +267,7 @@ def compare_search(
     started = time.perf_counter()
     extra = 1 if kind == "path" else 0
     depth = max(settings.k, config.pool if config.rerank else 0) + extra
-    expansion = {
+    expansion: dict[str, Any] = {
         "query_expansion": config.query_expansion,
         "expansion_alpha": config.expansion_alpha,
         "expansion_neighbors": config.expansion_neighbors,
@@ -274,8 +282,17 @@ def compare_search(
     plain = _items(found[: settings.k], labels, query_label)
     reranked = None
     if config.rerank and found:
-        reranker = KReciprocalReranker(store, k1=config.k1, k2=config.k2, lambda_value=config.lambda_value)
-        order = reranker.rerank(found[: config.pool], top_k=settings.k)
+        reranker = make_reranker(config.rerank_method, store, **config.reranker_params())
+        pool = found[: config.pool]
+        if reranker.store is not store:  # DBA + αQE: its candidates come from the augmented store
+            searched = reranker.store
+            if kind == "text":
+                pool = searched.retrieve_by_text([query], depth, **expansion)[0]
+            else:
+                pool = searched.retrieve_top_k_similar([query], depth, **expansion)[0]
+            pool = [candidate for candidate in pool if kind != "path" or candidate.path != query]
+            pool = pool[: config.pool]
+        order = reranker.rerank(pool, top_k=settings.k)
         previous = {candidate.path: rank for rank, candidate in enumerate(found, start=1)}
         reranked = _items(order, labels, query_label, previous)
     elapsed = round(1000.0 * (time.perf_counter() - started), 3)

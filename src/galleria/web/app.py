@@ -85,6 +85,7 @@ def create_app(
     store_name: str = "store",
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     thumbnail_cache_bytes: int = DEFAULT_CACHE_BYTES,
+    defaults: Any = None,
 ) -> FastAPI:
     """A FastAPI app that searches ``store`` (a built InMemoryImageEmbeddingStore), loaded once.
 
@@ -92,7 +93,23 @@ def create_app(
     /thumb/{path}`` and ``GET /image/{path}`` (only the gallery's own files, by their path relative
     to the gallery root; anything else is a 404), ``POST /api/search``, ``GET /api/info`` and
     FastAPI's ``/docs``.
+
+    ``defaults`` (a ``RetrievalConfig``, as ``galleria.tune.read_settings`` returns) sets the page's
+    first settings and the re-ranking method and parameters (``galleria serve --settings FILE``).
     """
+    import dataclasses
+
+    initial = (
+        SearchSettings()
+        if defaults is None
+        else SearchSettings(config=dataclasses.replace(defaults, name="search"))
+    )
+
+    def settings_from(values: dict[str, Any]) -> SearchSettings:
+        if not values:
+            return initial
+        return SearchSettings.from_mapping(values, defaults)
+
     labels = GalleryLabels(store.paths)
     thumbnails = ThumbnailCache(max_bytes=thumbnail_cache_bytes)
     text_queries = callable(getattr(store.embedder, "embed_text", None))
@@ -164,7 +181,7 @@ def create_app(
             raise ValueError(
                 "send multipart form data (field 'image') or JSON ({'path': ...} or {'text': ...})"
             )
-        settings = SearchSettings.from_mapping({key: fields[key] for key in _SETTING_KEYS if key in fields})
+        settings = settings_from({key: fields[key] for key in _SETTING_KEYS if key in fields})
         given = [name for name in ("path", "text") if fields.get(name) not in (None, "")]
         if image is not None and not (isinstance(image, str) and not image):
             given.append("image")
@@ -270,11 +287,9 @@ def create_app(
         """The page; ``?path=`` (a gallery path relative to the root) or ``?text=`` runs a search."""
         params = request.query_params
         try:
-            settings = SearchSettings.from_mapping(
-                {key: params[key] for key in _SETTING_KEYS if key in params}
-            )
+            settings = settings_from({key: params[key] for key in _SETTING_KEYS if key in params})
         except ValueError as error:
-            return page(request, settings=SearchSettings(), error=str(error), status=400)
+            return page(request, settings=initial, error=str(error), status=400)
         if params.get("path"):
             path = labels.path_of(params["path"])
             if path is None:
@@ -298,7 +313,7 @@ def create_app(
             query, kind, settings = await parse_request(request)
         except (ValueError, LookupError, TypeError) as error:
             status = 413 if isinstance(error, UploadError) and error.too_large else 400
-            return page(request, settings=SearchSettings(), error=str(error), status=status)
+            return page(request, settings=initial, error=str(error), status=status)
         return page(request, query=query, kind=kind, settings=settings)
 
     @app.get("/thumb/{relative:path}")

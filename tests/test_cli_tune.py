@@ -169,6 +169,8 @@ def test_evaluate_warns_when_a_method_lowers_the_metric() -> None:
     assert "lowers Recall@1 from 0.5900 (plain retrieval) to 0.3900" in lines[1]
     assert len(lines) == 3 and "galleria tune" in lines[2]
     assert _lowering_warnings([plain, better]) == []
+    slight = result("aqe", 0.495, 0.58, query_expansion=True)  # within the 0.01 margin: no warning
+    assert _lowering_warnings([plain, slight]) == []
 
 
 def test_demo_fashion_mnist_without_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

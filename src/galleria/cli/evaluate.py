@@ -284,8 +284,13 @@ def run(args: argparse.Namespace) -> int:
     )
 
 
+#: A configuration is reported as lowering a metric when it is below plain retrieval by more than this
+#: (the margin issue 11 allows Recall@1 to dip; ties of rounding are not a warning).
+LOWERING_TOLERANCE = 0.01 + 1e-9
+
+
 def _lowering_warnings(results: Sequence[Any]) -> list[str]:
-    """One line for every configuration whose mAP@100 or Recall@1 is below plain retrieval's."""
+    """One line for every configuration whose mAP@100 or Recall@1 is more than 0.01 below plain's."""
     plain = next((result for result in results if result.config.name == "plain"), None)
     if plain is None:
         return []
@@ -295,7 +300,7 @@ def _lowering_warnings(results: Sequence[Any]) -> list[str]:
             continue
         for label, key in (("mAP@100", "map_at_100"), ("Recall@1", "recall_at_1")):
             ours, base = getattr(result, key), getattr(plain, key)
-            if ours < base:
+            if base - ours > LOWERING_TOLERANCE:
                 lines.append(
                     f"{result.config.title} lowers {label} from {base:.4f} (plain retrieval) to "
                     f"{ours:.4f} on this gallery"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,43 +15,21 @@ from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkp
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_int, config_name
 from galleria.embedders._hub import obtainable
 from galleria.embedders._images import check_images, to_pil
+from galleria.embedders._torch import import_extra, looks_like_path, pick_device
 from galleria.embedders.base import ImageInput
 
 __all__ = ["ClipEmbedder"]
 
 _CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", *CHECKPOINT_KEYS})
 _CONFIG_WHERE = "clip embedder config"
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 #: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
 RANDOM_WEIGHTS_SEED = 0
 
 
 def _import_clip() -> tuple[Any, Any]:
     """Import torch and open_clip, or raise an ImportError naming the extra to install."""
-    try:
-        torch = importlib.import_module("torch")
-        open_clip = importlib.import_module("open_clip")
-    except ImportError as error:
-        raise ImportError(
-            "ClipEmbedder needs torch and open_clip_torch; install them with: pip install 'galleria[clip]'"
-        ) from error
-    return torch, open_clip
-
-
-def _pick_device(torch: Any, device: Any) -> Any:
-    if device is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be None, a str or a torch.device, got {type(device).__name__}")
-    try:
-        return torch.device(device)
-    except RuntimeError as error:
-        raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
+    torch, module = import_extra("ClipEmbedder", "clip", "torch", "open_clip")
+    return torch, module
 
 
 class _DropOpenClipRecords(logging.Filter):
@@ -71,10 +48,6 @@ def _quiet_open_clip_logging() -> Iterator[None]:
         yield
     finally:
         logging.root.removeFilter(quiet)
-
-
-def _looks_like_path(value: str) -> bool:
-    return os.sep in value or "/" in value or value.lower().endswith(_CHECKPOINT_SUFFIXES)
 
 
 def _check_model_name(open_clip: Any, model_name: str) -> None:
@@ -158,7 +131,7 @@ class ClipEmbedder:
         self._checkpoint = checkpoint
         self._record = record
         self._torch = torch
-        self._device = _pick_device(torch, device)
+        self._device = pick_device(torch, device)
         self._model, self._preprocess, self._tokenizer = self._load(open_clip)
 
     @staticmethod
@@ -183,7 +156,7 @@ class ClipEmbedder:
             return pretrained, None
         if os.path.exists(pretrained):
             return None, pretrained
-        if is_path or _looks_like_path(pretrained):
+        if is_path or looks_like_path(pretrained):
             raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
         if hub_model:
             return pretrained, None
@@ -343,7 +316,7 @@ class ClipEmbedder:
         model_name = config.get("model_name", "ViT-B-32")
         tag = config.get("pretrained", "openai" if record is None else None)
         for key, value in (("model_name", model_name), ("pretrained", tag)):
-            if isinstance(value, str) and (value.startswith("hf-hub:") or _looks_like_path(value)):
+            if isinstance(value, str) and (value.startswith("hf-hub:") or looks_like_path(value)):
                 raise ValueError(
                     f"{_CONFIG_WHERE}: {key} {value!r} names a file or hub repository, and a config never "
                     "chooses what is loaded; build the ClipEmbedder yourself and pass it (embedder=...), "

@@ -10,7 +10,6 @@ SHA-256, never its path, and :meth:`TimmEmbedder.from_config` needs the file pas
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +21,7 @@ from galleria._validation import check_bool, check_positive_int
 from galleria.embedders._checkpoint import check_record, checkpoint_record, verify_checkpoint
 from galleria.embedders._config import check_config
 from galleria.embedders._images import check_images, to_pil
+from galleria.embedders._torch import import_extra, looks_like_path, pick_device
 from galleria.embedders.base import ImageInput
 
 __all__ = ["TimmEmbedder"]
@@ -31,34 +31,12 @@ _CONFIG_KEYS = frozenset(
 )
 #: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
 RANDOM_WEIGHTS_SEED = 0
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 
 
 def _import_timm() -> tuple[Any, Any]:
     """Import torch and timm, or raise an ImportError naming the extra to install."""
-    try:
-        torch = importlib.import_module("torch")
-        timm = importlib.import_module("timm")
-    except ImportError as error:
-        raise ImportError(
-            "TimmEmbedder needs torch and timm; install them with: pip install 'galleria[timm]'"
-        ) from error
-    return torch, timm
-
-
-def _pick_device(torch: Any, device: Any) -> Any:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be None, a str or a torch.device, got {type(device).__name__}")
-    try:
-        return torch.device(device)
-    except RuntimeError as error:
-        raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
-
-
-def _looks_like_path(value: str) -> bool:
-    return os.sep in value or "/" in value or value.lower().endswith(_CHECKPOINT_SUFFIXES)
+    torch, module = import_extra("TimmEmbedder", "timm", "torch", "timm")
+    return torch, module
 
 
 def _read_state_dict(torch: Any, path: str) -> dict[str, Any]:
@@ -147,7 +125,7 @@ class TimmEmbedder:
         self.progress = check_bool("progress", progress)
         self._torch = torch
         self._model_name = model_name
-        self._device = _pick_device(torch, device)
+        self._device = pick_device(torch, device)
         self._tag, self._checkpoint = self._check_pretrained(pretrained)
         self._record = checkpoint_record(self._checkpoint) if self._checkpoint is not None else None
         self._model = self._load(timm).to(self._device).eval()
@@ -175,7 +153,7 @@ class TimmEmbedder:
             if not os.path.isfile(pretrained):
                 raise ValueError(f"pretrained checkpoint {pretrained!r} is not a file")
             return None, pretrained
-        if _looks_like_path(pretrained):
+        if looks_like_path(pretrained):
             raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
         return pretrained, None
 
@@ -314,7 +292,7 @@ class TimmEmbedder:
         pretrained = config.get("pretrained")
         if pretrained is not None and not isinstance(pretrained, (bool, str)):
             raise ValueError(f"{where}: pretrained must be null, true or a timm tag, got {pretrained!r}")
-        if isinstance(pretrained, str) and _looks_like_path(pretrained):
+        if isinstance(pretrained, str) and looks_like_path(pretrained):
             raise ValueError(f"{where}: pretrained must be a timm tag, not a path ({pretrained!r})")
         if check_record(config, where) is not None:
             if pretrained not in (None, False):

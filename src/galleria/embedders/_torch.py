@@ -1,0 +1,45 @@
+"""What the torch-backed embedders (CLIP, timm) share: lazy imports, device choice, checkpoint-like names."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+__all__ = ["CHECKPOINT_SUFFIXES", "import_extra", "looks_like_path", "pick_device"]
+
+#: File endings that mark a ``pretrained`` value as a local checkpoint rather than a weights tag.
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+
+
+def import_extra(who: str, extra: str, *modules: str) -> tuple[Any, ...]:
+    """Import ``modules``, or raise an ImportError saying which galleria extra brings them."""
+    try:
+        return tuple(importlib.import_module(module) for module in modules)
+    except ImportError as error:
+        names = " and ".join(modules)
+        raise ImportError(
+            f"{who} needs {names}; install them with: pip install 'galleria[{extra}]'"
+        ) from error
+
+
+def pick_device(torch: Any, device: Any) -> Any:
+    """``device`` as a ``torch.device``; None picks cuda, then mps, then cpu."""
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be None, a str or a torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
+
+
+def looks_like_path(value: str) -> bool:
+    """Whether a ``pretrained`` string names a file (a separator, or a checkpoint file ending)."""
+    return os.sep in value or "/" in value or value.lower().endswith(CHECKPOINT_SUFFIXES)

@@ -156,6 +156,7 @@ class SearchSettings:
             "k2": config.k2,
             "lambda": config.lambda_value,
             "pool": config.pool,
+            "method": config.rerank_method,
         }
 
 

@@ -303,15 +303,15 @@ def test_clip_input_errors(clip: ClipEmbedder) -> None:
 
 
 def test_clip_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import galleria.embedders.clip as clip_module
+    import galleria.embedders._torch as torch_helpers
 
-    real_import = clip_module.importlib.import_module
+    real_import = torch_helpers.importlib.import_module
 
     def fake_import(name: str) -> Any:
         if name == "open_clip":
             raise ImportError("No module named 'open_clip'")
         return real_import(name)
 
-    monkeypatch.setattr(clip_module.importlib, "import_module", fake_import)
+    monkeypatch.setattr(torch_helpers.importlib, "import_module", fake_import)
     with pytest.raises(ImportError, match=r"galleria\[clip\]"):
         ClipEmbedder(TINY_CLIP, pretrained=None)

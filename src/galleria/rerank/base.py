@@ -26,7 +26,7 @@ from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank._common import as_float_matrix, stable_smallest
 from galleria.rerank.batched import chunk_counts
-from galleria.rerank.reranker import _check_candidates
+from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -156,15 +156,7 @@ class PoolReranker:
         TypeError, ValueError, KeyError, RuntimeError
             As :meth:`rerank`, naming the offending list (``candidate_lists[i]``).
         """
-        if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
-            raise TypeError(
-                f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
-            )
-        store_id = self._store.store_id
-        pools = [
-            _check_candidates(f"candidate_lists[{i}]", pool, store_id)
-            for i, pool in enumerate(candidate_lists)
-        ]
+        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []

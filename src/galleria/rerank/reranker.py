@@ -175,15 +175,7 @@ class KReciprocalReranker:
         TypeError, ValueError, KeyError, RuntimeError
             As :meth:`rerank`, naming the offending list (``candidate_lists[i]``).
         """
-        if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
-            raise TypeError(
-                f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
-            )
-        store_id = self._store.store_id
-        pools = [
-            _check_candidates(f"candidate_lists[{i}]", pool, store_id)
-            for i, pool in enumerate(candidate_lists)
-        ]
+        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []
@@ -250,6 +242,17 @@ MAX_SCORE = float(np.finfo(np.float32).max)
 
 def _fits(score: float) -> bool:
     return -MAX_SCORE <= score <= MAX_SCORE  # False for NaN and ±inf as well
+
+
+def _check_candidate_lists(candidate_lists: Any, store_id: str) -> list[list[Candidate]]:
+    """Validate the argument of ``rerank_batch``: a sequence of candidate lists, each checked."""
+    if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
+        raise TypeError(
+            f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
+        )
+    return [
+        _check_candidates(f"candidate_lists[{i}]", pool, store_id) for i, pool in enumerate(candidate_lists)
+    ]
 
 
 def _check_candidates(name: str, candidates: Any, store_id: str) -> list[Candidate]:

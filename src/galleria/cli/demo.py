@@ -96,9 +96,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo and print its table."""
-    from galleria.cli.evaluate import run_evaluation
     from galleria.datasets import digits_folder, load_image_folder
-    from galleria.embedders import PixelEmbedder, embedder_config
     from galleria.evaluation import standard_configs
 
     seed = parse_int("--seed", args.seed, minimum=0)
@@ -110,39 +108,21 @@ def run(args: argparse.Namespace) -> int:
     folder = digits_folder(args.cache_dir)
     dataset = load_image_folder(folder)
     split = dataset.split(n_queries=n_queries, seed=seed)
-    embedder = PixelEmbedder(**DEMO_EMBEDDER)
-    meta = {
-        "dataset": {
-            "name": "sklearn digits",
-            "root": str(folder),
-            "n_images": len(dataset),
-            "n_labels": len(dataset.classes),
-            "seed": seed,
-        },
-        "embedder": {"spec": "pixel", **(embedder_config(embedder) or {})},
-        "index": {"name": "hnsw", "space": "cosine", "params": DEMO_INDEX_PARAMS},
+    dataset_meta = {
+        "name": "sklearn digits",
+        "root": str(folder),
+        "n_images": len(dataset),
+        "n_labels": len(dataset.classes),
+        "seed": seed,
     }
-    return run_evaluation(
-        split=split,
-        embedder=embedder,
-        index="hnsw",
-        space="cosine",
-        index_params=DEMO_INDEX_PARAMS or None,
-        configs=standard_configs(**DEMO_SETTINGS),
-        num_workers=4,
-        skip_errors=False,
-        meta=meta,
-        out=args.out,
-        as_json=args.json,
-        title="galleria demo (handwritten digits)",
+    return _evaluate_demo(
+        args, split, DEMO_EMBEDDER, dataset_meta, standard_configs(**DEMO_SETTINGS), "handwritten digits"
     )
 
 
 def _run_fashion(args: argparse.Namespace, seed: int) -> int:
     """The demo on Fashion-MNIST: the same pipeline, written once as PNG files into the cache folder."""
-    from galleria.cli.evaluate import run_evaluation
     from galleria.datasets.fashion_mnist import DEBIAN_ROOT, fashion_mnist_folder
-    from galleria.embedders import PixelEmbedder, embedder_config
     from galleria.evaluation import RetrievalConfig
 
     n_queries = parse_int("--queries", FASHION_QUERIES if args.queries is None else args.queries)
@@ -153,15 +133,36 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
         )
     except FileNotFoundError as error:
         raise CliError(str(error)) from None
-    embedder = PixelEmbedder(**FASHION_EMBEDDER)
+    dataset_meta = {
+        "name": "Fashion-MNIST",
+        "root": root,
+        "n_images": len(split.query_paths) + len(split.gallery_paths),
+        "n_labels": len(set(split.gallery_labels)),
+        "seed": seed,
+    }
+    configs = [
+        RetrievalConfig("plain"),
+        RetrievalConfig("rerank", rerank=True, pool=200),
+        RetrievalConfig("tuned", rerank=True, rerank_method="dba", rerank_params=FASHION_TUNED, pool=400),
+    ]
+    return _evaluate_demo(args, split, FASHION_EMBEDDER, dataset_meta, configs, "Fashion-MNIST")
+
+
+def _evaluate_demo(
+    args: argparse.Namespace,
+    split: Any,
+    embedder_options: dict[str, Any],
+    dataset_meta: dict[str, Any],
+    configs: Any,
+    name: str,
+) -> int:
+    """The demo's evaluation, shared by both datasets: pixel embedder, HNSW, cosine."""
+    from galleria.cli.evaluate import run_evaluation
+    from galleria.embedders import PixelEmbedder, embedder_config
+
+    embedder = PixelEmbedder(**embedder_options)
     meta = {
-        "dataset": {
-            "name": "Fashion-MNIST",
-            "root": root,
-            "n_images": len(split.query_paths) + len(split.gallery_paths),
-            "n_labels": len(set(split.gallery_labels)),
-            "seed": seed,
-        },
+        "dataset": dataset_meta,
         "embedder": {"spec": "pixel", **(embedder_config(embedder) or {})},
         "index": {"name": "hnsw", "space": "cosine", "params": DEMO_INDEX_PARAMS},
     }
@@ -171,15 +172,11 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
         index="hnsw",
         space="cosine",
         index_params=DEMO_INDEX_PARAMS or None,
-        configs=[
-            RetrievalConfig("plain"),
-            RetrievalConfig("rerank", rerank=True, pool=200),
-            RetrievalConfig("tuned", rerank=True, rerank_method="dba", rerank_params=FASHION_TUNED, pool=400),
-        ],
+        configs=configs,
         num_workers=4,
         skip_errors=False,
         meta=meta,
         out=args.out,
         as_json=args.json,
-        title="galleria demo (Fashion-MNIST)",
+        title=f"galleria demo ({name})",
     )

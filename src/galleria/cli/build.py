@@ -20,6 +20,7 @@ from galleria.cli._options import (
     add_store_options,
     check_existing_folder,
     embedder_settings,
+    index_params,
     make_embedder,
     parse_embedder_spec,
     parse_float,
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     parse_embedder_spec(args.embedder)
     workers = parse_int("--workers", args.workers)
     every = parse_float("--checkpoint-every", args.checkpoint_every)
+    args.index_params = index_params(args)
     settings = embedder_settings(args)
     out = args.out
     if os.path.isdir(out):
@@ -219,6 +221,7 @@ def _build_with_threads(
                         embedder,
                         args.index,
                         space=args.space,
+                        index_params=args.index_params,
                         skip_errors=args.skip_errors,
                         num_workers=workers,
                     )
@@ -266,6 +269,7 @@ def _build_on_ray(args: argparse.Namespace, paths: list[str], embedder: Any, out
             shards,
             args.index,
             space=args.space,
+            index_params=getattr(args, "index_params", None),
             skip_errors=args.skip_errors,
             address=args.ray_address,
             num_actors=actors,

@@ -14,7 +14,7 @@ import argparse
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_report_options, parse_int
+from galleria.cli._options import add_deprecated_alias, add_report_options, parse_int
 
 __all__ = ["DEMO_EMBEDDER", "DEMO_INDEX_PARAMS", "DEMO_SETTINGS", "add_parser", "run"]
 
@@ -47,7 +47,7 @@ FASHION_TUNED: dict[str, Any] = {"neighbors": 9, "alpha": 4.07, "aqe_neighbors":
 _EXAMPLES = """\
   galleria demo
   galleria demo --dataset fashion-mnist        # needs Debian's dataset-fashion-mnist (or --fashion-root)
-  galleria demo --queries 500 --seed 1 --out demo-report/
+  galleria demo --n-queries 500 --seed 1 --report demo-report/
   galleria demo --json --cache-dir /tmp/galleria-cache
 """
 
@@ -79,8 +79,9 @@ def add_parser(subparsers: Any) -> None:
         help="folder of the Fashion-MNIST idx files (default: where Debian puts them)",
     )
     parser.add_argument(
-        "--queries", default=None, metavar="N", help="query images (default: 300; fashion-mnist 1000)"
+        "--n-queries", default=None, metavar="N", help="query images (default: 300; fashion-mnist 1000)"
     )
+    add_deprecated_alias(parser, "--queries", dest="n_queries", replacement="--n-queries N")
     parser.add_argument(
         "--seed", default="0", metavar="N", help="seed of the query split (default: %(default)s)"
     )
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_fashion(args, seed)
     if args.fashion_root is not None:
         raise CliError("--fashion-root needs --dataset fashion-mnist")
-    n_queries = parse_int("--queries", "300" if args.queries is None else args.queries)
+    n_queries = parse_int("--n-queries", "300" if args.n_queries is None else args.n_queries)
     folder = digits_folder(args.cache_dir)
     dataset = load_image_folder(folder)
     split = dataset.split(n_queries=n_queries, seed=seed)
@@ -125,7 +126,7 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
     from galleria.datasets.fashion_mnist import DEBIAN_ROOT, fashion_mnist_folder
     from galleria.evaluation import RetrievalConfig
 
-    n_queries = parse_int("--queries", FASHION_QUERIES if args.queries is None else args.queries)
+    n_queries = parse_int("--n-queries", FASHION_QUERIES if args.n_queries is None else args.n_queries)
     root = args.fashion_root or DEBIAN_ROOT
     try:
         split = fashion_mnist_folder(

@@ -22,7 +22,7 @@ Examples
 ...     test_paths=["/g/a/2.png"], gallery_paths=["/g/a/1.png", "/g/b/3.png"], where="tuned.json")
 Traceback (most recent call last):
 ...
-ValueError: tuned.json was tuned on 1 of these 1 test queries (a leak: ...
+ValueError: tuned.json held out other test queries than this evaluation draws with the same split ...
 """
 
 from __future__ import annotations
@@ -121,21 +121,14 @@ def check_tuned_split(
     ``record`` is the ``"tuned_on"`` object of a settings file; ``seed`` / ``split_option`` /
     ``test_paths`` / ``gallery_paths`` describe the evaluation. Refused: any test query among the
     tuned-on images; a split drawn with another seed or size than the one held out when tuning, or
-    holding other queries; a gallery that lacks some of the tuned-on images (another gallery).
+    holding other queries; a gallery that lacks some of the tuned-on images (another gallery). The
+    split is compared first (its message names both splits), then the overlap.
     """
     if not isinstance(record, Mapping):
         raise ValueError(f"{where}: tuned_on must be a JSON object")
     gallery = record.get("gallery")
     if not isinstance(gallery, Mapping):
         raise ValueError(f"{where}: tuned_on.gallery must be a JSON object")
-    tuned = _decode_hashes(gallery.get("path_hashes"), where)
-    leaked = sum(1 for path in test_paths if _hash(path) in tuned)
-    if leaked:
-        raise ValueError(
-            f"{where} was tuned on {leaked} of these {len(test_paths)} test queries (a leak: they would be "
-            "scored with settings chosen on them); tune again with the same --seed and --n-queries / "
-            "--query-fraction as this evaluation"
-        )
     held_out = record.get("test_split")
     if held_out is not None:
         if not isinstance(held_out, Mapping):
@@ -153,6 +146,14 @@ def check_tuned_split(
                 f"{where} held out other test queries than this evaluation draws with the same split "
                 "(another gallery, or images were added or removed since tuning); tune again"
             )
+    tuned = _decode_hashes(gallery.get("path_hashes"), where)
+    leaked = sum(1 for path in test_paths if _hash(path) in tuned)
+    if leaked:
+        raise ValueError(
+            f"{where} was tuned on {leaked} of these {len(test_paths)} test queries (a leak: they would be "
+            "scored with settings chosen on them); tune again with the same --seed and --n-queries / "
+            "--query-fraction as this evaluation"
+        )
     present = {_hash(path) for path in gallery_paths}
     missing = len(tuned - present)
     if missing:

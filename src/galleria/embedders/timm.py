@@ -70,7 +70,7 @@ class TimmEmbedder:
     Raises
     ------
     ImportError
-        If torch or timm is not installed (``pip install 'galleria[timm]'``).
+        If torch or timm is not installed (``pip install -e '.[timm]'``).
     TypeError
         For arguments of the wrong kind.
     ValueError

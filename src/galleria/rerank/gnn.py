@@ -163,7 +163,7 @@ def _torch_features(features: np.ndarray, k1: int, k2: int, device: Any) -> Any:
         import torch
     except ImportError as error:
         raise ImportError(
-            "gnn_rerank_features(device=...) needs torch; install it with: pip install 'galleria[timm]'"
+            "gnn_rerank_features(device=...) needs torch; install it with: pip install -e '.[timm]'"
         ) from error
     try:
         where = torch.device(device)

@@ -357,7 +357,7 @@ def tune(
     Raises
     ------
     ImportError
-        Optuna is not installed (``pip install 'galleria[tune]'``).
+        Optuna is not installed (``pip install -e '.[tune]'``).
     TypeError, ValueError
         For bad arguments; a gallery too small to split.
     RuntimeError
@@ -367,7 +367,7 @@ def tune(
         import optuna
     except ImportError as error:
         raise ImportError(
-            "galleria.tune needs optuna; install it with: pip install 'galleria[tune]'"
+            "galleria.tune needs optuna; install it with: pip install -e '.[tune]'"
         ) from error
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")

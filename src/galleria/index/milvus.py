@@ -38,9 +38,7 @@ def _client_class() -> Any:
     try:
         from pymilvus import MilvusClient
     except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "MilvusIndex needs pymilvus and milvus-lite: pip install -e '.[milvus]'"
-        ) from error
+        raise ImportError("MilvusIndex needs pymilvus and milvus-lite: pip install -e '.[milvus]'") from error
     return MilvusClient
 
 

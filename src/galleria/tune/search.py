@@ -366,9 +366,7 @@ def tune(
     try:
         import optuna
     except ImportError as error:
-        raise ImportError(
-            "galleria.tune needs optuna; install it with: pip install -e '.[tune]'"
-        ) from error
+        raise ImportError("galleria.tune needs optuna; install it with: pip install -e '.[tune]'") from error
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:

@@ -181,8 +181,7 @@ def _build_with_threads(
     args: argparse.Namespace, paths: list[str], embedder: Any, partial: str, workers: int, every: float
 ) -> tuple[Any, int]:
     """``--engine threads``: embed in chunks, keeping a checkpoint at ``partial``; (store, images resumed)."""
-    from tqdm.auto import tqdm
-
+    from galleria._progress import progress
     from galleria.embedders.base import batch_size_of
     from galleria.store import ImageReadError, InMemoryImageEmbeddingStore
 
@@ -206,12 +205,8 @@ def _build_with_threads(
     last_save = time.monotonic()
     position = 0
     try:
-        with tqdm(
-            total=len(paths),
-            initial=len(paths) - len(paths_left),
-            desc="building gallery",
-            unit="img",
-            disable=True if args.json else None,
+        with progress(
+            len(paths), "building gallery", "img", enabled=not args.json, initial=len(paths) - len(paths_left)
         ) as bar:
             while position < len(paths_left) or store is None:
                 part = paths_left[position : position + chunk]
@@ -225,11 +220,10 @@ def _build_with_threads(
                         skip_errors=args.skip_errors,
                         num_workers=workers,
                     )
-                    store.build_store(progress=False)
+                    store.build_store(progress=False, on_progress=bar.update)  # moves per batch
                 elif part:
-                    store.add_images(part)
+                    store.add_images(part, on_progress=bar.update)
                 position += len(part)
-                bar.update(len(part))
                 if position < len(paths_left) and time.monotonic() - last_save >= every:
                     store.save_to_disk(partial)
                     last_save = time.monotonic()

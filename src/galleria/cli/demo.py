@@ -130,7 +130,7 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
     root = args.fashion_root or DEBIAN_ROOT
     try:
         split = fashion_mnist_folder(
-            args.cache_dir, root, n_queries=n_queries, n_gallery=FASHION_GALLERY, seed=seed
+            args.cache_dir, root, n_queries=n_queries, n_gallery=FASHION_GALLERY, seed=seed, on_write=_tell
         )
     except FileNotFoundError as error:
         raise CliError(str(error)) from None
@@ -147,6 +147,26 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
         RetrievalConfig("tuned", rerank=True, rerank_method="dba", rerank_params=FASHION_TUNED, pool=400),
     ]
     return _evaluate_demo(args, split, FASHION_EMBEDDER, dataset_meta, configs, "Fashion-MNIST")
+
+
+def _tell(stage: str, count: int, folder: Any) -> None:
+    """Say on stderr that the Fashion-MNIST images are written into the cache (once), and their size."""
+    import sys
+
+    if stage == "writing":
+        print(
+            f"galleria demo: writing {count:,} Fashion-MNIST images as PNG files (about "
+            f"{count * _PNG_BYTES / 1e6:.0f} MB) into {folder} (once; later runs reuse them) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    size = sum(entry.stat().st_size for entry in folder.rglob("*.png"))
+    print(f"galleria demo: wrote {count:,} PNG files ({size / 1e6:.0f} MB) into {folder}", file=sys.stderr)
+
+
+#: Bytes of one 28×28 Fashion-MNIST PNG on disk, about (83 MB for 21,000 measured).
+_PNG_BYTES = 4000
 
 
 def _evaluate_demo(

@@ -8,7 +8,14 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_load_options, check_existing_file, load_store, parse_float, parse_int
+from galleria.cli._options import (
+    add_load_options,
+    check_existing_file,
+    load_store,
+    parse_float,
+    parse_int,
+    say,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -79,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
         defaults = read_settings(check_existing_file("settings file", args.settings))
     _check_bind(args.host, port)
+    say(f"loading the store {args.store} ...")
     store = load_store(args, args.store)
     app = create_app(
         store,
@@ -90,5 +98,10 @@ def run(args: argparse.Namespace) -> int:
         f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
         file=sys.stderr,
     )
-    serve(app, host=args.host, port=port)
+
+    def stopping() -> None:
+        print("galleria serve: stopping (finishing open requests) ...", file=sys.stderr, flush=True)
+
+    serve(app, host=args.host, port=port, on_stop=stopping)
+    print("galleria serve: stopped", file=sys.stderr)
     return 0

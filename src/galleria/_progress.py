@@ -50,7 +50,7 @@ class LineProgress:
         description: str,
         unit: str,
         *,
-        every: float = LINE_EVERY,
+        every: float | None = None,
         stream: TextIO | None = None,
         initial: int = 0,
     ) -> None:
@@ -59,7 +59,7 @@ class LineProgress:
         self._initial = initial
         self._description = description
         self._unit = unit
-        self._every = every
+        self._every = LINE_EVERY if every is None else every
         self._stream = stream if stream is not None else sys.stderr
         self._started = time.monotonic()
         self._last = self._started

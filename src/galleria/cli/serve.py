@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
     def stopping() -> None:
         print("galleria serve: stopping (finishing open requests) ...", file=sys.stderr, flush=True)
 
-    serve(app, host=args.host, port=port, on_stop=stopping)
+    try:
+        serve(app, host=args.host, port=port, on_stop=stopping)
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: the normal way to stop
+        pass
     print("galleria serve: stopped", file=sys.stderr)
     return 0

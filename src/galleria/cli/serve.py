@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_load_options, check_existing_file, load_store, parse_float, parse_int
+from galleria.cli._options import (
+    add_load_options,
+    check_existing_file,
+    check_existing_folder,
+    load_store,
+    parse_float,
+    parse_int,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -16,6 +24,7 @@ _EXAMPLES = """\
   galleria serve photos.safetensors                 # then open http://127.0.0.1:8000
   galleria serve photos.safetensors --port 8080 --max-upload-mb 50
   galleria serve photos.safetensors --settings tuned.json   # the method and settings `galleria tune` chose
+  galleria serve photos.safetensors --eval report/          # the queries of `galleria evaluate --out report/`
 """
 
 
@@ -47,7 +56,15 @@ def add_parser(subparsers: Any) -> None:
         "--settings",
         default=None,
         metavar="FILE",
-        help="start from the settings in FILE (written by `galleria tune`): αQE, method, parameters",
+        help="start from the settings in FILE (written by `galleria tune`): αQE, method, parameters; "
+        "they are also the API's defaults",
+    )
+    parser.add_argument(
+        "--eval",
+        default=None,
+        metavar="DIR",
+        help="list the queries of an evaluation (the --out folder of `galleria evaluate` or `demo`) at "
+        "/eval, those whose AP re-ranking lowered most first",
     )
     parser.set_defaults(run=run)
 
@@ -78,6 +95,17 @@ def run(args: argparse.Namespace) -> int:
         from galleria.tune.settings import read_settings
 
         defaults = read_settings(check_existing_file("settings file", args.settings))
+    evaluation = None
+    if args.eval is not None:
+        from galleria.evaluation.per_query import FILE_NAME, read_query_results
+
+        folder = check_existing_folder("--eval", args.eval)
+        if not os.path.lexists(os.path.join(folder, FILE_NAME)):
+            raise CliError(
+                f"--eval {args.eval!r} has no {FILE_NAME}; give the --out folder of "
+                "`galleria evaluate` or `galleria demo` (run it again to write one)"
+            )
+        evaluation = read_query_results(folder)
     _check_bind(args.host, port)
     store = load_store(args, args.store)
     app = create_app(
@@ -85,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         store_name=args.store,
         max_upload_bytes=int(max_upload_mb * 1024 * 1024),
         defaults=defaults,
+        evaluation=evaluation,
     )
     print(
         f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",

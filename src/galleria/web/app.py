@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 from starlette.datastructures import UploadFile
 
 from galleria.embedders import embedder_config
@@ -21,18 +18,19 @@ from galleria.viewer import (
     SearchSettings,
     ThumbnailCache,
     UploadError,
+    UploadStore,
     compare_search,
     decode_upload,
 )
-from galleria.viewer.text import shorten_middle
-from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES, array_thumbnail
+from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES
+from galleria.web.pages import SETTING_KEYS, UPLOAD_GONE, Site, add_pages
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 
 #: Largest upload accepted by default (20 MB).
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 _HERE = Path(__file__).parent
-_SETTING_KEYS = ("k", "expand", "alpha", "neighbors", "rerank", "k1", "k2", "lambda", "lambda_value", "pool")
+_SETTING_KEYS = SETTING_KEYS
 
 
 #: Room for the form's other fields beside the image, in bytes.
@@ -86,34 +84,33 @@ def create_app(
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     thumbnail_cache_bytes: int = DEFAULT_CACHE_BYTES,
     defaults: Any = None,
+    evaluation: Any = None,
+    uploads: UploadStore | None = None,
 ) -> FastAPI:
     """A FastAPI app that searches ``store`` (a built InMemoryImageEmbeddingStore), loaded once.
 
-    Routes: ``GET /`` and ``POST /`` (the page; upload, gallery path or text queries), ``GET
-    /thumb/{path}`` and ``GET /image/{path}`` (only the gallery's own files, by their path relative
-    to the gallery root; anything else is a 404), ``POST /api/search``, ``GET /api/info`` and
-    FastAPI's ``/docs``.
+    Routes: the pages (see :mod:`galleria.web.pages`: ``GET /`` browses the gallery or shows a
+    search, ``POST /`` takes the search form and redirects to the search's address, ``GET /eval``
+    lists an evaluation's queries), ``GET /thumb/{path}`` and ``GET /image/{path}`` (only the
+    gallery's own files, by their path relative to the gallery root; anything else is a 404),
+    ``POST /api/search``, ``GET /api/info`` and FastAPI's ``/docs``.
 
-    ``defaults`` (a ``RetrievalConfig``, as ``galleria.tune.read_settings`` returns) sets the page's
-    first settings and the re-ranking method and parameters (``galleria serve --settings FILE``).
+    ``defaults`` (a ``RetrievalConfig``, as ``galleria.tune.read_settings`` returns) gives every
+    setting a request leaves out, on the page and in the API alike, and the re-ranking method and
+    its parameters (``galleria serve --settings FILE``). ``evaluation`` (a
+    :class:`~galleria.evaluation.per_query.QueryResults`, ``galleria serve --eval DIR``) adds the
+    evaluation pages. ``uploads`` keeps the uploaded query images (by default the last 32, within
+    128 MB).
     """
-    import dataclasses
-
-    initial = (
-        SearchSettings()
-        if defaults is None
-        else SearchSettings(config=dataclasses.replace(defaults, name="search"))
-    )
+    initial = SearchSettings.from_mapping({}, defaults)  # the one validation, for the defaults too
+    uploads = UploadStore() if uploads is None else uploads
 
     def settings_from(values: dict[str, Any]) -> SearchSettings:
-        if not values:
-            return initial
         return SearchSettings.from_mapping(values, defaults)
 
     labels = GalleryLabels(store.paths)
     thumbnails = ThumbnailCache(max_bytes=thumbnail_cache_bytes)
     text_queries = callable(getattr(store.embedder, "embed_text", None))
-    templates = Jinja2Templates(directory=str(_HERE / "templates"))
     app = FastAPI(
         title="galleria",
         description="Search a gallery store; plain and k-reciprocal re-ranked results side by side.",
@@ -182,15 +179,21 @@ def create_app(
                 "send multipart form data (field 'image') or JSON ({'path': ...} or {'text': ...})"
             )
         settings = settings_from({key: fields[key] for key in _SETTING_KEYS if key in fields})
-        given = [name for name in ("path", "text") if fields.get(name) not in (None, "")]
+        given = [name for name in ("path", "text", "upload") if fields.get(name) not in (None, "")]
         if image is not None and not (isinstance(image, str) and not image):
             given.append("image")
         if len(given) != 1:
             raise ValueError(
-                f"give exactly one query: 'image' (upload), 'path' or 'text'; got {given or 'none'}"
+                "give exactly one query: 'image' (upload), 'upload' (the id of an earlier upload), "
+                f"'path' or 'text'; got {given or 'none'}"
             )
         if given[0] == "image":
             return await read_upload(image), "image", settings
+        if given[0] == "upload":
+            kept = uploads.get(fields["upload"])
+            if kept is None:
+                raise LookupError(UPLOAD_GONE)
+            return decode_upload(kept.data, max_bytes=max_upload_bytes), "image", settings
         if given[0] == "text":
             if not isinstance(fields["text"], str):
                 raise ValueError("text must be a string")
@@ -210,6 +213,9 @@ def create_app(
     async def api_search(request: Request) -> Any:
         """Search by an uploaded image (multipart field ``image``), a gallery ``path`` or a ``text``.
 
+        ``upload`` (an id from a page's address, ``/?upload=...``) searches an image uploaded earlier
+        on the page again.
+
         Settings: ``k``, ``expand`` with ``alpha`` and ``neighbors``, ``rerank`` with ``k1``, ``k2``,
         ``lambda`` and ``pool``. Answer: ``{"plain": [{"path", "score", "rank"}...], "reranked": [...
         with "previous_rank"] | null, "elapsed_ms": ...}``.
@@ -220,101 +226,20 @@ def create_app(
         except (ValueError, LookupError, TypeError) as error:
             return error_response(error)
 
-    def page(
-        request: Request,
-        *,
-        query: Any = None,
-        kind: str | None = None,
-        settings: SearchSettings,
-        error: str | None = None,
-        status: int = 200,
-        query_text: str = "",
-    ) -> HTMLResponse:
-        result = None
-        if error is None and kind is not None:
-            try:
-                result = run_search(query, kind, settings)
-            except (ValueError, LookupError, TypeError) as problem:
-                error, status = str(problem.args[0] if problem.args else problem), 400
-                if isinstance(problem, LookupError):
-                    status = 404
-
-        def thumb(path: str) -> str:
-            return "/thumb/" + quote(labels.relative(path))
-
-        def link(path: str) -> str:
-            params = {**settings.to_dict(), "path": labels.relative(path)}
-            fields = "&".join(
-                f"{key}={quote(str(value).lower() if isinstance(value, bool) else str(value))}"
-                for key, value in params.items()
-                if not (isinstance(value, bool) and not value)
-            )
-            return "/?" + fields
-
-        upload_preview = None
-        if kind == "image" and result is not None:
-            encoded = base64.b64encode(array_thumbnail(query, 96)).decode("ascii")
-            upload_preview = f"data:image/jpeg;base64,{encoded}"
-
-        def shown(path: str) -> str:
-            return labels.relative(path)
-
-        def short(path: str) -> str:
-            return shorten_middle(labels.relative(path), 22)
-
-        return templates.TemplateResponse(
-            request,
-            "index.html",
-            {
-                "info": info(),
-                "settings": settings.to_dict(),
-                "result": result,
-                "error": error,
-                "kind": kind,
-                "query_path": query if kind == "path" else None,
-                "query_text": query_text,
-                "thumb": thumb,
-                "link": link,
-                "shown": shown,
-                "short": short,
-                "upload_preview": upload_preview,
-            },
-            status_code=status,
-        )
-
-    @app.get("/", response_class=HTMLResponse)
-    def index(request: Request) -> HTMLResponse:
-        """The page; ``?path=`` (a gallery path relative to the root) or ``?text=`` runs a search."""
-        params = request.query_params
-        try:
-            settings = settings_from({key: params[key] for key in _SETTING_KEYS if key in params})
-        except ValueError as error:
-            return page(request, settings=initial, error=str(error), status=400)
-        if params.get("path"):
-            path = labels.path_of(params["path"])
-            if path is None:
-                return page(
-                    request,
-                    settings=settings,
-                    error=f"{params['path']!r} is not an image of this gallery",
-                    status=404,
-                )
-            return page(request, query=path, kind="path", settings=settings)
-        if params.get("text"):
-            return page(
-                request, query=params["text"], kind="text", settings=settings, query_text=params["text"]
-            )
-        return page(request, settings=settings)
-
-    @app.post("/", response_class=HTMLResponse)
-    async def index_upload(request: Request) -> HTMLResponse:
-        """The page answering an uploaded query image."""
-        try:
-            query, kind, settings = await parse_request(request)
-        except (ValueError, LookupError, TypeError) as error:
-            status = 413 if isinstance(error, UploadError) and error.too_large else 400
-            return page(request, settings=initial, error=str(error), status=status)
-        return page(request, query=query, kind=kind, settings=settings)
+    add_pages(
+        app,
+        Site(
+            store=store,
+            labels=labels,
+            initial=initial,
+            settings_from=settings_from,
+            run_search=run_search,
+            info=info,
+            uploads=uploads,
+            max_upload_bytes=max_upload_bytes,
+            evaluation=evaluation,
+        ),
+    )
 
     @app.get("/thumb/{relative:path}")
     def thumbnail(relative: str) -> Response:

@@ -349,7 +349,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
                 "position": position,
                 "rank": rank + 1,
                 "outcome": outcome,
-                "change": evaluation.change(position),
+                "ap_change": evaluation.change(position),
                 "before_title": titles[before_name],
                 "after_title": titles[after_name],
                 "previous": order[rank - 1] if rank > 0 else None,

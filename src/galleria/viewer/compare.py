@@ -252,7 +252,8 @@ def compare_search(
         A built store.
     query
         An image (array, PIL image), a text (``kind="text"``), or a gallery path (``kind="path"``);
-        a gallery path is left out of its own results.
+        a gallery path is left out of its own results and searched by its stored embedding (its
+        file is not read).
     settings : SearchSettings
         ``k``, αQE and re-ranking settings. The plain list is the search (with αQE when on); the
         re-ranked list re-ranks its first ``pool`` candidates, and each item's ``previous_rank`` is
@@ -275,6 +276,9 @@ def compare_search(
     }
     if kind == "text":
         found = store.retrieve_by_text([query], depth, **expansion)[0]
+    elif kind == "path":  # the gallery image as it was indexed: its file is not read again
+        vector = store.embeddings_of([query])
+        found = store.retrieve_by_vector(vector, depth, **expansion)[0]
     else:
         found = store.retrieve_top_k_similar([query], depth, **expansion)[0]
     if kind == "path":
@@ -289,6 +293,8 @@ def compare_search(
             searched = reranker.store
             if kind == "text":
                 pool = searched.retrieve_by_text([query], depth, **expansion)[0]
+            elif kind == "path":
+                pool = searched.retrieve_by_vector(vector, depth, **expansion)[0]
             else:
                 pool = searched.retrieve_top_k_similar([query], depth, **expansion)[0]
             pool = [candidate for candidate in pool if kind != "path" or candidate.path != query]

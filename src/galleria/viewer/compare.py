@@ -71,7 +71,7 @@ def _number(settings: Mapping[str, Any], key: str, default: Any, kind: type) -> 
         raise ValueError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
     try:
         return kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # float(10**400) overflows
         raise ValueError(
             f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
         ) from None
@@ -164,7 +164,7 @@ class GalleryLabels:
     """Gallery paths relative to their common root, and their class (first-level folder) if any.
 
     ``has_classes`` is True when every image lies in a sub-folder of the root and there are at least
-    two of them.
+    two of them. ``root`` (default: the paths' common folder) is the folder they are relative to.
 
     Examples
     --------
@@ -175,9 +175,11 @@ class GalleryLabels:
     (True, True)
     """
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], root: str | None = None) -> None:
         paths = list(paths)
-        if not paths:
+        if root is not None:  # the folder the user named (``galleria serve --root``)
+            self.root = root
+        elif not paths:
             self.root = ""
         elif len(paths) == 1:
             self.root = os.path.dirname(paths[0])
@@ -197,7 +199,10 @@ class GalleryLabels:
         )
 
     def _relpath(self, path: str) -> str:
-        relative = os.path.relpath(path, self.root) if self.root else path
+        if not self.root or (os.path.isabs(self.root) and not os.path.isabs(path)):
+            relative = path  # already relative to the root (never resolved against the working directory)
+        else:
+            relative = os.path.relpath(path, self.root)
         return relative.replace(os.sep, "/")
 
     def relative(self, path: str) -> str:

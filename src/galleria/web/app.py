@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -136,8 +137,8 @@ def create_app(
             return initial
         return SearchSettings.from_mapping(values, defaults)
 
-    labels = GalleryLabels(store.paths)
     files = GalleryFiles(store.paths, root)
+    labels = GalleryLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))
     hosts = None if allowed_hosts is None else normalise_hosts(allowed_hosts)
     draft = draft_size_for(store.embedder)
     decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
@@ -271,7 +272,7 @@ def create_app(
         try:
             query, kind, settings = await parse_request(request)
             return run_search(query, kind, settings)
-        except (ValueError, LookupError, TypeError, ImageReadError) as error:
+        except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as error:
             return error_response(error)
 
     def page(
@@ -288,7 +289,7 @@ def create_app(
         if error is None and kind is not None:
             try:
                 result = run_search(query, kind, settings)
-            except (ValueError, LookupError, TypeError, ImageReadError) as problem:
+            except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as problem:
                 error, status = str(problem.args[0] if problem.args else problem), 400
                 if isinstance(problem, (LookupError, ImageReadError)):
                     status = 404

@@ -210,7 +210,10 @@ def test_page_routes(client: TestClient) -> None:
     assert client.get("/static/app.js").status_code == 200
     assert client.get("/static/../app.py").status_code == 404
     assert client.get("/openapi.json").json()["paths"]["/api/search"]["post"]
-    assert client.get("/docs").status_code == 200
+    assert client.get("/docs").status_code == 404  # Swagger's page needs a CDN: not offered
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert 'rel="icon"' in home.text and 'href="/docs"' not in home.text
 
 
 def test_concurrent_requests(client: TestClient) -> None:

@@ -25,6 +25,8 @@ _EXAMPLES = """\
   galleria serve photos.safetensors --port 8080 --max-upload-mb 50
   galleria serve photos.safetensors --settings tuned.json   # the method and settings `galleria tune` chose
   galleria serve photos.safetensors --eval report/          # the queries of `galleria evaluate --out report/`
+  galleria serve photos.safetensors --host 0.0.0.0 --allow-host gallery.lan   # reached by that name too
+  galleria serve moved.safetensors --root /data/photos      # the gallery's folder (also the only one served)
 """
 
 
@@ -37,8 +39,11 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Serve a page on which to query the store by uploading an image, by clicking a result, or by "
             "text (clip stores), with plain and re-ranked results side by side; and a JSON API "
-            "(POST /api/search, GET /api/info, OpenAPI page at /docs). The store and its model are "
-            "loaded once. Needs the web extra (pip install 'galleria[web]')."
+            "(POST /api/search, GET /api/info, schema at /openapi.json). The store and its model are "
+            "loaded once. Only the pixels of images under the gallery root are served: --root, else "
+            "the folder the store's images share (a store whose images share none needs --root). "
+            "Requests whose Host is not the bound host, localhost, an IP address or an --allow-host "
+            "name are refused (DNS rebinding). Needs the web extra (pip install 'galleria[web]')."
         ),
         examples=_EXAMPLES,
     )
@@ -50,6 +55,14 @@ def add_parser(subparsers: Any) -> None:
         default="20",
         metavar="MB",
         help="largest accepted upload, in megabytes (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable); the bound host, localhost and IP "
+        "addresses always are",
     )
     add_load_options(parser)
     parser.add_argument(
@@ -107,16 +120,26 @@ def run(args: argparse.Namespace) -> int:
             )
         evaluation = read_query_results(folder)
     _check_bind(args.host, port)
+    from galleria.web._guard import normalise_hosts
+
+    hosts = normalise_hosts([args.host, *args.allow_host])  # ValueError names a bad --allow-host
     store = load_store(args, args.store)
-    app = create_app(
-        store,
-        store_name=args.store,
-        max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-        defaults=defaults,
-        evaluation=evaluation,
-    )
+    try:
+        app = create_app(
+            store,
+            store_name=args.store,
+            max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+            defaults=defaults,
+            root=args.root,
+            allowed_hosts=hosts,
+            evaluation=evaluation,
+        )
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    root = app.state.gallery_root
     print(
-        f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
+        f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops); "
+        f"gallery root {root}",
         file=sys.stderr,
     )
     serve(app, host=args.host, port=port)

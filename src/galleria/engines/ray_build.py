@@ -18,7 +18,7 @@ from galleria._validation import check_bool, check_positive_int
 from galleria.datasets.folder import IMAGE_EXTENSIONS
 from galleria.embedders import batch_size_of, embedder_config, embedder_from_config
 from galleria.engines.shards import ShardWriter, store_from_shards
-from galleria.store.reading import ImageReadError, read_rgb
+from galleria.store.reading import ImageReadError, decode_rgb, read_rgb
 
 __all__ = ["build_with_ray", "list_image_uris", "read_image_any"]
 
@@ -40,19 +40,15 @@ def read_image_any(path: str) -> np.ndarray:
     """Decode a local path, or a URI through pyarrow's filesystems (``s3://``, ``gs://``, ``file://``)."""
     if not _is_uri(path):
         return read_rgb(path)
-    import io
-
-    from PIL import Image
     from pyarrow import fs
 
     try:
         filesystem, inner = fs.FileSystem.from_uri(path)
         with filesystem.open_input_stream(inner) as stream:
             data = stream.read()
-        with Image.open(io.BytesIO(data)) as image:
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except (OSError, ValueError, Image.DecompressionBombError) as error:
-        raise ImageReadError(f"cannot read image {path!r}: {error}") from error
+    except (OSError, ValueError) as error:
+        raise ImageReadError(f"cannot read image {path!r}: {error}", path=path, reason=str(error)) from error
+    return decode_rgb(data, max_pixels=None, name=path)  # the decoding rules of local files
 
 
 def list_image_uris(uri: str) -> list[str]:

@@ -76,7 +76,7 @@ def _number(settings: Mapping[str, Any], key: str, default: Any, kind: type) -> 
         raise ValueError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
     try:
         return kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # float(10**400) overflows
         raise ValueError(
             f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
         ) from None
@@ -206,7 +206,7 @@ class GalleryLabels:
     """Gallery paths relative to their common root, and their class (first-level folder) if any.
 
     ``has_classes`` is True when every image lies in a sub-folder of the root and there are at least
-    two of them.
+    two of them. ``root`` (default: the paths' common folder) is the folder they are relative to.
 
     Examples
     --------
@@ -217,11 +217,13 @@ class GalleryLabels:
     (True, True)
     """
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], root: str | None = None) -> None:
         paths = list(paths)
         #: The gallery paths, in the store's order.
         self.paths: list[str] = paths
-        if not paths:
+        if root is not None:  # the folder the user named (``galleria serve --root``)
+            self.root = root
+        elif not paths:
             self.root = ""
         elif len(paths) == 1:
             self.root = os.path.dirname(paths[0])
@@ -241,7 +243,10 @@ class GalleryLabels:
         )
 
     def _relpath(self, path: str) -> str:
-        relative = os.path.relpath(path, self.root) if self.root else path
+        if not self.root or (os.path.isabs(self.root) and not os.path.isabs(path)):
+            relative = path  # already relative to the root (never resolved against the working directory)
+        else:
+            relative = os.path.relpath(path, self.root)
         return relative.replace(os.sep, "/")
 
     def relative(self, path: str) -> str:
@@ -303,7 +308,8 @@ def compare_search(
         A built store.
     query
         An image (array, PIL image), a text (``kind="text"``), or a gallery path (``kind="path"``);
-        a gallery path is left out of its own results.
+        a gallery path is left out of its own results and searched by its stored embedding (its
+        file is not read).
     settings : SearchSettings
         ``k``, αQE and re-ranking settings. The plain list is the search (with αQE when on); the
         re-ranked list re-ranks its first ``pool`` candidates, and each item's ``previous_rank`` is
@@ -326,6 +332,9 @@ def compare_search(
     }
     if kind == "text":
         found = store.retrieve_by_text([query], depth, **expansion)[0]
+    elif kind == "path":  # the gallery image as it was indexed: its file is not read again
+        vector = store.embeddings_of([query])
+        found = store.retrieve_by_vector(vector, depth, **expansion)[0]
     else:
         found = store.retrieve_top_k_similar([query], depth, **expansion)[0]
     if kind == "path":
@@ -340,6 +349,8 @@ def compare_search(
             searched = reranker.store
             if kind == "text":
                 pool = searched.retrieve_by_text([query], depth, **expansion)[0]
+            elif kind == "path":
+                pool = searched.retrieve_by_vector(vector, depth, **expansion)[0]
             else:
                 pool = searched.retrieve_top_k_similar([query], depth, **expansion)[0]
             pool = [candidate for candidate in pool if kind != "path" or candidate.path != query]

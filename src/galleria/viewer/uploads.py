@@ -1,24 +1,25 @@
-"""Uploaded query images: decoded from bytes within bounds, and the last few kept to search again."""
+"""Uploaded query images: decoded from bytes within bounds, and the last few kept to search again.
+
+The pixels come from galleria's one image reader (:func:`galleria.store.reading.decode_rgb`), so an
+uploaded copy of a gallery file decodes exactly as the gallery did (EXIF orientation, transparency on
+white, 16-bit scaling, CMYK, first frame, the same draft scale for large JPEGs).
+"""
 
 from __future__ import annotations
 
-import io
 import re
 import secrets
 import threading
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from galleria._validation import check_positive_int
+from galleria.store.reading import DEFAULT_MAX_PIXELS, ImageReadError, ImageTooLargeError, decode_rgb
 
 __all__ = ["DEFAULT_MAX_PIXELS", "KeptUpload", "UploadError", "UploadStore", "decode_upload"]
-
-#: Largest accepted image, in pixels (width × height), whatever its file size.
-DEFAULT_MAX_PIXELS = 64_000_000
 
 
 class UploadError(ValueError):
@@ -29,17 +30,37 @@ class UploadError(ValueError):
         self.too_large = too_large
 
 
-def decode_upload(data: bytes, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def decode_upload(
+    data: bytes,
+    *,
+    max_bytes: int,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    min_size: Any = None,
+) -> np.ndarray:
     """The (H, W, 3) uint8 RGB array of an uploaded image file's bytes.
+
+    Parameters
+    ----------
+    data : bytes
+        The uploaded file.
+    max_bytes : int
+        Longest accepted upload.
+    max_pixels : int
+        Largest accepted width × height, checked from the header before decoding.
+    min_size : (int, int) or None
+        The draft size of the store's reader (:func:`galleria.store.reading.draft_size_for`), so that
+        a large JPEG decodes at the scale its gallery copy was read at.
 
     Raises
     ------
     UploadError
-        If ``data`` is empty, longer than ``max_bytes``, not an image Pillow can decode, or an image
-        of more than ``max_pixels`` pixels (checked from its header, before it is decoded).
+        If ``data`` is empty, longer than ``max_bytes``, not an image galleria can decode, or an image
+        of more than ``max_pixels`` pixels (``too_large`` is then True).
 
     Examples
     --------
+    >>> import io
+    >>> from PIL import Image
     >>> buffer = io.BytesIO(); Image.new("RGB", (4, 3)).save(buffer, "PNG")
     >>> decode_upload(buffer.getvalue(), max_bytes=1 << 20).shape
     (3, 4, 3)
@@ -56,20 +77,13 @@ def decode_upload(data: bytes, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_
             too_large=True,
         )
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as image:
-                width, height = image.size
-                if width * height > max_pixels:
-                    raise UploadError(
-                        f"the image is {width}×{height} pixels, over the limit of {max_pixels:,} pixels",
-                        too_large=True,
-                    )
-                image.load()
-                return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except UploadError:
-        raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return decode_rgb(data, min_size, max_pixels=max_pixels, name="upload")
+    except ImageTooLargeError as error:
+        size = f"{error.pixels:,} pixels" if error.pixels else "a decompression bomb"
+        raise UploadError(
+            f"the image is {size}, over the limit of {max_pixels:,} pixels", too_large=True
+        ) from None
+    except ImageReadError:
         raise UploadError("the upload is not an image galleria can read (PNG, JPEG, ...)") from None
 
 

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import UploadFile
 
 from galleria.embedders import embedder_config
+from galleria.store.reading import (
+    DEFAULT_MAX_PIXELS,
+    ImageReadError,
+    ImageTooLargeError,
+    decode_rgb,
+    draft_size_for,
+)
 from galleria.viewer import (
     GalleryLabels,
     SearchSettings,
@@ -22,7 +32,13 @@ from galleria.viewer import (
     compare_search,
     decode_upload,
 )
-from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES
+from galleria.viewer.thumbnails import (
+    DEFAULT_CACHE_BYTES,
+    MAX_CONCURRENT_DECODES,
+    encode_pixels,
+)
+from galleria.web._files import GalleryFiles, NotServedError
+from galleria.web._guard import Guard, normalise_hosts
 from galleria.web.pages import SETTING_KEYS, UPLOAD_GONE, Site, add_pages
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
@@ -86,14 +102,18 @@ def create_app(
     defaults: Any = None,
     evaluation: Any = None,
     uploads: UploadStore | None = None,
+    root: Any = None,
+    allowed_hosts: Iterable[str] | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> FastAPI:
     """A FastAPI app that searches ``store`` (a built InMemoryImageEmbeddingStore), loaded once.
 
     Routes: the pages (see :mod:`galleria.web.pages`: ``GET /`` browses the gallery or shows a
     search, ``POST /`` takes the search form and redirects to the search's address, ``GET /eval``
-    lists an evaluation's queries), ``GET /thumb/{path}`` and ``GET /image/{path}`` (only the
-    gallery's own files, by their path relative to the gallery root; anything else is a 404),
-    ``POST /api/search``, ``GET /api/info`` and FastAPI's ``/docs``.
+    lists an evaluation's queries), ``GET /thumb/{path}`` and ``GET /image/{path}`` (pixels of the
+    gallery's own images, by their path relative to the gallery root, re-encoded as JPEG or PNG;
+    anything else is a 404), ``POST /api/search``, ``GET /api/info``, ``GET /openapi.json`` and
+    ``/favicon.ico``.
 
     ``defaults`` (a ``RetrievalConfig``, as ``galleria.tune.read_settings`` returns) gives every
     setting a request leaves out, on the page and in the API alike, and the re-ranking method and
@@ -101,6 +121,13 @@ def create_app(
     :class:`~galleria.evaluation.per_query.QueryResults`, ``galleria serve --eval DIR``) adds the
     evaluation pages. ``uploads`` keeps the uploaded query images (by default the last 32, within
     128 MB).
+
+    ``root`` is the folder whose files may be read (default: the folder the store's images share;
+    ValueError when they share none below ``/`` or a path is relative): a stored path whose real
+    path, resolved at each request, lies elsewhere is a 404. ``allowed_hosts`` (``galleria serve``
+    passes its bound host and ``--allow-host`` names) turns on the ``Host`` check: other names than
+    these, ``localhost`` and IP addresses get a 400; None (the default) checks no ``Host``.
+    ``max_pixels`` bounds the images decoded for uploads, thumbnails and ``/image``.
     """
     initial = SearchSettings.from_mapping({}, defaults)  # the one validation, for the defaults too
     uploads = UploadStore() if uploads is None else uploads
@@ -108,21 +135,42 @@ def create_app(
     def settings_from(values: dict[str, Any]) -> SearchSettings:
         return SearchSettings.from_mapping(values, defaults)
 
-    labels = GalleryLabels(store.paths)
-    thumbnails = ThumbnailCache(max_bytes=thumbnail_cache_bytes)
+    files = GalleryFiles(store.paths, root)
+    labels = GalleryLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))
+    hosts = None if allowed_hosts is None else normalise_hosts(allowed_hosts)
+    draft = draft_size_for(store.embedder)
+    decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
+
+    def read_gallery(path: str, min_size: Any, limit: int | None) -> np.ndarray:
+        """Pixels of a stored path, read only through the root check (NotServedError, ImageReadError)."""
+        with files.open(path) as handle, decoding:
+            return decode_rgb(handle, min_size, max_pixels=limit, name=labels.relative(path))
+
+    thumbnails = ThumbnailCache(max_bytes=thumbnail_cache_bytes, max_pixels=max_pixels, reader=read_gallery)
     text_queries = callable(getattr(store.embedder, "embed_text", None))
     app = FastAPI(
         title="galleria",
         description="Search a gallery store; plain and k-reciprocal re-ranked results side by side.",
+        docs_url=None,  # Swagger's page loads its assets from a CDN: blank offline
+        redoc_url=None,
     )
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
     app.add_middleware(_BodyLimit, limit=max_upload_bytes + _FORM_SLACK)
+    app.add_middleware(Guard, allowed_hosts=hosts)
+    app.state.gallery_root = files.root
 
     def gallery_path(relative: str) -> str:
         path = labels.path_of(relative)
         if path is None:
             raise HTTPException(status_code=404, detail="not an image of this gallery")
         return path
+
+    def not_shown(error: Exception) -> HTTPException:
+        if isinstance(error, NotServedError):
+            return HTTPException(status_code=404, detail=str(error))
+        if isinstance(error, ImageTooLargeError):
+            return HTTPException(status_code=404, detail=f"the image is too large to show: {error.reason}")
+        return HTTPException(status_code=404, detail="the image file cannot be read")
 
     def info() -> dict[str, Any]:
         return {
@@ -133,16 +181,19 @@ def create_app(
             "index": {"name": store.search_index.name, "params": store.search_index.params()},
             "embedder": None if store.embedder is None else embedder_config(store.embedder),
             "text_queries": text_queries,
-            "root": labels.root,
+            "root": files.root,
             "has_classes": labels.has_classes,
             "max_upload_bytes": max_upload_bytes,
         }
 
+    def decode_bytes(data: bytes) -> Any:
+        """The pixels of an upload's bytes (UploadError for anything that is not a usable image)."""
+        return decode_upload(data, max_bytes=max_upload_bytes, max_pixels=max_pixels, min_size=draft)
+
     async def read_upload(upload: Any) -> Any:
         if not isinstance(upload, UploadFile):
             raise UploadError("the 'image' field must be a file upload")
-        data = await upload.read(max_upload_bytes + 1)
-        return decode_upload(data, max_bytes=max_upload_bytes)
+        return decode_bytes(await upload.read(max_upload_bytes + 1))
 
     def run_search(query: Any, kind: str, settings: SearchSettings) -> dict[str, Any]:
         if kind == "text" and not text_queries:
@@ -157,6 +208,8 @@ def create_app(
             return JSONResponse({"detail": str(error)}, status_code=413)
         if isinstance(error, LookupError):
             return JSONResponse({"detail": str(error.args[0] if error.args else error)}, status_code=404)
+        if isinstance(error, ImageReadError):
+            return JSONResponse({"detail": f"an image could not be read: {error.reason}"}, status_code=404)
         return JSONResponse({"detail": str(error)}, status_code=400)
 
     async def parse_request(request: Request) -> tuple[Any, str, SearchSettings]:
@@ -166,6 +219,8 @@ def create_app(
                 body = json.loads(await request.body())
             except (json.JSONDecodeError, UnicodeDecodeError):
                 raise ValueError("the request body is not valid JSON") from None
+            except RecursionError:
+                raise ValueError("the JSON body is nested too deeply") from None
             if not isinstance(body, dict):
                 raise ValueError("the JSON body must be an object")
             fields: dict[str, Any] = body
@@ -173,7 +228,10 @@ def create_app(
         elif content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
             form = await request.form()
             fields = {key: value for key, value in form.items() if key != "image"}
-            image = form.get("image")
+            images = form.getlist("image")
+            if len(images) > 1:
+                raise ValueError(f"give one 'image' field, got {len(images)}")
+            image = images[0] if images else None
         else:
             raise ValueError(
                 "send multipart form data (field 'image') or JSON ({'path': ...} or {'text': ...})"
@@ -193,7 +251,7 @@ def create_app(
             kept = uploads.get(fields["upload"])
             if kept is None:
                 raise LookupError(UPLOAD_GONE)
-            return decode_upload(kept.data, max_bytes=max_upload_bytes), "image", settings
+            return decode_bytes(kept.data), "image", settings
         if given[0] == "text":
             if not isinstance(fields["text"], str):
                 raise ValueError("text must be a string")
@@ -223,7 +281,7 @@ def create_app(
         try:
             query, kind, settings = await parse_request(request)
             return run_search(query, kind, settings)
-        except (ValueError, LookupError, TypeError) as error:
+        except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as error:
             return error_response(error)
 
     add_pages(
@@ -237,26 +295,42 @@ def create_app(
             info=info,
             uploads=uploads,
             max_upload_bytes=max_upload_bytes,
+            decode_upload=decode_bytes,
             evaluation=evaluation,
         ),
     )
 
     @app.get("/thumb/{relative:path}")
     def thumbnail(relative: str) -> Response:
-        """A JPEG thumbnail of a gallery image (404 for any path that is not one)."""
+        """A JPEG thumbnail of a gallery image (404 for any path that is not a readable one)."""
         path = gallery_path(relative)
         try:
             data = thumbnails.get(path)
-        except OSError:
-            raise HTTPException(status_code=404, detail="the image file cannot be read") from None
+        except (NotServedError, ImageReadError) as error:
+            raise not_shown(error) from None
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/image/{relative:path}")
     def image(relative: str) -> Response:
-        """The original file of a gallery image (404 for any path that is not one)."""
+        """A gallery image at full size, re-encoded from its decoded pixels (JPEG stays JPEG, else PNG)."""
         path = gallery_path(relative)
-        if not os.path.isfile(path):
-            raise HTTPException(status_code=404, detail="the image file is gone")
-        return FileResponse(path)
+        try:
+            with files.open(path) as handle, decoding:
+                is_jpeg = handle.read(3) == b"\xff\xd8\xff"
+                handle.seek(0)
+                pixels = decode_rgb(handle, max_pixels=max_pixels, name=relative)
+        except (NotServedError, ImageReadError) as error:
+            raise not_shown(error) from None
+        image_format = "JPEG" if is_jpeg else "PNG"
+        return Response(
+            encode_pixels(pixels, image_format),
+            media_type=f"image/{image_format.lower()}",
+            headers={"Cache-Control": "max-age=3600"},
+        )
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:
+        """The page's icon (a file of galleria's own)."""
+        return FileResponse(_HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
     return app

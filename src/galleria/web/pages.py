@@ -29,7 +29,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import UploadFile
 
-from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore, decode_upload
+from galleria.store.reading import ImageReadError
+from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore
 from galleria.viewer.browse import BrowsePage, browse_gallery
 from galleria.viewer.text import format_score
 from galleria.viewer.thumbnails import array_thumbnail
@@ -64,6 +65,7 @@ class Site:
     info: Callable[[], dict[str, Any]]
     uploads: UploadStore
     max_upload_bytes: int
+    decode_upload: Callable[[bytes], Any]
     evaluation: Any = None
 
 
@@ -203,16 +205,16 @@ def add_pages(app: FastAPI, site: Site) -> None:
             else:
                 context["preview"] = "/upload/" + given + ".jpg"
                 try:
-                    query = decode_upload(kept.data, max_bytes=site.max_upload_bytes)
+                    query = site.decode_upload(kept.data)
                 except UploadError as problem:
                     error, status = str(problem), 400
             kind = "image"
         if error is None:
             try:
                 context["result"] = site.run_search(query, kind, settings)
-            except (ValueError, LookupError, TypeError) as problem:
+            except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as problem:
                 error = str(problem.args[0] if problem.args else problem)
-                status = 404 if isinstance(problem, LookupError) else 400
+                status = 404 if isinstance(problem, (LookupError, ImageReadError)) else 400
 
         def link(path: str) -> str:
             return address({"path": relative(path) or ""}, settings)
@@ -241,7 +243,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
             image = images[0] if images else None
             data = await image.read(site.max_upload_bytes + 1) if isinstance(image, UploadFile) else b""
             if isinstance(image, UploadFile) and (data or image.filename):
-                pixels = decode_upload(data, max_bytes=site.max_upload_bytes)
+                pixels = site.decode_upload(data)
                 query["upload"] = site.uploads.add(data, array_thumbnail(pixels, PREVIEW_SIZE))
             else:
                 for key in ("text", "upload", "path"):

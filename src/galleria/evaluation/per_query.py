@@ -343,8 +343,10 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
 
         try:
             config_from_settings(settings, name=config_name, where=f"{name!r}: {key}.settings")
-        except TypeError as error:
-            raise ValueError(str(error)) from None
+        except (TypeError, OverflowError) as error:  # a wrong kind of value, named where the check does not
+            text = str(error)
+            where = f"{name!r}: {key}.settings"
+            raise ValueError(text if text.startswith(where) else f"{where}: {text}") from None
         names.append(config_name)
         configurations.append(
             {

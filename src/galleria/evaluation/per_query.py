@@ -335,7 +335,7 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
         config_name = check.text(f"{key}.name", entry.get("name"))
         if not config_name or config_name in names:
             raise check.fail(f"{key}.name", "must be a non-empty name used once", config_name)
-        score = entry.get("map@100")
+        score: Any = entry.get("map@100")
         if not _is_fraction(score):
             raise check.fail(f"{key}.map@100", "must be a number from 0 to 1", score)
         settings = check.mapping(f"{key}.settings", entry.get("settings"))

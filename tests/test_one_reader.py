@@ -22,6 +22,7 @@ from galleria.store.reading import (
     decode_rgb,
     draft_size_for,
     read_rgb,
+    read_rgb_image,
     reader_for,
 )
 from galleria.viewer import UploadError, decode_upload
@@ -53,6 +54,10 @@ def test_decode_rgb_gives_the_pixels_read_rgb_gives(kinds: dict[str, Path]) -> N
             with open(path, "rb") as handle:
                 np.testing.assert_array_equal(decode_rgb(handle, size), from_file, err_msg=name)
             np.testing.assert_array_equal(decode_rgb(memoryview(data), size), from_file, err_msg=name)
+            for source in (path, str(path), data):
+                picture = read_rgb_image(source, size, max_pixels=None)
+                assert picture.mode == "RGB", name
+                np.testing.assert_array_equal(np.asarray(picture), from_file, err_msg=name)
 
 
 def test_decode_rgb_errors_name_the_argument() -> None:
@@ -68,6 +73,12 @@ def test_decode_rgb_errors_name_the_argument() -> None:
         read_rgb("a.png", max_pixels=True)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="name must be a str"):
         decode_rgb(b"x", name=3)  # type: ignore[arg-type]
+    with pytest.raises(ImageReadError, match="not a regular file"):
+        read_rgb_image(SRC)
+    with pytest.raises(ImageReadError, match="'up': empty"):
+        read_rgb_image(b"", name="up")
+    with pytest.raises(TypeError, match="data must be bytes or a binary file object, got int"):
+        read_rgb_image(3)  # type: ignore[arg-type]
 
 
 def test_pixel_limit_is_checked_from_the_header(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from PIL import Image, UnidentifiedImageError
 
 from galleria._validation import is_int
 from galleria.embedders.base import input_size_of
-from galleria.embedders.decoding import draft_for, rgb_array
+from galleria.embedders.decoding import draft_for, rgb_array, rgb_image
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -32,6 +32,7 @@ __all__ = [
     "decode_rgb",
     "draft_size_for",
     "read_rgb",
+    "read_rgb_image",
     "reader_for",
 ]
 
@@ -111,6 +112,14 @@ def _decode(
     source: str | IO[bytes], name: str, size: tuple[int, int] | None, limit: int | None
 ) -> np.ndarray:
     """Open ``source`` (a path or a binary file object) and decode it; every failure an ImageReadError."""
+    array = _decode_any(source, name, size, limit, as_image=False)
+    assert isinstance(array, np.ndarray)
+    return array
+
+
+def _decode_any(
+    source: str | IO[bytes], name: str, size: tuple[int, int] | None, limit: int | None, *, as_image: bool
+) -> np.ndarray | Image.Image:
     _quiet_pillow()
     try:
         with Image.open(source) as image:
@@ -121,7 +130,11 @@ def _decode(
                     f"cannot read image {name!r}: {reason}", path=name, reason=reason, pixels=pixels
                 )
             draft_for(image, size)
-            return rgb_array(image)
+            if not as_image:
+                return rgb_array(image)
+            picture = rgb_image(image)
+            picture.load()
+            return picture
     except (MemoryError, ImageReadError):
         raise
     except Image.DecompressionBombError as error:
@@ -187,13 +200,70 @@ def decode_rgb(
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     size = _check_min_size(min_size)
     limit = _check_max_pixels(max_pixels)
+    return _decode(_in_memory(data, name), name, size, limit)
+
+
+def _in_memory(data: Any, name: str) -> IO[bytes]:
     if isinstance(data, (bytes, bytearray, memoryview)):
         if len(data) == 0:
             raise ImageReadError(f"cannot read image {name!r}: empty", path=name, reason="empty")
-        return _decode(io.BytesIO(data), name, size, limit)
+        return io.BytesIO(data)
     if not (callable(getattr(data, "read", None)) and callable(getattr(data, "seek", None))):
         raise TypeError(f"data must be bytes or a binary file object, got {type(data).__name__}")
-    return _decode(data, name, size, limit)
+    return data  # type: ignore[no-any-return]
+
+
+def _regular_file(path: str) -> str:
+    """``path`` if it is a regular file; ImageReadError without opening it otherwise (a FIFO would block)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ImageReadError(
+                f"cannot read image {path!r}: not a regular file", path=path, reason="not a regular file"
+            )
+    except ImageReadError:
+        raise
+    except OSError as error:
+        reason = _reason(error, path)
+        raise ImageReadError(f"cannot read image {path!r}: {reason}", path=path, reason=reason) from error
+    return path
+
+
+def read_rgb_image(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview | IO[bytes],
+    min_size: int | tuple[int, int] | None = None,
+    *,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    name: str | None = None,
+) -> Image.Image:
+    """The pixels :func:`read_rgb` / :func:`decode_rgb` give, as an 8-bit RGB PIL image (no array copy).
+
+    For callers that only shrink or re-encode the pixels (thumbnails, ``galleria serve``'s ``/image``):
+    a path, bytes or an open binary file; the same rules, draft, pixel limit (default
+    :data:`DEFAULT_MAX_PIXELS`) and errors.
+
+    Examples
+    --------
+    >>> from PIL import Image
+    >>> buffer = io.BytesIO(); Image.new("RGBA", (4, 3), (0, 0, 0, 0)).save(buffer, "PNG")
+    >>> picture = read_rgb_image(buffer.getvalue())
+    >>> picture.mode, picture.size, picture.getpixel((0, 0))
+    ('RGB', (4, 3), (255, 255, 255))
+    """
+    size = _check_min_size(min_size)
+    limit = _check_max_pixels(max_pixels)
+    opened: str | IO[bytes]
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        label = path if name is None else name
+        opened = _regular_file(path)
+    else:
+        label = "upload" if name is None else name
+        opened = _in_memory(source, label)
+    if not isinstance(label, str):
+        raise TypeError(f"name must be a str, got {type(label).__name__}")
+    picture = _decode_any(opened, label, size, limit, as_image=True)
+    assert isinstance(picture, Image.Image)
+    return picture
 
 
 def read_rgb(
@@ -229,17 +299,7 @@ def read_rgb(
     name = os.fspath(path)
     size = _check_min_size(min_size)
     limit = _check_max_pixels(max_pixels)
-    try:
-        if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO or device would block in open()
-            raise ImageReadError(
-                f"cannot read image {name!r}: not a regular file", path=name, reason="not a regular file"
-            )
-    except ImageReadError:
-        raise
-    except OSError as error:
-        reason = _reason(error, name)
-        raise ImageReadError(f"cannot read image {name!r}: {reason}", path=name, reason=reason) from error
-    return _decode(name, name, size, limit)
+    return _decode(_regular_file(name), name, size, limit)
 
 
 def draft_size_for(embedder: object) -> tuple[int, int] | None:

@@ -1,6 +1,6 @@
 """Small JPEG thumbnails of gallery images, and a bounded, thread-safe in-memory cache of them.
 
-Pixels come from galleria's one image reader (:func:`galleria.store.reading.read_rgb`): EXIF
+Pixels come from galleria's one image reader (:func:`galleria.store.reading.read_rgb_image`): EXIF
 orientation, transparency on white, 16-bit scaling, a draft scale for large JPEGs and the pixel limit
 of uploads, checked from the header before anything is decoded. Pillow is used here only to shrink and
 encode pixels that reader decoded.
@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from galleria._validation import check_positive_int
-from galleria.store.reading import DEFAULT_MAX_PIXELS, read_rgb
+from galleria.store.reading import DEFAULT_MAX_PIXELS, read_rgb_image
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -59,7 +59,7 @@ def make_thumbnail(
     (50, 100, 3)
     """
     size = check_positive_int("size", size)
-    return array_thumbnail(read_rgb(path, (size, size), max_pixels=max_pixels), size)
+    return _jpeg(read_rgb_image(path, (size, size), max_pixels=max_pixels), size)
 
 
 def array_thumbnail(pixels: np.ndarray, size: int = DEFAULT_THUMBNAIL_SIZE) -> bytes:
@@ -67,8 +67,8 @@ def array_thumbnail(pixels: np.ndarray, size: int = DEFAULT_THUMBNAIL_SIZE) -> b
     return _jpeg(Image.fromarray(np.asarray(pixels, dtype=np.uint8)), check_positive_int("size", size))
 
 
-def encode_pixels(pixels: np.ndarray, image_format: str) -> bytes:
-    """The ``"PNG"`` or ``"JPEG"`` (quality 95) bytes of an (H, W, 3) uint8 RGB array.
+def encode_pixels(pixels: np.ndarray | Image.Image, image_format: str) -> bytes:
+    """The ``"PNG"`` or ``"JPEG"`` (quality 95) bytes of an (H, W, 3) uint8 RGB array or an RGB image.
 
     Examples
     --------
@@ -79,7 +79,10 @@ def encode_pixels(pixels: np.ndarray, image_format: str) -> bytes:
         raise ValueError(f"image_format must be 'PNG' or 'JPEG', got {image_format!r}")
     buffer = io.BytesIO()
     options = {"quality": 95} if image_format == "JPEG" else {"compress_level": 3}
-    Image.fromarray(np.asarray(pixels, dtype=np.uint8), mode="RGB").save(buffer, image_format, **options)
+    picture = (
+        pixels if isinstance(pixels, Image.Image) else Image.fromarray(np.asarray(pixels, np.uint8), "RGB")
+    )
+    picture.save(buffer, image_format, **options)
     return buffer.getvalue()
 
 
@@ -107,9 +110,9 @@ class ThumbnailCache:
         Largest image decoded (width × height, from the header); larger ones raise
         ``ImageTooLargeError``.
     reader : callable, optional
-        Decodes a key into an (H, W, 3) uint8 array, given ``(key, min_size, max_pixels)``; the
-        default is :func:`~galleria.store.reading.read_rgb` (keys are paths). ``galleria serve``
-        passes one that checks the path against the gallery root first.
+        Decodes a key into an RGB PIL image (or an (H, W, 3) uint8 array), given ``(key, min_size,
+        max_pixels)``; the default is :func:`~galleria.store.reading.read_rgb_image` (keys are
+        paths). ``galleria serve`` passes one that checks the path against the gallery root first.
 
     Examples
     --------
@@ -127,7 +130,7 @@ class ThumbnailCache:
         size: int = DEFAULT_THUMBNAIL_SIZE,
         *,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
-        reader: Callable[[str, tuple[int, int], int | None], np.ndarray] | None = None,
+        reader: Callable[[str, tuple[int, int], int | None], np.ndarray | Image.Image] | None = None,
     ) -> None:
         self._max_bytes = check_positive_int("max_bytes", max_bytes)
         self._size = check_positive_int("size", size)
@@ -159,7 +162,8 @@ class ThumbnailCache:
                 return data
         with self._decoding:
             pixels = self._reader(path, (self._size, self._size), self._max_pixels)
-        data = array_thumbnail(pixels, self._size)
+        picture = pixels if isinstance(pixels, Image.Image) else Image.fromarray(np.asarray(pixels, np.uint8))
+        data = _jpeg(picture, self._size)
         with self._lock:
             if path in self._items or len(data) > self._max_bytes:
                 return self._items.get(path, data)
@@ -171,5 +175,5 @@ class ThumbnailCache:
         return data
 
 
-def _read_path(path: str, min_size: tuple[int, int], max_pixels: int | None) -> np.ndarray:
-    return read_rgb(path, min_size, max_pixels=max_pixels)
+def _read_path(path: str, min_size: tuple[int, int], max_pixels: int | None) -> Image.Image:
+    return read_rgb_image(path, min_size, max_pixels=max_pixels)

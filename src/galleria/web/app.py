@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -20,8 +19,8 @@ from galleria.store.reading import (
     DEFAULT_MAX_PIXELS,
     ImageReadError,
     ImageTooLargeError,
-    decode_rgb,
     draft_size_for,
+    read_rgb_image,
 )
 from galleria.viewer import (
     GalleryLabels,
@@ -141,10 +140,10 @@ def create_app(
     draft = draft_size_for(store.embedder)
     decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
 
-    def read_gallery(path: str, min_size: Any, limit: int | None) -> np.ndarray:
+    def read_gallery(path: str, min_size: Any, limit: int | None) -> Any:
         """Pixels of a stored path, read only through the root check (NotServedError, ImageReadError)."""
         with files.open(path) as handle, decoding:
-            return decode_rgb(handle, min_size, max_pixels=limit, name=labels.relative(path))
+            return read_rgb_image(handle, min_size, max_pixels=limit, name=labels.relative(path))
 
     thumbnails = ThumbnailCache(max_bytes=thumbnail_cache_bytes, max_pixels=max_pixels, reader=read_gallery)
     text_queries = callable(getattr(store.embedder, "embed_text", None))
@@ -318,7 +317,7 @@ def create_app(
             with files.open(path) as handle, decoding:
                 is_jpeg = handle.read(3) == b"\xff\xd8\xff"
                 handle.seek(0)
-                pixels = decode_rgb(handle, max_pixels=max_pixels, name=relative)
+                pixels = read_rgb_image(handle, max_pixels=max_pixels, name=relative)
         except (NotServedError, ImageReadError) as error:
             raise not_shown(error) from None
         image_format = "JPEG" if is_jpeg else "PNG"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -394,3 +395,13 @@ def test_any_change_to_a_file_reads_back_or_is_a_value_error(tmp_path_factory: A
         read_query_results(path)
     except ValueError as error:
         assert str(path) in str(error)
+
+
+@given(st.floats(0, 1, allow_nan=False), st.floats(0, 50, allow_nan=False))
+def test_titles_show_numbers_as_given(lam: float, alpha: float) -> None:
+    """A configuration's title (the evaluation table, the legend) never rounds a setting away."""
+    config = RetrievalConfig("x", query_expansion=True, expansion_alpha=alpha, rerank=True, lambda_value=lam)
+    shown = re.search(r"λ=([^,]+),", config.title)
+    assert shown is not None and float(shown[1]) == lam
+    given_alpha = re.search(r"α=([^,]+),", config.title)
+    assert given_alpha is not None and float(given_alpha[1]) == alpha

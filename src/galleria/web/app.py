@@ -286,7 +286,6 @@ def create_app(
     add_pages(
         app,
         Site(
-            store=store,
             labels=labels,
             initial=initial,
             settings_from=settings_from,

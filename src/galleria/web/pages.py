@@ -55,9 +55,8 @@ _TEMPLATES = Path(__file__).parent / "templates"
 
 @dataclass(frozen=True)
 class Site:
-    """What the pages need from the app: the store and its labels, the settings, search and uploads."""
+    """What the pages need from the app: the gallery's labels, the settings, search and uploads."""
 
-    store: Any
     labels: GalleryLabels
     initial: SearchSettings
     settings_from: Callable[[dict[str, Any]], SearchSettings]

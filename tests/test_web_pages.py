@@ -175,6 +175,11 @@ def test_the_form_with_nothing_to_search_or_a_bad_image(client: TestClient) -> N
     assert empty.status_code == 400 and "choose an image" in empty.text
     bad = client.post("/", files={"image": ("q.png", b"nope", "image/png")})
     assert bad.status_code == 400 and "not an image" in bad.text and "Traceback" not in bad.text
+    kept = client.post(  # the form keeps what was sent: re-ranking on, k
+        "/", data={"k": "7", "rerank": ["0", "1"]}, files={"image": ("q.png", b"nope", "image/png")}
+    )
+    assert kept.status_code == 400 and 'name="k" min="1" max="1000" value="7"' in kept.text
+    assert "checked" in kept.text.split('id="rerank"')[1][:30]
     big = client.post("/", files={"image": ("q.png", b"\x89PNG" + b"0" * 60_000, "image/png")})
     assert big.status_code == 413
     two = client.post(

@@ -146,7 +146,15 @@ def add_pages(app: FastAPI, site: Site) -> None:
         }
         return templates.TemplateResponse(request, template, {**base, **context}, status_code=status)
 
-    def browse(request: Request, *, error: str | None, status: int, sent: dict[str, str]) -> HTMLResponse:
+    def browse(
+        request: Request,
+        *,
+        error: str | None,
+        status: int,
+        sent: dict[str, str],
+        settings: SearchSettings | None = None,
+        query_text: str = "",
+    ) -> HTMLResponse:
         try:
             page: BrowsePage = browse_gallery(labels, request.query_params)
         except ValueError as problem:
@@ -162,7 +170,15 @@ def add_pages(app: FastAPI, site: Site) -> None:
         return render(
             request,
             "browse.html",
-            {"page": page, "link": link, "query_link": query_link, "error": error, "sent": sent},
+            {
+                "page": page,
+                "link": link,
+                "query_link": query_link,
+                "error": error,
+                "sent": sent,
+                "settings": settings,
+                "query_text": query_text,
+            },
             status,
         )
 
@@ -180,7 +196,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
             error, status = str(problem), 400
         queries = {key: params[key] for key in QUERY_KEYS if params.get(key)}
         if not queries:
-            return browse(request, error=error, status=status, sent=sent)
+            return browse(request, error=error, status=status, sent=sent, settings=settings)
         context: dict[str, Any] = {"settings": settings, "sent": sent, "result": None}
         if len(queries) > 1:
             error, status = f"give one query: path, text or upload; got {sorted(queries)}", 400
@@ -226,12 +242,29 @@ def add_pages(app: FastAPI, site: Site) -> None:
         )
         return render(request, "search.html", context, status)
 
-    def form_error(request: Request, error: str, status: int) -> HTMLResponse:
-        return browse(request, error=error, status=status, sent={})
+    def form_error(
+        request: Request, error: str, status: int, fields: Mapping[str, str] | None = None
+    ) -> HTMLResponse:
+        """The gallery with ``error``; the form keeps the settings and the text that were sent."""
+        fields = fields or {}
+        sent = {key: fields[key] for key in SETTING_KEYS if key in fields}
+        try:
+            settings = site.settings_from(sent)
+        except ValueError:
+            settings = site.initial
+        return browse(
+            request,
+            error=error,
+            status=status,
+            sent=sent,
+            settings=settings,
+            query_text=fields.get("text", ""),
+        )
 
     @app.post("/", response_class=HTMLResponse)
     async def index_form(request: Request) -> Response:
         """The search form: keep an uploaded image, then redirect (303) to the search's address."""
+        fields: dict[str, str] = {}
         try:
             form = await request.form()
             images = form.getlist("image")
@@ -250,9 +283,10 @@ def add_pages(app: FastAPI, site: Site) -> None:
                         query[key] = fields[key].strip() if key != "text" else fields[key]
                         break
         except UploadError as problem:
-            return form_error(request, str(problem), 413 if problem.too_large else 400)
+            return form_error(request, str(problem), 413 if problem.too_large else 400, fields)
         if not query:
-            return form_error(request, "choose an image to upload, type a text or click a gallery image", 400)
+            message = "choose an image to upload, type a text or click a gallery image"
+            return form_error(request, message, 400, fields)
         sent = {key: fields[key] for key in SETTING_KEYS if key in fields}
         try:
             params = site.settings_from(sent).to_query()

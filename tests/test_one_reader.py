@@ -100,6 +100,12 @@ def test_pixel_limit_is_checked_from_the_header(tmp_path: Path) -> None:
     with pytest.raises(ImageTooLargeError, match="10,000 pixels, over the limit of 9,999"):
         read_rgb(small, max_pixels=9_999)
     assert read_rgb(small, max_pixels=10_000).shape == (100, 100, 3)
+    # A JPEG is judged by the size it is decoded at: drafted to 1/8, 800×600 is 100×75 pixels.
+    photo = tmp_path / "photo.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (600, 800, 3), dtype=np.uint8)).save(photo)
+    assert read_rgb(photo, (16, 16), max_pixels=10_000).shape == (75, 100, 3)
+    with pytest.raises(ImageTooLargeError, match="800×600 is 480,000 pixels"):
+        read_rgb(photo, max_pixels=10_000)
 
 
 def test_every_gallery_image_uploaded_back_is_its_own_rank_one(

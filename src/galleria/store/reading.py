@@ -13,6 +13,7 @@ import io
 import os
 import re
 import stat
+import threading
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -43,6 +44,7 @@ DEFAULT_MAX_PIXELS = 64_000_000
 #: decompression-bomb notice): galleria reports what matters as an ImageReadError instead.
 _PILLOW_MODULES = r"PIL(\.|$)"
 _PILLOW_WARNINGS = ("ignore", None, Warning, re.compile(_PILLOW_MODULES), 0)
+_QUIET_LOCK = threading.Lock()
 
 
 class ImageReadError(OSError):
@@ -78,8 +80,11 @@ def _quiet_pillow() -> None:
 
     A filter rather than ``warnings.catch_warnings``, which is not safe in the decoding threads.
     """
-    if _PILLOW_WARNINGS not in warnings.filters:
-        warnings.filterwarnings("ignore", module=_PILLOW_MODULES)
+    if _PILLOW_WARNINGS in warnings.filters:
+        return
+    with _QUIET_LOCK:  # other decoding threads wait until the filter is in
+        if _PILLOW_WARNINGS not in warnings.filters:
+            warnings.filterwarnings("ignore", module=_PILLOW_MODULES)
 
 
 def _check_min_size(min_size: Any) -> tuple[int, int] | None:
@@ -123,13 +128,13 @@ def _decode_any(
     _quiet_pillow()
     try:
         with Image.open(source) as image:
+            draft_for(image, size)  # a JPEG's size is now the reduced one it will be decoded at
             pixels = image.size[0] * image.size[1]
             if limit is not None and pixels > limit:
                 reason = f"{image.size[0]}×{image.size[1]} is {pixels:,} pixels, over the limit of {limit:,}"
                 raise ImageTooLargeError(
                     f"cannot read image {name!r}: {reason}", path=name, reason=reason, pixels=pixels
                 )
-            draft_for(image, size)
             if not as_image:
                 return rgb_array(image)
             picture = rgb_image(image)
@@ -172,7 +177,8 @@ def decode_rgb(
         As in :func:`read_rgb` (a large JPEG may be decoded at a reduced scale keeping that size).
     max_pixels : int or None
         Largest accepted width × height, checked from the header before decoding (default
-        :data:`DEFAULT_MAX_PIXELS`); None keeps only Pillow's decompression-bomb limit.
+        :data:`DEFAULT_MAX_PIXELS`); for a JPEG drafted by ``min_size``, the reduced size it is
+        decoded at. None keeps only Pillow's decompression-bomb limit (on the full size).
     name : str
         What the error messages call the image.
 
@@ -283,8 +289,8 @@ def read_rgb(
         keeps at least that size on each side (in display orientation). None (the default) decodes at
         full size.
     max_pixels : int or None
-        Largest accepted width × height, checked from the header before decoding. None (the
-        default) keeps Pillow's decompression-bomb limit only.
+        Largest accepted width × height, checked from the header before decoding (for a drafted
+        JPEG, its reduced size). None (the default) keeps Pillow's decompression-bomb limit only.
 
     Raises
     ------

@@ -181,16 +181,77 @@ def test_gnn_pools_equal_the_dense_transcription(pool: Any, k1: int, k2: int) ->
     _, among = pool
     k2 = min(k1, k2)
     expected = oracle_gnn(among.tolist(), k1, k2)
-    np.testing.assert_allclose(gnn_pools(among[None], k1=k1, k2=k2)[0], expected, atol=1e-12)
+    result = gnn_pools(among[None], k1=k1, k2=k2)[0]
+    assert result.dtype == np.float32
+    np.testing.assert_allclose(result, expected, atol=1e-6)
+
+
+def oracle_gnn_distances(probes: np.ndarray, gallery: np.ndarray, k1: int, k2: int, lam: float) -> np.ndarray:
+    """The authors' current form, element by element: 1 - ((1 - λ) · A_q · A_g + λ · cos(q, g))."""
+    unit = [_unit(list(map(float, v))) for v in np.concatenate([probes, gallery])]
+    sims = [[_dot(a, b) for b in unit] for a in unit]
+    a = oracle_gnn(sims, k1, k2)
+    p = len(probes)
+    out = np.empty((p, len(gallery)))
+    for q in range(p):
+        for g in range(len(gallery)):
+            propagated = sum(a[q][m] * a[p + g][m] for m in range(len(unit)))
+            out[q, g] = 1.0 - ((1.0 - lam) * propagated + lam * sims[q][p + g])
+    return out
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
+def test_gnn_full_and_pool_equal_the_authors_lambda_blend(lam: float) -> None:
+    rng = np.random.default_rng(7)
+    gallery = rng.normal(size=(25, 5))
+    probes = rng.normal(size=(3, 5))
+    expected = oracle_gnn_distances(probes, gallery, 6, 3, lam)
+    full = gnn_rerank_features(probes, gallery, k1=6, k2=3, lambda_value=lam)
+    np.testing.assert_allclose(full, expected, atol=1e-5)
+    # The pool: the probe followed by the whole gallery is the same set for one probe.
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(25)], gallery)
+    candidates = store.retrieve_by_vector(probes[:1], k=25)[0]
+    reranked = GnnReranker(store, k1=6, k2=3, lambda_value=lam).rerank(candidates, top_k=25)
+    single = oracle_gnn_distances(probes[:1], gallery, 6, 3, lam)[0]
+    by_path = {c.path: c.score for c in reranked}
+    np.testing.assert_allclose([by_path[f"g{i}"] for i in range(25)], single, atol=1e-5)
+
+
+def test_gnn_lambda_orders_the_items_outside_the_two_hop_neighbourhood() -> None:
+    rng = np.random.default_rng(3)
+    gallery = rng.normal(size=(200, 8))
+    probe = rng.normal(size=(1, 8))
+    paper = gnn_rerank_features(probe, gallery, k1=5, k2=2, lambda_value=0.0)[0]
+    blended = gnn_rerank_features(probe, gallery, k1=5, k2=2)[0]
+    untouched = paper == 1.0  # zero propagated similarity: no order among them in the 2020 form
+    assert untouched.sum() > 100
+    cosines = (probe / np.linalg.norm(probe)) @ (gallery / np.linalg.norm(gallery, axis=1, keepdims=True)).T
+    # With the blend those items keep the original order among themselves.
+    order = np.argsort(blended[untouched], kind="stable")
+    np.testing.assert_array_equal(order, np.argsort(-cosines[0][untouched], kind="stable"))
+    with pytest.raises(ValueError, match="lambda_value"):
+        GnnReranker(_store(), lambda_value=1.5)
+    with pytest.raises(ValueError, match="lambda_value"):
+        gnn_rerank_features(probe, gallery, lambda_value=-0.1)
 
 
 def test_gnn_full_sparse_torch_and_pool_agree() -> None:
+    torch = pytest.importorskip("torch")
+    from galleria.rerank.gnn import _sparse_features, _torch_features
+
     rng = np.random.default_rng(5)
     gallery = rng.normal(size=(30, 6))
     probes = rng.normal(size=(3, 6))
     sparse = gnn_rerank_features(probes, gallery, k1=8, k2=3)
-    dense = gnn_rerank_features(probes, gallery, k1=8, k2=3, device="cpu")
-    np.testing.assert_allclose(dense, sparse, atol=1e-5)
+    on_cpu = gnn_rerank_features(probes, gallery, k1=8, k2=3, device="cpu")  # routed to scipy
+    np.testing.assert_array_equal(on_cpu, sparse)
+    # The torch (GPU) algorithm itself, run on CPU tensors: the same propagated features.
+    features = np.concatenate([probes, gallery]).astype(np.float32)
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    for k1, k2 in ((8, 3), (8, 1), (33, 33)):
+        dense = _torch_features(torch.from_numpy(features), k1, k2).numpy()
+        expected = _sparse_features(features, k1, k2).toarray()
+        np.testing.assert_allclose(dense, expected, atol=1e-5)
     # One probe: the pool re-ranker with the whole gallery as candidates is the same set.
     store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(30)], gallery)
     candidates = store.retrieve_by_vector(probes[:1], k=30)[0]

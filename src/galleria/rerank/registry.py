@@ -20,6 +20,7 @@ from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker
 from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
+from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
 from galleria.rerank.gnn import GnnReranker, check_gnn_params
 from galleria.rerank.reranker import KReciprocalReranker
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -59,8 +60,10 @@ def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
-    k1, k2 = check_gnn_params(params.get("k1", 26), params.get("k2", 7))
-    return {"k1": k1, "k2": k2}
+    k1, k2, lam = check_gnn_params(
+        params.get("k1", 26), params.get("k2", 7), params.get("lambda_value", DEFAULT_GNN_LAMBDA)
+    )
+    return {"k1": k1, "k2": k2, "lambda_value": lam}
 
 
 def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,7 +79,7 @@ def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
 _METHODS: dict[str, _Method] = {
     "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
     "diffusion": _Method(_DIFFUSION_PARAMS, DiffusionReranker, _check_diffusion),
-    "gnn": _Method(("k1", "k2"), GnnReranker, _check_gnn),
+    "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
     "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
 }
 
@@ -93,8 +96,8 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
 
     ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
     ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter``
-    for diffusion; ``k1``, ``k2`` for gnn; ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha``
-    for dba).
+    for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn; ``neighbors``, ``alpha``,
+    ``aqe_neighbors``, ``aqe_alpha`` for dba).
 
     Raises
     ------
@@ -120,7 +123,7 @@ def check_method_params(method: Any, params: Any) -> dict[str, Any]:
     Examples
     --------
     >>> check_method_params("gnn", {"k1": 10})
-    {'k1': 10, 'k2': 7}
+    {'k1': 10, 'k2': 7, 'lambda_value': 0.3}
     """
     name = check_choice("method", method, RERANK_METHODS)
     if not isinstance(params, dict):

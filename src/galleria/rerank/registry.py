@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from galleria._validation import check_choice, check_nonnegative_float, check_positive_int
+from galleria._validation import check_bool, check_choice, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker
+from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
 from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
 from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
 from galleria.rerank.gnn import GnnReranker, check_gnn_params
@@ -44,7 +45,7 @@ def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"k1": k1, "k2": k2, "lambda_value": lam}
 
 
-_DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter")
+_DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter", "count_self", "graph")
 
 
 def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,7 +57,9 @@ def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
         params.get("tol", 1e-6),
         params.get("maxiter", 20),
     )
-    return dict(zip(_DIFFUSION_PARAMS, values, strict=True))
+    count_self = check_bool("count_self", params.get("count_self", True))
+    graph = check_choice("graph", params.get("graph", "gallery"), DIFFUSION_GRAPHS)
+    return dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True))
 
 
 def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,9 +98,9 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
 
     ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
-    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter``
-    for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn; ``neighbors``, ``alpha``,
-    ``aqe_neighbors``, ``aqe_alpha`` for dba).
+    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
+    ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
+    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba).
 
     Raises
     ------

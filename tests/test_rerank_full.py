@@ -206,7 +206,14 @@ def test_features_equal_distances(metric: str, mode: str, monkeypatch: pytest.Mo
     if metric == "cosine":
         unit = normalize_rows(stacked)
         matrix = pairwise_distances(unit, unit, "cosine")
-    else:
+    elif mode == "paper":  # the paper's original distance: the squared Euclidean one
+        matrix = np.array(
+            [
+                [sum((float(a) - float(b)) ** 2 for a, b in zip(x, y, strict=True)) for y in stacked]
+                for x in stacked
+            ]
+        )
+    else:  # the authors' code squares the Euclidean distance it is given
         matrix = np.sqrt(pairwise_distances(stacked, stacked, "l2"))
     expected = k_reciprocal_rerank(*split(matrix, 6), k1=7, k2=3, mode=mode)
     result = k_reciprocal_rerank_features(probe, gallery, metric=metric, k1=7, k2=3, mode=mode)

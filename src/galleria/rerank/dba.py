@@ -28,9 +28,9 @@ the ``cosine`` space only (the query's norm is not known from its distances else
 Convolutional Neural Networks", ACM MM 2020; ``enhance_k = 10`` other items, after Arandjelović &
 Zisserman, "Three things everyone should know to improve object retrieval", CVPR 2012); other
 codes differ (fast-reid uses 4, and the DBA literature tunes 1–10 per dataset), so it is a
-starting point to tune (``galleria tune``), not a value fitted to any data. ``alpha = 3`` (DBA's
-and αQE's weight exponent) and the αQE form are Radenović et al.'s ("Fine-tuning CNN Image
-Retrieval with No Human Annotation", TPAMI 2018), where α = 3 is their fixed setting.
+starting point to tune (``galleria tune``), not a value fitted to any data. The weighting and
+``alpha = 3`` (DBA's and αQE's exponent) follow the αQE of Radenović et al. ("Fine-tuning CNN
+Image Retrieval with No Human Annotation", TPAMI 2018).
 """
 
 from __future__ import annotations

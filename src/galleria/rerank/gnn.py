@@ -323,14 +323,20 @@ def gnn_rerank_features(
     first = min(first, features.shape[0])
     second = min(second, first)
     count = probes.shape[0]
-    original = (probes @ gallery.T).astype(np.float64)
     if where is None or where.type == "cpu":
         adjacency = _sparse_features(features, first, second)
-        propagated = np.asarray((adjacency[:count] @ adjacency[count:].T).toarray(), dtype=np.float64)
+        result = np.asarray((adjacency[:count] @ adjacency[count:].T).toarray(), dtype=np.float64)
     else:
         import torch
 
         dense = _torch_features(torch.from_numpy(features).to(where), first, second)
-        propagated = (dense[:count] @ dense[count:].T).double().cpu().numpy()
+        result = (dense[:count] @ dense[count:].T).double().cpu().numpy()
         del dense
-    return np.asarray(1.0 - ((1.0 - lam) * propagated + lam * original), dtype=np.float64)
+    # 1 - ((1 - λ) · propagated + λ · cos), in place on the (P, G) float64 array.
+    result *= -(1.0 - lam)
+    result += 1.0
+    if lam > 0:
+        step = max(1, (1 << 22) // max(1, gallery.shape[0]))
+        for begin in range(0, count, step):
+            result[begin : begin + step] -= lam * (probes[begin : begin + step] @ gallery.T)
+    return result

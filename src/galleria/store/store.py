@@ -1,43 +1,33 @@
-"""The in-memory gallery store: image paths, their embeddings, and a search index over them."""
+"""The in-memory gallery store: image paths, their embeddings, and a search index over them.
+
+This module holds construction, building and persistence; the fields and read-only views are in
+:mod:`galleria.store._core`, searching in :mod:`galleria.store._retrieval`, and adding/removing
+images in :mod:`galleria.store._mutation`.
+"""
 
 from __future__ import annotations
 
 import os
-import uuid
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from galleria._validation import check_bool, check_path_list, check_positive_int
-from galleria.distances import prepare_vectors
-from galleria.embedders.base import batch_size_of
-from galleria.expansion import alpha_query_expansion
 from galleria.index import SearchIndex
 from galleria.store._checks import (
     absolute_paths,
     check_embedder,
-    check_query_vectors,
-    check_retrieval_args,
-    describe_paths,
     drop_duplicates,
     resolve_index,
 )
-from galleria.store._embedding import check_directions, embed_files, embed_queries
-from galleria.store._rwlock import ReadWriteLock
+from galleria.store._mutation import MutationMixin
+from galleria.store._retrieval import RetrievalMixin
 from galleria.store._state import GalleryState
-from galleria.store.candidate import Candidate
-from galleria.store.queries import as_image_list, as_text_list
-from galleria.store.reading import reader_for
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
-#: Queries expanded together in one αQE block (bounds the (q, m, d) neighbour array).
-_EXPANSION_BLOCK = 256
 
-
-class InMemoryImageEmbeddingStore:
+class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
     """Embed a gallery of image files once, then search it by image, text or vector.
 
     Parameters
@@ -115,21 +105,6 @@ class InMemoryImageEmbeddingStore:
     True
     """
 
-    _index: SearchIndex
-    _embedder: Any
-    _pending: list[str]  # paths build_store will read
-    _paths: list[str]  # gallery paths in row order
-    _rows: dict[str, int]  # path -> row
-    _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
-    _skipped: list[str]
-    _built: bool
-    _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
-    _skip_errors: bool
-    _num_workers: int
-    _num_prefetch_batches: int
-    _lock: ReadWriteLock
-    _id: str
-
     def __init__(
         self,
         image_paths: Sequence[str | os.PathLike[str]],
@@ -158,22 +133,6 @@ class InMemoryImageEmbeddingStore:
         self._skip_errors = skip
         self._num_workers = workers
         self._num_prefetch_batches = prefetch
-
-    def _init_state(self, index: SearchIndex, embedder: Any) -> None:
-        self._index = index
-        self._embedder = embedder
-        self._pending = []
-        self._paths = []
-        self._rows = {}
-        self._vectors = None
-        self._skipped = []
-        self._built = False
-        self._augmentation = None
-        self._skip_errors = False
-        self._num_workers = 4
-        self._num_prefetch_batches = 4
-        self._lock = ReadWriteLock()
-        self._id = uuid.uuid4().hex
 
     @classmethod
     def _from_state(cls, state: GalleryState) -> InMemoryImageEmbeddingStore:
@@ -229,17 +188,6 @@ class InMemoryImageEmbeddingStore:
             state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params)
         )
 
-    def _set_gallery(self, paths: list[str], vectors: np.ndarray | None) -> None:
-        """Adopt ``paths`` (the filled index's row order); keep ``vectors`` if the index can't give them."""
-        self._paths = list(paths)
-        self._rows = {path: row for row, path in enumerate(self._paths)}
-        if vectors is not None and not self._index.can_reconstruct:
-            stored = prepare_vectors(vectors, self._index.space)
-            # Never a view of the caller's array: changing it later must not change the store.
-            self._vectors = stored.copy() if np.shares_memory(stored, vectors) else stored
-        self._pending = []
-        self._built = True
-
     # ------------------------------------------------------------------ building
 
     def build_store(self, progress: bool = True) -> None:
@@ -285,361 +233,6 @@ class InMemoryImageEmbeddingStore:
                 )
             self._skipped = skipped
             self._set_gallery(paths, vectors)
-
-    def _embed_files(
-        self, paths: list[str], progress: bool, description: str, skip_errors: bool | None = None
-    ) -> tuple[list[str], np.ndarray, list[str]]:
-        """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
-        return embed_files(
-            paths,
-            self._embedder,
-            self.dim,
-            self._index.space,
-            num_workers=self._num_workers,
-            num_prefetch_batches=self._num_prefetch_batches,
-            skip_errors=self._skip_errors if skip_errors is None else skip_errors,
-            progress=progress,
-            description=description,
-        )
-
-    # ------------------------------------------------------------------ read-only views
-
-    @property
-    def embedder(self) -> Any:
-        """The embedder (None for a store made from vectors without one)."""
-        return self._embedder
-
-    @property
-    def store_id(self) -> str:
-        """This store object's identity, carried by the candidates it returns (a re-ranker bound to
-        another store refuses them)."""
-        return self._id
-
-    @property
-    def search_index(self) -> SearchIndex:
-        """The search index object (``ExactIndex``, ``HnswIndex`` or ``ExternalSearchIndex``)."""
-        return self._index
-
-    @property
-    def space(self) -> str:
-        """The distance space: ``"cosine"``, ``"ip"`` or ``"l2"``."""
-        return self._index.space
-
-    @property
-    def dim(self) -> int | None:
-        """The vector dimension, or None before anything was embedded."""
-        if self._index.dim is not None:
-            return self._index.dim
-        return None if self._vectors is None else int(self._vectors.shape[1])
-
-    @property
-    def augmentation(self) -> dict[str, Any] | None:
-        """How the stored vectors were augmented (``{"method": "dba", ...}``); None for plain ones."""
-        return None if self._augmentation is None else dict(self._augmentation)
-
-    @property
-    def is_built(self) -> bool:
-        """Whether the gallery has been embedded and indexed."""
-        return self._built
-
-    @property
-    def paths(self) -> list[str]:
-        """The gallery paths in row order (a copy; empty before the store is built)."""
-        return list(self._paths)
-
-    @property
-    def skipped(self) -> list[str]:
-        """Paths left out because they could not be read (``skip_errors=True``)."""
-        return list(self._skipped)
-
-    def __len__(self) -> int:
-        """Number of gallery images in the store (0 before it is built)."""
-        return len(self._paths)
-
-    def __contains__(self, path: object) -> bool:
-        """Whether ``path`` (str or os.PathLike) is in the gallery; O(1)."""
-        if isinstance(path, os.PathLike):
-            path = os.fspath(path)
-        if not isinstance(path, str):
-            return False
-        rows = self._rows
-        return path in rows or (bool(path) and os.path.abspath(path) in rows)
-
-    def __repr__(self) -> str:
-        state = f"{len(self)} images" if self._built else f"unbuilt, {len(self._pending)} paths"
-        return f"InMemoryImageEmbeddingStore({state}, index={self._index.name!r}, space={self.space!r})"
-
-    @property
-    def embeddings(self) -> np.ndarray:
-        """The (len(store), d) float32 gallery vectors in row order, as stored (unit rows for cosine).
-
-        Raises
-        ------
-        RuntimeError
-            If the store is not built, or its index cannot give vectors back and the store holds none.
-        """
-        self._require_built()
-        with self._lock.reading():
-            return self._gallery_vectors(np.arange(len(self._paths), dtype=np.int64))
-
-    def embeddings_of(self, paths: Sequence[str | os.PathLike[str]]) -> np.ndarray:
-        """The stored vectors of ``paths``, one row per path in the order given (float32).
-
-        Raises
-        ------
-        KeyError
-            Naming the paths that are not in the store.
-        RuntimeError
-            As for :attr:`embeddings`.
-        """
-        self._require_built()
-        wanted = check_path_list("paths", paths, allow_empty=True)
-        with self._lock.reading():
-            return self._gallery_vectors(self._rows_of(wanted))
-
-    def _rows_of(self, paths: list[str]) -> np.ndarray:
-        rows = self._rows
-        try:
-            return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
-        except KeyError:
-            pass
-        found = []
-        unknown = []
-        for path in paths:  # the relative spelling of an absolute gallery path
-            row = rows.get(path)
-            if row is None and path:
-                row = rows.get(os.path.abspath(path))
-            if row is None:
-                unknown.append(path)
-            else:
-                found.append(row)
-        if unknown:
-            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
-        return np.asarray(found, dtype=np.int64)
-
-    def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
-        if self._vectors is not None:
-            return np.asarray(self._vectors[rows])
-        if self._index.can_reconstruct:
-            if len(rows) == 0:
-                return np.zeros((0, self.dim or 0), dtype=np.float32)
-            return np.asarray(self._index.reconstruct(rows), dtype=np.float32)
-        raise RuntimeError(
-            f"the gallery vectors are not available: the {self._index.name!r} index cannot reconstruct "
-            "them and the store holds no copy (load the store from a file saved with vectors=, or "
-            "build it from the images)"
-        )
-
-    def _require_built(self) -> None:
-        if not self._built:
-            raise RuntimeError("the store is not built yet; call build_store() first")
-
-    def _require_embedder(self, what: str) -> Any:
-        if self._embedder is None:
-            raise RuntimeError(
-                f"this store has no embedder, so it cannot embed {what}; pass embedder= when creating or "
-                "loading it, or use retrieve_by_vector"
-            )
-        return self._embedder
-
-    # ------------------------------------------------------------------ retrieval
-
-    def retrieve_top_k_similar(
-        self,
-        queries: Any,
-        k: int,
-        *,
-        query_expansion: bool = False,
-        expansion_alpha: float = 3.0,
-        expansion_neighbors: int = 50,
-    ) -> list[list[Candidate]]:
-        """Find the ``k`` gallery images nearest to each query image.
-
-        Parameters
-        ----------
-        queries
-            One image ((H, W, 3) uint8 array, PIL image or path), a list of them, or an
-            (N, H, W, 3) uint8 array.
-        k : int
-            Results per query; above the gallery size the whole gallery is returned.
-        query_expansion : bool
-            Apply alpha query expansion (DESIGN.md §4) before the final search.
-        expansion_alpha : float
-            αQE exponent (finite, ≥ 0).
-        expansion_neighbors : int
-            Matches αQE reads back per query (fewer if the gallery is smaller).
-
-        Returns
-        -------
-        list of list of Candidate
-            One list per query, best first, no padding.
-
-        Raises
-        ------
-        TypeError, ValueError
-            Bad arguments; query arrays of the wrong dtype (TypeError) or shape (ValueError); an
-            embedder output of the wrong shape, NaN, or another dimension (ValueError).
-        RuntimeError
-            The store is not built, or has no embedder.
-        ImageReadError
-            A query path cannot be read.
-        """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
-        self._require_built()
-        embedder = self._require_embedder("query images")
-        images = as_image_list(queries, reader=reader_for(embedder))
-        vectors = self._embed_queries(embedder.embed, images, "query images")
-        return self._search(vectors, *checked)
-
-    def retrieve_by_vector(
-        self,
-        vectors: Any,
-        k: int,
-        *,
-        query_expansion: bool = False,
-        expansion_alpha: float = 3.0,
-        expansion_neighbors: int = 50,
-    ) -> list[list[Candidate]]:
-        """Find the ``k`` gallery images nearest to each query vector.
-
-        ``vectors`` is one (d,) vector or a (q, d) array in the store's embedding space; the other
-        arguments and the result are as in :meth:`retrieve_top_k_similar`.
-        """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
-        self._require_built()
-        queries = check_query_vectors("vectors", vectors, self.dim)
-        check_directions(queries, self._index.space, "vectors")
-        return self._search(queries, *checked)
-
-    def retrieve_by_text(
-        self,
-        texts: str | Sequence[str],
-        k: int,
-        *,
-        query_expansion: bool = False,
-        expansion_alpha: float = 3.0,
-        expansion_neighbors: int = 50,
-    ) -> list[list[Candidate]]:
-        """Find the ``k`` gallery images nearest to each text (needs an embedder with ``embed_text``).
-
-        Raises
-        ------
-        TypeError
-            The embedder has no text side, or ``texts`` is not a string / list of strings.
-        """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
-        self._require_built()
-        embedder = self._require_embedder("texts")
-        if not callable(getattr(embedder, "embed_text", None)):
-            raise TypeError(f"the store's embedder ({type(embedder).__name__}) has no embed_text method")
-        vectors = self._embed_queries(embedder.embed_text, as_text_list(texts), "texts")
-        return self._search(vectors, *checked)
-
-    def _embed_queries(self, embed: Any, items: list[Any], what: str) -> np.ndarray:
-        batch = batch_size_of(self._embedder)
-        return embed_queries(embed, items, batch, self.dim, self._index.space, what)
-
-    def _search(
-        self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool
-    ) -> list[list[Candidate]]:
-        """Search (q, d) float32 queries, optionally after αQE, and turn rows into candidates."""
-        with self._lock.reading():
-            size = len(self._paths)
-            if size == 0:
-                return [[] for _ in range(len(queries))]
-            if expand:
-                queries = np.concatenate(
-                    [
-                        self._expand(queries[start : start + _EXPANSION_BLOCK], alpha, min(neighbors, size))
-                        for start in range(0, len(queries), _EXPANSION_BLOCK)
-                    ]
-                )
-            ids, scores = self._index.search(queries, k)
-            paths = self._paths
-        make, token = Candidate._from_store, self._id
-        return [
-            [make(paths[row], score, token) for row, score in zip(id_row, score_row, strict=True) if row >= 0]
-            for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
-        ]
-
-    def _expand(self, queries: np.ndarray, alpha: float, neighbors: int) -> np.ndarray:
-        ids, _ = self._index.search(queries, neighbors)
-        valid = ids >= 0
-        padded = np.zeros((*ids.shape, queries.shape[1]), dtype=np.float32)
-        padded[valid] = self._gallery_vectors(ids[valid])
-        return alpha_query_expansion(queries, padded, alpha=alpha, mask=valid)
-
-    # ------------------------------------------------------------------ changing the gallery
-
-    def add_images(
-        self,
-        paths: Sequence[str | os.PathLike[str]],
-        *,
-        progress: bool = False,
-        skip_errors: bool | None = None,
-    ) -> None:
-        """Embed and add more images to a built store (no rebuild of what is there).
-
-        Paths already in the store, or repeated, are dropped with a warning. Unreadable images
-        follow ``skip_errors`` (None: the store's own setting) as in :meth:`build_store`; skipped
-        ones are appended to :attr:`skipped`. Nothing changes if an error is raised.
-
-        Raises
-        ------
-        RuntimeError
-            The store is not built or has no embedder.
-        """
-        new = absolute_paths(check_path_list("paths", paths))
-        progress = check_bool("progress", progress)
-        skip = None if skip_errors is None else check_bool("skip_errors", skip_errors)
-        self._require_built()
-        self._require_embedder("new images")
-        new = drop_duplicates(new, "paths", known=self._rows)
-        if not new:
-            return
-        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip)
-        with self._lock.writing():
-            fresh = [position for position, path in enumerate(kept) if path not in self._rows]
-            if len(fresh) != len(kept):  # another thread added some of them meanwhile
-                kept, vectors = [kept[position] for position in fresh], vectors[fresh]
-            if kept:
-                self._index.add(vectors)
-                if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
-                    stored = prepare_vectors(vectors, self._index.space)
-                    self._vectors = (
-                        stored if self._vectors is None else np.concatenate([self._vectors, stored])
-                    )
-                paths_now = list(self._paths)
-                rows_now = dict(self._rows)
-                for path in kept:
-                    rows_now[path] = len(paths_now)
-                    paths_now.append(path)
-                self._paths, self._rows = paths_now, rows_now
-            self._skipped = self._skipped + skipped
-
-    def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
-        """Remove images from the store; they never appear in results, embeddings or saved files.
-
-        Raises
-        ------
-        KeyError
-            Naming the paths that are not in the store (nothing is removed then).
-        RuntimeError
-            The store is not built.
-        """
-        gone = check_path_list("paths", paths, allow_empty=True)
-        self._require_built()
-        with self._lock.writing():
-            rows = np.unique(self._rows_of(gone))
-            if len(rows) == 0:
-                return
-            self._index.remove(rows)
-            keep = np.ones(len(self._paths), dtype=bool)
-            keep[rows] = False
-            if self._vectors is not None:
-                self._vectors = self._vectors[keep]
-            self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
-            self._rows = {path: row for row, path in enumerate(self._paths)}
 
     # ------------------------------------------------------------------ persistence
 

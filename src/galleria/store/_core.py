@@ -1,0 +1,225 @@
+"""The state every gallery store holds, and the read-only views and lookups over it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_path_list
+from galleria.distances import prepare_vectors
+from galleria.index import SearchIndex
+from galleria.store._checks import describe_paths
+from galleria.store._embedding import embed_files
+from galleria.store._rwlock import ReadWriteLock
+
+__all__ = ["StoreCore"]
+
+
+class StoreCore:
+    """The fields of :class:`~galleria.InMemoryImageEmbeddingStore` and what only reads them.
+
+    Retrieval (:mod:`galleria.store._retrieval`) and mutation (:mod:`galleria.store._mutation`)
+    build on it; the public class (:mod:`galleria.store.store`) adds construction and persistence.
+    """
+
+    _index: SearchIndex
+    _embedder: Any
+    _pending: list[str]  # paths build_store will read
+    _paths: list[str]  # gallery paths in row order
+    _rows: dict[str, int]  # path -> row
+    _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
+    _skipped: list[str]
+    _built: bool
+    _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
+    _skip_errors: bool
+    _num_workers: int
+    _num_prefetch_batches: int
+    _lock: ReadWriteLock
+    _id: str
+
+    def _init_state(self, index: SearchIndex, embedder: Any) -> None:
+        self._index = index
+        self._embedder = embedder
+        self._pending = []
+        self._paths = []
+        self._rows = {}
+        self._vectors = None
+        self._skipped = []
+        self._built = False
+        self._augmentation = None
+        self._skip_errors = False
+        self._num_workers = 4
+        self._num_prefetch_batches = 4
+        self._lock = ReadWriteLock()
+        self._id = uuid.uuid4().hex
+
+    def _set_gallery(self, paths: list[str], vectors: np.ndarray | None) -> None:
+        """Adopt ``paths`` (the filled index's row order); keep ``vectors`` if the index can't give them."""
+        self._paths = list(paths)
+        self._rows = {path: row for row, path in enumerate(self._paths)}
+        if vectors is not None and not self._index.can_reconstruct:
+            stored = prepare_vectors(vectors, self._index.space)
+            # Never a view of the caller's array: changing it later must not change the store.
+            self._vectors = stored.copy() if np.shares_memory(stored, vectors) else stored
+        self._pending = []
+        self._built = True
+
+    def _embed_files(
+        self, paths: list[str], progress: bool, description: str, skip_errors: bool | None = None
+    ) -> tuple[list[str], np.ndarray, list[str]]:
+        """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
+        return embed_files(
+            paths,
+            self._embedder,
+            self.dim,
+            self._index.space,
+            num_workers=self._num_workers,
+            num_prefetch_batches=self._num_prefetch_batches,
+            skip_errors=self._skip_errors if skip_errors is None else skip_errors,
+            progress=progress,
+            description=description,
+        )
+
+    # ------------------------------------------------------------------ read-only views
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder (None for a store made from vectors without one)."""
+        return self._embedder
+
+    @property
+    def store_id(self) -> str:
+        """This store object's identity, carried by the candidates it returns (a re-ranker bound to
+        another store refuses them)."""
+        return self._id
+
+    @property
+    def search_index(self) -> SearchIndex:
+        """The search index object (``ExactIndex``, ``HnswIndex`` or ``ExternalSearchIndex``)."""
+        return self._index
+
+    @property
+    def space(self) -> str:
+        """The distance space: ``"cosine"``, ``"ip"`` or ``"l2"``."""
+        return self._index.space
+
+    @property
+    def dim(self) -> int | None:
+        """The vector dimension, or None before anything was embedded."""
+        if self._index.dim is not None:
+            return self._index.dim
+        return None if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def augmentation(self) -> dict[str, Any] | None:
+        """How the stored vectors were augmented (``{"method": "dba", ...}``); None for plain ones."""
+        return None if self._augmentation is None else dict(self._augmentation)
+
+    @property
+    def is_built(self) -> bool:
+        """Whether the gallery has been embedded and indexed."""
+        return self._built
+
+    @property
+    def paths(self) -> list[str]:
+        """The gallery paths in row order (a copy; empty before the store is built)."""
+        return list(self._paths)
+
+    @property
+    def skipped(self) -> list[str]:
+        """Paths left out because they could not be read (``skip_errors=True``)."""
+        return list(self._skipped)
+
+    def __len__(self) -> int:
+        """Number of gallery images in the store (0 before it is built)."""
+        return len(self._paths)
+
+    def __contains__(self, path: object) -> bool:
+        """Whether ``path`` (str or os.PathLike) is in the gallery; O(1)."""
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        if not isinstance(path, str):
+            return False
+        rows = self._rows
+        return path in rows or (bool(path) and os.path.abspath(path) in rows)
+
+    def __repr__(self) -> str:
+        state = f"{len(self)} images" if self._built else f"unbuilt, {len(self._pending)} paths"
+        return f"InMemoryImageEmbeddingStore({state}, index={self._index.name!r}, space={self.space!r})"
+
+    @property
+    def embeddings(self) -> np.ndarray:
+        """The (len(store), d) float32 gallery vectors in row order, as stored (unit rows for cosine).
+
+        Raises
+        ------
+        RuntimeError
+            If the store is not built, or its index cannot give vectors back and the store holds none.
+        """
+        self._require_built()
+        with self._lock.reading():
+            return self._gallery_vectors(np.arange(len(self._paths), dtype=np.int64))
+
+    def embeddings_of(self, paths: Sequence[str | os.PathLike[str]]) -> np.ndarray:
+        """The stored vectors of ``paths``, one row per path in the order given (float32).
+
+        Raises
+        ------
+        KeyError
+            Naming the paths that are not in the store.
+        RuntimeError
+            As for :attr:`embeddings`.
+        """
+        self._require_built()
+        wanted = check_path_list("paths", paths, allow_empty=True)
+        with self._lock.reading():
+            return self._gallery_vectors(self._rows_of(wanted))
+
+    def _rows_of(self, paths: list[str]) -> np.ndarray:
+        rows = self._rows
+        try:
+            return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
+        except KeyError:
+            pass
+        found = []
+        unknown = []
+        for path in paths:  # the relative spelling of an absolute gallery path
+            row = rows.get(path)
+            if row is None and path:
+                row = rows.get(os.path.abspath(path))
+            if row is None:
+                unknown.append(path)
+            else:
+                found.append(row)
+        if unknown:
+            raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
+        return np.asarray(found, dtype=np.int64)
+
+    def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
+        if self._vectors is not None:
+            return np.asarray(self._vectors[rows])
+        if self._index.can_reconstruct:
+            if len(rows) == 0:
+                return np.zeros((0, self.dim or 0), dtype=np.float32)
+            return np.asarray(self._index.reconstruct(rows), dtype=np.float32)
+        raise RuntimeError(
+            f"the gallery vectors are not available: the {self._index.name!r} index cannot reconstruct "
+            "them and the store holds no copy (load the store from a file saved with vectors=, or "
+            "build it from the images)"
+        )
+
+    def _require_built(self) -> None:
+        if not self._built:
+            raise RuntimeError("the store is not built yet; call build_store() first")
+
+    def _require_embedder(self, what: str) -> Any:
+        if self._embedder is None:
+            raise RuntimeError(
+                f"this store has no embedder, so it cannot embed {what}; pass embedder= when creating or "
+                "loading it, or use retrieve_by_vector"
+            )
+        return self._embedder

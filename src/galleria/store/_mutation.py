@@ -1,0 +1,91 @@
+"""Changing a built store: adding and removing gallery images under the writer lock."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from galleria._validation import check_bool, check_path_list
+from galleria.distances import prepare_vectors
+from galleria.store._checks import absolute_paths, drop_duplicates
+from galleria.store._core import StoreCore
+
+__all__ = ["MutationMixin"]
+
+
+class MutationMixin(StoreCore):
+    """``add_images`` and ``remove_images`` of :class:`~galleria.InMemoryImageEmbeddingStore`."""
+
+    # ------------------------------------------------------------------ changing the gallery
+
+    def add_images(
+        self,
+        paths: Sequence[str | os.PathLike[str]],
+        *,
+        progress: bool = False,
+        skip_errors: bool | None = None,
+    ) -> None:
+        """Embed and add more images to a built store (no rebuild of what is there).
+
+        Paths already in the store, or repeated, are dropped with a warning. Unreadable images
+        follow ``skip_errors`` (None: the store's own setting) as in :meth:`build_store`; skipped
+        ones are appended to :attr:`skipped`. Nothing changes if an error is raised.
+
+        Raises
+        ------
+        RuntimeError
+            The store is not built or has no embedder.
+        """
+        new = absolute_paths(check_path_list("paths", paths))
+        progress = check_bool("progress", progress)
+        skip = None if skip_errors is None else check_bool("skip_errors", skip_errors)
+        self._require_built()
+        self._require_embedder("new images")
+        new = drop_duplicates(new, "paths", known=self._rows)
+        if not new:
+            return
+        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip)
+        with self._lock.writing():
+            fresh = [position for position, path in enumerate(kept) if path not in self._rows]
+            if len(fresh) != len(kept):  # another thread added some of them meanwhile
+                kept, vectors = [kept[position] for position in fresh], vectors[fresh]
+            if kept:
+                self._index.add(vectors)
+                if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
+                    stored = prepare_vectors(vectors, self._index.space)
+                    self._vectors = (
+                        stored if self._vectors is None else np.concatenate([self._vectors, stored])
+                    )
+                paths_now = list(self._paths)
+                rows_now = dict(self._rows)
+                for path in kept:
+                    rows_now[path] = len(paths_now)
+                    paths_now.append(path)
+                self._paths, self._rows = paths_now, rows_now
+            self._skipped = self._skipped + skipped
+
+    def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        """Remove images from the store; they never appear in results, embeddings or saved files.
+
+        Raises
+        ------
+        KeyError
+            Naming the paths that are not in the store (nothing is removed then).
+        RuntimeError
+            The store is not built.
+        """
+        gone = check_path_list("paths", paths, allow_empty=True)
+        self._require_built()
+        with self._lock.writing():
+            rows = np.unique(self._rows_of(gone))
+            if len(rows) == 0:
+                return
+            self._index.remove(rows)
+            keep = np.ones(len(self._paths), dtype=bool)
+            keep[rows] = False
+            if self._vectors is not None:
+                self._vectors = self._vectors[keep]
+            self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
+            self._rows = {path: row for row, path in enumerate(self._paths)}

@@ -1,0 +1,153 @@
+"""Searching a store: by image, text or vector, with optional alpha query expansion."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from galleria.embedders.base import batch_size_of
+from galleria.expansion import alpha_query_expansion
+from galleria.store._checks import check_query_vectors, check_retrieval_args
+from galleria.store._core import StoreCore
+from galleria.store._embedding import check_directions, embed_queries
+from galleria.store.candidate import Candidate
+from galleria.store.queries import as_image_list, as_text_list
+from galleria.store.reading import reader_for
+
+__all__ = ["RetrievalMixin"]
+
+#: Queries expanded together in one αQE block (bounds the (q, m, d) neighbour array).
+_EXPANSION_BLOCK = 256
+
+
+class RetrievalMixin(StoreCore):
+    """The ``retrieve_*`` methods of :class:`~galleria.InMemoryImageEmbeddingStore`."""
+
+    # ------------------------------------------------------------------ retrieval
+
+    def retrieve_top_k_similar(
+        self,
+        queries: Any,
+        k: int,
+        *,
+        query_expansion: bool = False,
+        expansion_alpha: float = 3.0,
+        expansion_neighbors: int = 50,
+    ) -> list[list[Candidate]]:
+        """Find the ``k`` gallery images nearest to each query image.
+
+        Parameters
+        ----------
+        queries
+            One image ((H, W, 3) uint8 array, PIL image or path), a list of them, or an
+            (N, H, W, 3) uint8 array.
+        k : int
+            Results per query; above the gallery size the whole gallery is returned.
+        query_expansion : bool
+            Apply alpha query expansion (DESIGN.md §4) before the final search.
+        expansion_alpha : float
+            αQE exponent (finite, ≥ 0).
+        expansion_neighbors : int
+            Matches αQE reads back per query (fewer if the gallery is smaller).
+
+        Returns
+        -------
+        list of list of Candidate
+            One list per query, best first, no padding.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Bad arguments; query arrays of the wrong dtype (TypeError) or shape (ValueError); an
+            embedder output of the wrong shape, NaN, or another dimension (ValueError).
+        RuntimeError
+            The store is not built, or has no embedder.
+        ImageReadError
+            A query path cannot be read.
+        """
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
+        self._require_built()
+        embedder = self._require_embedder("query images")
+        images = as_image_list(queries, reader=reader_for(embedder))
+        vectors = self._embed_queries(embedder.embed, images, "query images")
+        return self._search(vectors, *checked)
+
+    def retrieve_by_vector(
+        self,
+        vectors: Any,
+        k: int,
+        *,
+        query_expansion: bool = False,
+        expansion_alpha: float = 3.0,
+        expansion_neighbors: int = 50,
+    ) -> list[list[Candidate]]:
+        """Find the ``k`` gallery images nearest to each query vector.
+
+        ``vectors`` is one (d,) vector or a (q, d) array in the store's embedding space; the other
+        arguments and the result are as in :meth:`retrieve_top_k_similar`.
+        """
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
+        self._require_built()
+        queries = check_query_vectors("vectors", vectors, self.dim)
+        check_directions(queries, self._index.space, "vectors")
+        return self._search(queries, *checked)
+
+    def retrieve_by_text(
+        self,
+        texts: str | Sequence[str],
+        k: int,
+        *,
+        query_expansion: bool = False,
+        expansion_alpha: float = 3.0,
+        expansion_neighbors: int = 50,
+    ) -> list[list[Candidate]]:
+        """Find the ``k`` gallery images nearest to each text (needs an embedder with ``embed_text``).
+
+        Raises
+        ------
+        TypeError
+            The embedder has no text side, or ``texts`` is not a string / list of strings.
+        """
+        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
+        self._require_built()
+        embedder = self._require_embedder("texts")
+        if not callable(getattr(embedder, "embed_text", None)):
+            raise TypeError(f"the store's embedder ({type(embedder).__name__}) has no embed_text method")
+        vectors = self._embed_queries(embedder.embed_text, as_text_list(texts), "texts")
+        return self._search(vectors, *checked)
+
+    def _embed_queries(self, embed: Any, items: list[Any], what: str) -> np.ndarray:
+        batch = batch_size_of(self._embedder)
+        return embed_queries(embed, items, batch, self.dim, self._index.space, what)
+
+    def _search(
+        self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool
+    ) -> list[list[Candidate]]:
+        """Search (q, d) float32 queries, optionally after αQE, and turn rows into candidates."""
+        with self._lock.reading():
+            size = len(self._paths)
+            if size == 0:
+                return [[] for _ in range(len(queries))]
+            if expand:
+                queries = np.concatenate(
+                    [
+                        self._expand(queries[start : start + _EXPANSION_BLOCK], alpha, min(neighbors, size))
+                        for start in range(0, len(queries), _EXPANSION_BLOCK)
+                    ]
+                )
+            ids, scores = self._index.search(queries, k)
+            paths = self._paths
+        make, token = Candidate._from_store, self._id
+        return [
+            [make(paths[row], score, token) for row, score in zip(id_row, score_row, strict=True) if row >= 0]
+            for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
+        ]
+
+    def _expand(self, queries: np.ndarray, alpha: float, neighbors: int) -> np.ndarray:
+        ids, _ = self._index.search(queries, neighbors)
+        valid = ids >= 0
+        padded = np.zeros((*ids.shape, queries.shape[1]), dtype=np.float32)
+        padded[valid] = self._gallery_vectors(ids[valid])
+        return alpha_query_expansion(queries, padded, alpha=alpha, mask=valid)

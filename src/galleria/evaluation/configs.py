@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
-from galleria.rerank.base import DEFAULT_METHOD, check_method_params
+from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
 
 __all__ = ["RetrievalConfig", "standard_configs"]
 
@@ -115,9 +115,11 @@ def _shown(value: Any) -> str:
 
     Examples
     --------
-    >>> _shown(1.0), _shown(0.3), _shown(0.123456789), _shown(7)
-    ('1', '0.3', '0.123456789', '7')
+    >>> _shown(1.0), _shown(0.3), _shown(0.123456789), _shown(7), _shown("gallery")
+    ('1', '0.3', '0.123456789', '7', 'gallery')
     """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
     short = format(value, "g")
     return short if float(short) == value else repr(value)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from galleria.evaluation.configs import RetrievalConfig
-from galleria.rerank.base import DEFAULT_METHOD
+from galleria.rerank.registry import DEFAULT_METHOD
 
 __all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compare_search", "rank_changes"]
 

@@ -25,7 +25,7 @@ _EXAMPLES = """\
   galleria serve photos.safetensors                 # then open http://127.0.0.1:8000
   galleria serve photos.safetensors --port 8080 --max-upload-mb 50
   galleria serve photos.safetensors --settings tuned.json   # the method and settings `galleria tune` chose
-  galleria serve photos.safetensors --eval report/          # the queries of `galleria evaluate --out report/`
+  galleria serve photos.safetensors --eval report/   # the queries of `galleria evaluate --report report/`
   galleria serve photos.safetensors --host 0.0.0.0 --allow-host gallery.lan   # reached by that name too
   galleria serve moved.safetensors --root /data/photos      # the gallery's folder (also the only one served)
 """
@@ -77,7 +77,7 @@ def add_parser(subparsers: Any) -> None:
         "--eval",
         default=None,
         metavar="DIR",
-        help="list the queries of an evaluation (the --out folder of `galleria evaluate` or `demo`) at "
+        help="list the queries of an evaluation (the --report folder of `galleria evaluate` or `demo`) at "
         "/eval, those whose AP re-ranking lowered most first",
     )
     parser.set_defaults(run=run)
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         folder = check_existing_folder("--eval", args.eval)
         if not os.path.lexists(os.path.join(folder, FILE_NAME)):
             raise CliError(
-                f"--eval {args.eval!r} has no {FILE_NAME}; give the --out folder of "
+                f"--eval {args.eval!r} has no {FILE_NAME}; give the --report folder of "
                 "`galleria evaluate` or `galleria demo` (run it again to write one)"
             )
         evaluation = read_query_results(folder)

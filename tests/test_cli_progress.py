@@ -163,3 +163,22 @@ def test_serve_says_when_it_starts_and_stops(tmp_path: Path) -> None:
     assert f"serving 10 images of {store} on http://127.0.0.1:{port} (Ctrl-C stops)" in err
     assert "galleria serve: stopping (finishing open requests) ..." in err
     assert err.rstrip().endswith("galleria serve: stopped")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_loading_torch_and_the_model_is_announced_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("timm", reason="the timm extra is not installed")
+    from galleria.cli._options import make_embedder
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    make_embedder("timm:resnet18:random", device="cpu")
+    assert terminal.getvalue().startswith("loading torch and timm, then the timm model resnet18 ...")
+    quiet = io.StringIO()  # not a terminal: nothing, so that an error stays one line
+    monkeypatch.setattr(sys, "stderr", quiet)
+    make_embedder("timm:resnet18:random", device="cpu")
+    assert quiet.getvalue() == ""

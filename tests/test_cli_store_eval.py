@@ -89,6 +89,10 @@ def test_store_mode_refuses_embedding_options(store: Path, capsys: pytest.Captur
     assert "--embedder does not apply to the store file" in line
     line = _refused(capsys, "tune", str(store), "--out", str(store.parent / "t.json"), "--skip-errors")
     assert "--skip-errors does not apply" in line
+    line = _refused(capsys, "evaluate", str(store), "--space", "l2")
+    assert "--space l2 does not apply to the store file" in line and "cosine space" in line
+    line = _refused(capsys, "evaluate", str(store), "--protocol", "metric-learning", "--settings", "t.json")
+    assert "--settings does not apply to --protocol metric-learning" in line
 
 
 def test_relative_folders_work(

@@ -112,6 +112,12 @@ def open_source(args: argparse.Namespace, source: str, what: str) -> LabelledSou
     store = InMemoryImageEmbeddingStore.load_from_disk(source, embedder, **options)
     if len(store) == 0:
         raise CliError(f"the store {source!r} holds no image")
+    space = getattr(args, "space", "cosine")
+    if space not in ("cosine", store.space):  # cosine is the option's default: only a choice is refused
+        raise CliError(
+            f"--space {space} does not apply to the store file {source!r}: its vectors are in the "
+            f"{store.space} space"
+        )
     paths = sorted(store.paths)
     root, labels = store_labels(paths)
     return LabelledSource("store", source, root, paths, labels, store)

@@ -30,6 +30,7 @@ _RETRIEVAL_ONLY = {
     "--k2": "k2",
     "--lambda": "lambda_value",
     "--pool": "pool",
+    "--settings": "settings",
 }
 
 

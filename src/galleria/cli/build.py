@@ -80,7 +80,7 @@ def add_parser(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    engine = parser.add_argument_group("engine (galleria[ray])")
+    engine = parser.add_argument_group("engine (the ray extra: pip install -e '.[ray]')")
     engine.add_argument(
         "--engine", default="threads", choices=("threads", "ray"), help="who embeds (default: %(default)s)"
     )

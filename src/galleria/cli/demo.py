@@ -62,7 +62,8 @@ def add_parser(subparsers: Any) -> None:
             "Write scikit-learn's 1,797 handwritten digits as PNG files into the cache folder (once), index "
             "all but the query images with the pixel embedder and an HNSW index, and compare plain "
             "retrieval, alpha query expansion, and alpha query expansion + k-reciprocal re-ranking: "
-            "Recall@1, Recall@5, mAP@100, MRR and ms per query. Needs the demo extra (galleria[demo])."
+            "Recall@1, Recall@5, mAP@100, MRR and ms per query. Needs the demo extra "
+            "(pip install -e '.[demo]')."
         ),
         examples=_EXAMPLES,
     )

@@ -45,14 +45,14 @@ def add_parser(subparsers: Any) -> None:
             "Search plain retrieval, alpha query expansion and the re-ranking methods (k-reciprocal, "
             "diffusion, GNN, DBA + αQE) with their parameters, using Optuna's seeded TPE sampler, on a "
             "validation split of a labelled gallery, and write the best settings to --out (a JSON file "
-            "that evaluate / search / serve take with --settings). SOURCE is a labelled folder "
-            "(SOURCE/<label>/<image>) or a store file built from one (its stored vectors are used, nothing "
+            "that evaluate / search / serve take with --settings). FOLDER|STORE is a labelled folder "
+            "(FOLDER/<label>/<image>) or a store file built from one (its stored vectors are used, nothing "
             "is embedded again; each image's label is its first folder under the paths' common root). The "
             "test queries `galleria evaluate` draws with the same --seed and --n-queries / --query-fraction "
             "are held out first, so tuning never sees them, and the settings file records that split so "
             "that `evaluate --settings` refuses another one. The lift over plain retrieval is "
             "reported on --splits validation splits; when nothing beats plain retrieval, it says so and "
-            "the file recommends plain retrieval. Needs galleria[tune]."
+            "the file recommends plain retrieval. Needs the tune extra (pip install -e '.[tune]')."
         ),
         examples=_EXAMPLES,
     )

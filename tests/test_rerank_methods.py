@@ -393,3 +393,30 @@ def test_full_functions_check_their_features(function: Any) -> None:
     with pytest.raises(TypeError, match="numeric"):
         function(np.array([["a"]]), np.ones((5, 4)))
     assert function(np.ones((1, 4)), np.eye(4)).shape == (1, 4)
+
+
+def test_the_registry_sits_above_the_implementations() -> None:
+    """No implementation module imports the registry (no import circle); the registry names them all."""
+    import ast
+
+    import galleria.rerank as package
+    from galleria.rerank import registry
+
+    folder = Path(package.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        if path.name in ("__init__.py", "registry.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module is not None
+        } | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert "galleria.rerank.registry" not in imported, path.name
+    assert registry.RERANK_METHODS == RERANK_METHODS == tuple(registry.METHOD_PARAMS)
+    assert package.make_reranker is registry.make_reranker
+    assert package.DEFAULT_METHOD == registry.DEFAULT_METHOD == RERANK_METHODS[0]
+    for method in RERANK_METHODS:
+        defaults = registry.check_method_params(method, {})
+        assert tuple(defaults) == registry.METHOD_PARAMS[method]
+        assert type(make_reranker(method, _store(), **defaults)).__name__.endswith("Reranker")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
-from galleria.rerank.base import DEFAULT_METHOD, check_method_params
+from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
 
 __all__ = ["RetrievalConfig", "standard_configs"]
 

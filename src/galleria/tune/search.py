@@ -27,7 +27,7 @@ from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.datasets.folder import stratified_split
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_rank, ranked_relevance
-from galleria.rerank.base import DEFAULT_METHOD, RERANK_METHODS, make_reranker
+from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = ["METRICS", "SEARCH_METHODS", "TuneResult", "score_lists", "tune"]

@@ -19,7 +19,7 @@ from galleria.index.base import SPACES
 from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
-RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba")
+RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba", "decoupled-diffusion")
 
 __all__ = [
     "EMBEDDER_HELP",

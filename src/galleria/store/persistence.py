@@ -19,6 +19,12 @@ File layout (safetensors; readable by any safetensors reader):
   augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
   index's own, so the file keeps them and loading restores the record.
 
+  ``offline_diffusion`` is present only for a store that keeps the offline part of decoupled
+  diffusion (:mod:`galleria.rerank.decoupled`): ``{"k": int, "truncation": int, "alpha": float,
+  "gamma": float, "tol": float, "maxiter": int}`` with the tensors ``"diffusion_positions"`` ((n, T)
+  int32, row i starting with i, distinct rows in [0, n)) and ``"diffusion_values"`` ((n, T) finite
+  float32), ``T = min(truncation, n)`` (checked by :func:`_check_offline_diffusion`).
+
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
 * metadata key ``"galleria_sha256"`` — the SHA-256 of the header's canonical JSON form (sorted keys,
@@ -50,7 +56,7 @@ from galleria.embedders import embedder_config, embedder_from_config
 from galleria.index import SearchIndex, index_from_bytes
 from galleria.index.base import SPACES
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, OfflineDiffusion
 
 __all__ = [
     "FORMAT_NAME",
@@ -70,8 +76,10 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
-_OPTIONAL_KEYS = frozenset({"augmentation"})
-_TENSOR_NAMES = frozenset({"index", "vectors"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion"})
+#: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
+_DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
+_TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
@@ -140,6 +148,10 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
         blob = None  # an external index FAISS cannot serialise: loading will need it passed back
     if blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
+    offline = state.offline_diffusion
+    if offline is not None:
+        tensors["diffusion_positions"] = offline.positions
+        tensors["diffusion_values"] = offline.values
     embedder = state.embedder
     header = {
         "format": FORMAT_NAME,
@@ -154,6 +166,8 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
     }
     if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
         header["augmentation"] = dict(state.augmentation)
+    if offline is not None:  # decoupled diffusion (galleria.rerank.decoupled)
+        header["offline_diffusion"] = dict(offline.params)
     metadata = {
         _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
         _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
@@ -187,6 +201,74 @@ def _valid_augmentation(record: Any) -> bool:
         and math.isfinite(alpha)
         and alpha >= 0
     )
+
+
+#: Bounds of the integer settings of a stored offline diffusion.
+_DIFFUSION_INTS = {"k": 1 << 20, "truncation": 1 << 20, "maxiter": 1 << 20}
+
+
+def _check_offline_diffusion(
+    name: str, record: Any, arrays: dict[str, np.ndarray], count: int
+) -> OfflineDiffusion | None:
+    """The stored offline diffusion, checked against its record and the store's ``count`` rows.
+
+    ``record`` is the header's ``offline_diffusion`` (None when absent); the two tensors must be
+    present exactly when it is. ValueError naming the file and what is wrong.
+    """
+    present = [key for key in _DIFFUSION_TENSORS if key in arrays]
+    if record is None:
+        if present:
+            raise ValueError(f"{name!r} holds tensors {present} but no header key 'offline_diffusion'")
+        return None
+    expected = {"k", "truncation", "alpha", "gamma", "tol", "maxiter"}
+    if not isinstance(record, dict) or set(record) != expected:
+        raise ValueError(
+            f"{name!r}: header key 'offline_diffusion' must have exactly the keys {sorted(expected)}"
+        )
+    for key, high in _DIFFUSION_INTS.items():
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ValueError(
+                f"{name!r}: offline_diffusion {key!r} must be an integer in [1, {high}], got {value!r}"
+            )
+    for key in ("alpha", "gamma", "tol"):
+        value = record[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                f"{name!r}: offline_diffusion {key!r} must be a finite number >= 0, got {value!r}"
+            )
+    if record["alpha"] >= 1:
+        raise ValueError(f"{name!r}: offline_diffusion 'alpha' must be below 1, got {record['alpha']!r}")
+    if len(present) != len(_DIFFUSION_TENSORS):
+        raise ValueError(
+            f"{name!r}: header key 'offline_diffusion' needs the tensors {list(_DIFFUSION_TENSORS)}"
+        )
+    positions, values = arrays["diffusion_positions"], arrays["diffusion_values"]
+    shape = (count, min(record["truncation"], count))
+    if positions.dtype != np.int32 or positions.shape != shape:
+        raise ValueError(
+            f"{name!r}: tensor 'diffusion_positions' must be int32 of shape {shape}, got "
+            f"{positions.dtype} {positions.shape}"
+        )
+    if values.dtype != np.float32 or values.shape != shape:
+        raise ValueError(
+            f"{name!r}: tensor 'diffusion_values' must be float32 of shape {shape}, got "
+            f"{values.dtype} {values.shape}"
+        )
+    if count and (positions.min() < 0 or positions.max() >= count):
+        raise ValueError(f"{name!r}: tensor 'diffusion_positions' holds rows outside [0, {count})")
+    if count and not np.array_equal(positions[:, 0], np.arange(count)):
+        raise ValueError(f"{name!r}: row i of tensor 'diffusion_positions' must start with i")
+    if shape[1] > 1 and not (np.diff(np.sort(positions, axis=1), axis=1) > 0).all():
+        raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
+    return OfflineDiffusion(dict(record), positions, values)
 
 
 class _Header:
@@ -306,7 +388,9 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
             for entry in tensors.values()
         )
     ):
-        raise checked.fail("tensors", "must map 'index' / 'vectors' to {'sha256': hex digest}")
+        raise checked.fail(
+            "tensors", f"must map names among {sorted(_TENSOR_NAMES)} to {{'sha256': hex digest}}"
+        )
     return {
         "paths": paths,
         "space": space,
@@ -316,6 +400,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "skipped": skipped,
         "tensors": tensors,
         "augmentation": augmentation,
+        "offline_diffusion": header.get("offline_diffusion"),
     }
 
 
@@ -499,6 +584,7 @@ def read_store(
             )
         if not np.isfinite(vectors).all():
             raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
     index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
@@ -515,4 +601,4 @@ def read_store(
         index.add(vectors)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation)
+    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation, offline)

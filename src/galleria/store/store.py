@@ -141,6 +141,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._init_state(state.index, state.embedder)
         store._skipped = list(state.skipped)
         store._augmentation = None if state.augmentation is None else dict(state.augmentation)
+        store._offline_diffusion = state.offline_diffusion
         store._set_gallery(state.paths, state.vectors)
         return store
 
@@ -257,7 +258,13 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         self._require_built()
         with self._lock.reading():
             snapshot = GalleryState(
-                self._index, self._embedder, self._paths, self._vectors, self._skipped, self._augmentation
+                self._index,
+                self._embedder,
+                self._paths,
+                self._vectors,
+                self._skipped,
+                self._augmentation,
+                self._offline_diffusion,
             )
             tensors, metadata = persistence.encode_store(snapshot, vectors)
         persistence.write_store(target, tensors, metadata)

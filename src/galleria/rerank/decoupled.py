@@ -53,8 +53,8 @@ __all__ = [
     "prepare_offline_diffusion",
 ]
 
-#: Elements of one block of similarity rows while the neighbour lists are gathered (float32: 16 MB).
-_BLOCK_ELEMENTS = 1 << 22
+#: Elements of one block of similarity rows while the neighbour lists are gathered (float32: 64 MB).
+_BLOCK_ELEMENTS = 1 << 24
 #: Unknowns of the truncated systems solved together (the items of a block times ``T``).
 _SYSTEM_ELEMENTS = 1 << 16
 #: The parameters of the offline part, in the order :func:`check_decoupled_params` returns them.
@@ -84,20 +84,29 @@ def check_decoupled_params(
     return neighbours, size, query_neighbours, weight, power, tolerance, iterations
 
 
-def _neighbour_lists(unit: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's ``count`` most similar other rows (ties to the lower row): int32 positions, similarities."""
+def _neighbour_lists(unit: np.ndarray, width: int, graph_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Truncation lists and graph neighbours of every row (cosine; ties to the lower row).
+
+    Returns ``lists`` (n, width) int32 — the row itself, then its ``width - 1`` most similar other
+    rows — and the positions (n, graph_k) int32 and similarities (n, graph_k) float32 of its
+    ``graph_k`` most similar other rows.
+    """
     size = unit.shape[0]
-    positions = np.empty((size, count), dtype=np.int32)
-    similarities = np.empty((size, count), dtype=np.float32)
+    others = max(width - 1, graph_k)
+    lists = np.empty((size, width), dtype=np.int32)
+    lists[:, 0] = np.arange(size, dtype=np.int32)
+    graph = np.empty((size, graph_k), dtype=np.int32)
+    similarities = np.empty((size, graph_k), dtype=np.float32)
     step = max(1, _BLOCK_ELEMENTS // max(1, size))
-    for start in range(0, size, step):
+    for start in range(0, size if others else 0, step):
         block = unit[start : start + step] @ unit.T
         rows = np.arange(block.shape[0])
         block[rows, start + rows] = -np.inf
-        top = stable_smallest(-block, count)
-        positions[start : start + step] = top
-        similarities[start : start + step] = np.take_along_axis(block, top, axis=1)
-    return positions, similarities
+        top = stable_smallest(-block, others)
+        lists[start : start + step, 1:] = top[:, : width - 1]
+        graph[start : start + step] = top[:, :graph_k]
+        similarities[start : start + step] = np.take_along_axis(block, top[:, :graph_k], axis=1)
+    return lists, graph, similarities
 
 
 def _normalised_affinity(positions: np.ndarray, similarities: np.ndarray, gamma: float) -> sp.csr_matrix:
@@ -121,31 +130,34 @@ def _normalised_affinity(positions: np.ndarray, similarities: np.ndarray, gamma:
 def _truncated_rows(
     normalised: sp.csr_matrix, lists: np.ndarray, alpha: float, tol: float, maxiter: int
 ) -> np.ndarray:
-    """Solve ``(I - α S)[T(i), T(i)] x = e_first`` for every row ``T(i)`` of ``lists``; (n, T) float32."""
+    """Solve ``(I - α S)[T(i), T(i)] x = e_first`` for every row ``T(i)`` of ``lists``; (n, T) float32.
+
+    A block of items is solved together as one block-diagonal system: the rows of ``S`` of every
+    member of every ``T(i)`` are read at once, and a per-item table maps a gallery row to its
+    position in ``T(i)`` (-1 outside), so entries leaving ``T(i)`` are dropped without a sort.
+    """
     size, width = lists.shape
     result = np.empty((size, width), dtype=np.float32)
     block = max(1, _SYSTEM_ELEMENTS // width)
-    local = np.full((min(block, size), size), -1, dtype=np.int32)  # gallery row -> position in T(i)
-    indptr, indices, data = normalised.indptr, normalised.indices, normalised.data
+    # (item, gallery row) -> the row's column in the block-diagonal system (item · T + position), or -1
+    local = np.full(min(block, size) * size, -1, dtype=np.int32)
     for start in range(0, size, block):
-        ids = lists[start : start + block].astype(np.int64)
+        ids = lists[start : start + block]
         count = ids.shape[0]
-        owners = np.arange(count)[:, None]
-        local[owners, ids] = np.arange(width, dtype=np.int32)
-        nodes = ids.ravel()
-        begins = indptr[nodes]
-        lengths = indptr[nodes + 1] - begins
-        offsets = np.cumsum(lengths) - lengths
-        entries = np.repeat(begins - offsets, lengths) + np.arange(int(lengths.sum()))
-        system_rows = np.repeat(np.arange(nodes.size), lengths)
-        members = system_rows // width
-        targets = local[members, indices[entries]]
+        items = np.arange(count, dtype=np.int64)
+        flat = (items * size)[:, None] + ids
+        local[flat] = np.arange(count * width, dtype=np.int32).reshape(count, width)
+        rows = normalised[ids.ravel()]  # CSR rows of every member, in block order
+        owner_of_entry = np.repeat(np.repeat(items * size, width), np.diff(rows.indptr))
+        targets = local[owner_of_entry + rows.indices]
         kept = targets >= 0
+        csum = np.empty(kept.size + 1, dtype=np.int64)
+        csum[0] = 0
+        np.cumsum(kept, out=csum[1:])
         matrix = sp.csr_matrix(
-            (data[entries][kept], (system_rows[kept], members[kept] * width + targets[kept])),
-            shape=(nodes.size, nodes.size),
+            (rows.data[kept], targets[kept], csum[rows.indptr]), shape=(count * width, count * width)
         )
-        local[owners, ids] = -1
+        local[flat] = -1
         source = np.zeros((count, width), dtype=np.float64)
         source[:, 0] = 1.0
 
@@ -206,16 +218,8 @@ def _offline(
     count = unit.shape[0]
     width = min(truncation, count)
     graph_k = min(k, count - 1)
-    others = max(width - 1, graph_k)
-    if others > 0:
-        positions, similarities = _neighbour_lists(unit, others)
-    else:
-        positions = np.zeros((count, 0), dtype=np.int32)
-        similarities = np.zeros((count, 0), dtype=np.float32)
-    lists = np.empty((count, width), dtype=np.int32)
-    lists[:, 0] = np.arange(count, dtype=np.int32)
-    lists[:, 1:] = positions[:, : width - 1]
-    normalised = _normalised_affinity(positions[:, :graph_k], similarities[:, :graph_k], gamma)
+    lists, graph, similarities = _neighbour_lists(unit, width, graph_k)
+    normalised = _normalised_affinity(graph, similarities, gamma)
     return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)
 
 

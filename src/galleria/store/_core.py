@@ -185,7 +185,7 @@ class StoreCore:
     def _rows_of(self, paths: list[str]) -> np.ndarray:
         rows = self._rows
         try:
-            return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
+            return np.fromiter(map(rows.__getitem__, paths), dtype=np.int64, count=len(paths))
         except KeyError:
             pass
         found = []

@@ -5,9 +5,13 @@ Everything here works on numpy arrays and knows nothing of stores or files.
 
 from __future__ import annotations
 
+import os
 import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import threadpoolctl
@@ -15,7 +19,10 @@ from threadpoolctl import ThreadpoolController
 
 from galleria._validation import check_choice, check_fraction, check_positive_int
 
+T = TypeVar("T")
+
 __all__ = [
+    "BLOCK_WORKERS",
     "MODES",
     "SPARSE_POOL_SIZE",
     "as_float_matrix",
@@ -25,6 +32,7 @@ __all__ = [
     "half_of",
     "one_blas_thread",
     "ordered_sum",
+    "parallel_blocks",
     "ranked_and_nearest",
     "ranked_members",
     "reciprocal_mask",
@@ -330,3 +338,41 @@ def one_blas_thread() -> _OneBlasThread:
     ...     product = np.ones((3, 2)) @ np.ones((2, 3))
     """
     return _ONE_BLAS_THREAD
+
+
+#: Threads that work through independent blocks of the full re-ranking (one per core, at most 4).
+BLOCK_WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def parallel_blocks(work: Callable[[int], T], starts: Sequence[int], workers: int = 0) -> Iterator[T]:
+    """``work(start)`` for every start, yielded in order, computed by up to ``workers`` threads at once.
+
+    ``workers`` 0 means :data:`BLOCK_WORKERS`. At most ``workers`` results wait ahead of the consumer
+    (memory is bounded by that many blocks). With more than one worker, BLAS runs on one thread
+    meanwhile (:func:`one_blas_thread`, however few the blocks: two passes over the same blocks then
+    run their products alike), so the threads' own products do not compete for the cores; each block
+    is computed exactly as it would be alone, so the results do not depend on the order of work.
+    numpy and scipy release the GIL in most of their array loops, where the blocks spend their time.
+
+    Examples
+    --------
+    >>> list(parallel_blocks(lambda start: start * 2, [0, 1, 2], workers=2))
+    [0, 2, 4]
+    """
+    count = workers or BLOCK_WORKERS
+    if count <= 1:
+        for start in starts:
+            yield work(start)
+        return
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=count) as pool:
+        pending: deque[Future[T]] = deque()
+        try:
+            for start in starts:
+                pending.append(pool.submit(work, start))
+                if len(pending) > count:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()

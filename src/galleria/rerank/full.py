@@ -38,6 +38,7 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     half_of,
+    parallel_blocks,
     reciprocal_mask,
     stable_smallest,
 )
@@ -408,13 +409,17 @@ def _neighbour_lists(
     scale_dtype = np.float32 if mode == "reference" else np.float64
     scales = np.ones(size, dtype=scale_dtype)
     step = _row_step(size)
-    for start in range(0, size, step):
+
+    def block_lists(start: int) -> None:  # blocks write disjoint rows: any order, any thread
         stop = min(start + step, size)
         block, peak, original = _scaled_rows(source, start, stop, mode)
         scales[start:stop] = peak
         ranking[start:stop] = stable_smallest(block, width)
         if out is not None and start < probes:
             out[start : start + len(original)] = original
+
+    for _ in parallel_blocks(block_lists, range(0, size, step)):
+        pass
     return ranking, scales
 
 
@@ -514,10 +519,13 @@ class _Jaccard:
             low, high = probe_part.indptr[start], probe_part.indptr[stop]
             columns = probe_part.indices[low:high]
             counts = column_counts[columns]
-            offsets = np.repeat(inverted.indptr[columns] - (np.cumsum(counts) - counts), counts)
-            positions = np.arange(int(counts.sum())) + offsets
-            minima = np.minimum(np.repeat(probe_part.data[low:high], counts), inverted.data[positions])
-            keys = np.repeat(self.nnz_rows[low:high] - start, counts) * gallery + inverted.indices[positions]
+            # One repeat (numpy holds the GIL there); the rest are gathers, which release it.
+            owner = np.repeat(np.arange(high - low), counts)  # the probe non-zero of every triple
+            positions = (
+                np.arange(owner.size) + (inverted.indptr[columns] - (np.cumsum(counts) - counts))[owner]
+            )
+            minima = np.minimum(probe_part.data[low:high][owner], inverted.data[positions])
+            keys = ((self.nnz_rows[low:high] - start) * gallery)[owner] + inverted.indices[positions]
             smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
             shared = np.flatnonzero(smallest)
             low_sum = smallest[shared].astype(np.float64)
@@ -569,16 +577,25 @@ def _stream(
     """The re-ranked distances, one block of probes at a time (the first pass's own blocks)."""
     jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
     step = _row_step(source.size)
-    for start in range(0, source.probes, step):
+
+    def block(start: int) -> tuple[np.ndarray, np.ndarray]:
         stop = min(start + step, source.size)
         _, _, original = _scaled_rows(source, start, stop, mode)
         jaccard.into(original, start)
-        yield np.arange(start, start + len(original)), original
+        return np.arange(start, start + len(original)), original
+
+    yield from parallel_blocks(block, range(0, source.probes, step))
 
 
 def _rerank(source: _Source, k1: int, k2: int, lambda_value: float, mode: str) -> np.ndarray:
     """Both modes on a validated source: the (P, G) float32 re-ranked distances."""
     out = np.empty((source.probes, source.gallery), dtype=np.float32)
     jaccard = _prepare(source, k1, k2, lambda_value, mode, out)
-    jaccard.into(out, 0)
+    step = max(1, _BLOCK_ELEMENTS // source.gallery)  # probes per task; every split gives the same values
+
+    def block(start: int) -> None:
+        jaccard.into(out[start : start + step], start)
+
+    for _ in parallel_blocks(block, range(0, source.probes, step)):
+        pass
     return out

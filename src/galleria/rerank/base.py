@@ -170,7 +170,9 @@ class PoolReranker:
                 paths = [candidate.path for pool in chunk_pools for candidate in pool]
                 vectors = store.embeddings_of(paths).reshape(count, length, -1)  # KeyError for unknown
                 scores = np.array([[c.score for c in pool] for pool in chunk_pools], dtype=np.float64)
-                final = self._scores_from_vectors(similarities_from_distances(scores, store.space), vectors)
+                final = self._scores_for_pools(
+                    similarities_from_distances(scores, store.space), vectors, paths
+                )
                 order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                 best = np.take_along_axis(final, order, axis=1)
                 for position, pool, picked, values in zip(
@@ -181,6 +183,10 @@ class PoolReranker:
                         for i, v in zip(picked, values, strict=True)
                     ]
         return results
+
+    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, paths: list[str]) -> np.ndarray:
+        """Scores of ``B`` pools given their candidates' ``paths`` too (B·N, pool by pool)."""
+        return self._scores_from_vectors(probe, vectors)
 
     def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
         """Scores from the probe's similarities (B, N) and the candidates' vectors (B, N, d)."""

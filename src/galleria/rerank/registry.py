@@ -15,12 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from galleria._validation import check_choice, check_nonnegative_float, check_positive_int
+from galleria._validation import check_bool, check_choice, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker
 from galleria.rerank.decoupled import DecoupledDiffusionReranker, check_decoupled_params
+from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
 from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
+from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
 from galleria.rerank.gnn import GnnReranker, check_gnn_params
 from galleria.rerank.reranker import KReciprocalReranker
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -44,7 +46,7 @@ def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"k1": k1, "k2": k2, "lambda_value": lam}
 
 
-_DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter")
+_DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter", "count_self", "graph")
 
 
 def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -56,12 +58,16 @@ def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
         params.get("tol", 1e-6),
         params.get("maxiter", 20),
     )
-    return dict(zip(_DIFFUSION_PARAMS, values, strict=True))
+    count_self = check_bool("count_self", params.get("count_self", True))
+    graph = check_choice("graph", params.get("graph", "gallery"), DIFFUSION_GRAPHS)
+    return dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True))
 
 
 def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
-    k1, k2 = check_gnn_params(params.get("k1", 26), params.get("k2", 7))
-    return {"k1": k1, "k2": k2}
+    k1, k2, lam = check_gnn_params(
+        params.get("k1", 26), params.get("k2", 7), params.get("lambda_value", DEFAULT_GNN_LAMBDA)
+    )
+    return {"k1": k1, "k2": k2, "lambda_value": lam}
 
 
 def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,7 +99,7 @@ def _check_decoupled(params: Mapping[str, Any]) -> dict[str, Any]:
 _METHODS: dict[str, _Method] = {
     "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
     "diffusion": _Method(_DIFFUSION_PARAMS, DiffusionReranker, _check_diffusion),
-    "gnn": _Method(("k1", "k2"), GnnReranker, _check_gnn),
+    "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
     "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
     "decoupled-diffusion": _Method(_DECOUPLED_PARAMS, DecoupledDiffusionReranker, _check_decoupled),
 }
@@ -110,10 +116,10 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
 
     ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
-    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter``
-    for diffusion; ``k1``, ``k2`` for gnn; ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha``
-    for dba; ``k``, ``truncation``, ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for
-    decoupled-diffusion).
+    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
+    ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
+    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
+    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion).
 
     Raises
     ------
@@ -139,7 +145,7 @@ def check_method_params(method: Any, params: Any) -> dict[str, Any]:
     Examples
     --------
     >>> check_method_params("gnn", {"k1": 10})
-    {'k1': 10, 'k2': 7}
+    {'k1': 10, 'k2': 7, 'lambda_value': 0.3}
     """
     name = check_choice("method", method, RERANK_METHODS)
     if not isinstance(params, dict):

@@ -246,7 +246,11 @@ def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
         }
     elif method == "gnn":
         k1 = trial.suggest_int("gnn.k1", 3, 60)
-        options["rerank_params"] = {"k1": k1, "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10))}
+        options["rerank_params"] = {
+            "k1": k1,
+            "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10)),
+            "lambda_value": trial.suggest_float("gnn.lambda", 0.0, 1.0),
+        }
     else:
         options["rerank_params"] = {
             "neighbors": trial.suggest_int("dba.neighbors", 1, _DBA_MAX, log=True),
@@ -451,7 +455,7 @@ def tune(
                 "diffusion.alpha": 0.99,
                 "diffusion.gamma": 3.0,
             },
-            "gnn": {"gnn.k1": 26, "gnn.k2": 7},
+            "gnn": {"gnn.k1": 26, "gnn.k2": 7, "gnn.lambda": 0.3},
             "decoupled-diffusion": {"decoupled-diffusion.query_k": 10},
             "dba": {
                 "dba.neighbors": 10,

@@ -18,7 +18,7 @@ from galleria.rerank._common import parallel_blocks
 def test_parallel_blocks_keeps_the_order_and_bounds_the_work_ahead() -> None:
     seen: list[int] = []
 
-    def work(start: int) -> int:
+    def work(start: int, made: None) -> int:
         seen.append(start)
         return start * start
 
@@ -31,13 +31,13 @@ def test_parallel_blocks_keeps_the_order_and_bounds_the_work_ahead() -> None:
 
 
 def test_parallel_blocks_passes_errors_on() -> None:
-    def work(start: int) -> int:
+    def work(start: int, made: int) -> int:
         if start == 3:
             raise ValueError("block 3")
         return start
 
     with pytest.raises(ValueError, match="block 3"):
-        list(parallel_blocks(work, list(range(8)), workers=2))
+        list(parallel_blocks(work, list(range(8)), lambda start: start, workers=2))
 
 
 def _features(seed: int, probes: int, gallery: int, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:

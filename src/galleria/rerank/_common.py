@@ -344,31 +344,39 @@ def one_blas_thread() -> _OneBlasThread:
 BLOCK_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
-def parallel_blocks(work: Callable[[int], T], starts: Sequence[int], workers: int = 0) -> Iterator[T]:
-    """``work(start)`` for every start, yielded in order, computed by up to ``workers`` threads at once.
+def parallel_blocks(
+    work: Callable[[int, Any], T],
+    starts: Sequence[int],
+    produce: Callable[[int], Any] | None = None,
+    workers: int = 0,
+) -> Iterator[T]:
+    """``work(start, produce(start))`` for every start, yielded in order, by up to ``workers`` threads.
 
-    ``workers`` 0 means :data:`BLOCK_WORKERS`. At most ``workers`` results wait ahead of the consumer
-    (memory is bounded by that many blocks). With more than one worker, BLAS runs on one thread
-    meanwhile (:func:`one_blas_thread`, however few the blocks: two passes over the same blocks then
-    run their products alike), so the threads' own products do not compete for the cores; each block
-    is computed exactly as it would be alone, so the results do not depend on the order of work.
-    numpy and scipy release the GIL in most of their array loops, where the blocks spend their time.
+    ``produce`` (None: nothing, ``work`` gets None) runs in the calling thread, one start after
+    the other: it is where the BLAS products go, so they run exactly as they would without the
+    threads (OpenBLAS splits a product by its own thread count, and the split changes the last
+    bits of a float32 product). ``work`` runs on ``workers`` threads (0 means
+    :data:`BLOCK_WORKERS`), where numpy and scipy release the GIL in most of their array loops; it
+    must not call BLAS, and each block must be computed as it would be alone, so that the results
+    do not depend on the number of threads. At most ``workers`` blocks are in flight ahead of the
+    consumer, which bounds the memory.
 
     Examples
     --------
-    >>> list(parallel_blocks(lambda start: start * 2, [0, 1, 2], workers=2))
-    [0, 2, 4]
+    >>> list(parallel_blocks(lambda start, made: start + made, [0, 1, 2], lambda start: 10 * start, 2))
+    [0, 11, 22]
     """
     count = workers or BLOCK_WORKERS
+    make = produce if produce is not None else (lambda start: None)
     if count <= 1:
         for start in starts:
-            yield work(start)
+            yield work(start, make(start))
         return
-    with one_blas_thread(), ThreadPoolExecutor(max_workers=count) as pool:
+    with ThreadPoolExecutor(max_workers=count) as pool:
         pending: deque[Future[T]] = deque()
         try:
             for start in starts:
-                pending.append(pool.submit(work, start))
+                pending.append(pool.submit(work, start, make(start)))
                 if len(pending) > count:
                     yield pending.popleft().result()
             while pending:

@@ -130,7 +130,9 @@ def readable(paths: list[str]) -> tuple[list[str], list[str]]:
         try:
             read_rgb(path)
         except ImageReadError as error:
-            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
+            from galleria.viewer.text import printable
+
+            print(f"skipped {printable(path)}: {printable(error.reason or error)}", file=sys.stderr)
             bad.append(path)
         else:
             good.append(path)

@@ -26,6 +26,7 @@ from galleria.index._faiss import (
     omp_threads,
     restore_precomputed_table,
     serialize,
+    usable_threads,
 )
 from galleria.index.base import SPACES
 from galleria.index.exact import top_k_smallest
@@ -396,7 +397,8 @@ rerank_candidates, seed, build_workers, num_threads
         if self._index is None:
             self._train(array)
         first = self._rows.total
-        workers = min(self._params["build_workers"], count // MIN_ROWS_PER_WORKER)
+        # A file's params never choose more processes than this machine lets the process use.
+        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
         if workers > 1:
             self._add_parallel(array, first, workers)
         else:

@@ -168,7 +168,24 @@ def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str,
     from safetensors.numpy import save_file
 
     with atomic_path(target) as temporary:
-        save_file(tensors, temporary, metadata=metadata)
+        try:
+            save_file(tensors, temporary, metadata=metadata)
+        except OSError:
+            raise
+        except Exception as error:  # safetensors wraps I/O failures (a full disk) in its own error
+            raise _as_os_error(error, target) from error
+
+
+def _as_os_error(error: Exception, target: str) -> OSError:
+    """An OSError for a failed write, with the errno safetensors' message carries (ENOSPC for a full disk)."""
+    import errno
+    import re
+
+    text = str(error)
+    found = re.search(r"(?:code: |os error )(\d+)", text)
+    code = int(found.group(1)) if found else errno.EIO
+    reason = os.strerror(code) if found else f"the write failed ({' '.join(text.split())[:200]})"
+    return OSError(code, f"cannot write the store: {reason}", target)
 
 
 # ---------------------------------------------------------------------------------------------- reading

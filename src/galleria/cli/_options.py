@@ -57,12 +57,12 @@ def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
     """``text`` as an int ≥ ``minimum``, else a CliError naming ``option``."""
     try:
         value = int(str(text), 10)
-    except ValueError:
-        raise CliError(f"{option} must be an integer, got {text!r}") from None
+    except ValueError:  # not a number, or more than 4300 digits
+        raise CliError(f"{option} must be an integer, got {shorten_middle(str(text), 40)!r}") from None
     if value < minimum:
         raise CliError(f"{option} must be at least {minimum}, got {value}")
     if value > MAX_COUNT:  # numpy's int64: larger counts overflow in the numeric cores
-        raise CliError(f"{option} must be at most 2**63 - 1, got {text!r}")
+        raise CliError(f"{option} must be at most 2**63 - 1, got {shorten_middle(str(text), 40)!r}")
     return value
 
 

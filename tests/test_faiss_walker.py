@@ -279,6 +279,8 @@ def test_ivf_ids_may_reach_the_callers_limit() -> None:
 def test_ivf_nprobe_and_list_count_bounded() -> None:
     data = ivf_bytes(0)
     refused(put(data, HEADER + 8, "Q", 0), r"nprobe")
+    refused(put(data, HEADER + 8, "Q", 1 << 63), r"nprobe")  # found by the corpus: negative in FAISS
+    assert check_faiss_bytes(put(data, HEADER + 8, "Q", 1 << 30), "wide") == "IndexIVFFlat"
     refused(put(data, HEADER, "Q", 0), r"inverted lists")
     refused(put(data, HEADER, "Q", 1 << 30), r"inverted lists")
 

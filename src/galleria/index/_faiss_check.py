@@ -368,7 +368,7 @@ def _ivf_header(reader: _Reader, depth: int) -> tuple[_Shape, int, int, np.ndarr
     shape = _index_header(reader)
     lists = int(reader.unpack("Q", "nlist"))
     probes = int(reader.unpack("Q", "nprobe"))
-    if not 0 < lists <= 1 << 24 or probes < 1:
+    if not 0 < lists <= 1 << 24 or not 1 <= probes <= 1 << 30:  # FAISS casts nprobe to a signed int
         raise _Refused(f"invalid number of inverted lists {lists} or nprobe {probes}")
     reader.extra += lists * IVF_LIST_OVERHEAD
     _, quantizer = _index(reader, depth + 1, _FLAT, None)

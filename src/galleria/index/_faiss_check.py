@@ -287,7 +287,8 @@ def check_linear_transform(
         raise ValueError(f"vector transform has invalid dimensions {d_in} → {d_out}")
     if matrix_size != d_in * d_out:
         raise ValueError(f"vector transform matrix has {matrix_size} entries for {d_in} → {d_out}")
-    if bias_size != (d_out if have_bias else 0) and not (bias_size == d_out and not have_bias):
+    allowed = (d_out,) if have_bias else (0, d_out)  # without a bias, FAISS ignores a kept one
+    if bias_size not in allowed:
         raise ValueError(f"vector transform bias has {bias_size} entries for d_out {d_out}")
     if not trained:
         raise ValueError("vector transform is not trained")

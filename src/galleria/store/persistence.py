@@ -52,7 +52,9 @@ from typing import Any
 import numpy as np
 
 from galleria._files import atomic_path
+from galleria._validation import MAX_VECTOR_DIM
 from galleria.embedders import embedder_config, embedder_from_config
+from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index import SearchIndex, index_from_bytes
 from galleria.index.base import SPACES
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
@@ -84,7 +86,7 @@ _TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
 #: Largest vector dimension a store file may declare.
-MAX_DIM = 1 << 16
+MAX_DIM = MAX_VECTOR_DIM
 
 
 def _digest(array: np.ndarray) -> str:
@@ -180,7 +182,24 @@ def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str,
     from safetensors.numpy import save_file
 
     with atomic_path(target) as temporary:
-        save_file(tensors, temporary, metadata=metadata)
+        try:
+            save_file(tensors, temporary, metadata=metadata)
+        except OSError:
+            raise
+        except Exception as error:  # safetensors wraps I/O failures (a full disk) in its own error
+            raise _as_os_error(error, target) from error
+
+
+def _as_os_error(error: Exception, target: str) -> OSError:
+    """An OSError for a failed write, with the errno safetensors' message carries (ENOSPC for a full disk)."""
+    import errno
+    import re
+
+    text = str(error)
+    found = re.search(r"(?:code: |os error )(\d+)", text)
+    code = int(found.group(1)) if found else errno.EIO
+    reason = os.strerror(code) if found else f"the write failed ({' '.join(text.split())[:200]})"
+    return OSError(code, f"cannot write the store: {reason}", target)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -199,7 +218,7 @@ def _valid_augmentation(record: Any) -> bool:
         and isinstance(alpha, (int, float))
         and not isinstance(alpha, bool)
         and math.isfinite(alpha)
-        and alpha >= 0
+        and 0 <= alpha <= MAX_EXPANSION_ALPHA
     )
 
 
@@ -290,7 +309,8 @@ class _Header:
 
     def integer(self, value: Any, key: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise self.fail(key, f"must be an integer in [{low}, {high}], got {value!r}")
+            shown = repr(value) if not isinstance(value, int) or abs(value) < 1 << 64 else "a huge integer"
+            raise self.fail(key, f"must be an integer in [{low}, {high}], got {shown[:80]}")
         return value
 
     def path_list(self, key: str) -> list[str]:
@@ -313,7 +333,7 @@ def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
         header = json.loads(metadata[_HEADER_KEY])
     except RecursionError:
         raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # bad JSON, or an integer of more than 4300 digits
         raise ValueError(f"{name!r} has a corrupt galleria header: {error}") from error
     checked = _Header(name, header)
     version = checked.integer(checked.get("format_version"), "format_version", 1, 1 << 30)
@@ -356,7 +376,8 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         dim = checked.integer(dim, "dim", 1, MAX_DIM)
     elif paths:
         raise checked.fail("dim", "is null, but the store holds paths")
-    if len(paths) + len(header.get("skipped") or []) > file_size:  # every path takes bytes of the file
+    skipped = checked.path_list("skipped")
+    if len(paths) + len(skipped) > file_size:  # every path takes bytes of the file
         raise checked.fail(
             "paths", f"declares {len(paths)} rows, more than the file of {file_size} bytes holds"
         )
@@ -372,12 +393,18 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         or not isinstance(embedder["config"], (dict, type(None)))
     ):
         raise checked.fail("embedder", "must be null or an object {'config': object or null}")
-    skipped = checked.path_list("skipped")
     augmentation = header.get("augmentation")
     if augmentation is not None and not _valid_augmentation(augmentation):
         raise checked.fail(
             "augmentation",
-            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}",
+            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}"[:300],
+        )
+    if augmentation is not None and (space != "cosine" or index["name"] == "external"):
+        # augment_store refuses these stores, so no file galleria writes holds such a record.
+        raise checked.fail(
+            "augmentation",
+            f"records database-side augmentation, which only a cosine store on a built-in index has "
+            f"(this one: space {space!r}, index {index['name']!r})",
         )
     tensors = checked.get("tensors")
     if (
@@ -496,7 +523,10 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
         if checkpoint is not None:
             raise ValueError("pass either embedder= or checkpoint=, not both")
         if dim is not None:
-            check_embedder_dim(embedder, dim, "embedder")
+            try:
+                check_embedder_dim(embedder, dim, "embedder")
+            except ValueError as error:
+                raise ValueError(f"{name!r}: {error}") from None
         return embedder
     if saved is None:
         if checkpoint is not None:
@@ -507,9 +537,15 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        return embedder_from_config(saved["config"], checkpoint=checkpoint)
+        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
+    if dim is not None:  # before anything is embedded: the config must not choose the batch's size
+        try:
+            check_embedder_dim(rebuilt, dim, "the saved embedder")
+        except ValueError as error:
+            raise ValueError(f"{name!r}: {error} (header key 'dim')") from None
+    return rebuilt
 
 
 def read_store_header(path: Any) -> dict[str, Any]:
@@ -587,7 +623,7 @@ def read_store(
     offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
     index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
-        raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
+        raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]

@@ -66,16 +66,59 @@ def test_progress_off_a_terminal_is_lines_and_tqdm_disable_silences(monkeypatch:
     assert not isinstance(progress(3, "x"), LineProgress)
 
 
-def test_the_store_reports_per_embedder_batch(tmp_path: Path) -> None:
+def test_the_store_reports_per_image_as_each_is_decoded(tmp_path: Path) -> None:
     paths = sorted(str(path) for path in _photos(tmp_path / "g").rglob("*.png"))
     calls: list[int] = []
-    store = InMemoryImageEmbeddingStore(paths[:7], PixelEmbedder(size=4, batch_size=3))
+    seen_at_embed: list[int] = []
+
+    class Recording(PixelEmbedder):
+        def embed(self, images: list[np.ndarray]) -> np.ndarray:
+            seen_at_embed.append(len(calls))
+            return super().embed(images)
+
+    store = InMemoryImageEmbeddingStore(paths[:7], Recording(size=4, batch_size=7))
     store.build_store(progress=False, on_progress=calls.append)
-    assert calls == [3, 3, 1]
+    # One call of 1 per image, and all seven came before the single batch was embedded: the
+    # count moves while images decode, not once per embedder batch.
+    assert calls == [1] * 7 and seen_at_embed == [7]
     store.add_images(paths[7:], on_progress=calls.append)
-    assert calls[3:] == [3]
+    assert calls[7:] == [1] * 3
     with pytest.raises(TypeError, match="on_progress must be callable or None"):
         InMemoryImageEmbeddingStore(paths, PixelEmbedder()).build_store(on_progress=3)  # type: ignore[arg-type]
+
+
+def test_per_image_progress_counts_every_image_once_across_threads_and_skips(tmp_path: Path) -> None:
+    root = _photos(tmp_path / "g", count=40)
+    (root / "a" / "broken.png").write_bytes(b"not an image")
+    paths = sorted(str(path) for path in root.rglob("*.png"))
+    count = 0
+
+    def tick(n: int) -> None:  # not atomic on its own: the store serialises the calls
+        nonlocal count
+        before = count
+        time.sleep(0.0005)
+        count = before + n
+
+    store = InMemoryImageEmbeddingStore(
+        paths, PixelEmbedder(size=4, batch_size=5), skip_errors=True, num_workers=4
+    )
+    with pytest.warns(RuntimeWarning):
+        store.build_store(progress=False, on_progress=tick)
+    assert count == len(paths) == 41 and len(store) == 40 and len(store.skipped) == 1
+
+
+def test_the_line_progress_of_a_build_moves_within_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)
+    paths = sorted(str(path) for path in _photos(tmp_path / "g", count=6).rglob("*.png"))
+    store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=4, batch_size=6), num_workers=1)
+    capsys.readouterr()
+    store.build_store(progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    counts = [line.split(": ", 1)[1].split("/", 1)[0] for line in lines]
+    assert counts[:6] == ["1", "2", "3", "4", "5", "6"]  # one batch of six, yet six steps
 
 
 def test_build_off_a_terminal_prints_progress_lines(
@@ -89,7 +132,8 @@ def test_build_off_a_terminal_prints_progress_lines(
     )
     assert code == 0, err
     lines = [line for line in err.splitlines() if line.startswith("building gallery: ")]
-    assert [line.split()[2] for line in lines[:5]] == ["2/10", "4/10", "6/10", "8/10", "10/10"]
+    # batches of two, but the count moves per image
+    assert [line.split()[2] for line in lines[:10]] == [f"{n}/10" for n in range(1, 11)]
     assert lines[-1].endswith("- done")
 
 

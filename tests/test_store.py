@@ -147,7 +147,7 @@ def test_build_store_reports_progress_with_tqdm(
     (bar,) = RecordingBar.made
     assert bar.total == len(paths) and bar.closed
     assert sum(bar.updates) == len(paths)  # skipped images advance the bar too
-    assert bar.updates == [3, 3, 3, 2]  # one update per batch
+    assert bar.updates == [1] * len(paths)  # one update per image, as it is decoded
     # progress=True shows it (a bar on a terminal, lines elsewhere: galleria._progress); False hides it.
     assert bar.disable is (None if progress else True)
     assert store.paths == [*gallery[:7], *gallery[7:10]]

@@ -244,7 +244,7 @@ def _build_with_threads(
                         skip_errors=args.skip_errors,
                         num_workers=workers,
                     )
-                    store.build_store(progress=False, on_progress=bar.update)  # moves per batch
+                    store.build_store(progress=False, on_progress=bar.update)  # moves per image
                 elif part:
                     store.add_images(part, on_progress=bar.update)
                 position += len(part)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -41,12 +42,21 @@ def embed_files(
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped.
 
-    Progress moves once per embedder batch: a bar (or, off a terminal, a line every few seconds)
-    when ``progress``, or ``on_images(count)`` when given (a caller's own bar spanning several calls).
+    Progress moves per image, as each one is decoded (or fails): a bar (or, off a terminal, a line
+    every few seconds) when ``progress``, or ``on_images(1)`` when given (a caller's own bar spanning
+    several calls). Decoding runs on threads, so the calls come from them, one at a time under a lock.
     """
     kept: list[str] = []
     chunks: list[np.ndarray] = []
     skipped: list[str] = []
+    bar = progress_bar(len(paths), description, "img", enabled=progress and on_images is None)
+    target = on_images if on_images is not None else bar.update
+    lock = threading.Lock()
+
+    def advance() -> None:
+        with lock:
+            target(1)
+
     batches = iter_decoded_batches(
         paths,
         batch_size_of(embedder),
@@ -54,9 +64,8 @@ def embed_files(
         num_prefetch_batches=num_prefetch_batches,
         skip_errors=skip_errors,
         reader=reader_for(embedder),
+        on_decoded=advance,
     )
-    bar = progress_bar(len(paths), description, "img", enabled=progress and on_images is None)
-    advance = on_images if on_images is not None else bar.update
     with bar:
         try:
             for batch in batches:
@@ -69,7 +78,6 @@ def embed_files(
                     dim = output.shape[1]
                     chunks.append(output)
                     kept.extend(batch.paths)
-                advance(len(batch.paths) + len(batch.skipped))
         finally:
             batches.close()
     vectors = np.concatenate(chunks) if chunks else np.zeros((0, dim or 0), dtype=np.float32)

@@ -202,10 +202,11 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         ----------
         progress : bool
             Show progress: a tqdm bar on a terminal, a plain line every few seconds elsewhere
-            (it moves once per embedder batch).
+            (it moves per image, as each is decoded).
         on_progress : callable, optional
-            Called with the number of images done after each embedder batch, instead of the bar
-            (a caller's own progress display).
+            Called with 1 as each image has been decoded (or skipped), instead of the bar (a
+            caller's own progress display). The calls come from the decoding threads, one at a
+            time.
 
         Raises
         ------

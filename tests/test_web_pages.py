@@ -196,6 +196,14 @@ def test_the_form_with_nothing_to_search_or_a_bad_image(client: TestClient) -> N
     page = client.get(posted.headers["location"])
     assert page.status_code == 400 and "k must be between 1 and 1000, got 0" in page.text
     assert 'name="k" min="1" max="1000" value="0"' in page.text  # the form as it was sent
+    # A bad parameter with re-ranking on: the page still shows re-ranking (and αQE) on.
+    bad_k1 = client.get("/?path=red/red%2001.png&rerank=1&expand=1&k1=5&k2=6")
+    assert bad_k1.status_code == 400 and "k2 must not exceed k1" in bad_k1.text
+    assert "checked" in bad_k1.text.split('id="rerank"')[1][:30]
+    assert "checked" in bad_k1.text.split('id="expand"')[1][:30]
+    assert 'name="k1" min="1" value="5"' in bad_k1.text
+    off = client.get("/?path=red/red%2001.png&rerank=0&k1=5&k2=6")
+    assert "checked" not in off.text.split('id="rerank"')[1][:30]
 
 
 def test_errors_name_the_field_as_sent(client: TestClient) -> None:

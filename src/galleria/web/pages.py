@@ -32,6 +32,7 @@ from starlette.datastructures import UploadFile
 from galleria.store.reading import ImageReadError
 from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore
 from galleria.viewer.browse import BrowsePage, browse_gallery
+from galleria.viewer.compare import _flag as read_flag
 from galleria.viewer.text import format_score
 from galleria.viewer.thumbnails import array_thumbnail
 
@@ -74,10 +75,19 @@ def _number_text(value: Any) -> str:
 
 
 def _form_values(settings: SearchSettings, sent: Mapping[str, str]) -> dict[str, Any]:
-    """The form's fields: each setting as it was sent, else as the settings hold it."""
+    """The form's fields: each setting as it was sent, else as the settings hold it.
+
+    The two switches too: when another setting was bad, ``settings`` are the defaults, and the page
+    must still show re-ranking (or αQE) on if it was sent on.
+    """
     values: dict[str, Any] = {key: _number_text(value) for key, value in settings.to_dict().items()}
     values["expand"] = settings.config.query_expansion
     values["rerank"] = settings.config.rerank
+    for switch in ("expand", "rerank"):
+        try:
+            values[switch] = read_flag(sent, switch, values[switch])
+        except ValueError:
+            pass  # a bad switch is named by the error; the form shows the setting in force
     if "lambda_value" in sent and "lambda" not in sent:
         sent = {**sent, "lambda": sent["lambda_value"]}
     for key, text in sent.items():

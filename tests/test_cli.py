@@ -383,6 +383,7 @@ def test_search_errors(
     assert "is a directory" in fails(capsys, "search", str(tmp_path), "--image", image)
     assert "PixelEmbedder" in fails(capsys, "search", store, "--text", "a red square")
     assert "query image" in fails(capsys, "search", store, "--image", str(tmp_path / "q.png"))
+    assert f"give query images with --image {image}" in fails(capsys, "search", store, "--queries", image)
     foreign = tmp_path / "foreign.safetensors"
     from safetensors.numpy import save_file
 

@@ -90,12 +90,17 @@ def query_paths_from(source: str) -> list[str]:
     Relative paths in a list file are taken relative to the file's folder; lines starting with ``#``
     are comments.
     """
-    from galleria.datasets import list_images
+    from galleria.datasets import IMAGE_EXTENSIONS, list_images
 
     if os.path.isdir(source):
         return list_images(source)
     if not os.path.isfile(source):
         raise CliError(f"--queries {source!r} does not exist")
+    if source.lower().endswith(IMAGE_EXTENSIONS):
+        raise CliError(
+            f"--queries {source!r} is an image file; --queries takes a folder or a text file of paths "
+            f"(give query images with --image {source})"
+        )
     base = os.path.dirname(os.path.abspath(source))
     try:
         with open(source, encoding="utf-8") as stream:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +22,7 @@ from PIL import Image
 
 import galleria._progress as progress_module
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
-from galleria._progress import LineProgress, progress
+from galleria._progress import BatchPacer, LineProgress, progress
 from galleria.cli import main
 
 
@@ -66,59 +67,80 @@ def test_progress_off_a_terminal_is_lines_and_tqdm_disable_silences(monkeypatch:
     assert not isinstance(progress(3, "x"), LineProgress)
 
 
-def test_the_store_reports_per_image_as_each_is_decoded(tmp_path: Path) -> None:
-    paths = sorted(str(path) for path in _photos(tmp_path / "g").rglob("*.png"))
+def test_the_store_counts_every_image_once_in_calls_of_one(tmp_path: Path) -> None:
+    root = _photos(tmp_path / "g", count=20)
+    (root / "a" / "broken.png").write_bytes(b"not an image")
+    paths = sorted(str(path) for path in root.rglob("*.png"))
     calls: list[int] = []
-    seen_at_embed: list[int] = []
-
-    class Recording(PixelEmbedder):
-        def embed(self, images: list[np.ndarray]) -> np.ndarray:
-            seen_at_embed.append(len(calls))
-            return super().embed(images)
-
-    store = InMemoryImageEmbeddingStore(paths[:7], Recording(size=4, batch_size=7))
-    store.build_store(progress=False, on_progress=calls.append)
-    # One call of 1 per image, and all seven came before the single batch was embedded: the
-    # count moves while images decode, not once per embedder batch.
-    assert calls == [1] * 7 and seen_at_embed == [7]
-    store.add_images(paths[7:], on_progress=calls.append)
-    assert calls[7:] == [1] * 3
+    store = InMemoryImageEmbeddingStore(
+        paths[:15], PixelEmbedder(size=4, batch_size=4), skip_errors=True, num_workers=3
+    )
+    with pytest.warns(RuntimeWarning):
+        store.build_store(progress=False, on_progress=calls.append)
+    assert calls == [1] * 15 and len(store) + len(store.skipped) == 15
+    store.add_images(paths[15:], on_progress=calls.append)
+    assert calls[15:] == [1] * 6
     with pytest.raises(TypeError, match="on_progress must be callable or None"):
         InMemoryImageEmbeddingStore(paths, PixelEmbedder()).build_store(on_progress=3)  # type: ignore[arg-type]
 
 
-def test_per_image_progress_counts_every_image_once_across_threads_and_skips(tmp_path: Path) -> None:
-    root = _photos(tmp_path / "g", count=40)
-    (root / "a" / "broken.png").write_bytes(b"not an image")
-    paths = sorted(str(path) for path in root.rglob("*.png"))
-    count = 0
+def test_the_count_moves_while_a_batch_is_embedded(tmp_path: Path) -> None:
+    """Once a batch has been timed, the next batches' images count one by one while they embed."""
+    paths = sorted(str(path) for path in _photos(tmp_path / "g", count=12).rglob("*.png"))
+    calls: list[int] = []
+    during: list[int] = []
+    ticked = threading.Event()
 
-    def tick(n: int) -> None:  # not atomic on its own: the store serialises the calls
-        nonlocal count
-        before = count
-        time.sleep(0.0005)
-        count = before + n
+    def on_progress(n: int) -> None:
+        calls.append(n)
+        ticked.set()
 
-    store = InMemoryImageEmbeddingStore(
-        paths, PixelEmbedder(size=4, batch_size=5), skip_errors=True, num_workers=4
-    )
-    with pytest.warns(RuntimeWarning):
-        store.build_store(progress=False, on_progress=tick)
-    assert count == len(paths) == 41 and len(store) == 40 and len(store.skipped) == 1
+    class Slow(PixelEmbedder):
+        def embed(self, images: list[np.ndarray]) -> np.ndarray:
+            before = len(calls)
+            ticked.clear()
+            if during:  # a batch after the first: wait (bounded) for a count while embedding
+                ticked.wait(30.0)
+            else:
+                time.sleep(0.05)  # the first batch sets the pace
+            during.append(len(calls) - before)
+            return super().embed(images)
+
+    store = InMemoryImageEmbeddingStore(paths, Slow(size=4, batch_size=4), num_workers=1)
+    store.build_store(progress=False, on_progress=on_progress)
+    assert during[0] == 0 and all(count >= 1 for count in during[1:]), during
+    assert all(count <= 3 for count in during)  # never the batch's last image before it is done
+    assert calls == [1] * 12
 
 
-def test_the_line_progress_of_a_build_moves_within_a_batch(
+def test_batch_pacer_is_exact_and_stops_short() -> None:
+    calls: list[int] = []
+    pacer = BatchPacer(calls.append, seconds_per_item=0.0)
+    with pacer.batch(5):
+        time.sleep(0.05)
+    assert calls == [1] * 5 and pacer.seconds_per_item is not None
+    with pytest.raises(RuntimeError), pacer.batch(5):
+        raise RuntimeError("embedding failed")
+    assert len(calls) <= 9  # a failed batch never completes its count
+    quiet = BatchPacer(calls.append)  # no pace yet: the count comes at the end
+    count = len(calls)
+    with quiet.batch(3):
+        assert len(calls) == count
+    assert len(calls) == count + 3
+
+
+def test_the_line_progress_of_a_build_moves_per_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)
     paths = sorted(str(path) for path in _photos(tmp_path / "g", count=6).rglob("*.png"))
-    store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=4, batch_size=6), num_workers=1)
+    store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=4, batch_size=3), num_workers=1)
     capsys.readouterr()
     store.build_store(progress=True)
     lines = capsys.readouterr().err.splitlines()
     counts = [line.split(": ", 1)[1].split("/", 1)[0] for line in lines]
-    assert counts[:6] == ["1", "2", "3", "4", "5", "6"]  # one batch of six, yet six steps
+    assert counts[:6] == ["1", "2", "3", "4", "5", "6"]  # batches of three, yet six steps
 
 
 def test_build_off_a_terminal_prints_progress_lines(

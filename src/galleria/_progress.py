@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["LINE_EVERY", "LineProgress", "progress"]
+__all__ = ["LINE_EVERY", "BatchPacer", "LineProgress", "progress"]
 
 #: Seconds between two progress lines off a terminal.
 LINE_EVERY = 5.0
@@ -120,3 +123,60 @@ def progress(
     if sys.stderr.isatty():
         return tqdm(total=total, desc=description, unit=unit, initial=initial)
     return LineProgress(total, description, unit, initial=initial)
+
+
+class BatchPacer:
+    """Per-item progress through work done in batches: ``target(1)`` once per item, exactly.
+
+    A batched embedder finishes a whole batch at once, so counting at the end of each batch leaves a
+    bar still for the length of a batch (half a minute for a CNN on a CPU). While a batch runs,
+    :meth:`batch` advances ``target`` one item at a time on a small thread, at the pace measured on
+    the batches before it (none for the first), stopping one short of the batch's size; when the
+    batch ends the rest is counted. The total is exact; only its spread over time is estimated.
+    Calls to ``target`` never overlap. ``seconds_per_item`` is the pace (None until a batch is
+    measured); pass it on to a later pacer of the same work.
+    """
+
+    def __init__(self, target: Callable[[int], Any], seconds_per_item: float | None = None) -> None:
+        self._target = target
+        self._lock = threading.Lock()
+        self.seconds_per_item = seconds_per_item
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` items now (one call of ``target``; serialised with the pacing thread's)."""
+        if n > 0:
+            with self._lock:
+                self._target(n)
+
+    @contextmanager
+    def batch(self, size: int, counted: int = 0) -> Iterator[None]:
+        """Pace ``size`` items over the body's run; ``counted`` of them are counted by the caller."""
+        pace = self.seconds_per_item
+        stop = threading.Event()
+        ticked = [0]
+        planned = size - counted - 1  # the last item waits for the batch's end
+
+        def run() -> None:
+            assert pace is not None
+            while ticked[0] < planned and not stop.wait(pace):
+                with self._lock:
+                    if stop.is_set():
+                        return
+                    self._target(1)
+                    ticked[0] += 1
+
+        thread = None
+        if pace is not None and planned > 0:
+            thread = threading.Thread(target=run, name="galleria-progress", daemon=True)
+            thread.start()
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join()
+        if size > 0:
+            self.seconds_per_item = (time.monotonic() - started) / size
+        for _ in range(size - counted - ticked[0]):
+            self.advance(1)

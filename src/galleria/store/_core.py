@@ -40,6 +40,7 @@ class StoreCore:
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
+    _embed_pace: list[float]  # seconds per image of the last embedding, for the progress's pace
     _lock: ReadWriteLock
     _id: str
 
@@ -57,6 +58,7 @@ class StoreCore:
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
+        self._embed_pace = []
         self._lock = ReadWriteLock()
         self._id = uuid.uuid4().hex
 
@@ -91,6 +93,7 @@ class StoreCore:
             progress=progress,
             description=description,
             on_images=on_images,
+            pace=self._embed_pace,
         )
 
     # ------------------------------------------------------------------ read-only views

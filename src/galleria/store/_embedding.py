@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
+from galleria._progress import BatchPacer
 from galleria._progress import progress as progress_bar
 from galleria.distances import zero_rows
 from galleria.embedders.base import batch_size_of
@@ -39,24 +39,20 @@ def embed_files(
     progress: bool,
     description: str,
     on_images: Any = None,
+    pace: list[float] | None = None,
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped.
 
-    Progress moves per image, as each one is decoded (or fails): a bar (or, off a terminal, a line
-    every few seconds) when ``progress``, or ``on_images(1)`` when given (a caller's own bar spanning
-    several calls). Decoding runs on threads, so the calls come from them, one at a time under a lock.
+    Progress moves per image: a bar (or, off a terminal, a line every few seconds) when
+    ``progress``, or ``on_images(1)`` when given (a caller's own bar spanning several calls). A
+    skipped image counts at once; while a batch is embedded, its images count one by one at the pace
+    of the batches before (:class:`~galleria._progress.BatchPacer`), and all of them once it is
+    done. ``pace`` (a list holding at most one float, seconds per image) carries that pace from one
+    call to the next and is updated.
     """
     kept: list[str] = []
     chunks: list[np.ndarray] = []
     skipped: list[str] = []
-    bar = progress_bar(len(paths), description, "img", enabled=progress and on_images is None)
-    target = on_images if on_images is not None else bar.update
-    lock = threading.Lock()
-
-    def advance() -> None:
-        with lock:
-            target(1)
-
     batches = iter_decoded_batches(
         paths,
         batch_size_of(embedder),
@@ -64,22 +60,27 @@ def embed_files(
         num_prefetch_batches=num_prefetch_batches,
         skip_errors=skip_errors,
         reader=reader_for(embedder),
-        on_decoded=advance,
     )
+    bar = progress_bar(len(paths), description, "img", enabled=progress and on_images is None)
+    pacer = BatchPacer(on_images if on_images is not None else bar.update, pace[0] if pace else None)
     with bar:
         try:
             for batch in batches:
                 skipped.extend(batch.skipped)
+                for _ in batch.skipped:
+                    pacer.advance(1)
                 if batch.images:
-                    output = check_embedding_output(
-                        embedder.embed(batch.images), len(batch.images), dim, "gallery images"
-                    )
+                    with pacer.batch(len(batch.images)):
+                        raw = embedder.embed(batch.images)
+                    output = check_embedding_output(raw, len(batch.images), dim, "gallery images")
                     check_directions(output, space, "the embedder's output for gallery images")
                     dim = output.shape[1]
                     chunks.append(output)
                     kept.extend(batch.paths)
         finally:
             batches.close()
+    if pace is not None and pacer.seconds_per_item is not None:
+        pace[:] = [pacer.seconds_per_item]
     vectors = np.concatenate(chunks) if chunks else np.zeros((0, dim or 0), dtype=np.float32)
     return kept, vectors, skipped
 

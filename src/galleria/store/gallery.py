@@ -48,7 +48,6 @@ def iter_decoded_batches(
     num_prefetch_batches: int,
     skip_errors: bool,
     reader: Callable[[str], np.ndarray] = read_rgb,
-    on_decoded: Callable[[], None] | None = None,
 ) -> Generator[DecodedBatch, None, None]:
     """Yield the images of ``paths`` decoded on ``num_workers`` threads, batch by batch, in order.
 
@@ -68,9 +67,6 @@ def iter_decoded_batches(
         ``DecodedBatch.skipped`` and reported with a :class:`~galleria.SkippedImageWarning`.
     reader : callable, optional
         Decodes one path (defaults to :func:`read_rgb`); it should raise ``ImageReadError``.
-    on_decoded : callable, optional
-        Called with no argument as each path has been tried (decoded or failed), on the decoding
-        thread that tried it, so possibly from several threads at once: it must be thread-safe.
 
     Yields
     ------
@@ -82,20 +78,11 @@ def iter_decoded_batches(
     pending: deque[tuple[list[str], list[Future[np.ndarray]]]] = deque()
     next_batch = 0
 
-    def decode(path: str) -> np.ndarray:
-        try:
-            return reader(path)
-        finally:
-            if on_decoded is not None:
-                on_decoded()
-
-    task = reader if on_decoded is None else decode
-
     def submit_next() -> None:
         nonlocal next_batch
         start = starts[next_batch]
         batch_paths = list(paths[start : start + batch_size])
-        pending.append((batch_paths, [executor.submit(task, path) for path in batch_paths]))
+        pending.append((batch_paths, [executor.submit(reader, path) for path in batch_paths]))
         next_batch += 1
 
     try:

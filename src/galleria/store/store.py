@@ -202,11 +202,12 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         ----------
         progress : bool
             Show progress: a tqdm bar on a terminal, a plain line every few seconds elsewhere
-            (it moves per image, as each is decoded).
+            (it moves per image: while a batch is embedded, at the pace of the batches before).
         on_progress : callable, optional
-            Called with 1 as each image has been decoded (or skipped), instead of the bar (a
-            caller's own progress display). The calls come from the decoding threads, one at a
-            time.
+            Called with 1 per image, instead of the bar (a caller's own progress display): for a
+            skipped image at once, for the images of a batch one by one while it is embedded (at
+            the pace measured on earlier batches) and the rest when it is done, so the calls add
+            up to the number of images. Some come from a small pacing thread; never two at once.
 
         Raises
         ------

@@ -67,6 +67,24 @@ def test_progress_off_a_terminal_is_lines_and_tqdm_disable_silences(monkeypatch:
     assert not isinstance(progress(3, "x"), LineProgress)
 
 
+def test_a_terminal_without_a_width_still_gets_a_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    monkeypatch.setattr(progress_module, "_terminal_columns", lambda: 0)
+    bar = progress(3, "building gallery")
+    with bar:
+        bar.update(3)
+        assert bar.format_dict["ncols"] == 80
+    assert "3/3" in sys.stderr.getvalue()
+    monkeypatch.setattr(progress_module, "_terminal_columns", lambda: 120)
+    with progress(3, "x") as sized:
+        assert sized.format_dict["ncols"] != 80  # a sized terminal: tqdm follows its width
+
+
 def test_the_store_counts_every_image_once_in_calls_of_one(tmp_path: Path) -> None:
     root = _photos(tmp_path / "g", count=20)
     (root / "a" / "broken.png").write_bytes(b"not an image")

@@ -107,6 +107,14 @@ class LineProgress:
         self.close()
 
 
+def _terminal_columns() -> int:
+    """The width of the terminal on stderr, 0 when it reports none."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
 def progress(
     total: int | None, description: str, unit: str = "img", *, enabled: bool = True, initial: int = 0
 ) -> Any:
@@ -121,7 +129,9 @@ def progress(
     if not enabled or silent:
         return tqdm(total=total, disable=True)
     if sys.stderr.isatty():
-        return tqdm(total=total, desc=description, unit=unit, initial=initial)
+        # A terminal that reports no width (a pseudo-terminal nobody sized) makes tqdm draw nothing.
+        ncols = None if _terminal_columns() > 0 else 80
+        return tqdm(total=total, desc=description, unit=unit, initial=initial, ncols=ncols, disable=False)
     return LineProgress(total, description, unit, initial=initial)
 
 

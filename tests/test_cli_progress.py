@@ -78,7 +78,7 @@ def test_a_terminal_without_a_width_still_gets_a_bar(monkeypatch: pytest.MonkeyP
     bar = progress(3, "building gallery")
     with bar:
         bar.update(3)
-        assert bar.format_dict["ncols"] == 80
+        assert bar.format_dict["ncols"] == 80 and bar.format_dict["nrows"] == 24
     assert "3/3" in sys.stderr.getvalue()
     monkeypatch.setattr(progress_module, "_terminal_columns", lambda: 120)
     with progress(3, "x") as sized:

@@ -108,9 +108,10 @@ class LineProgress:
 
 
 def _terminal_columns() -> int:
-    """The width of the terminal on stderr, 0 when it reports none."""
+    """The width of the terminal on stderr, 0 when it reports no size."""
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
+        size = os.get_terminal_size(sys.stderr.fileno())
+        return size.columns if size.lines > 0 else 0
     except (OSError, ValueError, AttributeError):
         return 0
 
@@ -129,9 +130,17 @@ def progress(
     if not enabled or silent:
         return tqdm(total=total, disable=True)
     if sys.stderr.isatty():
-        # A terminal that reports no width (a pseudo-terminal nobody sized) makes tqdm draw nothing.
-        ncols = None if _terminal_columns() > 0 else 80
-        return tqdm(total=total, desc=description, unit=unit, initial=initial, ncols=ncols, disable=False)
+        # A terminal that reports no size (a pseudo-terminal nobody sized) makes tqdm draw nothing.
+        sized = _terminal_columns() > 0
+        return tqdm(
+            total=total,
+            desc=description,
+            unit=unit,
+            initial=initial,
+            ncols=None if sized else 80,
+            nrows=None if sized else 24,
+            disable=False,
+        )
     return LineProgress(total, description, unit, initial=initial)
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from galleria.index._checks import all_finite
+
 __all__ = ["ALLOWED_FAISS_TYPES", "check_faiss_bytes"]
 
 #: FAISS type codes galleria reads, with the class each one stands for.
@@ -53,7 +55,7 @@ class _Refused(ValueError):
 class _Reader:
     """Sequential little-endian reads over a byte buffer; every read is bounds-checked."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | memoryview) -> None:
         self.data = data
         self.pos = 0
 
@@ -85,7 +87,7 @@ class _Reader:
     def floats(self, what: str, *, length: int | None = None) -> np.ndarray:
         count = self.count(4, what) if length is None else length
         values = np.frombuffer(self.take(count * 4, what), dtype="<f4")
-        if not np.isfinite(values).all():
+        if not all_finite(values):
             raise _Refused(f"{what} holds NaN or infinite values")
         return values
 
@@ -297,7 +299,7 @@ def check_faiss_bytes(data: Any, what: str, allowed: tuple[str, ...] | None = No
     >>> check_faiss_bytes(faiss.serialize_index(flat), "example")
     'IndexFlatL2'
     """
-    buffer = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    buffer = data if isinstance(data, bytes) else memoryview(data).cast("B")  # never a copy
     reader = _Reader(buffer)
     try:
         kind, _ = _index(reader, 0, tuple(ALLOWED_FAISS_TYPES) if allowed is None else allowed)

@@ -9,7 +9,7 @@ import numpy as np
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
-from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
+from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
 from galleria.index.base import SPACES
 
 __all__ = ["ExactIndex", "exact_search", "top_k_smallest"]
@@ -214,13 +214,17 @@ class ExactIndex:
         self._size = self._buffer.shape[0]
         self._sq_norms = None
 
+    def packed(self) -> _serial.Packed:
+        """What :meth:`to_bytes` returns, as parts written without joining them (the vectors in place)."""
+        vectors = self._buffer[: self._size] if self._dim is not None else np.zeros((0, 0), np.float32)
+        return _serial.pack_parts("exact", {"space": self._space, "dim": self._dim}, {"vectors": vectors})
+
     def to_bytes(self) -> bytes:
         """Serialise the index: a JSON header and the raw float32 vectors (no pickle)."""
-        vectors = self._buffer[: self._size] if self._dim is not None else np.zeros((0, 0), np.float32)
-        return _serial.pack("exact", {"space": self._space, "dim": self._dim}, {"vectors": vectors})
+        return self.packed().to_bytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ExactIndex:
+    def from_bytes(cls, data: bytes | _serial.Unpacked) -> ExactIndex:
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt data."""
         meta, arrays = _serial.unpack(data, "exact")
         space, dim = meta.get("space"), meta.get("dim")
@@ -234,7 +238,7 @@ class ExactIndex:
                 raise ValueError("serialised exact index holds vectors but no dimension")
         elif not isinstance(dim, int) or dim < 1 or vectors.shape[1] != dim:
             raise ValueError(f"serialised exact index: dimension {dim!r}, vectors of shape {vectors.shape}")
-        if not np.isfinite(vectors).all():
+        if not all_finite(vectors):
             raise ValueError("serialised exact index holds non-finite vectors")
         index = cls(space)
         if dim is not None:

@@ -19,8 +19,8 @@ import numpy as np
 from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
-from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
+from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
+from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads
 from galleria.index.base import SPACES
 from galleria.index.exact import top_k_smallest
 
@@ -555,22 +555,26 @@ rerank_candidates, seed, build_workers, num_threads
 
         A float16 copy is written as its raw bytes (a uint8 array) and read back as float16.
         """
-        arrays: dict[str, np.ndarray] = {"live": self._rows.internal}
+        return self.packed().to_bytes()
+
+    def packed(self) -> _serial.Packed:
+        """What :meth:`to_bytes` returns, as parts written without joining them (faiss streamed)."""
+        arrays: dict[str, np.ndarray | _serial.Streamed] = {"live": self._rows.internal}
         if self._index is not None:
             index = self._index
             if self._ivf.direct_map.type != faiss.DirectMap.NoMap:
                 # The lookup table built for reconstruct is rebuilt on demand: write the index without it.
                 index = faiss.clone_index(self._index)
                 faiss.extract_index_ivf(index).set_direct_map_type(faiss.DirectMap.NoMap)
-            arrays["faiss"] = serialize(index)
+            arrays["faiss"] = FaissPart(index)
         if self._params["keep_vectors"] and self._dim is not None:
             kept = np.ascontiguousarray(self._kept[: self._kept_size])
             arrays["kept"] = kept if kept.dtype == np.float32 else kept.view(np.uint8)
         meta = {"space": self._space, "dim": self._dim, "params": self.params(), "total": self._rows.total}
-        return _serial.pack("ivfpq", meta, arrays)
+        return _serial.pack_parts("ivfpq", meta, arrays)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> IvfPqIndex:
+    def from_bytes(cls, data: bytes | _serial.Unpacked) -> IvfPqIndex:
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt or mismatched data."""
         meta, arrays = _serial.unpack(data, "ivfpq")
         space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
@@ -646,7 +650,7 @@ rerank_candidates, seed, build_workers, num_threads
             kept = kept.view("<f2") if kept.shape[1] == 2 * dim else None
         if kept is None or kept.dtype != dtype or kept.shape != (count, dim):
             raise ValueError(f"serialised ivfpq index lacks its kept ({count}, {dim}) {dtype} vectors")
-        if not np.isfinite(kept).all():
+        if not all_finite(kept):
             raise ValueError("serialised ivfpq index holds non-finite kept vectors")
         self._kept = np.ascontiguousarray(kept)
         self._kept_size = count

@@ -239,8 +239,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
     def save_to_disk(self, path: str | os.PathLike[str], vectors: Any = None) -> None:
         """Write the store to one safetensors file, atomically (see :mod:`galleria.store.persistence`).
 
-        The store is read under its lock (concurrent queries go on; an ``add_images`` or
-        ``remove_images`` waits), then the file is written outside it.
+        The file is written under the store's lock (concurrent queries go on; an ``add_images`` or
+        ``remove_images`` waits), straight from the arrays the index holds: no copy of the vectors
+        is made, and faiss indexes are streamed into the file.
 
         Parameters
         ----------
@@ -259,8 +260,8 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             snapshot = GalleryState(
                 self._index, self._embedder, self._paths, self._vectors, self._skipped, self._augmentation
             )
-            tensors, metadata = persistence.encode_store(snapshot, vectors)
-        persistence.write_store(target, tensors, metadata)
+            tensors, header = persistence.encode_store(snapshot, vectors)
+            persistence.write_store(target, tensors, header)
 
     @classmethod
     def load_from_disk(
@@ -272,6 +273,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         checkpoint: str | os.PathLike[str] | None = None,
         root: str | os.PathLike[str] | None = None,
         connect: bool = False,
+        mmap: bool = False,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -303,6 +305,14 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             to reconnect to the uri and collection its file records. Off by default: a file never
             chooses what galleria opens or contacts (the token, if any, comes from
             ``GALLERIA_MILVUS_TOKEN``, never from the file).
+        mmap : bool
+            Memory-map the exact vectors (an exact index's, or the copy a store keeps for an
+            external index) read-only from the file instead of reading them into memory: loading
+            costs no memory for them and pages come in as searches touch them. They are verified
+            (checksum, finiteness) once while loading; the file must then not be modified in place
+            while the store is in use (galleria's saves replace the file, which keeps the mapping
+            valid). Adding or removing rows copies them into memory. Other indexes are read into
+            memory either way, each tensor once.
 
         Raises
         ------
@@ -322,5 +332,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 checkpoint=checkpoint,
                 root=root,
                 connect=connect,
+                mmap=mmap,
             )
         )

@@ -26,6 +26,10 @@ __all__ = [
 ]
 
 
+#: Largest vector dimension galleria stores (a store file, an index and an embedder all stop here).
+MAX_VECTOR_DIM = 1 << 16
+
+
 def is_int(value: Any) -> bool:
     """Return True for Python and numpy integers, False for bools and everything else."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -15,6 +15,7 @@ read straight into the arrays an index keeps (:mod:`galleria.store._tensorfile`)
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -178,7 +179,7 @@ class _BufferSource:
         return chunk
 
     def read_array(self, name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         raw = np.frombuffer(self._buffer, dtype=dtype, count=count, offset=self._pos)
         self._pos += count * dtype.itemsize
         copied: np.ndarray = raw.reshape(shape).copy()
@@ -194,8 +195,12 @@ class Unpacked:
     ``from_bytes`` of every built-in index accepts one in place of bytes (see :func:`unpack`).
     """
 
-    def __init__(self, kind: str, meta: dict[str, Any], arrays: dict[str, Any]) -> None:
-        self.kind, self.meta, self.arrays = kind, meta, arrays
+    def __init__(self, kind: str, meta: dict[str, Any], arrays: dict[str, Any], size: int) -> None:
+        self.kind, self.meta, self.arrays, self.size = kind, meta, arrays, size
+
+    def __len__(self) -> int:
+        """Bytes of the container (what ``len(to_bytes())`` was)."""
+        return self.size
 
     @classmethod
     def read(cls, source: Source, kind: str, blobs: frozenset[str] = frozenset()) -> Unpacked:
@@ -214,7 +219,9 @@ class Unpacked:
             raise ValueError("serialised index is truncated (header runs past the end of the data)")
         try:
             header = json.loads(source.read(header_length).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        except RecursionError:
+            raise ValueError("serialised index has a corrupt header: nested too deeply") from None
+        except ValueError as error:  # bad UTF-8, bad JSON, an integer of more than 4300 digits
             raise ValueError(f"serialised index has a corrupt header: {error}") from error
         if not isinstance(header, dict):
             raise ValueError("serialised index has a corrupt header (not a JSON object)")
@@ -241,9 +248,15 @@ class Unpacked:
             if dtype_str not in _ALLOWED_DTYPES:
                 raise ValueError(f"serialised index array {name!r} has unsupported dtype {dtype_str!r}")
             dtype = np.dtype(dtype_str)
-            if any(size < 0 for size in shape) or offset != expected_offset or name in arrays:
+            if (
+                any(size < 0 for size in shape)
+                or len(shape) > 8
+                or offset != expected_offset
+                or name in arrays
+            ):
                 raise ValueError(f"serialised index array {name!r} has an invalid shape or offset")
-            if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes:
+            # Python integers: a shape of 2**64 must not overflow numpy's int64 on the way to the check.
+            if math.prod(shape) * dtype.itemsize != nbytes:
                 raise ValueError(
                     f"serialised index array {name!r}: shape {shape} does not match {nbytes} bytes"
                 )
@@ -258,7 +271,7 @@ class Unpacked:
             expected_offset = offset + nbytes
         if body + expected_offset != total:
             raise ValueError("serialised index has trailing bytes after its last array")
-        return cls(kind, meta, arrays)
+        return cls(kind, meta, arrays, total)
 
 
 def unpack(data: Any, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:

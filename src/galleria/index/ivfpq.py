@@ -20,7 +20,7 @@ from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads
+from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads, restore_precomputed_table
 from galleria.index.base import SPACES
 from galleria.index.exact import top_k_smallest
 
@@ -595,13 +595,14 @@ rerank_candidates, seed, build_workers, num_threads
             raise ValueError(f"serialised ivfpq index has an invalid dimension {dim!r}")
         if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
             raise ValueError("serialised ivfpq index has an invalid 'live' row array")
-        loaded = deserialize(arrays["faiss"], "ivfpq index")
+        loaded = deserialize(arrays["faiss"], "ivfpq index", id_limit=total)
         index._check_loaded(loaded, int(dim), live)
         index._index, index._ivf, index._dim = (
             loaded,
             faiss.downcast_index(faiss.extract_index_ivf(loaded)),
             int(dim),
         )
+        restore_precomputed_table(loaded, len(data))
         index._rows = LiveRows(live, int(total))
         if index._params["keep_vectors"]:
             index._load_kept(arrays.get("kept"), int(dim), live.size)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import mmap
 import os
 import struct
@@ -92,7 +93,9 @@ def read_layout(name: str, file: BinaryIO, file_size: int) -> Layout:
     _pread_exact(file.fileno(), memoryview(raw), _LENGTH.size)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    except RecursionError:
+        raise _damaged(name, "header is nested too deeply") from None
+    except ValueError as error:  # bad UTF-8, bad JSON, an integer of more than 4300 digits
         raise _damaged(name, f"header is not JSON ({error})") from None
     if not isinstance(header, dict):
         raise _damaged(name, "header is not a JSON object")
@@ -115,7 +118,7 @@ def read_layout(name: str, file: BinaryIO, file_size: int) -> Layout:
             raise _damaged(name, f"tensor {key!r} has a malformed entry") from None
         span = TensorSpan(dtype, tuple(shape), base + begin, end - begin)
         known = span.numpy_dtype
-        if known is not None and int(np.prod(span.shape, dtype=object)) * known.itemsize != span.nbytes:
+        if known is not None and math.prod(span.shape) * known.itemsize != span.nbytes:
             raise _damaged(name, f"tensor {key!r}: shape {list(shape)} does not match {span.nbytes} bytes")
         tensors[key] = span
     position = base
@@ -160,7 +163,7 @@ class TensorReader:
         return bytes(chunk)
 
     def read_array(self, name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         offset = self._start + self._pos
         if name in self._mapped and count and offset % dtype.itemsize == 0:
             mapped: np.ndarray = np.memmap(self._file, dtype=dtype, mode="r", offset=offset, shape=shape)

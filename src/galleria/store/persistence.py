@@ -52,6 +52,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from galleria._files import atomic_path
+from galleria._validation import MAX_VECTOR_DIM
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
 from galleria.index._checks import all_finite
@@ -88,7 +89,7 @@ REMOTE_INDEXES = frozenset({"milvus"})
 #: Indexes whose serialised bytes are written part by part, in place (``packed()``).
 _PACKED_INDEXES = (ExactIndex, HnswIndex, IvfPqIndex)
 #: Largest vector dimension a store file may declare.
-MAX_DIM = 1 << 16
+MAX_DIM = MAX_VECTOR_DIM
 
 
 def _canonical(header: Any) -> bytes:
@@ -235,7 +236,8 @@ class _Header:
 
     def integer(self, value: Any, key: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise self.fail(key, f"must be an integer in [{low}, {high}], got {value!r}")
+            shown = repr(value) if not isinstance(value, int) or abs(value) < 1 << 64 else "a huge integer"
+            raise self.fail(key, f"must be an integer in [{low}, {high}], got {shown[:80]}")
         return value
 
     def path_list(self, key: str) -> list[str]:
@@ -258,7 +260,7 @@ def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
         header = json.loads(metadata[_HEADER_KEY])
     except RecursionError:
         raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # bad JSON, or an integer of more than 4300 digits
         raise ValueError(f"{name!r} has a corrupt galleria header: {error}") from error
     checked = _Header(name, header)
     version = checked.integer(checked.get("format_version"), "format_version", 1, 1 << 30)
@@ -301,7 +303,8 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         dim = checked.integer(dim, "dim", 1, MAX_DIM)
     elif paths:
         raise checked.fail("dim", "is null, but the store holds paths")
-    if len(paths) + len(header.get("skipped") or []) > file_size:  # every path takes bytes of the file
+    skipped = checked.path_list("skipped")
+    if len(paths) + len(skipped) > file_size:  # every path takes bytes of the file
         raise checked.fail(
             "paths", f"declares {len(paths)} rows, more than the file of {file_size} bytes holds"
         )
@@ -317,7 +320,6 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         or not isinstance(embedder["config"], (dict, type(None)))
     ):
         raise checked.fail("embedder", "must be null or an object {'config': object or null}")
-    skipped = checked.path_list("skipped")
     augmentation = header.get("augmentation")
     if augmentation is not None and not _valid_augmentation(augmentation):
         raise checked.fail(
@@ -472,7 +474,10 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
         if checkpoint is not None:
             raise ValueError("pass either embedder= or checkpoint=, not both")
         if dim is not None:
-            check_embedder_dim(embedder, dim, "embedder")
+            try:
+                check_embedder_dim(embedder, dim, "embedder")
+            except ValueError as error:
+                raise ValueError(f"{name!r}: {error}") from None
         return embedder
     if saved is None:
         if checkpoint is not None:
@@ -483,9 +488,15 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        return embedder_from_config(saved["config"], checkpoint=checkpoint)
+        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
+    if dim is not None:  # before anything is embedded: the config must not choose the batch's size
+        try:
+            check_embedder_dim(rebuilt, dim, "the saved embedder")
+        except ValueError as error:
+            raise ValueError(f"{name!r}: {error} (header key 'dim')") from None
+    return rebuilt
 
 
 def read_store_header(path: Any) -> dict[str, Any]:
@@ -566,7 +577,7 @@ def read_store(
         vectors = arrays.get("vectors")
         index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
-        raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
+        raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]

@@ -218,8 +218,12 @@ def store_from_shards(
     paths, vectors, manifest = read_shards(folder)
     if embedder is None and manifest.get("embedder") is not None:
         embedder = embedder_from_config(manifest["embedder"])
-    store = InMemoryImageEmbeddingStore.from_embeddings(
-        paths, vectors, embedder, search_index, space=space, index_params=index_params
+    return InMemoryImageEmbeddingStore.from_embeddings(
+        paths,
+        vectors,
+        embedder,
+        search_index,
+        space=space,
+        index_params=index_params,
+        skipped=manifest.get("skipped", []),
     )
-    store._skipped = list(manifest.get("skipped", []))
-    return store

@@ -60,7 +60,7 @@ from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
 from galleria.index.registry import FAISS_BLOBS
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
 
 __all__ = [
@@ -588,7 +588,7 @@ def read_store(
             raise ValueError(f"root={root!r} maps two gallery paths onto one")
     if fill:
         assert vectors is not None
-        index.add(vectors)
+        add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
     return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation)

@@ -22,7 +22,7 @@ from galleria.store._checks import (
 )
 from galleria.store._mutation import MutationMixin
 from galleria.store._retrieval import RetrievalMixin
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
@@ -156,6 +156,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         *,
         space: str | None = None,
         index_params: dict[str, Any] | None = None,
+        skipped: Sequence[str | os.PathLike[str]] | None = None,
     ) -> InMemoryImageEmbeddingStore:
         """Make a built store over vectors computed elsewhere (clip-retrieval, a previous run).
 
@@ -174,6 +175,10 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             already hold ``len(paths)`` rows. With such a filled index, ``embeddings`` must equal
             the rows it can give back (ValueError otherwise); where it cannot give them back,
             they are kept as the store's copy.
+        skipped : sequence of str or os.PathLike, optional
+            Paths that were left out because they could not be read where the vectors were
+            computed; recorded as the store's :attr:`skipped` (and saved with it), as
+            :meth:`build_store` records its own.
 
         Examples
         --------
@@ -185,7 +190,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         from galleria.store._from_vectors import state_from_embeddings
 
         return cls._from_state(
-            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params)
+            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params, skipped)
         )
 
     # ------------------------------------------------------------------ building
@@ -224,7 +229,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             if self._built:
                 return
             if paths:
-                self._index.add(vectors)
+                add_rows(self._index, vectors, paths)
             else:
                 warnings.warn(
                     f"none of the {len(self._pending)} gallery images could be read; the store is empty",

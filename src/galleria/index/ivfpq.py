@@ -4,210 +4,62 @@ An inverted file splits the gallery into ``lists`` clusters; each vector is stor
 quantisation code of ``subquantizers`` × ``bits`` bits (a few dozen bytes instead of ``4 * dim``).
 A query visits the ``probe_lists`` nearest clusters. The index is trained (k-means for the lists and
 the codebooks) on a seeded sample of at most ``train_size`` vectors of the first batch it is given.
+
+Parameters left unset are chosen from that batch (:mod:`galleria.index._ivfpq_params`): the shape
+from its size, dimension and ``memory_budget``, and ``probe_lists`` by measuring recall@10 on a
+sample of the gallery against exact search until ``recall_target`` is met
+(:mod:`galleria.index._ivfpq_build`). What was chosen and measured is :attr:`IvfPqIndex.build_report`,
+saved with the index.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass
+import math
+import warnings
 from typing import Any
 
 import faiss as _faiss
 import numpy as np
 
-from galleria._validation import check_choice, is_int
+from galleria._validation import check_choice
+from galleria._warnings import RecallTargetWarning
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
 from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads, restore_precomputed_table
+from galleria.index._ivfpq_build import MIN_MEASURED_ROWS, add_parallel, list_ids, measure_recall, tune_probes
+from galleria.index._ivfpq_params import (
+    DEFAULT_RECALL_TARGET,
+    IVFPQ_PARAMETERS,
+    IvfPqParameter,
+    choose_shape,
+    default_subquantizers,
+    validate_ivfpq_params,
+)
 from galleria.index.base import SPACES
 from galleria.index.exact import top_k_smallest
 
 # faiss's bundled type stubs miss much of its SWIG API (DirectMap, IVF fields, search parameters).
 faiss: Any = _faiss
 
-__all__ = ["IVFPQ_PARAMETERS", "IvfPqIndex", "IvfPqParameter", "validate_ivfpq_params"]
-
-_VECTOR_DTYPES = ("float16", "float32")
-
-
-@dataclass(frozen=True)
-class IvfPqParameter:
-    """One tunable of :class:`IvfPqIndex`: its default, kind, allowed range or choices, and meaning."""
-
-    default: Any
-    kind: str  # "int", "bool" or "choice"
-    meaning: str
-    minimum: int = 0
-    maximum: int = 0
-    optional: bool = False
-    choices: tuple[str, ...] = ()
-
-    def check(self, name: str, value: Any) -> Any:
-        """Return ``value`` checked (an int in range, a bool or a choice), else raise naming ``name``."""
-        if value is None and self.optional:
-            return None
-        if self.kind == "bool":
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"index parameter {name!r} must be True or False, got {value!r}")
-            return bool(value)
-        if self.kind == "choice":
-            if not isinstance(value, str):
-                raise TypeError(
-                    f"index parameter {name!r} must be one of {list(self.choices)}, got {value!r}"
-                )
-            return check_choice(name, value, self.choices)
-        if not is_int(value):
-            allowed = "an integer" + (" or None" if self.optional else "")
-            raise TypeError(
-                f"index parameter {name!r} must be {allowed}, got {value!r} ({type(value).__name__})"
-            )
-        if not self.minimum <= value <= self.maximum:
-            raise ValueError(
-                f"index parameter {name!r} must lie in [{self.minimum}, {self.maximum}], got {value!r}"
-            )
-        return int(value)
-
-
-#: The parameters of :class:`IvfPqIndex` (name → default, kind, range, meaning); nothing else is accepted.
-IVFPQ_PARAMETERS: dict[str, IvfPqParameter] = {
-    "lists": IvfPqParameter(
-        1024, "int", "inverted lists (k-means clusters, faiss nlist); about 4·sqrt(n) is usual", 1, 1 << 20
-    ),
-    "subquantizers": IvfPqParameter(
-        None,
-        "int",
-        "PQ sub-vectors per code (faiss M); must divide dim. None: the largest divisor of dim up to dim / 4",
-        1,
-        4096,
-        optional=True,
-    ),
-    "bits": IvfPqParameter(8, "int", "bits per sub-vector code (faiss nbits): 2**bits centroids each", 1, 16),
-    "probe_lists": IvfPqParameter(
-        16, "int", "lists visited per query (faiss nprobe): higher recall, slower", 1, 1 << 20
-    ),
-    "train_size": IvfPqParameter(
-        100_000,
-        "int",
-        "vectors (a seeded sample of the first batch) used to train lists and codebooks",
-        1,
-        1 << 40,
-    ),
-    "opq": IvfPqParameter(
-        False, "bool", "learn an OPQ rotation before quantising (better codes, slower training)"
-    ),
-    "keep_vectors": IvfPqParameter(
-        False, "bool", "keep a separate exact copy of the vectors for reconstruct (αQE, re-ranking)"
-    ),
-    "vector_dtype": IvfPqParameter(
-        "float16", "choice", "dtype of the kept copy (keep_vectors=True)", choices=_VECTOR_DTYPES
-    ),
-    "rerank_candidates": IvfPqParameter(
-        0,
-        "int",
-        "re-score this many PQ candidates with the kept exact vectors (0: off; needs keep_vectors)",
-        0,
-        1 << 16,
-    ),
-    "seed": IvfPqParameter(0, "int", "seed of the training sample and of k-means", 0, (1 << 31) - 1),
-    "build_workers": IvfPqParameter(
-        1,
-        "int",
-        "worker processes that encode shards of a large add in parallel (1: in this process)",
-        1,
-        256,
-    ),
-    "num_threads": IvfPqParameter(
-        None,
-        "int",
-        "OpenMP threads faiss uses while training, adding and searching (None: default)",
-        1,
-        4096,
-        True,
-    ),
+__all__ = [
+    "IVFPQ_PARAMETERS",
+    "IvfPqIndex",
+    "IvfPqParameter",
+    "default_subquantizers",
+    "validate_ivfpq_params",
+]
+#: What the build report of an index holds (JSON types), checked when a saved one is read back.
+_REPORT_KEYS: dict[str, type | tuple[type, ...]] = {
+    "chosen": list,
+    "recall_at_10": (float, type(None)),
+    "sample_queries": int,
+    "probe_lists": int,
+    "recall_target": (float, type(None)),
 }
 
 #: A batch is split over worker processes only when each shard gets at least this many vectors.
 MIN_ROWS_PER_WORKER = 20_000
-
-
-def validate_ivfpq_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check IVF-PQ parameters against :data:`IVFPQ_PARAMETERS`; return all of them, defaults filled in.
-
-    Examples
-    --------
-    >>> validate_ivfpq_params({"lists": 64})["lists"]
-    64
-    >>> validate_ivfpq_params({"rerank_candidates": 100})
-    Traceback (most recent call last):
-    ...
-    ValueError: index parameter 'rerank_candidates' needs keep_vectors=True (exact vectors to re-score with)
-    """
-    if params is None:
-        params = {}
-    if not isinstance(params, Mapping):
-        raise TypeError(f"index_params must be a mapping of names to values, got {type(params).__name__}")
-    unknown = sorted(str(key) for key in params if key not in IVFPQ_PARAMETERS)
-    if unknown:
-        raise ValueError(
-            f"unknown ivfpq index parameter(s) {unknown}; valid names are {sorted(IVFPQ_PARAMETERS)}"
-        )
-    checked = {
-        name: spec.check(name, params[name]) if name in params else spec.default
-        for name, spec in IVFPQ_PARAMETERS.items()
-    }
-    if checked["rerank_candidates"] and not checked["keep_vectors"]:
-        raise ValueError(
-            "index parameter 'rerank_candidates' needs keep_vectors=True (exact vectors to re-score with)"
-        )
-    return checked
-
-
-def default_subquantizers(dim: int) -> int:
-    """The largest divisor of ``dim`` that is at most ``dim // 4`` (1 for tiny dims).
-
-    Examples
-    --------
-    >>> default_subquantizers(512), default_subquantizers(100), default_subquantizers(3)
-    (128, 25, 1)
-    """
-    limit = max(1, dim // 4)
-    return max(m for m in range(1, limit + 1) if dim % m == 0)
-
-
-def _list_ids(ivf: Any) -> np.ndarray:
-    """All ids stored in the inverted lists of ``ivf`` (any order)."""
-    lists = ivf.invlists
-    chunks = []
-    for number in range(ivf.nlist):
-        size = lists.list_size(number)
-        if size:
-            chunks.append(faiss.rev_swig_ptr(lists.get_ids(number), size).copy())
-    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-
-
-def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
-    """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; its bytes."""
-    faiss.omp_set_num_threads(1)
-    index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8).copy())
-    ids = np.arange(first_id, first_id + vectors.shape[0], dtype=np.int64)
-    index.add_with_ids(vectors, ids)
-    return bytes(faiss.serialize_index(index))
-
-
-def _add_shard_shared(
-    trained: bytes, memory_name: str, shape: tuple[int, int], start: int, stop: int
-) -> bytes:
-    """Worker entry point: read rows ``start:stop`` of a shared-memory block and encode them."""
-    from multiprocessing import shared_memory
-
-    block = shared_memory.SharedMemory(name=memory_name)
-    try:
-        vectors = np.ndarray(shape, dtype=np.float32, buffer=block.buf)[start:stop]
-        return _add_shard(trained, np.ascontiguousarray(vectors), start)
-    finally:
-        block.close()
 
 
 class IvfPqIndex:
@@ -255,10 +107,12 @@ rerank_candidates, seed, build_workers, num_threads
         self,
         space: str = "cosine",
         *,
-        lists: int = 1024,
+        lists: int | None = None,
         subquantizers: int | None = None,
-        bits: int = 8,
-        probe_lists: int = 16,
+        bits: int | None = None,
+        probe_lists: int | None = None,
+        recall_target: float | None = None,
+        memory_budget: int | None = None,
         train_size: int = 100_000,
         opq: bool = False,
         keep_vectors: bool = False,
@@ -275,6 +129,8 @@ rerank_candidates, seed, build_workers, num_threads
                 "subquantizers": subquantizers,
                 "bits": bits,
                 "probe_lists": probe_lists,
+                "recall_target": recall_target,
+                "memory_budget": memory_budget,
                 "train_size": train_size,
                 "opq": opq,
                 "keep_vectors": keep_vectors,
@@ -291,6 +147,7 @@ rerank_candidates, seed, build_workers, num_threads
         self._dim: int | None = None
         self._kept = np.zeros((0, 0), dtype=self._params["vector_dtype"])
         self._kept_size = 0
+        self._report: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{key}={value!r}" for key, value in self.params().items())
@@ -330,8 +187,15 @@ rerank_candidates, seed, build_workers, num_threads
         return int(self._rows.internal.size)
 
     def params(self) -> dict[str, Any]:
-        """The construction parameters, JSON-able."""
+        """The construction parameters, JSON-able; once trained, with the values chosen filled in."""
         return dict(self._params)
+
+    @property
+    def build_report(self) -> dict[str, Any] | None:
+        """What the first :meth:`add` chose and measured (None before it): ``chosen`` (the parameters
+        chosen from the gallery), ``recall_at_10`` on ``sample_queries`` gallery vectors at
+        ``probe_lists`` (None when not measured), and the ``recall_target``."""
+        return None if self._report is None else dict(self._report)
 
     # ------------------------------------------------------------------ building
 
@@ -342,8 +206,8 @@ rerank_candidates, seed, build_workers, num_threads
         """Create and train the faiss index on a seeded sample of ``vectors`` (already prepared)."""
         count, dim = vectors.shape
         params = self._params
-        lists, bits = params["lists"], params["bits"]
-        subquantizers = params["subquantizers"] or default_subquantizers(dim)
+        shape = choose_shape(count, dim, params)
+        lists, bits, subquantizers = shape.lists, shape.bits, shape.subquantizers
         if dim % subquantizers:
             raise ValueError(
                 f"index parameter 'subquantizers' ({subquantizers}) must divide the dimension {dim}"
@@ -375,7 +239,57 @@ rerank_candidates, seed, build_workers, num_threads
         ivf.pq.cp.min_points_per_centroid = 1
         with omp_threads(params["num_threads"]):
             index.train(np.ascontiguousarray(sample))
+        chosen = [name for name in ("lists", "subquantizers", "bits") if params[name] is None]
+        if params["probe_lists"] is None:
+            chosen.append("probe_lists")
+        params.update(lists=lists, subquantizers=subquantizers, bits=bits)
+        self._report = {"chosen": chosen}
         self._index, self._ivf, self._dim = index, ivf, dim
+
+    def _measure(self, array: np.ndarray) -> None:
+        """After the first batch is in: measure recall@10 on a sample of it, choose ``probe_lists``
+        (if unset) to meet the target, and warn when the target is out of reach."""
+        params = self._params
+        assert self._report is not None
+        automatic = params["probe_lists"] is None
+        target = params["recall_target"]
+        if target is None and automatic:
+            target = DEFAULT_RECALL_TARGET
+        measured: float | None = None
+        sample = 0
+        if array.shape[0] < MIN_MEASURED_ROWS or target is None:
+            if automatic:
+                params["probe_lists"] = params["lists"]  # a tiny gallery: probe every list
+        else:
+            recall = measure_recall(
+                lambda queries, k, probes: self.search(queries, k, probe_lists=probes)[0],
+                array,
+                0,
+                self._space,
+                params["seed"],
+            )
+            sample = min(array.shape[0], 300)
+            if automatic:
+                params["probe_lists"], measured = tune_probes(recall, params["lists"], target)
+            else:
+                measured = recall(params["probe_lists"])
+            if measured < target:
+                warnings.warn(
+                    RecallTargetWarning(
+                        f"the ivfpq index reaches recall@10 {measured:.3f} on {sample} sampled gallery "
+                        f"vectors at probe_lists={params['probe_lists']}, below recall_target={target}: "
+                        "raise subquantizers (or memory_budget), or keep_vectors=True with "
+                        "rerank_candidates"
+                    ),
+                    stacklevel=3,
+                )
+        params["recall_target"] = target
+        self._report.update(
+            recall_at_10=None if measured is None else round(float(measured), 4),
+            sample_queries=sample,
+            probe_lists=int(params["probe_lists"]),
+            recall_target=target,
+        )
 
     def add(self, vectors: np.ndarray) -> None:
         """Insert an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``.
@@ -387,51 +301,21 @@ rerank_candidates, seed, build_workers, num_threads
         count = array.shape[0]
         if count == 0:
             return
-        if self._index is None:
+        training = self._index is None
+        if training:
             self._train(array)
         first = self._rows.total
         workers = min(self._params["build_workers"], count // MIN_ROWS_PER_WORKER)
         if workers > 1:
-            self._add_parallel(array, first, workers)
+            add_parallel(self._index, self._ivf, array, first, workers)
         else:
             with omp_threads(self._params["num_threads"]):
                 self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
         if self._params["keep_vectors"]:
             self._keep(array)
         self._rows.append(count)
-
-    def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
-        """Encode ``array`` in ``workers`` processes (train once, add shards, merge the inverted lists)."""
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import shared_memory
-
-        empty = faiss.clone_index(self._index)
-        empty.reset()
-        trained = bytes(faiss.serialize_index(empty))
-        del empty
-        count = array.shape[0]
-        block = shared_memory.SharedMemory(create=True, size=array.nbytes)
-        try:
-            np.ndarray(array.shape, dtype=np.float32, buffer=block.buf)[:] = array
-            bounds = np.linspace(0, count, workers + 1).astype(int)
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                futures = [
-                    pool.submit(_add_shard_shared, trained, block.name, array.shape, int(a), int(b))
-                    for a, b in itertools.pairwise(bounds)
-                ]
-                shards = [future.result() for future in futures]
-        finally:
-            block.close()
-            block.unlink()
-        if self._ivf.direct_map.type != faiss.DirectMap.NoMap:
-            self._ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
-        for data in shards:
-            shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
-            # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
-            self._ivf.merge_from(faiss.extract_index_ivf(shard), first)
-            del shard
+        if training:
+            self._measure(array)
 
     def _keep(self, array: np.ndarray) -> None:
         """Append ``array`` to the exact copy (grown geometrically, like the exact index)."""
@@ -570,7 +454,13 @@ rerank_candidates, seed, build_workers, num_threads
         if self._params["keep_vectors"] and self._dim is not None:
             kept = np.ascontiguousarray(self._kept[: self._kept_size])
             arrays["kept"] = kept if kept.dtype == np.float32 else kept.view(np.uint8)
-        meta = {"space": self._space, "dim": self._dim, "params": self.params(), "total": self._rows.total}
+        meta = {
+            "space": self._space,
+            "dim": self._dim,
+            "params": self.params(),
+            "total": self._rows.total,
+            "report": self._report,
+        }
         return _serial.pack_parts("ivfpq", meta, arrays)
 
     @classmethod
@@ -604,6 +494,7 @@ rerank_candidates, seed, build_workers, num_threads
         )
         restore_precomputed_table(loaded, len(data))
         index._rows = LiveRows(live, int(total))
+        index._report = _check_report(meta.get("report"))
         if index._params["keep_vectors"]:
             index._load_kept(arrays.get("kept"), int(dim), live.size)
         elif "kept" in arrays:
@@ -640,7 +531,7 @@ rerank_candidates, seed, build_workers, num_threads
             or (params["subquantizers"] is not None and inner.pq.M != params["subquantizers"])
         ):
             raise ValueError("serialised ivfpq index header does not match its faiss index")
-        if inner.ntotal != live.size or not np.array_equal(np.sort(_list_ids(inner)), live):
+        if inner.ntotal != live.size or not np.array_equal(np.sort(list_ids(inner)), live):
             raise ValueError(
                 "serialised ivfpq index: the ids in its inverted lists do not match its live rows"
             )
@@ -655,3 +546,23 @@ rerank_candidates, seed, build_workers, num_threads
             raise ValueError("serialised ivfpq index holds non-finite kept vectors")
         self._kept = np.ascontiguousarray(kept)
         self._kept_size = count
+
+
+def _check_report(report: Any) -> dict[str, Any] | None:
+    """A saved build report, checked key by key (ValueError if it is not one this index writes)."""
+    if report is None:
+        return None
+    if (
+        not isinstance(report, dict)
+        or not set(report) <= set(_REPORT_KEYS)
+        or "chosen" not in report
+        or not all(isinstance(report[key], _REPORT_KEYS[key]) for key in report)
+        or not all(name in IVFPQ_PARAMETERS for name in report["chosen"])
+        or isinstance(report.get("sample_queries"), bool)
+        or any(
+            isinstance(report.get(key), float) and not (math.isfinite(report[key]) and 0 <= report[key] <= 1)
+            for key in ("recall_at_10", "recall_target")
+        )
+    ):
+        raise ValueError("serialised ivfpq index has an invalid build report")
+    return dict(report)

@@ -1,0 +1,141 @@
+"""Building an IVF-PQ index: encoding shards in worker processes, and measuring its recall at build
+time to choose ``probe_lists`` (what :class:`~galleria.index.ivfpq.IvfPqIndex` trains and adds with).
+
+Recall is measured on the gallery itself: up to :data:`SAMPLE_QUERIES` of its vectors (a seeded
+sample) are searched exactly (in blocks) and through the index; each query's own row is left out of
+both lists, and recall@10 is the mean share of the exact ten the index finds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import faiss as _faiss
+import numpy as np
+
+from galleria.index.exact import exact_search
+
+faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
+
+__all__ = ["MIN_MEASURED_ROWS", "SAMPLE_QUERIES", "add_parallel", "list_ids", "measure_recall", "tune_probes"]
+
+#: Gallery vectors searched to measure recall at build time.
+SAMPLE_QUERIES = 300
+#: Smaller first batches are not measured (every list is probed instead).
+MIN_MEASURED_ROWS = 1_000
+_K = 10
+
+
+def list_ids(ivf: Any) -> np.ndarray:
+    """All ids stored in the inverted lists of ``ivf`` (any order)."""
+    lists = ivf.invlists
+    chunks = []
+    for number in range(ivf.nlist):
+        size = lists.list_size(number)
+        if size:
+            chunks.append(faiss.rev_swig_ptr(lists.get_ids(number), size).copy())
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+
+def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
+    """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; its bytes."""
+    faiss.omp_set_num_threads(1)
+    index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8).copy())
+    ids = np.arange(first_id, first_id + vectors.shape[0], dtype=np.int64)
+    index.add_with_ids(vectors, ids)
+    return bytes(faiss.serialize_index(index))
+
+
+def _add_shard_shared(
+    trained: bytes, memory_name: str, shape: tuple[int, int], start: int, stop: int
+) -> bytes:
+    """Worker entry point: read rows ``start:stop`` of a shared-memory block and encode them."""
+    from multiprocessing import shared_memory
+
+    block = shared_memory.SharedMemory(name=memory_name)
+    try:
+        vectors = np.ndarray(shape, dtype=np.float32, buffer=block.buf)[start:stop]
+        return _add_shard(trained, np.ascontiguousarray(vectors), start)
+    finally:
+        block.close()
+
+
+def add_parallel(index: Any, ivf: Any, array: np.ndarray, first: int, workers: int) -> None:
+    """Encode ``array`` (ids from ``first``) in ``workers`` processes into the trained faiss ``index``
+    (whose IVF part is ``ivf``): each encodes a shard into a copy of it; the lists are merged."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import shared_memory
+
+    empty = faiss.clone_index(index)
+    empty.reset()
+    trained = bytes(faiss.serialize_index(empty))
+    del empty
+    count = array.shape[0]
+    block = shared_memory.SharedMemory(create=True, size=array.nbytes)
+    try:
+        np.ndarray(array.shape, dtype=np.float32, buffer=block.buf)[:] = array
+        bounds = np.linspace(0, count, workers + 1).astype(int)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = [
+                pool.submit(_add_shard_shared, trained, block.name, array.shape, int(a), int(b))
+                for a, b in itertools.pairwise(bounds)
+            ]
+            shards = [future.result() for future in futures]
+    finally:
+        block.close()
+        block.unlink()
+    if ivf.direct_map.type != faiss.DirectMap.NoMap:
+        ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
+    for data in shards:
+        shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
+        # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
+        ivf.merge_from(faiss.extract_index_ivf(shard), first)
+        del shard
+
+
+def _without_self(found: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each query's first ``_K`` results other than its own row."""
+    kept = np.empty((found.shape[0], min(_K, found.shape[1])), dtype=np.int64)
+    for number, (ids, own) in enumerate(zip(found, rows, strict=True)):
+        others = ids[ids != own]
+        kept[number] = others[: kept.shape[1]] if others.size >= kept.shape[1] else ids[: kept.shape[1]]
+    return kept
+
+
+def measure_recall(
+    search: Callable[[np.ndarray, int, int], np.ndarray],
+    vectors: np.ndarray,
+    first: int,
+    space: str,
+    seed: int,
+) -> Callable[[int], float]:
+    """A function of ``probe_lists`` giving recall@10 on a sample of ``vectors`` (prepared as stored,
+    rows ``first ..`` of the index). ``search(queries, k, probes)`` returns the index's row ids."""
+    count = vectors.shape[0]
+    rng = np.random.default_rng(seed + 2)
+    rows = np.sort(rng.choice(count, min(SAMPLE_QUERIES, count), replace=False))
+    queries = np.ascontiguousarray(vectors[rows])
+    truth = _without_self(exact_search(vectors, queries, _K + 1, space)[0], rows)
+
+    def recall(probes: int) -> float:
+        found = _without_self(search(queries, _K + 1, probes) - first, rows)
+        hits = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(found, truth, strict=True))
+        return hits / truth.size
+
+    return recall
+
+
+def tune_probes(recall: Callable[[int], float], lists: int, target: float) -> tuple[int, float]:
+    """The smallest power of two (or ``lists``) of probes whose recall reaches ``target``, with that
+    recall; ``(lists, best recall)`` when none does."""
+    probes = 1
+    while True:
+        probes = min(probes, lists)
+        measured = recall(probes)
+        if measured >= target or probes == lists:
+            return probes, measured
+        probes *= 2

@@ -1,5 +1,5 @@
-"""Building an IVF-PQ index: encoding shards in worker processes, and measuring its recall at build
-time to choose ``probe_lists`` (what :class:`~galleria.index.ivfpq.IvfPqIndex` trains and adds with).
+"""Building an IVF-PQ index: training, encoding shards in worker processes, and measuring its recall
+at build time to choose ``probe_lists`` (what :class:`~galleria.index.ivfpq.IvfPqIndex` trains and adds with).
 
 Recall is measured on the gallery itself: up to :data:`SAMPLE_QUERIES` of its vectors (a seeded
 sample) are searched exactly (in blocks) and through the index; each query's own row is left out of
@@ -9,12 +9,16 @@ both lists, and recall@10 is the mean share of the exact ten the index finds.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import faiss as _faiss
 import numpy as np
 
+from galleria._warnings import RecallTargetWarning
+from galleria.index._faiss import omp_threads
+from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET, choose_shape
 from galleria.index.exact import exact_search
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
@@ -37,6 +41,44 @@ def list_ids(ivf: Any) -> np.ndarray:
         if size:
             chunks.append(faiss.rev_swig_ptr(lists.get_ids(number), size).copy())
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+
+def train_ivfpq(vectors: np.ndarray, params: dict[str, Any], metric: int) -> tuple[Any, Any]:
+    """Create and train a faiss IVF-PQ (behind OPQ if asked) on a seeded sample of ``vectors``
+    (already prepared); the shape is chosen where ``params`` leaves it unset and written back into
+    them. Returns the index and its IVF part (a non-owning view)."""
+    count, dim = vectors.shape
+    shape = choose_shape(count, dim, params)
+    lists, bits, subquantizers = shape.lists, shape.bits, shape.subquantizers
+    if dim % subquantizers:
+        raise ValueError(f"index parameter 'subquantizers' ({subquantizers}) must divide the dimension {dim}")
+    needed = max(lists, 1 << bits)
+    sample_size = min(count, params["train_size"])
+    if sample_size < needed:
+        raise ValueError(
+            f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = "
+            f"{needed} vectors (lists={lists}, bits={bits}); got {sample_size} "
+            f"(train_size={params['train_size']}, batch of {count}). Add more vectors at once or "
+            "lower lists/bits"
+        )
+    rng = np.random.default_rng(params["seed"])
+    sample = (
+        vectors if sample_size == count else vectors[np.sort(rng.choice(count, sample_size, replace=False))]
+    )
+    description = f"IVF{lists},PQ{subquantizers}x{bits}"
+    if params["opq"]:
+        description = f"OPQ{subquantizers}," + description
+    index = faiss.index_factory(dim, description, metric)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
+    ivf.cp.seed = params["seed"]
+    ivf.cp.min_points_per_centroid = 1
+    ivf.pq.cp.seed = params["seed"] + 1
+    ivf.pq.cp.min_points_per_centroid = 1
+    with omp_threads(params["num_threads"]):
+        index.train(np.ascontiguousarray(sample))
+    params.update(lists=lists, subquantizers=subquantizers, bits=bits)
+    return index, ivf
 
 
 def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
@@ -139,3 +181,48 @@ def tune_probes(recall: Callable[[int], float], lists: int, target: float) -> tu
         if measured >= target or probes == lists:
             return probes, measured
         probes *= 2
+
+
+def choose_probes(
+    search: Callable[[np.ndarray, int, int], np.ndarray],
+    array: np.ndarray,
+    space: str,
+    params: dict[str, Any],
+    report: dict[str, Any],
+) -> None:
+    """After the first batch (``array``, as stored) is in the index ``search`` queries: measure
+    recall@10 on a sample of it, set ``params["probe_lists"]`` (if unset) to meet the target, warn
+    when the target is out of reach, and record what was measured in ``report``."""
+    automatic = params["probe_lists"] is None
+    target = params["recall_target"]
+    if target is None and automatic:
+        target = DEFAULT_RECALL_TARGET
+    measured: float | None = None
+    sample = 0
+    if array.shape[0] < MIN_MEASURED_ROWS or target is None:
+        if automatic:
+            params["probe_lists"] = params["lists"]  # a tiny gallery: probe every list
+    else:
+        recall = measure_recall(search, array, 0, space, params["seed"])
+        sample = min(array.shape[0], SAMPLE_QUERIES)
+        if automatic:
+            params["probe_lists"], measured = tune_probes(recall, params["lists"], target)
+        else:
+            measured = recall(params["probe_lists"])
+        if measured < target:
+            warnings.warn(
+                RecallTargetWarning(
+                    f"the ivfpq index reaches recall@10 {measured:.3f} on {sample} sampled gallery "
+                    f"vectors at probe_lists={params['probe_lists']}, below recall_target={target}: "
+                    "raise subquantizers (or memory_budget), or keep_vectors=True with "
+                    "rerank_candidates"
+                ),
+                stacklevel=4,
+            )
+    params["recall_target"] = target
+    report.update(
+        recall_at_10=None if measured is None else round(float(measured), 4),
+        sample_queries=sample,
+        probe_lists=int(params["probe_lists"]),
+        recall_target=target,
+    )

@@ -14,30 +14,26 @@ saved with the index.
 
 from __future__ import annotations
 
-import math
-import warnings
 from typing import Any
 
 import faiss as _faiss
 import numpy as np
 
 from galleria._validation import check_choice
-from galleria._warnings import RecallTargetWarning
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
-from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
+from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
 from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads, restore_precomputed_table
-from galleria.index._ivfpq_build import MIN_MEASURED_ROWS, add_parallel, list_ids, measure_recall, tune_probes
+from galleria.index._ivfpq_build import add_parallel, choose_probes, train_ivfpq
+from galleria.index._ivfpq_files import check_loaded, check_report, checked_kept
 from galleria.index._ivfpq_params import (
-    DEFAULT_RECALL_TARGET,
     IVFPQ_PARAMETERS,
     IvfPqParameter,
-    choose_shape,
     default_subquantizers,
     validate_ivfpq_params,
 )
 from galleria.index.base import SPACES
-from galleria.index.exact import top_k_smallest
+from galleria.index.exact import rescore_candidates
 
 # faiss's bundled type stubs miss much of its SWIG API (DirectMap, IVF fields, search parameters).
 faiss: Any = _faiss
@@ -49,14 +45,6 @@ __all__ = [
     "default_subquantizers",
     "validate_ivfpq_params",
 ]
-#: What the build report of an index holds (JSON types), checked when a saved one is read back.
-_REPORT_KEYS: dict[str, type | tuple[type, ...]] = {
-    "chosen": list,
-    "recall_at_10": (float, type(None)),
-    "sample_queries": int,
-    "probe_lists": int,
-    "recall_target": (float, type(None)),
-}
 
 #: A batch is split over worker processes only when each shard gets at least this many vectors.
 MIN_ROWS_PER_WORKER = 20_000
@@ -204,92 +192,11 @@ rerank_candidates, seed, build_workers, num_threads
 
     def _train(self, vectors: np.ndarray) -> None:
         """Create and train the faiss index on a seeded sample of ``vectors`` (already prepared)."""
-        count, dim = vectors.shape
         params = self._params
-        shape = choose_shape(count, dim, params)
-        lists, bits, subquantizers = shape.lists, shape.bits, shape.subquantizers
-        if dim % subquantizers:
-            raise ValueError(
-                f"index parameter 'subquantizers' ({subquantizers}) must divide the dimension {dim}"
-            )
-        needed = max(lists, 1 << bits)
-        sample_size = min(count, params["train_size"])
-        if sample_size < needed:
-            raise ValueError(
-                f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = "
-                f"{needed} vectors (lists={lists}, bits={bits}); got {sample_size} "
-                f"(train_size={params['train_size']}, batch of {count}). Add more vectors at once or "
-                "lower lists/bits"
-            )
-        rng = np.random.default_rng(params["seed"])
-        sample = (
-            vectors
-            if sample_size == count
-            else vectors[np.sort(rng.choice(count, sample_size, replace=False))]
-        )
-        description = f"IVF{lists},PQ{subquantizers}x{bits}"
-        if params["opq"]:
-            description = f"OPQ{subquantizers}," + description
-        index = faiss.index_factory(dim, description, self._metric())
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-        ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
-        ivf.cp.seed = params["seed"]
-        ivf.cp.min_points_per_centroid = 1
-        ivf.pq.cp.seed = params["seed"] + 1
-        ivf.pq.cp.min_points_per_centroid = 1
-        with omp_threads(params["num_threads"]):
-            index.train(np.ascontiguousarray(sample))
-        chosen = [name for name in ("lists", "subquantizers", "bits") if params[name] is None]
-        if params["probe_lists"] is None:
-            chosen.append("probe_lists")
-        params.update(lists=lists, subquantizers=subquantizers, bits=bits)
+        chosen = [name for name in ("lists", "subquantizers", "bits", "probe_lists") if params[name] is None]
+        self._index, self._ivf = train_ivfpq(vectors, params, self._metric())
+        self._dim = vectors.shape[1]
         self._report = {"chosen": chosen}
-        self._index, self._ivf, self._dim = index, ivf, dim
-
-    def _measure(self, array: np.ndarray) -> None:
-        """After the first batch is in: measure recall@10 on a sample of it, choose ``probe_lists``
-        (if unset) to meet the target, and warn when the target is out of reach."""
-        params = self._params
-        assert self._report is not None
-        automatic = params["probe_lists"] is None
-        target = params["recall_target"]
-        if target is None and automatic:
-            target = DEFAULT_RECALL_TARGET
-        measured: float | None = None
-        sample = 0
-        if array.shape[0] < MIN_MEASURED_ROWS or target is None:
-            if automatic:
-                params["probe_lists"] = params["lists"]  # a tiny gallery: probe every list
-        else:
-            recall = measure_recall(
-                lambda queries, k, probes: self.search(queries, k, probe_lists=probes)[0],
-                array,
-                0,
-                self._space,
-                params["seed"],
-            )
-            sample = min(array.shape[0], 300)
-            if automatic:
-                params["probe_lists"], measured = tune_probes(recall, params["lists"], target)
-            else:
-                measured = recall(params["probe_lists"])
-            if measured < target:
-                warnings.warn(
-                    RecallTargetWarning(
-                        f"the ivfpq index reaches recall@10 {measured:.3f} on {sample} sampled gallery "
-                        f"vectors at probe_lists={params['probe_lists']}, below recall_target={target}: "
-                        "raise subquantizers (or memory_budget), or keep_vectors=True with "
-                        "rerank_candidates"
-                    ),
-                    stacklevel=3,
-                )
-        params["recall_target"] = target
-        self._report.update(
-            recall_at_10=None if measured is None else round(float(measured), 4),
-            sample_queries=sample,
-            probe_lists=int(params["probe_lists"]),
-            recall_target=target,
-        )
 
     def add(self, vectors: np.ndarray) -> None:
         """Insert an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``.
@@ -315,7 +222,14 @@ rerank_candidates, seed, build_workers, num_threads
             self._keep(array)
         self._rows.append(count)
         if training:
-            self._measure(array)
+            assert self._report is not None
+            choose_probes(
+                lambda queries, k, probes: self.search(queries, k, probe_lists=probes)[0],
+                array,
+                self._space,
+                self._params,
+                self._report,
+            )
 
     def _keep(self, array: np.ndarray) -> None:
         """Append ``array`` to the exact copy (grown geometrically, like the exact index)."""
@@ -370,37 +284,13 @@ rerank_candidates, seed, build_workers, num_threads
             labels[short], scores[short] = self._faiss_search(array[short], width, int(self._ivf.nlist))
         ids = self._rows.to_positions(labels)
         if self._params["rerank_candidates"]:
-            return self._rerank(array, ids, k)
+            return rescore_candidates(self._kept, self._space, array, ids, k)
         scores = scores.astype(np.float32, copy=False)
         if self._space != "l2":
             np.subtract(1.0, scores, out=scores)
         if k > 1 and (scores[:, 1:] == scores[:, :-1]).any():
             order = np.lexsort((ids, scores), axis=1)
             ids, scores = np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
-        return ids, scores
-
-    def _rerank(self, queries: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Re-score each query's candidate rows with the kept exact vectors; keep the best ``k``."""
-        count, width = candidates.shape
-        ids = np.empty((count, k), dtype=np.int64)
-        scores = np.empty((count, k), dtype=np.float32)
-        step = max(1, (1 << 22) // max(1, width * queries.shape[1]))
-        for start in range(0, count, step):
-            rows = candidates[start : start + step]
-            block = np.asarray(self._kept[rows], dtype=np.float32)  # (b, width, dim)
-            query = queries[start : start + step]
-            if self._space == "l2":
-                difference = block - query[:, None, :]
-                distances = np.einsum("bwd,bwd->bw", difference, difference)
-            else:
-                distances = 1.0 - np.einsum("bwd,bd->bw", block, query)
-            # Order by (distance, row): sort the candidates by row first, then take the k smallest stably.
-            by_row = np.argsort(rows, axis=1, kind="stable")
-            rows = np.take_along_axis(rows, by_row, axis=1)
-            distances = np.take_along_axis(distances, by_row, axis=1).astype(np.float32, copy=False)
-            chosen, values = top_k_smallest(distances, k)
-            ids[start : start + step] = np.take_along_axis(rows, chosen, axis=1)
-            scores[start : start + step] = values
         return ids, scores
 
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
@@ -486,7 +376,7 @@ rerank_candidates, seed, build_workers, num_threads
         if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
             raise ValueError("serialised ivfpq index has an invalid 'live' row array")
         loaded = deserialize(arrays["faiss"], "ivfpq index", id_limit=total)
-        index._check_loaded(loaded, int(dim), live)
+        check_loaded(loaded, int(dim), live, index._params, index._metric())
         index._index, index._ivf, index._dim = (
             loaded,
             faiss.downcast_index(faiss.extract_index_ivf(loaded)),
@@ -494,75 +384,10 @@ rerank_candidates, seed, build_workers, num_threads
         )
         restore_precomputed_table(loaded, len(data))
         index._rows = LiveRows(live, int(total))
-        index._report = _check_report(meta.get("report"))
+        index._report = check_report(meta.get("report"))
         if index._params["keep_vectors"]:
-            index._load_kept(arrays.get("kept"), int(dim), live.size)
+            index._kept = checked_kept(arrays.get("kept"), int(dim), live.size, index._params["vector_dtype"])
+            index._kept_size = live.size
         elif "kept" in arrays:
             raise ValueError("serialised ivfpq index holds kept vectors but keep_vectors is False")
         return index
-
-    def _check_loaded(self, loaded: Any, dim: int, live: np.ndarray) -> None:
-        """Check that a deserialised faiss index has the type, shape and ids this index's header says."""
-        if self._params["opq"]:
-            # The OPQ rotation comes back as a LinearTransform (OPQMatrix is one): a square rotation.
-            rotation = (
-                faiss.downcast_VectorTransform(loaded.chain.at(0))
-                if isinstance(loaded, faiss.IndexPreTransform) and loaded.chain.size() == 1
-                else None
-            )
-            ok = (
-                isinstance(rotation, faiss.LinearTransform)
-                and rotation.d_in == dim
-                and rotation.d_out == dim
-                and bool(rotation.is_trained)
-            )
-            inner = faiss.downcast_index(loaded.index) if ok else None
-        else:
-            ok, inner = True, loaded
-        if not ok or not isinstance(inner, faiss.IndexIVFPQ):
-            raise ValueError("serialised ivfpq index holds a faiss index of the wrong type")
-        params = self._params
-        if (
-            int(loaded.metric_type) != self._metric()
-            or loaded.d != dim
-            or not loaded.is_trained
-            or inner.nlist != params["lists"]
-            or inner.pq.nbits != params["bits"]
-            or (params["subquantizers"] is not None and inner.pq.M != params["subquantizers"])
-        ):
-            raise ValueError("serialised ivfpq index header does not match its faiss index")
-        if inner.ntotal != live.size or not np.array_equal(np.sort(list_ids(inner)), live):
-            raise ValueError(
-                "serialised ivfpq index: the ids in its inverted lists do not match its live rows"
-            )
-
-    def _load_kept(self, kept: np.ndarray | None, dim: int, count: int) -> None:
-        dtype = np.dtype(self._params["vector_dtype"])
-        if kept is not None and dtype == np.float16 and kept.dtype == np.uint8 and kept.ndim == 2:
-            kept = kept.view("<f2") if kept.shape[1] == 2 * dim else None
-        if kept is None or kept.dtype != dtype or kept.shape != (count, dim):
-            raise ValueError(f"serialised ivfpq index lacks its kept ({count}, {dim}) {dtype} vectors")
-        if not all_finite(kept):
-            raise ValueError("serialised ivfpq index holds non-finite kept vectors")
-        self._kept = np.ascontiguousarray(kept)
-        self._kept_size = count
-
-
-def _check_report(report: Any) -> dict[str, Any] | None:
-    """A saved build report, checked key by key (ValueError if it is not one this index writes)."""
-    if report is None:
-        return None
-    if (
-        not isinstance(report, dict)
-        or not set(report) <= set(_REPORT_KEYS)
-        or "chosen" not in report
-        or not all(isinstance(report[key], _REPORT_KEYS[key]) for key in report)
-        or not all(name in IVFPQ_PARAMETERS for name in report["chosen"])
-        or isinstance(report.get("sample_queries"), bool)
-        or any(
-            isinstance(report.get(key), float) and not (math.isfinite(report[key]) and 0 <= report[key] <= 1)
-            for key in ("recall_at_10", "recall_target")
-        )
-    ):
-        raise ValueError("serialised ivfpq index has an invalid build report")
-    return dict(report)

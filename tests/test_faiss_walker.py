@@ -279,6 +279,8 @@ def test_ivf_ids_may_reach_the_callers_limit() -> None:
 def test_ivf_nprobe_and_list_count_bounded() -> None:
     data = ivf_bytes(0)
     refused(put(data, HEADER + 8, "Q", 0), r"nprobe")
+    refused(put(data, HEADER + 8, "Q", 1 << 63), r"nprobe")  # found by the corpus: negative in FAISS
+    assert check_faiss_bytes(put(data, HEADER + 8, "Q", 1 << 30), "wide") == "IndexIVFFlat"
     refused(put(data, HEADER, "Q", 0), r"inverted lists")
     refused(put(data, HEADER, "Q", 1 << 30), r"inverted lists")
 
@@ -427,3 +429,23 @@ def test_checker_functions_directly() -> None:
     check_linear_transform(6, 0, False, 2, 3, True)
     with pytest.raises(ValueError, match="bias"):
         check_linear_transform(6, 2, True, 2, 3, True)
+
+
+def test_ivf_flat_list_vectors_must_be_finite() -> None:
+    """Found by the attack corpus: an IVF-flat list vector patched to NaN loaded and came back as NaN."""
+    layout = IvfLayout(ivf_bytes(0))
+    first_list = int(np.flatnonzero(layout.sizes)[0])
+    codes_at = layout.ids_at[first_list] - int(layout.sizes[first_list]) * layout.dim * 4
+    for value in (0x7FC00000, 0x7F800000):  # NaN, +inf as float32 bits
+        refused(put(layout.data, codes_at, "I", value), r"inverted list vectors holds NaN or infinite")
+
+
+def test_an_untrained_index_with_rows_is_refused() -> None:
+    """Found by the attack corpus: is_trained patched to 0 loaded, then every search raised RuntimeError."""
+    index = faiss.IndexPQ(8, 2, 4)
+    index.train(vectors(256, 8))
+    index.add(vectors(20, 8, seed=1))
+    data = faiss.serialize_index(index).tobytes()
+    refused(put(data, HEADER - 5, "B", 0), r"an index of 20 rows that is not trained")
+    empty = faiss.serialize_index(faiss.IndexPQ(8, 2, 4)).tobytes()
+    assert check_faiss_bytes(empty, "untrained, empty") == "IndexPQ"

@@ -289,7 +289,8 @@ def check_linear_transform(
         raise ValueError(f"vector transform has invalid dimensions {d_in} → {d_out}")
     if matrix_size != d_in * d_out:
         raise ValueError(f"vector transform matrix has {matrix_size} entries for {d_in} → {d_out}")
-    if bias_size != (d_out if have_bias else 0) and not (bias_size == d_out and not have_bias):
+    allowed = (d_out,) if have_bias else (0, d_out)  # without a bias, FAISS ignores a kept one
+    if bias_size not in allowed:
         raise ValueError(f"vector transform bias has {bias_size} entries for d_out {d_out}")
     if not trained:
         raise ValueError("vector transform is not trained")
@@ -302,12 +303,14 @@ def _index_header(reader: _Reader) -> _Shape:
     dim = int(reader.unpack("i", "dimension"))
     total = int(reader.unpack("q", "ntotal"))
     reader.take(16, "header")  # two unused int64 fields
-    reader.flag("is_trained")
+    trained = reader.flag("is_trained")
     metric = int(reader.unpack("i", "metric type"))
     if metric not in (0, 1):
         raise _Refused(f"metric type {metric} (galleria reads inner product 0 and L2 1 only)")
     if not 0 < dim <= 1 << 16 or total < 0:
         raise _Refused(f"invalid dimension {dim} or row count {total}")
+    if total and not trained:  # FAISS would refuse the first search of it
+        raise _Refused(f"an index of {total} rows that is not trained")
     return _Shape(dim, total)
 
 
@@ -368,7 +371,7 @@ def _ivf_header(reader: _Reader, depth: int) -> tuple[_Shape, int, int, np.ndarr
     shape = _index_header(reader)
     lists = int(reader.unpack("Q", "nlist"))
     probes = int(reader.unpack("Q", "nprobe"))
-    if not 0 < lists <= 1 << 24 or probes < 1:
+    if not 0 < lists <= 1 << 24 or not 1 <= probes <= 1 << 30:  # FAISS casts nprobe to a signed int
         raise _Refused(f"invalid number of inverted lists {lists} or nprobe {probes}")
     reader.extra += lists * IVF_LIST_OVERHEAD
     _, quantizer = _index(reader, depth + 1, _FLAT, None)
@@ -385,8 +388,10 @@ def _ivf_header(reader: _Reader, depth: int) -> tuple[_Shape, int, int, np.ndarr
     return shape, lists, map_type, entries
 
 
-def _inverted_lists(reader: _Reader, lists: int, code_size: int, total: int) -> list[np.ndarray]:
-    """Walk array inverted lists; return each list's ids."""
+def _inverted_lists(
+    reader: _Reader, lists: int, code_size: int, total: int, *, float_codes: bool = False
+) -> list[np.ndarray]:
+    """Walk array inverted lists; return each list's ids (codes that are vectors must be finite)."""
     kind = reader.fourcc()
     if kind != "ilar":
         raise _Refused(
@@ -414,7 +419,10 @@ def _inverted_lists(reader: _Reader, lists: int, code_size: int, total: int) -> 
     ids = []
     for size in sizes.tolist():
         if size:
-            reader.take(size * code_size, "inverted list codes")
+            if float_codes:
+                reader.floats("inverted list vectors", length=size * code_size // 4)
+            else:
+                reader.take(size * code_size, "inverted list codes")
             ids.append(reader.array("<i8", "inverted list ids", length=size))
         else:
             ids.append(np.zeros(0, dtype=np.int64))
@@ -422,9 +430,16 @@ def _inverted_lists(reader: _Reader, lists: int, code_size: int, total: int) -> 
 
 
 def _ivf_lists(
-    reader: _Reader, shape: _Shape, lists: int, code_size: int, direct: tuple[int, np.ndarray], limit: int
+    reader: _Reader,
+    shape: _Shape,
+    lists: int,
+    code_size: int,
+    direct: tuple[int, np.ndarray],
+    limit: int,
+    *,
+    float_codes: bool = False,
 ) -> None:
-    list_ids = _inverted_lists(reader, lists, code_size, shape.total)
+    list_ids = _inverted_lists(reader, lists, code_size, shape.total, float_codes=float_codes)
     try:
         every = np.concatenate(list_ids) if list_ids else np.zeros(0, dtype=np.int64)
         check_unique_ids(every, limit, "IVF inverted lists")
@@ -436,7 +451,7 @@ def _ivf_lists(
 def _ivf_flat(reader: _Reader, depth: int, limit: int | None) -> _Shape:
     shape, lists, map_type, entries = _ivf_header(reader, depth)
     bound = shape.total if limit is None else limit
-    _ivf_lists(reader, shape, lists, shape.dim * 4, (map_type, entries), bound)
+    _ivf_lists(reader, shape, lists, shape.dim * 4, (map_type, entries), bound, float_codes=True)
     return shape
 
 

@@ -23,7 +23,14 @@ from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads, restore_precomputed_table
+from galleria.index._faiss import (
+    FaissPart,
+    LiveRows,
+    deserialize,
+    omp_threads,
+    restore_precomputed_table,
+    usable_threads,
+)
 from galleria.index._ivfpq_build import add_parallel, choose_probes, train_ivfpq
 from galleria.index._ivfpq_files import check_loaded, check_report, checked_kept
 from galleria.index._ivfpq_params import (
@@ -212,7 +219,8 @@ rerank_candidates, seed, build_workers, num_threads
         if training:
             self._train(array)
         first = self._rows.total
-        workers = min(self._params["build_workers"], count // MIN_ROWS_PER_WORKER)
+        # A file's params never choose more processes than this machine lets the process use.
+        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
         if workers > 1:
             add_parallel(self._index, self._ivf, array, first, workers)
         else:

@@ -323,12 +323,12 @@ def check_method_params(method: Any, params: Any) -> dict[str, Any]:
             zip(("k1", "k2"), check_gnn_params(params.get("k1", 26), params.get("k2", 7)), strict=True)
         )
     else:
-        from galleria._validation import check_nonnegative_float
+        from galleria.expansion import check_expansion_alpha
 
         checked = {
             "neighbors": check_positive_int("neighbors", params.get("neighbors", 10)),
-            "alpha": check_nonnegative_float("alpha", params.get("alpha", 3.0)),
+            "alpha": check_expansion_alpha("alpha", params.get("alpha", 3.0)),
             "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
-            "aqe_alpha": check_nonnegative_float("aqe_alpha", params.get("aqe_alpha", 3.0)),
+            "aqe_alpha": check_expansion_alpha("aqe_alpha", params.get("aqe_alpha", 3.0)),
         }
     return checked

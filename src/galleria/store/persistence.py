@@ -54,6 +54,7 @@ import numpy as np
 from galleria._files import atomic_path
 from galleria._validation import MAX_VECTOR_DIM
 from galleria.embedders import embedder_config, embedder_from_config
+from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
 from galleria.index._checks import all_finite
 from galleria.index._serial import Packed, Unpacked
@@ -213,7 +214,7 @@ def _valid_augmentation(record: Any) -> bool:
         and isinstance(alpha, (int, float))
         and not isinstance(alpha, bool)
         and math.isfinite(alpha)
-        and alpha >= 0
+        and 0 <= alpha <= MAX_EXPANSION_ALPHA
     )
 
 
@@ -324,7 +325,14 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
     if augmentation is not None and not _valid_augmentation(augmentation):
         raise checked.fail(
             "augmentation",
-            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}",
+            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}"[:300],
+        )
+    if augmentation is not None and (space != "cosine" or index["name"] == "external"):
+        # augment_store refuses these stores, so no file galleria writes holds such a record.
+        raise checked.fail(
+            "augmentation",
+            f"records database-side augmentation, which only a cosine store on a built-in index has "
+            f"(this one: space {space!r}, index {index['name']!r})",
         )
     tensors = checked.get("tensors")
     if (

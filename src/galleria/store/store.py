@@ -309,7 +309,8 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             Allow a store whose index lives in a vector database (:class:`~galleria.MilvusIndex`)
             to reconnect to the uri and collection its file records. Off by default: a file never
             chooses what galleria opens or contacts (the token, if any, comes from
-            ``GALLERIA_MILVUS_TOKEN``, never from the file).
+            ``GALLERIA_MILVUS_TOKEN``, never from the file, and is sent only to the server named
+            by ``GALLERIA_MILVUS_URI``: a file whose uri differs is refused).
         mmap : bool
             Memory-map the exact vectors (an exact index's, or the copy a store keeps for an
             external index) read-only from the file instead of reading them into memory: loading

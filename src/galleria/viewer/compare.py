@@ -103,6 +103,17 @@ class SearchSettings:
     k: int = 10
     config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=100))
 
+    def __post_init__(self) -> None:
+        # The one bound on a request's work, wherever the settings come from (a form, the JSON API,
+        # a tuned settings file used for the first page): checked here, on every construction.
+        if not isinstance(self.config, RetrievalConfig):
+            raise TypeError(f"config must be a RetrievalConfig, got {type(self.config).__name__}")
+        for name, value in (("k", self.k), ("pool", self.config.pool)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESULTS:
+                raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
+        if self.config.rerank and self.config.pool < self.k:
+            raise ValueError(f"pool must be at least k ({self.k}), got {self.config.pool}")
+
     @classmethod
     def from_mapping(
         cls, settings: Mapping[str, Any], defaults: RetrievalConfig | None = None
@@ -118,12 +129,11 @@ class SearchSettings:
         base = defaults if defaults is not None else RetrievalConfig("search", pool=100)
         k = _number(settings, "k", 10, int)
         pool = _number(settings, "pool", base.pool, int)
-        for name, value in (("k", k), ("pool", pool)):
-            if not 1 <= value <= MAX_RESULTS:
-                raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
+        if not 1 <= k <= MAX_RESULTS:  # before the config: the bound is part of the message users see
+            raise ValueError(f"k must be between 1 and {MAX_RESULTS}, got {k!r}")
+        if not 1 <= pool <= MAX_RESULTS:
+            raise ValueError(f"pool must be between 1 and {MAX_RESULTS}, got {pool!r}")
         rerank = _flag(settings, "rerank")
-        if rerank and pool < k:
-            raise ValueError(f"pool must be at least k ({k}), got {pool}")
         lam = settings.get("lambda", settings.get("lambda_value"))
         try:
             config = RetrievalConfig(

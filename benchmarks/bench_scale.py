@@ -168,6 +168,9 @@ def main() -> None:
     parser.add_argument("--hnsw-rows", type=int, default=None)
     parser.add_argument("--rows", type=int, default=None, help="gallery rows (default 1M; --quick 100k)")
     parser.add_argument(
+        "--only", default=None, help="run the exact store and the configurations whose label has this"
+    )
+    parser.add_argument(
         "--out", default=None, help="markdown file to write (default docs/benchmarks/scale.md)"
     )
     parser.add_argument("--dims", default="128,512")
@@ -208,6 +211,8 @@ def main() -> None:
             run_stage("truth", {"rows": hnsw_rows, "dim": dim, "truth_out": subset_truth})
             exact_peak = None
             for label, name, count, params in configurations(dim, rows, hnsw_rows):
+                if options.only and name != "exact" and options.only not in label:
+                    continue
                 file = f"{folder}/{name}-{dim}.safetensors"
                 print(f"[{dim}] {label}: building", flush=True)
                 built = run_stage(

@@ -36,7 +36,7 @@ def test_shape_follows_the_gallery_and_the_budget() -> None:
     for count in (5_000, 50_000, 1_000_000):
         shape = choose_shape(count, 96, validate_ivfpq_params(None))
         assert shape.lists == max(1, min(round(4 * math.sqrt(count)), min(count, 100_000) // 39))
-        assert shape.subquantizers == 48 and shape.bits == 8
+        assert shape.subquantizers == 96 and shape.bits == 8
     budget = choose_shape(1_000_000, 96, validate_ivfpq_params({"memory_budget": 40_000_000}))
     assert budget.subquantizers == 32  # 40 bytes a row: 8 for the id, 32 for the code
     given = choose_shape(1_000_000, 96, validate_ivfpq_params({"lists": 7, "subquantizers": 3, "bits": 4}))

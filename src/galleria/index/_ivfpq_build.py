@@ -171,15 +171,25 @@ def measure_recall(
     return recall
 
 
+#: When no number of probes reaches the target, the fewest whose recall is within this of the best.
+PLATEAU = 0.005
+
+
 def tune_probes(recall: Callable[[int], float], lists: int, target: float) -> tuple[int, float]:
     """The smallest power of two (or ``lists``) of probes whose recall reaches ``target``, with that
-    recall; ``(lists, best recall)`` when none does."""
+    recall. When none does, the codes cap the recall: the fewest probes within :data:`PLATEAU` of the
+    best recall measured (probing more would cost time for nothing)."""
+    measured: dict[int, float] = {}
     probes = 1
     while True:
         probes = min(probes, lists)
-        measured = recall(probes)
-        if measured >= target or probes == lists:
-            return probes, measured
+        measured[probes] = recall(probes)
+        if measured[probes] >= target:
+            return probes, measured[probes]
+        if probes == lists:
+            best = max(measured.values())
+            fewest = min(p for p, value in measured.items() if value >= best - PLATEAU)
+            return fewest, measured[fewest]
         probes *= 2
 
 

@@ -2,10 +2,11 @@
 index (lists, sub-quantizers, bits) chosen from the gallery's size, dimension and a memory budget.
 
 Left unset, ``lists`` is about ``4·sqrt(n)`` (at most one list per 39 training vectors, faiss's
-rule of thumb for k-means), ``subquantizers`` the largest divisor of the dimension up to half of
-it that fits ``memory_budget`` (codes plus ids), ``bits`` 8 (fewer for a gallery too small to train
-256 centroids per sub-quantizer), and ``probe_lists`` the smallest power of two whose recall@10
-on a sample of the gallery reaches ``recall_target`` (:mod:`galleria.index._ivfpq_build`).
+rule of thumb for k-means), ``subquantizers`` the dimension itself (one byte per dimension at 8
+bits), or its largest divisor that fits ``memory_budget`` (codes plus ids), ``bits`` 8 (fewer for
+a gallery too small to train 256 centroids per sub-quantizer), and ``probe_lists`` the smallest
+power of two whose recall@10 on a sample of the gallery reaches ``recall_target``
+(:mod:`galleria.index._ivfpq_build`).
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ IVFPQ_PARAMETERS: dict[str, IvfPqParameter] = {
     "subquantizers": IvfPqParameter(
         None,
         "int",
-        "PQ sub-vectors per code (faiss M); must divide dim. None: the largest divisor of dim up to "
-        "dim / 2 whose codes fit memory_budget",
+        "PQ sub-vectors per code (faiss M); must divide dim. None: dim (one byte per dimension at 8 "
+        "bits), or the largest divisor of dim whose codes fit memory_budget",
         1,
         4096,
         optional=True,
@@ -232,7 +233,7 @@ def choose_shape(count: int, dim: int, params: Mapping[str, Any]) -> IvfPqShape:
     Examples
     --------
     >>> choose_shape(200_000, 128, validate_ivfpq_params(None))
-    IvfPqShape(lists=1789, subquantizers=64, bits=8)
+    IvfPqShape(lists=1789, subquantizers=128, bits=8)
     >>> choose_shape(1_000_000, 512, validate_ivfpq_params({"memory_budget": 80_000_000}))
     IvfPqShape(lists=2564, subquantizers=64, bits=8)
     """
@@ -257,17 +258,17 @@ def choose_shape(count: int, dim: int, params: Mapping[str, Any]) -> IvfPqShape:
 
 
 def default_subquantizers(dim: int, bits: int = 8, row_bytes: float | None = None) -> int:
-    """The largest divisor of ``dim`` that is at most ``dim // 2`` (two dimensions per sub-quantizer;
-    1 for tiny dims) whose code of ``bits`` bits each fits ``row_bytes`` (no limit when None).
+    """The largest divisor of ``dim`` (one sub-quantizer per dimension without a limit: codes a
+    quarter of float32 at 8 bits) whose code of ``bits`` bits each fits ``row_bytes``.
 
     Examples
     --------
     >>> default_subquantizers(512), default_subquantizers(100), default_subquantizers(3)
-    (256, 50, 1)
+    (512, 100, 3)
     >>> default_subquantizers(512, row_bytes=72)
     64
     """
-    divisors = [m for m in range(1, max(1, dim // 2) + 1) if dim % m == 0]
+    divisors = [m for m in range(1, dim + 1) if dim % m == 0]
     if row_bytes is not None:
         divisors = [m for m in divisors if math.ceil(m * bits / 8) <= row_bytes] or [0]
     return max(divisors)

@@ -222,7 +222,7 @@ rerank_candidates, seed, build_workers, num_threads
         # A file's params never choose more processes than this machine lets the process use.
         workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
         if workers > 1:
-            add_parallel(self._index, self._ivf, array, first, workers)
+            self._add_parallel(array, first, workers)
         else:
             with omp_threads(self._params["num_threads"]):
                 self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
@@ -238,6 +238,10 @@ rerank_candidates, seed, build_workers, num_threads
                 self._params,
                 self._report,
             )
+
+    def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
+        """Encode ``array`` in ``workers`` processes and merge their lists (:func:`add_parallel`)."""
+        add_parallel(self._index, self._ivf, array, first, workers)
 
     def _keep(self, array: np.ndarray) -> None:
         """Append ``array`` to the exact copy (grown geometrically, like the exact index)."""

@@ -101,6 +101,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--stage")
     parser.add_argument("payload", nargs="?")
+    parser.add_argument(
+        "--configs",
+        default=None,
+        help="comma-separated index:rows:dim (default exact:1000000:512,ivfpq:1000000:512,hnsw:100000:128)",
+    )
     options = parser.parse_args()
     if options.stage:
         stage = {"build": stage_build, "load": stage_load}[options.stage]
@@ -112,6 +117,12 @@ def main() -> None:
         ("ivfpq", big, 512, {"keep_vectors": True, "lists": 1024 if big > 100_000 else 64}),
         ("hnsw", small, 128, {}),
     ]
+    if options.configs:
+        configs = []
+        for item in options.configs.split(","):
+            name, count, dim = item.split(":")
+            extra = {"keep_vectors": True} if name == "ivfpq" else {}
+            configs.append((name, int(count), int(dim), extra))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
         for name, count, dim, params in configs:

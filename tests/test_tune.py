@@ -183,3 +183,15 @@ def test_oversized_settings_file_is_not_read_whole(tmp_path: Path) -> None:
 def test_config_from_settings_names_where() -> None:
     with pytest.raises(TypeError, match="here must be a JSON object"):
         config_from_settings([1], where="here")
+
+
+def test_the_gnn_search_space_includes_lambda() -> None:
+    optuna = pytest.importorskip("optuna")
+    from galleria.tune.search import _suggest
+
+    trial = optuna.trial.FixedTrial(
+        {"method": "gnn", "gnn.aqe": False, "gnn.pool": 200, "gnn.k1": 9, "gnn.k2": 3, "gnn.lambda": 0.0}
+    )
+    options = _suggest(trial, ["gnn"])
+    assert options["rerank_params"] == {"k1": 9, "k2": 3, "lambda_value": 0.0}
+    RetrievalConfig("t", **options)  # a valid configuration

@@ -112,9 +112,13 @@ def query_paths_from(source: str) -> list[str]:
     return paths
 
 
-def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list[Any], list[str]]:
-    """Read the query images; return the paths kept, their arrays and the unreadable paths."""
-    from galleria.store.reading import ImageReadError, read_rgb
+def _image_queries(
+    paths: list[str], skip_errors: bool, embedder: Any = None
+) -> tuple[list[str], list[Any], list[str]]:
+    """Read the query images as the store read its gallery: the paths kept, their arrays, the unreadable."""
+    from galleria.store.reading import ImageReadError, reader_for
+
+    read_rgb = reader_for(embedder)  # the same draft scale for large JPEGs as the gallery's
 
     kept: list[str] = []
     arrays: list[Any] = []
@@ -190,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     queries: list[Any]
     if kind == "image":
-        query_names, queries, skipped = _image_queries(query_names, args.skip_errors)
+        query_names, queries, skipped = _image_queries(query_names, args.skip_errors, store.embedder)
         if not queries:
             raise CliError("no query image could be read; nothing to search")
     else:

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
-from galleria.distances import pairwise_distances_batched
+from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank import _common
-from galleria.rerank._common import check_hyperparameters, one_blas_thread
+from galleria.rerank._common import check_hyperparameters, check_mode, one_blas_thread
 from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
+from galleria.rerank.pool import reference_pool
 from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -43,6 +44,10 @@ class KReciprocalReranker:
         Neighbourhood size of the local query expansion (``k2 <= k1``; 1 skips it).
     lambda_value : float, default 0.3
         Weight of the original distance in ``d*``, in [0, 1].
+    mode : {"paper", "reference"}, default "paper"
+        ``"reference"`` re-ranks each pool with the authors' published algorithm (see
+        :func:`~galleria.rerank.rerank_pool`), so results equal torchreid's and fast-reid's on the
+        same pool; it goes pool by pool.
 
     Notes
     -----
@@ -82,6 +87,7 @@ class KReciprocalReranker:
         k1: int = 20,
         k2: int = 6,
         lambda_value: float = 0.3,
+        mode: str = "paper",
     ) -> None:
         if not isinstance(store, InMemoryImageEmbeddingStore):
             raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
@@ -91,6 +97,7 @@ class KReciprocalReranker:
                 "re-ranker can combine with the store's own"
             )
         self._k1, self._k2, self._lambda = check_hyperparameters(k1, k2, lambda_value)
+        self._mode = check_mode(mode)
         self._store = store
 
     @property
@@ -113,10 +120,16 @@ class KReciprocalReranker:
         """Weight of the original distance in the final one."""
         return self._lambda
 
+    @property
+    def mode(self) -> str:
+        """``"paper"`` or ``"reference"`` (the authors' published algorithm)."""
+        return self._mode
+
     def __repr__(self) -> str:
+        mode = "" if self._mode == "paper" else f"mode={self._mode!r}, "
         return (
             f"KReciprocalReranker(k1={self._k1}, k2={self._k2}, lambda_value={self._lambda}, "
-            f"store={self._store!r})"
+            f"{mode}store={self._store!r})"
         )
 
     def rerank(self, candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
@@ -222,10 +235,26 @@ class KReciprocalReranker:
     def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
         vectors = self._store.embeddings_of(paths)  # KeyError naming unknown paths
+        if self._mode == "reference":
+            return self._reference_finals(vectors, scores, count, length)
         if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)
             source = VectorRows(vectors, scores, self._store.space)
             return sparse_pool_core(source, self._k1, self._k2, self._lambda)[None, :]
         return self._pool_finals(vectors, scores, count, length)
+
+    def _reference_finals(
+        self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int
+    ) -> np.ndarray:
+        """``mode="reference"``: each pool's (N + 1)² distances through the authors' algorithm."""
+        finals = np.empty((count, length), dtype=np.float64)
+        stacked = vectors.reshape(count, length, -1)
+        probe = scores.reshape(count, length)
+        for position in range(count):
+            matrix = np.zeros((length + 1, length + 1), dtype=np.float64)
+            matrix[1:, 1:] = pairwise_distances(stacked[position], stacked[position], self._store.space)
+            matrix[0, 1:] = matrix[1:, 0] = probe[position]
+            finals[position] = reference_pool(matrix, self._k1, self._k2, self._lambda)
+        return finals
 
     def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates from their vectors and scores, pool by pool."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from galleria._files import atomic_write_bytes, load_json, read_regular_file
 from galleria.evaluation.configs import RetrievalConfig
-from galleria.rerank.base import DEFAULT_METHOD, METHOD_PARAMS
+from galleria.rerank.registry import DEFAULT_METHOD, METHOD_PARAMS
 
 __all__ = [
     "FORMAT_NAME",
@@ -54,7 +54,7 @@ def config_from_settings(settings: Any, name: str = "tuned", where: str = "setti
     Examples
     --------
     >>> config_from_settings({"rerank": True, "rerank_method": "gnn", "k1": 9}).title
-    'GNN (k1=9, k2=7, pool=200)'
+    'GNN (k1=9, k2=7, lambda_value=0.3, pool=200)'
     """
     if not isinstance(settings, Mapping):
         raise TypeError(f"{where} must be a JSON object, got {type(settings).__name__}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["printable", "shorten_middle"]
+__all__ = ["format_score", "printable", "shorten_middle"]
 
 #: Format characters that reorder or hide text on a terminal (bidi overrides and isolates).
 _BIDI = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F))
@@ -57,3 +57,15 @@ def shorten_middle(text: str, width: int) -> str:
     tail = (width - 1) // 2 + (width - 1) % 2
     head = width - 1 - tail
     return text[:head] + "…" + text[len(text) - tail :]
+
+
+def format_score(score: float, digits: int = 4) -> str:
+    """A score with ``digits`` decimals, never a negative zero (``-0.00001`` → ``0.0000``).
+
+    Examples
+    --------
+    >>> format_score(-0.000012), format_score(0.123456), format_score(-0.5)
+    ('0.0000', '0.1235', '-0.5000')
+    """
+    text = f"{score:.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text

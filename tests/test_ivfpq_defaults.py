@@ -140,3 +140,23 @@ def test_galleria_info_shows_what_the_build_chose_and_measured(tmp_path: object)
         subprocess.run([*command, "--json"], capture_output=True, text=True, env=env).stdout
     )
     assert described["index_build"] == report and described["index"]["params"]["lists"] == 40
+
+
+def test_no_l2_table_larger_than_the_codes_is_built_or_restored() -> None:
+    data = clustered(2_000, 16)
+    big = IvfPqIndex("l2", lists=64, subquantizers=16, bits=8, probe_lists=8, num_threads=1)
+    big.add(data)  # the table would be 64 × 16 × 256 floats = 1 MiB, the codes 48 KB
+    ivf = faiss_ivf(big)
+    assert ivf.use_precomputed_table == -1 and ivf.precomputed_table.size() == 0
+    copy = index_from_bytes("ivfpq", big.to_bytes())
+    assert isinstance(copy, IvfPqIndex) and faiss_ivf(copy).precomputed_table.size() == 0
+    np.testing.assert_array_equal(copy.search(data[:20], 5)[0], big.search(data[:20], 5)[0])
+    small = IvfPqIndex("l2", lists=4, subquantizers=4, bits=4, probe_lists=2, num_threads=1)
+    small.add(data)  # 4 × 4 × 16 floats: far smaller than the codes, so faiss keeps its table
+    assert faiss_ivf(small).precomputed_table.size() > 0
+
+
+def faiss_ivf(index: IvfPqIndex) -> object:
+    import faiss
+
+    return faiss.downcast_index(faiss.extract_index_ivf(index.faiss_index))

@@ -133,7 +133,9 @@ def restore_precomputed_table(index: Any, file_bytes: int) -> None:
 
     FAISS sizes the table ``nlist × M × 2**nbits`` floats, which a file chooses; above
     :func:`~galleria.index._faiss_check.allocation_budget` of the file's size it stays off and
-    searches compute the same distances per query instead.
+    searches compute the same distances per query instead. It also stays off when it would be
+    larger than the file itself (an acceleration bigger than the data it speeds up; the build
+    makes the same choice, :func:`galleria.index._ivfpq_build.train_ivfpq`).
     """
     try:
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
@@ -142,7 +144,7 @@ def restore_precomputed_table(index: Any, file_bytes: int) -> None:
     if not isinstance(ivf, faiss.IndexIVFPQ) or not ivf.by_residual:
         return
     size = precomputed_table_bytes(int(ivf.nlist), int(ivf.pq.M), int(ivf.pq.nbits))
-    if size <= allocation_budget(file_bytes):
+    if size <= allocation_budget(file_bytes) and size <= file_bytes:
         ivf.use_precomputed_table = 0  # let faiss choose the table's kind, as after training
         ivf.precompute_table()
 

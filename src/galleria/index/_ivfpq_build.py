@@ -9,6 +9,7 @@ both lists, and recall@10 is the mean share of the exact ten the index finds.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 
 from galleria._warnings import RecallTargetWarning
 from galleria.index._faiss import omp_threads
+from galleria.index._faiss_check import precomputed_table_bytes
 from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET, choose_shape
 from galleria.index.exact import exact_search
 
@@ -71,6 +73,11 @@ def train_ivfpq(vectors: np.ndarray, params: dict[str, Any], metric: int) -> tup
     index = faiss.index_factory(dim, description, metric)
     ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
     ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
+    codes = count * (math.ceil(subquantizers * bits / 8) + 8)
+    if precomputed_table_bytes(lists, subquantizers, bits) > codes:
+        # An L2 table (lists × M × 2**bits floats) bigger than the codes it speeds up: searches
+        # compute the same distances per query instead (faiss would build up to 2 GiB of it).
+        ivf.use_precomputed_table = -1
     ivf.cp.seed = params["seed"]
     ivf.cp.min_points_per_centroid = 1
     ivf.pq.cp.seed = params["seed"] + 1

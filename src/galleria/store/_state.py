@@ -31,6 +31,9 @@ class GalleryState:
         Paths left out because they could not be read.
     augmentation : dict or None
         How the vectors were augmented on the database side (``galleria.rerank.dba``), if they were.
+    rerank_statistics : dict or None
+        The reciprocal-neighbour statistics the adaptive re-ranking defaults read
+        (:meth:`galleria.rerank.adaptive.GalleryStatistics.record`), if computed.
     """
 
     index: SearchIndex
@@ -39,3 +42,5 @@ class GalleryState:
     vectors: np.ndarray | None
     skipped: list[str]
     augmentation: dict[str, Any] | None = None
+    #: The gallery's re-ranking statistics record (galleria.rerank.adaptive), checked on load.
+    rerank_statistics: dict[str, Any] | None = None

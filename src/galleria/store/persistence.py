@@ -19,6 +19,10 @@ File layout (safetensors; readable by any safetensors reader):
   augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
   index's own, so the file keeps them and loading restores the record.
 
+  ``rerank_statistics`` (optional) holds the gallery's reciprocal-neighbour statistics the adaptive
+  re-ranking defaults read (:class:`galleria.rerank.adaptive.GalleryStatistics`: a version, two
+  counts and at most 8 numbers per list, each bounded; the counts must match the paths).
+
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
 * metadata key ``"galleria_sha256"`` — the SHA-256 of the header's canonical JSON form (sorted keys,
@@ -70,7 +74,7 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
-_OPTIONAL_KEYS = frozenset({"augmentation"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "rerank_statistics"})
 _TENSOR_NAMES = frozenset({"index", "vectors"})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
@@ -154,6 +158,8 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
     }
     if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
         header["augmentation"] = dict(state.augmentation)
+    if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
+        header["rerank_statistics"] = dict(state.rerank_statistics)
     metadata = {
         _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
         _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
@@ -187,6 +193,24 @@ def _valid_augmentation(record: Any) -> bool:
         and math.isfinite(alpha)
         and alpha >= 0
     )
+
+
+def _checked_rerank_statistics(name: str, record: Any, n_paths: int) -> dict[str, Any] | None:
+    """The ``rerank_statistics`` record if absent (None) or valid for ``n_paths`` items, else ValueError."""
+    if record is None:
+        return None
+    from galleria.rerank.adaptive import GalleryStatistics
+
+    try:
+        statistics = GalleryStatistics.from_record(record)
+    except ValueError as error:
+        raise ValueError(f"{name!r}: header key 'rerank_statistics' is invalid: {error}") from None
+    if statistics.n_items != n_paths:
+        raise ValueError(
+            f"{name!r}: header key 'rerank_statistics' describes {statistics.n_items} items, "
+            f"but the store holds {n_paths}"
+        )
+    return statistics.record()
 
 
 class _Header:
@@ -316,6 +340,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "skipped": skipped,
         "tensors": tensors,
         "augmentation": augmentation,
+        "rerank_statistics": _checked_rerank_statistics(name, header.get("rerank_statistics"), len(paths)),
     }
 
 
@@ -515,4 +540,6 @@ def read_store(
         index.add(vectors)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation)
+    return GalleryState(
+        index, loaded_embedder, paths, kept, skipped, augmentation, header["rerank_statistics"]
+    )

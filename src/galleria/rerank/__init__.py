@@ -10,6 +10,9 @@
   of probes at a time, so the P×G matrix never exists;
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
+:func:`default_rerank_params` gives every method's default parameters on a store, read from its
+gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
+
 Other re-rankers behind the same :class:`Reranker` protocol (built by name with :func:`make_reranker`):
 :class:`DiffusionReranker` (Iscen et al. 2017), :class:`GnnReranker` (Zhang et al. 2020) and
 :class:`DBAReranker` (database-side augmentation + αQE), each with a full probe×gallery function.
@@ -17,6 +20,7 @@ Other re-rankers behind the same :class:`Reranker` protocol (built by name with 
 
 from __future__ import annotations
 
+from galleria.rerank.adaptive import default_rerank_params
 from galleria.rerank.base import DEFAULT_METHOD, RERANK_METHODS, Reranker, make_reranker
 from galleria.rerank.batched import rerank_pools
 from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
@@ -42,6 +46,7 @@ __all__ = [
     "augment_store",
     "database_augmentation",
     "dba_aqe_rerank_features",
+    "default_rerank_params",
     "diffusion_rerank_features",
     "gnn_rerank_features",
     "iter_k_reciprocal_rerank",

@@ -199,7 +199,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
         for row in result["rows"]:
             lines.append(
                 f"| {row['method']} {row['preset']} | {row['title']} | {row['recall@1']:.4f} | "
-                f"{_change(row, 'recall@1')} | {row['map@100']:.4f} | {_change(row, 'map@100')} | {row['note']} |"
+                f"{_change(row, 'recall@1')} | {row['map@100']:.4f} | {_change(row, 'map@100')} | "
+                f"{row['note']} |"
             )
         lines.append("")
     lines += ["## Targets", ""]

@@ -247,7 +247,8 @@ class TuneResult:
         if self.guard is not None and self.guard_diffs:
             lines.append(
                 f"guard {self.guard}: change {np.mean(self.guard_diffs):+.4f}, "
-                f"lower end {self.guard_low:+.4f} (allowed: ≥ {-GUARD_MARGIN:+.4f}); {len(self.checked)} setting(s) checked"
+                f"lower end {self.guard_low:+.4f} (allowed: ≥ {-GUARD_MARGIN:+.4f}); "
+                f"{len(self.checked)} setting(s) checked"
             )
         lines += [
             self.message,

@@ -116,6 +116,29 @@ def test_rerank_methods_on_the_command_line(
     assert settings["rerank_method"] == method and settings["pool"] == 20
 
 
+def test_gnn_lambda_on_the_command_line(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, stderr = _run(
+        capsys,
+        "evaluate",
+        str(folder),
+        "--rerank",
+        "--rerank-method",
+        "gnn",
+        "--lambda",
+        "0",
+        "--k1",
+        "9",
+        "--pool",
+        "20",
+        "--json",
+        "--workers",
+        "1",
+    )
+    assert code == 0, stderr
+    settings = json.loads(stdout)["configurations"][1]["settings"]
+    assert (settings["k1"], settings["k2"], settings["lambda_value"]) == (9, 7, 0.0)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -125,8 +148,12 @@ def test_rerank_methods_on_the_command_line(
             "--k1 needs --rerank-method k-reciprocal or gnn",
         ),
         (
-            ["--rerank", "--rerank-method", "gnn", "--lambda", "0.2"],
-            "--lambda needs --rerank-method k-reciprocal",
+            ["--rerank", "--rerank-method", "dba", "--lambda", "0.2"],
+            "--lambda needs --rerank-method k-reciprocal or gnn",
+        ),
+        (
+            ["--rerank", "--rerank-method", "gnn", "--lambda", "1.5"],
+            "--lambda must be at least 0 and at most 1",
         ),
         (["--settings", "x.json", "--expand"], "--settings replaces --expand"),
         (["--settings", "missing.json"], "settings file 'missing.json' does not exist"),

@@ -22,7 +22,7 @@ from galleria.rerank.adaptive import (
     params_from_statistics,
     store_statistics,
 )
-from galleria.rerank.base import check_method_params
+from galleria.rerank.registry import check_method_params
 from galleria.store import InMemoryImageEmbeddingStore
 from test_store_persistence import seal
 

@@ -206,7 +206,14 @@ def test_features_equal_distances(metric: str, mode: str, monkeypatch: pytest.Mo
     if metric == "cosine":
         unit = normalize_rows(stacked)
         matrix = pairwise_distances(unit, unit, "cosine")
-    else:
+    elif mode == "paper":  # the paper's original distance: the squared Euclidean one
+        matrix = np.array(
+            [
+                [sum((float(a) - float(b)) ** 2 for a, b in zip(x, y, strict=True)) for y in stacked]
+                for x in stacked
+            ]
+        )
+    else:  # the authors' code squares the Euclidean distance it is given
         matrix = np.sqrt(pairwise_distances(stacked, stacked, "l2"))
     expected = k_reciprocal_rerank(*split(matrix, 6), k1=7, k2=3, mode=mode)
     result = k_reciprocal_rerank_features(probe, gallery, metric=metric, k1=7, k2=3, mode=mode)
@@ -312,3 +319,45 @@ def test_no_dense_square_matrix_is_held(source: str, monkeypatch: pytest.MonkeyP
         tracemalloc.stop()
     assert out.shape == (100, 2900)
     assert peak < dense / 2, f"peak {peak / 2**20:.1f} MiB vs dense {dense / 2**20:.1f} MiB"
+
+
+# ---------------------------------------------------------------------------- pool "reference" mode
+
+
+@settings(max_examples=60)
+@given(sets(ties=False))
+def test_pool_reference_matches_the_dense_transcription(
+    case: tuple[np.ndarray, int, int, int, float],
+) -> None:
+    matrix, _, k1, k2, lambda_value = case
+    result = rerank_pool(matrix, k1=k1, k2=k2, lambda_value=lambda_value, mode="reference")
+    expected = dense_reference(*split(matrix, 1), k1, k2, lambda_value)[0]
+    assert result.shape == (matrix.shape[0] - 1,) and result.dtype == np.float64
+    np.testing.assert_allclose(result, expected, rtol=0, atol=1e-5)
+
+
+def test_pool_reranker_reference_on_the_whole_gallery_equals_the_full_reference() -> None:
+    from galleria.rerank import KReciprocalReranker
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    rng = np.random.default_rng(21)
+    centres = rng.normal(size=(6, 16))
+    gallery = (centres[rng.integers(0, 6, 90)] + 0.8 * rng.normal(size=(90, 16))).astype(np.float32)
+    probe = (centres[:1] + 0.8 * rng.normal(size=(1, 16))).astype(np.float32)
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(90)], gallery)
+    candidates = store.retrieve_by_vector(probe, k=90)[0]
+    expected = k_reciprocal_rerank_features(probe, gallery, k1=12, k2=4, mode="reference")[0]
+    reranker = KReciprocalReranker(store, k1=12, k2=4, mode="reference")
+    assert reranker.mode == "reference" and "mode='reference'" in repr(reranker)
+    got = {c.path: c.score for c in reranker.rerank(candidates, top_k=90)}
+    np.testing.assert_allclose([got[f"g{i}"] for i in range(90)], expected, rtol=0, atol=1e-5)
+    batch = reranker.rerank_batch([candidates, candidates[:40]], top_k=90)
+    assert [c.path for c in batch[0]] == [c.path for c in reranker.rerank(candidates, top_k=90)]
+    assert [c.path for c in batch[1]] == [c.path for c in reranker.rerank(candidates[:40], top_k=90)]
+    # The paper rules give other values (≥ 2/3, row scaling): the two modes are not the same thing.
+    paper = {c.path: c.score for c in KReciprocalReranker(store, k1=12, k2=4).rerank(candidates, top_k=90)}
+    assert max(abs(paper[p] - got[p]) for p in got) > 1e-3
+    with pytest.raises(ValueError, match="mode"):
+        KReciprocalReranker(store, mode="authors")
+    with pytest.raises(ValueError, match="mode"):
+        rerank_pool(np.eye(3), mode="authors")

@@ -43,17 +43,30 @@ def _ranked(row: list[float], exclude: int | None = None) -> list[int]:
     return sorted((j for j in range(len(row)) if j != exclude), key=lambda j: (-row[j], j))
 
 
-def oracle_diffusion(
-    probe: list[float], among: list[list[float]], k: int, query_k: int, alpha: float, gamma: float
-):
-    n = len(probe)
-    kk = min(k, n - 1)
-    near = [set(_ranked(among[i], exclude=i)[:kk]) for i in range(n)]
+def _knn_lists(among: list[list[float]], k: int, count_self: bool) -> list[set[int]]:
+    """Each item's k nearest as the authors count them: the item itself first, then the others
+    (ties to the lower position); the item is then dropped (no self-loops). ``count_self=False``:
+    k others."""
+    n = len(among)
+    lists = []
+    for i in range(n):
+        ranked = [i, *_ranked(among[i], exclude=i)] if count_self else _ranked(among[i], exclude=i)
+        lists.append(set(ranked[:k]) - {i})
+    return lists
+
+
+def oracle_affinity(among: list[list[float]], near: list[set[int]], gamma: float) -> list[list[float]]:
+    n = len(among)
     a = [[0.0] * n for _ in range(n)]
     for i in range(n):
         for j in range(n):
             if i != j and j in near[i] and i in near[j]:
                 a[i][j] = max(among[i][j], 0.0) ** gamma
+    return a
+
+
+def oracle_solve(probe: list[float], a: list[list[float]], query_k: int, alpha: float, gamma: float):
+    n = len(probe)
     degree = [sum(row) for row in a]
     s = [
         [
@@ -67,6 +80,19 @@ def oracle_diffusion(
         y[j] = max(probe[j], 0.0) ** gamma
     system = np.array([[(1.0 if i == j else 0.0) - alpha * s[i][j] for j in range(n)] for i in range(n)])
     return np.linalg.solve(system, np.array(y))
+
+
+def oracle_diffusion(
+    probe: list[float],
+    among: list[list[float]],
+    k: int,
+    query_k: int,
+    alpha: float,
+    gamma: float,
+    count_self: bool = True,
+):
+    a = oracle_affinity(among, _knn_lists(among, k, count_self), gamma)
+    return oracle_solve(probe, a, query_k, alpha, gamma)
 
 
 def oracle_gnn(sims: list[list[float]], k1: int, k2: int) -> np.ndarray:
@@ -132,16 +158,97 @@ def symmetric_pools(draw: Any, max_size: int = 9) -> tuple[np.ndarray, np.ndarra
     st.integers(1, 6),
     st.sampled_from([0.0, 0.5, 0.9, 0.99]),
     st.sampled_from([1.0, 3.0]),
+    st.booleans(),
 )
 def test_diffusion_pools_equal_the_dense_transcription(
-    pool: Any, k: int, query_k: int, alpha: float, gamma: float
+    pool: Any, k: int, query_k: int, alpha: float, gamma: float, count_self: bool
 ) -> None:
     probe, among = pool
-    expected = oracle_diffusion(probe.tolist(), among.tolist(), k, query_k, alpha, gamma)
+    expected = oracle_diffusion(probe.tolist(), among.tolist(), k, query_k, alpha, gamma, count_self)
     got = diffusion_pools(
-        probe[None], among[None], k=k, query_k=query_k, alpha=alpha, gamma=gamma, tol=1e-14, maxiter=400
+        probe[None],
+        among[None],
+        k=k,
+        query_k=query_k,
+        alpha=alpha,
+        gamma=gamma,
+        tol=1e-14,
+        maxiter=400,
+        count_self=count_self,
     )[0]
     np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-9)
+
+
+def test_diffusion_k_counts_the_item_itself() -> None:
+    rng = np.random.default_rng(8)
+    gallery, probes = rng.normal(size=(60, 6)), rng.normal(size=(4, 6))
+    authors = diffusion_rerank_features(probes, gallery, k=7, query_k=3)
+    other_reading = diffusion_rerank_features(probes, gallery, k=6, query_k=3, count_self=False)
+    np.testing.assert_array_equal(authors, other_reading)
+    assert not np.array_equal(authors, diffusion_rerank_features(probes, gallery, k=7, count_self=False))
+    assert DiffusionReranker(_store(), k=1).params()["count_self"] is True
+    with pytest.raises(TypeError, match="count_self"):
+        DiffusionReranker(_store(), count_self="yes")
+    with pytest.raises(ValueError, match="graph"):
+        DiffusionReranker(_store(), graph="local")
+
+
+def oracle_pcg(matrix: np.ndarray, b: np.ndarray, tol: float, maxiter: int) -> tuple[np.ndarray, int]:
+    """MATLAB's pcg without a preconditioner, one right-hand side, x0 = 0: the converged iterate, or
+    else the iterate of smallest residual norm (x0 included) and its iteration number."""
+    n = len(b)
+    x = [0.0] * n
+    r = [float(v) for v in b]
+    normb = math.sqrt(sum(v * v for v in r))
+    if normb == 0:
+        return np.zeros(n), 0
+    xmin, normrmin, imin = list(x), normb, 0
+    rho_old, p = None, None
+    for it in range(1, maxiter + 1):
+        rho = sum(v * v for v in r)
+        if p is None:
+            p = list(r)
+        else:
+            beta = rho / rho_old
+            p = [r[i] + beta * p[i] for i in range(n)]
+        q = [sum(matrix[i][j] * p[j] for j in range(n)) for i in range(n)]
+        pq = sum(p[i] * q[i] for i in range(n))
+        step = rho / pq
+        x = [x[i] + step * p[i] for i in range(n)]
+        r = [r[i] - step * q[i] for i in range(n)]
+        normr = math.sqrt(sum(v * v for v in r))
+        if normr <= tol * normb:
+            return np.array(x), it
+        if normr < normrmin:
+            xmin, normrmin, imin = list(x), normr, it
+        rho_old = rho
+    return np.array(xmin), imin
+
+
+def test_conjugate_gradient_answers_the_smallest_residual_iterate_like_pcg() -> None:
+    from galleria.rerank.diffusion import solve_conjugate_gradient
+
+    rng = np.random.default_rng(2)
+    # An ill-conditioned system (eigenvalues over three decades): CG's residual is not monotone.
+    basis, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    matrix = basis @ np.diag(np.logspace(-3, 0, 12)) @ basis.T
+    rhs = rng.normal(size=(5, 12))
+    rhs[3] = 0.0
+    found_non_last = False
+    for maxiter in (1, 2, 3, 5, 7, 8):
+        result = solve_conjugate_gradient(lambda v: v @ matrix, rhs, tol=1e-10, maxiter=maxiter)
+        for row in range(5):
+            expected, iteration = oracle_pcg(matrix, rhs[row], 1e-10, maxiter)
+            np.testing.assert_allclose(result.solution[row], expected, rtol=1e-6, atol=1e-9)
+            assert result.iterations[row] == iteration
+            found_non_last |= 0 < iteration < maxiter and not result.converged[row]
+        residual = np.linalg.norm(rhs - result.solution @ matrix, axis=1)
+        norms = np.linalg.norm(rhs, axis=1)
+        np.testing.assert_allclose(
+            result.relative_residual[norms > 0], (residual / np.maximum(norms, 1e-300))[norms > 0], rtol=1e-4
+        )
+    assert found_non_last  # the best iterate was not the last one at least once
+    assert not result.solution[3].any() and result.converged[3]
 
 
 def test_conjugate_gradient_rows_are_independent_and_stop_at_maxiter() -> None:
@@ -157,6 +264,57 @@ def test_conjugate_gradient_rows_are_independent_and_stop_at_maxiter() -> None:
     one = conjugate_gradient(lambda v: v @ matrix, rhs, tol=0.0, maxiter=1)
     step = (rhs[0] @ rhs[0]) / (rhs[0] @ matrix @ rhs[0])
     np.testing.assert_allclose(one[0], step * rhs[0])
+
+
+def test_pool_diffusion_truncates_the_gallery_graph() -> None:
+    rng = np.random.default_rng(4)
+    gallery = rng.normal(size=(50, 5))
+    unit = gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(50)], gallery)
+    sims = (unit @ unit.T).tolist()
+    params = {"k": 6, "query_k": 3, "alpha": 0.9, "gamma": 3.0, "tol": 1e-13, "maxiter": 400}
+    near = _knn_lists(sims, 6, True)  # the gallery's graph, once
+    reranker = DiffusionReranker(store, **params)
+    for seed in range(3):
+        probe = rng.normal(size=(1, 5))
+        candidates = store.retrieve_by_vector(probe, k=15 + 5 * seed)[0]
+        pool = [int(c.path[1:]) for c in candidates]
+        # The authors' truncation: the gallery graph's rows and columns of the pool, normalised anew.
+        truncated = [{pool.index(j) for j in near[i] if j in pool} for i in pool]
+        among = [[sims[i][j] for j in pool] for i in pool]
+        probe_sims = [1.0 - c.score for c in candidates]
+        expected = oracle_solve(probe_sims, oracle_affinity(among, truncated, 3.0), 3, 0.9, 3.0)
+        got = {c.path: -c.score for c in reranker.rerank(candidates, top_k=len(pool))}
+        np.testing.assert_allclose([got[f"g{i}"] for i in pool], expected, rtol=1e-5, atol=1e-7)
+        # graph="pool": the candidates' own k-NN graph, as before.
+        local = DiffusionReranker(store, **params, graph="pool").rerank(candidates, top_k=len(pool))
+        own = oracle_diffusion(probe_sims, among, 6, 3, 0.9, 3.0)
+        by_path = {c.path: -c.score for c in local}
+        np.testing.assert_allclose([by_path[f"g{i}"] for i in pool], own, rtol=1e-5, atol=1e-7)
+
+
+def test_the_gallery_graph_is_built_once_per_store_state() -> None:
+    from galleria.rerank.diffusion import gallery_graph
+
+    rng = np.random.default_rng(6)
+    store = InMemoryImageEmbeddingStore.from_embeddings(
+        [f"g{i}" for i in range(30)], rng.normal(size=(30, 4))
+    )
+    first = gallery_graph(store, 5)
+    assert gallery_graph(store, 5) is first and first.neighbours.shape == (30, 5)
+    reranker = DiffusionReranker(store, k=6)
+    candidates = store.retrieve_by_vector(rng.normal(size=(1, 4)), k=10)[0]
+    reranker.rerank(candidates, top_k=3)
+    assert gallery_graph(store, 5) is first  # the re-ranker used the kept graph
+    store.remove_images(["g29"])
+    second = gallery_graph(store, 5)
+    assert second is not first and second.neighbours.shape == (29, 5)
+    fresh = InMemoryImageEmbeddingStore.from_embeddings(store.paths, store.embeddings)
+    np.testing.assert_array_equal(second.neighbours, gallery_graph(fresh, 5).neighbours)
+    kept = [Candidate(c.path, c.score) for c in candidates if c.path != "g29"]
+    assert [c.path for c in reranker.rerank(kept, top_k=5)] == [
+        c.path for c in DiffusionReranker(fresh, k=6).rerank(kept, top_k=5)
+    ]
 
 
 def test_diffusion_full_equals_the_pool_over_the_whole_gallery() -> None:
@@ -181,16 +339,77 @@ def test_gnn_pools_equal_the_dense_transcription(pool: Any, k1: int, k2: int) ->
     _, among = pool
     k2 = min(k1, k2)
     expected = oracle_gnn(among.tolist(), k1, k2)
-    np.testing.assert_allclose(gnn_pools(among[None], k1=k1, k2=k2)[0], expected, atol=1e-12)
+    result = gnn_pools(among[None], k1=k1, k2=k2)[0]
+    assert result.dtype == np.float32
+    np.testing.assert_allclose(result, expected, atol=1e-6)
+
+
+def oracle_gnn_distances(probes: np.ndarray, gallery: np.ndarray, k1: int, k2: int, lam: float) -> np.ndarray:
+    """The authors' current form, element by element: 1 - ((1 - λ) · A_q · A_g + λ · cos(q, g))."""
+    unit = [_unit(list(map(float, v))) for v in np.concatenate([probes, gallery])]
+    sims = [[_dot(a, b) for b in unit] for a in unit]
+    a = oracle_gnn(sims, k1, k2)
+    p = len(probes)
+    out = np.empty((p, len(gallery)))
+    for q in range(p):
+        for g in range(len(gallery)):
+            propagated = sum(a[q][m] * a[p + g][m] for m in range(len(unit)))
+            out[q, g] = 1.0 - ((1.0 - lam) * propagated + lam * sims[q][p + g])
+    return out
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3, 1.0])
+def test_gnn_full_and_pool_equal_the_authors_lambda_blend(lam: float) -> None:
+    rng = np.random.default_rng(7)
+    gallery = rng.normal(size=(25, 5))
+    probes = rng.normal(size=(3, 5))
+    expected = oracle_gnn_distances(probes, gallery, 6, 3, lam)
+    full = gnn_rerank_features(probes, gallery, k1=6, k2=3, lambda_value=lam)
+    np.testing.assert_allclose(full, expected, atol=1e-5)
+    # The pool: the probe followed by the whole gallery is the same set for one probe.
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(25)], gallery)
+    candidates = store.retrieve_by_vector(probes[:1], k=25)[0]
+    reranked = GnnReranker(store, k1=6, k2=3, lambda_value=lam).rerank(candidates, top_k=25)
+    single = oracle_gnn_distances(probes[:1], gallery, 6, 3, lam)[0]
+    by_path = {c.path: c.score for c in reranked}
+    np.testing.assert_allclose([by_path[f"g{i}"] for i in range(25)], single, atol=1e-5)
+
+
+def test_gnn_lambda_orders_the_items_outside_the_two_hop_neighbourhood() -> None:
+    rng = np.random.default_rng(3)
+    gallery = rng.normal(size=(200, 8))
+    probe = rng.normal(size=(1, 8))
+    paper = gnn_rerank_features(probe, gallery, k1=5, k2=2, lambda_value=0.0)[0]
+    blended = gnn_rerank_features(probe, gallery, k1=5, k2=2)[0]
+    untouched = paper == 1.0  # zero propagated similarity: no order among them in the 2020 form
+    assert untouched.sum() > 100
+    cosines = (probe / np.linalg.norm(probe)) @ (gallery / np.linalg.norm(gallery, axis=1, keepdims=True)).T
+    # With the blend those items keep the original order among themselves.
+    order = np.argsort(blended[untouched], kind="stable")
+    np.testing.assert_array_equal(order, np.argsort(-cosines[0][untouched], kind="stable"))
+    with pytest.raises(ValueError, match="lambda_value"):
+        GnnReranker(_store(), lambda_value=1.5)
+    with pytest.raises(ValueError, match="lambda_value"):
+        gnn_rerank_features(probe, gallery, lambda_value=-0.1)
 
 
 def test_gnn_full_sparse_torch_and_pool_agree() -> None:
+    torch = pytest.importorskip("torch")
+    from galleria.rerank.gnn import _sparse_features, _torch_features
+
     rng = np.random.default_rng(5)
     gallery = rng.normal(size=(30, 6))
     probes = rng.normal(size=(3, 6))
     sparse = gnn_rerank_features(probes, gallery, k1=8, k2=3)
-    dense = gnn_rerank_features(probes, gallery, k1=8, k2=3, device="cpu")
-    np.testing.assert_allclose(dense, sparse, atol=1e-5)
+    on_cpu = gnn_rerank_features(probes, gallery, k1=8, k2=3, device="cpu")  # routed to scipy
+    np.testing.assert_array_equal(on_cpu, sparse)
+    # The torch (GPU) algorithm itself, run on CPU tensors: the same propagated features.
+    features = np.concatenate([probes, gallery]).astype(np.float32)
+    features /= np.linalg.norm(features, axis=1, keepdims=True)
+    for k1, k2 in ((8, 3), (8, 1), (33, 33)):
+        dense = _torch_features(torch.from_numpy(features), k1, k2).numpy()
+        expected = _sparse_features(features, k1, k2).toarray()
+        np.testing.assert_allclose(dense, expected, atol=1e-5)
     # One probe: the pool re-ranker with the whole gallery as candidates is the same set.
     store = InMemoryImageEmbeddingStore.from_embeddings([f"g{i}" for i in range(30)], gallery)
     candidates = store.retrieve_by_vector(probes[:1], k=30)[0]
@@ -393,3 +612,30 @@ def test_full_functions_check_their_features(function: Any) -> None:
     with pytest.raises(TypeError, match="numeric"):
         function(np.array([["a"]]), np.ones((5, 4)))
     assert function(np.ones((1, 4)), np.eye(4)).shape == (1, 4)
+
+
+def test_the_registry_sits_above_the_implementations() -> None:
+    """No implementation module imports the registry (no import circle); the registry names them all."""
+    import ast
+
+    import galleria.rerank as package
+    from galleria.rerank import registry
+
+    folder = Path(package.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        if path.name in ("__init__.py", "registry.py"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module is not None
+        } | {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert "galleria.rerank.registry" not in imported, path.name
+    assert registry.RERANK_METHODS == RERANK_METHODS == tuple(registry.METHOD_PARAMS)
+    assert package.make_reranker is registry.make_reranker
+    assert package.DEFAULT_METHOD == registry.DEFAULT_METHOD == RERANK_METHODS[0]
+    for method in RERANK_METHODS:
+        defaults = registry.check_method_params(method, {})
+        assert tuple(defaults) == registry.METHOD_PARAMS[method]
+        assert type(make_reranker(method, _store(), **defaults)).__name__.endswith("Reranker")

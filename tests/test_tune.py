@@ -212,9 +212,8 @@ def test_the_guard_refuses_settings_that_trade_recall_for_map(monkeypatch: pytes
     options: dict[str, Any] = {"n_trials": 12, "validation_queries": 10, "n_splits": 3}
     guarded = tune(store, labels, **options)
     assert guarded.guard == "recall@1" and guarded.beats_plain
-    assert (
-        guarded.config.rerank_method == "dba"
-    )  # αQE lifts more but costs Recall@1; DBA's cost is within 0.005
+    # αQE lifts more but costs Recall@1; DBA's cost is within 0.005
+    assert guarded.config.rerank_method == "dba"
     *refused, accepted = guarded.checked  # the αQE settings first (each lifts more), all refused
     assert refused and accepted["eligible"] and not any(entry["eligible"] for entry in refused)
     assert all(entry["guard_low"] < -0.005 for entry in refused) and -0.005 <= guarded.guard_low
@@ -254,3 +253,15 @@ def test_adaptive_defaults_are_among_the_first_trials() -> None:
     assert settings[1] == {"query_expansion": False, "rerank": True, **paper, "pool": 200}
     if adaptive != paper:
         assert settings[2] == {"query_expansion": False, "rerank": True, **adaptive, "pool": 200}
+
+
+def test_the_gnn_search_space_includes_lambda() -> None:
+    optuna = pytest.importorskip("optuna")
+    from galleria.tune.search import _suggest
+
+    trial = optuna.trial.FixedTrial(
+        {"method": "gnn", "gnn.aqe": False, "gnn.pool": 200, "gnn.k1": 9, "gnn.k2": 3, "gnn.lambda": 0.0}
+    )
+    options = _suggest(trial, ["gnn"])
+    assert options["rerank_params"] == {"k1": 9, "k2": 3, "lambda_value": 0.0}
+    RetrievalConfig("t", **options)  # a valid configuration

@@ -280,8 +280,8 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int) ->
         "--rerank-method",
         default=None,
         choices=RERANK_METHOD_CHOICES,
-        help="re-ranking method (default: k-reciprocal); --k1/--k2 also set gnn's, other methods take "
-        "their defaults or --settings",
+        help="re-ranking method (default: k-reciprocal); --k1/--k2/--lambda also set gnn's, other methods "
+        "take their defaults or --settings",
     )
     group.add_argument(
         "--rerank-preset",
@@ -304,7 +304,8 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int) ->
         dest="lambda_value",
         default=None,
         metavar="X",
-        help="weight of the original distance, in [0, 1] (paper: 0.3; else from the gallery)",
+        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] "
+        "(paper: 0.3; else from the gallery)",
     )
     group.add_argument(
         "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
@@ -366,8 +367,8 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
         return adaptive if method == "k-reciprocal" else {"rerank_method": method, **adaptive}
     if method not in ("k-reciprocal", "gnn"):
         _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
-    if method != "k-reciprocal":
-        _require(args, "--rerank-method k-reciprocal", {"lambda_value": "--lambda"})
+    if method not in ("k-reciprocal", "gnn"):
+        _require(args, "--rerank-method k-reciprocal or gnn", {"lambda_value": "--lambda"})
     defaults = (26, 7) if method == "gnn" else (20, 6)
     k1 = parse_int("--k1", defaults[0] if args.k1 is None else args.k1)
     k2 = parse_int("--k2", defaults[1] if args.k2 is None else args.k2)
@@ -379,7 +380,7 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
     if method == "k-reciprocal":
         return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
-    params = {"k1": k1, "k2": k2} if method == "gnn" else {}
+    params = {"k1": k1, "k2": k2, "lambda_value": lambda_value} if method == "gnn" else {}
     return {"rerank_method": method, "rerank_params": params, "pool": pool}
 
 

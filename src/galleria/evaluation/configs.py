@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from galleria._validation import check_choice, check_fraction, check_nonnegative_float, check_positive_int
-from galleria.rerank.base import DEFAULT_METHOD, check_method_params
+from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
 
 __all__ = ["RetrievalConfig", "standard_configs"]
 
@@ -137,7 +137,12 @@ class RetrievalConfig:
                 f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={self.lambda_value:g}, pool={self.pool})"
             )
         elif self.rerank:
-            values = ", ".join(f"{key}={value:g}" for key, value in self.rerank_params.items())
+            values = ", ".join(
+                f"{key}={value:g}"
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+                else f"{key}={value}"
+                for key, value in self.rerank_params.items()
+            )
             label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
             parts.append(f"{label} ({values + ', ' if values else ''}pool={self.pool})")
         return " + ".join(parts) if parts else "plain retrieval"

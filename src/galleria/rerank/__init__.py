@@ -1,4 +1,7 @@
-"""k-reciprocal re-ranking (Zhong et al., CVPR 2017): pure numeric cores and the store-bound re-ranker.
+"""Re-ranking: k-reciprocal encoding (Zhong et al., CVPR 2017), diffusion (Iscen et al., CVPR 2017),
+GNN re-ranking (Zhang et al. 2020) and database-side augmentation + αQE, behind one protocol.
+
+k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
 
 * :func:`rerank_pool` — one pool (probe + N candidates) → ``d*`` of the candidates;
 * :func:`rerank_pools` — many pools at once, equal or different in size (pools of
@@ -10,18 +13,17 @@
   of probes at a time, so the P×G matrix never exists;
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
-:func:`default_rerank_params` gives every method's default parameters on a store, read from its
-gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
-
-Other re-rankers behind the same :class:`Reranker` protocol (built by name with :func:`make_reranker`):
-:class:`DiffusionReranker` (Iscen et al. 2017), :class:`GnnReranker` (Zhang et al. 2020) and
-:class:`DBAReranker` (database-side augmentation + αQE), each with a full probe×gallery function.
+The other re-rankers behind the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`):
+:class:`DiffusionReranker`, :class:`GnnReranker` and :class:`DBAReranker`, each with a full
+probe×gallery function. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
+one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives every method's default
+parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
 """
 
 from __future__ import annotations
 
 from galleria.rerank.adaptive import default_rerank_params
-from galleria.rerank.base import DEFAULT_METHOD, RERANK_METHODS, Reranker, make_reranker
+from galleria.rerank.base import Reranker
 from galleria.rerank.batched import rerank_pools
 from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
 from galleria.rerank.diffusion import DiffusionReranker, diffusion_rerank_features
@@ -33,6 +35,7 @@ from galleria.rerank.full import (
 )
 from galleria.rerank.gnn import GnnReranker, gnn_rerank_features
 from galleria.rerank.pool import rerank_pool, scale_rows
+from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.rerank.reranker import KReciprocalReranker
 
 __all__ = [

@@ -57,7 +57,7 @@ PAPER_PARAMS: dict[str, dict[str, Any]] = {
     "k-reciprocal": {"k1": 20, "k2": 6, "lambda_value": 0.3},
     "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 50},
     "diffusion": {"k": 50, "query_k": 10, "alpha": 0.99, "gamma": 3.0},
-    "gnn": {"k1": 26, "k2": 7},
+    "gnn": {"k1": 26, "k2": 7, "lambda_value": 0.3},
     "dba": {"neighbors": 10, "alpha": 3.0, "aqe_neighbors": 10, "aqe_alpha": 3.0},
 }
 _MAX_ITEMS = 1 << 40
@@ -239,7 +239,8 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
       original distance is kept (the paper's 0.3 from ``s ≈ 0.71``).
     * αQE: ``n = clip(m·s / 2, 1, 50)``, ``α = 3``: only the matches likely to share the class.
     * diffusion: ``k = clip(2m, 5, 50)`` graph neighbours, ``query_k = clip(m / 2, 1, 10)``,
-      ``α = 0.99``, ``γ = 3``. GNN: ``k1 = clip(2m, 4, 26)``, ``k2 = clip(m·s / 2, 1, 7)``.
+      ``α = 0.99``, ``γ = 3``. GNN: ``k1 = clip(2m, 4, 26)``, ``k2 = clip(m·s / 2, 1, 7)`` and
+      k-reciprocal's ``λ`` (its blend with the original similarity).
       DBA + αQE: ``neighbors = aqe_neighbors = clip(m·s / 2, 1, 10)``, both ``α = 3``.
 
     Where the gallery shows no neighbourhood structure (fewer than 3 items, ``m <`` :data:`MIN_MUTUAL`
@@ -272,7 +273,11 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
             "alpha": 0.99,
             "gamma": 3.0,
         },
-        "gnn": {"k1": 4 if flat else _clip(2 * mutual, 4, 26), "k2": 1 if flat else _clip(reach, 1, 7)},
+        "gnn": {
+            "k1": 4 if flat else _clip(2 * mutual, 4, 26),
+            "k2": 1 if flat else _clip(reach, 1, 7),
+            "lambda_value": lam,
+        },
         "dba": {
             "neighbors": 1 if flat else _clip(reach, 1, 10),
             "alpha": 3.0,

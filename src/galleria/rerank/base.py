@@ -11,7 +11,8 @@ the ``cosine`` and ``ip`` spaces (the cosine, or the inner product) and ``s = 1 
 ``l2`` (the cosine when the vectors have unit norm); the distances among candidates are computed
 from the store's vectors in the store's space, as the k-reciprocal re-ranker does.
 
-:func:`make_reranker` builds any of them by name (:data:`RERANK_METHODS`).
+:func:`galleria.rerank.registry.make_reranker` builds any of them by name; this module imports
+none of the implementations (they import it).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from galleria._validation import check_choice, check_positive_int
+from galleria._validation import check_positive_int
 from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank._common import as_float_matrix, stable_smallest
@@ -31,23 +32,14 @@ from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
-    "DEFAULT_METHOD",
-    "METHOD_PARAMS",
-    "RERANK_METHODS",
     "PoolReranker",
     "Reranker",
     "check_features",
-    "check_method_params",
     "check_store",
-    "make_reranker",
     "similarities_from_distances",
     "top_similar",
 ]
 
-#: The re-ranking methods :func:`make_reranker` knows, the default first.
-RERANK_METHODS: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba")
-#: The method used when none is named.
-DEFAULT_METHOD = "k-reciprocal"
 #: Elements of one block of similarity rows in the full settings (float32: 16 MB).
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -178,7 +170,9 @@ class PoolReranker:
                 paths = [candidate.path for pool in chunk_pools for candidate in pool]
                 vectors = store.embeddings_of(paths).reshape(count, length, -1)  # KeyError for unknown
                 scores = np.array([[c.score for c in pool] for pool in chunk_pools], dtype=np.float64)
-                final = self._scores_from_vectors(similarities_from_distances(scores, store.space), vectors)
+                final = self._scores_for_pools(
+                    similarities_from_distances(scores, store.space), vectors, paths
+                )
                 order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                 best = np.take_along_axis(final, order, axis=1)
                 for position, pool, picked, values in zip(
@@ -189,6 +183,10 @@ class PoolReranker:
                         for i, v in zip(picked, values, strict=True)
                     ]
         return results
+
+    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, paths: list[str]) -> np.ndarray:
+        """Scores of ``B`` pools given their candidates' ``paths`` too (B·N, pool by pool)."""
+        return self._scores_from_vectors(probe, vectors)
 
     def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:
         """Scores from the probe's similarities (B, N) and the candidates' vectors (B, N, d)."""
@@ -234,101 +232,3 @@ def top_similar(
         positions[start : start + step] = top
         values[start : start + step] = np.take_along_axis(block, top, axis=1)
     return positions, values
-
-
-def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any) -> Reranker:
-    """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
-
-    ``params`` are the re-ranker's keyword arguments (``k1``, ``k2``, ``lambda_value`` for
-    k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma`` for diffusion; ``k1``, ``k2`` for gnn;
-    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba).
-
-    Raises
-    ------
-    TypeError, ValueError
-        An unknown method, and whatever the re-ranker's constructor raises for its parameters.
-
-    Examples
-    --------
-    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], np.eye(3))
-    >>> type(make_reranker("diffusion", store, k=2)).__name__
-    'DiffusionReranker'
-    """
-    check_choice("method", method, RERANK_METHODS)
-    if method == "k-reciprocal":
-        from galleria.rerank.reranker import KReciprocalReranker
-
-        return KReciprocalReranker(store, **params)
-    if method == "diffusion":
-        from galleria.rerank.diffusion import DiffusionReranker
-
-        return DiffusionReranker(store, **params)
-    if method == "gnn":
-        from galleria.rerank.gnn import GnnReranker
-
-        return GnnReranker(store, **params)
-    from galleria.rerank.dba import DBAReranker
-
-    return DBAReranker(store, **params)
-
-
-#: The keyword parameters each method takes (besides the store).
-METHOD_PARAMS: dict[str, tuple[str, ...]] = {
-    "k-reciprocal": ("k1", "k2", "lambda_value"),
-    "diffusion": ("k", "query_k", "alpha", "gamma", "tol", "maxiter"),
-    "gnn": ("k1", "k2"),
-    "dba": ("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"),
-}
-
-
-def check_method_params(method: Any, params: Any) -> dict[str, Any]:
-    """Validate a method name and its parameters without a store; return all of them, defaults filled in.
-
-    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value.
-
-    Examples
-    --------
-    >>> check_method_params("gnn", {"k1": 10})
-    {'k1': 10, 'k2': 7}
-    """
-    name = check_choice("method", method, RERANK_METHODS)
-    if not isinstance(params, dict):
-        raise TypeError(f"the {name} parameters must be a dict, got {type(params).__name__}")
-    unknown = sorted(set(params) - set(METHOD_PARAMS[name]))
-    if unknown:
-        raise ValueError(f"unknown {name} parameter(s) {unknown}; it takes {list(METHOD_PARAMS[name])}")
-    if name == "k-reciprocal":
-        from galleria.rerank._common import check_hyperparameters
-
-        k1, k2, lam = check_hyperparameters(
-            params.get("k1", 20), params.get("k2", 6), params.get("lambda_value", 0.3)
-        )
-        checked: dict[str, Any] = {"k1": k1, "k2": k2, "lambda_value": lam}
-    elif name == "diffusion":
-        from galleria.rerank.diffusion import check_diffusion_params
-
-        values = check_diffusion_params(
-            params.get("k", 50),
-            params.get("query_k", 10),
-            params.get("alpha", 0.99),
-            params.get("gamma", 3.0),
-            params.get("tol", 1e-6),
-            params.get("maxiter", 20),
-        )
-        checked = dict(zip(METHOD_PARAMS[name], values, strict=True))
-    elif name == "gnn":
-        from galleria.rerank.gnn import check_gnn_params
-
-        checked = dict(
-            zip(("k1", "k2"), check_gnn_params(params.get("k1", 26), params.get("k2", 7)), strict=True)
-        )
-    else:
-        from galleria._validation import check_nonnegative_float
-
-        checked = {
-            "neighbors": check_positive_int("neighbors", params.get("neighbors", 10)),
-            "alpha": check_nonnegative_float("alpha", params.get("alpha", 3.0)),
-            "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
-            "aqe_alpha": check_nonnegative_float("aqe_alpha", params.get("aqe_alpha", 3.0)),
-        }
-    return checked

@@ -22,6 +22,15 @@ which equals a second search with the expanded query restricted to the pool. DBA
 the ``cosine`` space only (the query's norm is not known from its distances elsewhere).
 
 :func:`dba_aqe_rerank_features` is the full probe×gallery setting.
+
+**Defaults and their sources.** ``neighbors = 10`` is the DBA default of the PyRetri toolbox
+(Hu et al., "PyRetri: A PyTorch-based Library for Unsupervised Image Retrieval by Deep
+Convolutional Neural Networks", ACM MM 2020; ``enhance_k = 10`` other items, after Arandjelović &
+Zisserman, "Three things everyone should know to improve object retrieval", CVPR 2012); other
+codes differ (fast-reid uses 4, and the DBA literature tunes 1–10 per dataset), so it is a
+starting point to tune (``galleria tune``), not a value fitted to any data. The weighting and
+``alpha = 3`` (DBA's and αQE's exponent) follow the αQE of Radenović et al. ("Fine-tuning CNN
+Image Retrieval with No Human Annotation", TPAMI 2018).
 """
 
 from __future__ import annotations
@@ -185,7 +194,7 @@ class DBAReranker(PoolReranker):
         here (once); if it already is (a saved augmented store), it must have been augmented with
         the same ``neighbors`` and ``alpha``.
     neighbors : int, default 10
-        DBA: other gallery vectors averaged into each one.
+        DBA: other gallery vectors averaged into each one (PyRetri's default; see the module).
     alpha : float, default 3.0
         DBA: the weights' exponent.
     aqe_neighbors : int, default 10

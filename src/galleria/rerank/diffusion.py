@@ -2,48 +2,80 @@
 
 The items of a set are the nodes of a graph. With ``s(i, j)`` the similarity of two items, the
 affinity of two *mutual* k nearest neighbours is ``a_ij = max(s(i, j), 0) ** γ`` (0 otherwise and on
-the diagonal): ``j`` is among the ``k`` most similar items to ``i`` (itself excluded; ties to the
-lower position) and ``i`` among those of ``j``. The affinity is normalised symmetrically,
-``S = D^{-1/2} A D^{-1/2}`` with ``D`` the degrees (a node without neighbours keeps a zero row).
-A query is the vector ``y`` with ``y_i = max(s(q, i), 0) ** γ`` on its ``query_k`` most similar
-items and 0 elsewhere; its ranking scores ``f`` solve
+the diagonal): ``j`` is among the ``k`` nearest items of ``i`` and ``i`` among those of ``j``. As
+in the authors' code, **``k`` counts the item itself** (its own nearest neighbour), so each item has
+``k - 1`` other neighbours (ties to the lower position); ``count_self=False`` reads ``k`` as the
+number of *other* items instead (``k=49, count_self=False`` is ``k=50``). The affinity is
+normalised symmetrically, ``S = D^{-1/2} A D^{-1/2}`` with ``D`` the degrees (a node without
+neighbours keeps a zero row). A query is the vector ``y`` with ``y_i = max(s(q, i), 0) ** γ`` on its
+``query_k`` most similar items and 0 elsewhere; its ranking scores ``f`` solve
 
     ``(I - α S) f = y``
 
-by conjugate gradient (the system is symmetric positive definite for ``0 ≤ α < 1``), started at 0
-and stopped when the residual falls to ``tol · ‖y‖`` or after ``maxiter`` iterations. Items are
+by conjugate gradient (the system is symmetric positive definite for ``0 ≤ α < 1``), started at 0,
+run until the residual falls to ``tol · ‖y‖`` or for ``maxiter`` iterations, and — as MATLAB's
+``pcg``, which the authors use — answering the iterate with the smallest residual. Items are
 ranked by ``f``, highest first; the re-ranker's score of a candidate is ``-f`` (lower is better).
 
-Defaults follow the paper: ``α = 0.99``, ``γ = 3``, ``k = 50`` neighbours in the graph, and up to
+Defaults follow the paper: ``α = 0.99``, ``γ = 3``, ``k = 50`` (the item and 49 others), and up to
 20 iterations; the query is represented by its ``query_k = 10`` nearest items.
 
-* :class:`DiffusionReranker` — re-ranks one query's pool: the graph is built over the candidates.
+* :class:`DiffusionReranker` — re-ranks one query's pool on the gallery's graph truncated to the
+  pool (the authors' truncation: the rows and columns of the pool's items, normalised anew). The
+  gallery graph — each item's ``k - 1`` nearest others, O(n·k) — is built once per store, on first
+  use, and kept beside the store while it does not change; ``graph="pool"`` builds the graph over
+  the pool's candidates alone instead.
 * :func:`diffusion_rerank_features` — the full probe×gallery setting: one graph over the gallery
   (scipy.sparse, built in row blocks), every probe diffused on it.
+* :func:`solve_conjugate_gradient` / :func:`conjugate_gradient` — the batched solver, with the
+  iterations it ran.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
+from galleria._validation import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_nonnegative_float,
+    check_positive_int,
+)
+from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.rerank._common import stable_smallest
-from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
+from galleria.rerank.base import (
+    PoolReranker,
+    check_features,
+    check_store,
+    similarities_from_distances,
+    top_similar,
+)
 from galleria.store.store import InMemoryImageEmbeddingStore
 
+#: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
+GRAPHS: tuple[str, ...] = ("gallery", "pool")
 #: Probes diffused together in the full setting (their CG arrays are (block, G) float64).
 _PROBE_BLOCK = 256
 
 __all__ = [
+    "GRAPHS",
+    "ConjugateGradientResult",
     "DiffusionReranker",
     "check_diffusion_params",
     "conjugate_gradient",
     "diffusion_pools",
     "diffusion_rerank_features",
+    "gallery_graph",
+    "graph_neighbours",
+    "solve_conjugate_gradient",
+    "truncated_neighbours",
 ]
 
 
@@ -66,30 +98,54 @@ def check_diffusion_params(
     return neighbours, query_neighbours, weight, power, tolerance, iterations
 
 
-def conjugate_gradient(
+def graph_neighbours(k: int, count_self: bool) -> int:
+    """How many *other* items each item links to for ``k`` (``k - 1`` when ``k`` counts the item)."""
+    return k - 1 if count_self else k
+
+
+class ConjugateGradientResult(NamedTuple):
+    """What :func:`solve_conjugate_gradient` answers, one entry per right-hand side (row)."""
+
+    #: (m, n) solutions: each row's iterate with the smallest residual norm.
+    solution: np.ndarray
+    #: (m,) the iteration that iterate came from (0: the starting zero vector).
+    iterations: np.ndarray
+    #: (m,) its residual norm relative to ``‖b_i‖`` (0 for a zero right-hand side).
+    relative_residual: np.ndarray
+    #: (m,) whether the row reached ``tol``.
+    converged: np.ndarray
+
+
+def solve_conjugate_gradient(
     matvec: Callable[[np.ndarray], np.ndarray], b: np.ndarray, *, tol: float, maxiter: int
-) -> np.ndarray:
+) -> ConjugateGradientResult:
     """Solve many symmetric positive definite systems at once; row ``i`` of ``b`` is one right-hand side.
 
     ``matvec`` maps an (m, n) array of row vectors to their products with the system's matrix (each
     row with its own matrix, or all with one). Every row runs plain conjugate gradient from zero with
     its own step sizes, and stops once its residual norm is at most ``tol · ‖b_i‖`` (a zero
-    right-hand side gives zero) or after ``maxiter`` iterations.
+    right-hand side gives zero) or after ``maxiter`` iterations. As MATLAB's ``pcg``, each row's
+    answer is its iterate with the smallest (recurrence) residual norm — the converged one when it
+    converged, else the best seen, which need not be the last: CG's residual is not monotone.
 
     Examples
     --------
     >>> matrix = np.array([[4.0, 1.0], [1.0, 3.0]])
-    >>> x = conjugate_gradient(lambda v: v @ matrix, np.array([[1.0, 2.0]]), tol=1e-12, maxiter=10)
-    >>> np.round(x, 6).tolist()
-    [[0.090909, 0.636364]]
+    >>> result = solve_conjugate_gradient(lambda v: v @ matrix, np.array([[1.0, 2.0]]), tol=1e-12, maxiter=10)
+    >>> np.round(result.solution, 6).tolist(), result.iterations.tolist(), result.converged.tolist()
+    ([[0.090909, 0.636364]], [2], [True])
     """
     x = np.zeros_like(b)
     residual = b.copy()
     direction = residual.copy()
     squared = np.einsum("ij,ij->i", residual, residual)
+    start = squared.copy()
     bound = (tol**2) * squared
     active = squared > bound
-    for _ in range(maxiter):
+    best = x.copy()
+    best_squared = squared.copy()
+    best_iteration = np.zeros(b.shape[0], dtype=np.int64)
+    for iteration in range(1, maxiter + 1):
         if not active.any():
             break
         product = matvec(direction)
@@ -100,13 +156,35 @@ def conjugate_gradient(
         x += step[:, None] * direction
         residual -= step[:, None] * product
         updated = np.einsum("ij,ij->i", residual, residual)
+        improved = usable & (updated < best_squared)
+        if improved.any():
+            best[improved] = x[improved]
+            best_squared[improved] = updated[improved]
+            best_iteration[improved] = iteration
         active &= updated > bound
         ratio = np.zeros_like(squared)
         moving = squared > 0
         ratio[moving] = updated[moving] / squared[moving]
         direction = residual + ratio[:, None] * direction
         squared = updated
-    return x
+    relative = np.zeros_like(start)
+    np.divide(np.sqrt(best_squared), np.sqrt(start), out=relative, where=start > 0)
+    return ConjugateGradientResult(best, best_iteration, relative, best_squared <= bound)
+
+
+def conjugate_gradient(
+    matvec: Callable[[np.ndarray], np.ndarray], b: np.ndarray, *, tol: float, maxiter: int
+) -> np.ndarray:
+    """:func:`solve_conjugate_gradient`'s solutions alone (each row's smallest-residual iterate).
+
+    Examples
+    --------
+    >>> matrix = np.array([[4.0, 1.0], [1.0, 3.0]])
+    >>> x = conjugate_gradient(lambda v: v @ matrix, np.array([[1.0, 2.0]]), tol=1e-12, maxiter=10)
+    >>> np.round(x, 6).tolist()
+    [[0.090909, 0.636364]]
+    """
+    return solve_conjugate_gradient(matvec, b, tol=tol, maxiter=maxiter).solution
 
 
 def _top_positions(similarities: np.ndarray, k: int) -> np.ndarray:
@@ -124,6 +202,8 @@ def diffusion_pools(
     gamma: float,
     tol: float,
     maxiter: int,
+    count_self: bool = True,
+    neighbours: np.ndarray | None = None,
 ) -> np.ndarray:
     """Diffusion scores ``f`` of ``B`` pools of ``N`` candidates (higher is better).
 
@@ -133,8 +213,12 @@ def diffusion_pools(
         Similarity of each pool's probe to its candidates.
     among : array (B, N, N)
         Similarities among each pool's candidates (the diagonal is ignored).
-    k, query_k, alpha, gamma, tol, maxiter
-        As in the module docstring; ``k`` is capped at ``N - 1`` and ``query_k`` at ``N``.
+    k, query_k, alpha, gamma, tol, maxiter, count_self
+        As in the module docstring; the ``k - 1`` (or ``k``) other neighbours are capped at
+        ``N - 1`` and ``query_k`` at ``N``.
+    neighbours : bool array (B, N, N), optional
+        ``neighbours[b, i, j]``: candidate ``j`` is among the nearest of ``i`` in a larger graph (the
+        gallery's, truncated to the pool); replaces the pool's own k-NN lists (``k`` is then unused).
 
     Returns
     -------
@@ -146,12 +230,17 @@ def diffusion_pools(
     diagonal = np.arange(size)
     sims[:, diagonal, diagonal] = -np.inf
     affinity = np.zeros((count, size, size), dtype=np.float64)
-    neighbours = min(k, size - 1)
-    if neighbours > 0:
+    if neighbours is None:
+        others = min(graph_neighbours(k, count_self), size - 1)
         member = np.zeros((count, size, size), dtype=bool)
-        top = _top_positions(sims, neighbours)
-        member[np.arange(count)[:, None, None], diagonal[None, :, None], top] = True
-        mutual = member & member.transpose(0, 2, 1)
+        if others > 0:
+            top = _top_positions(sims, others)
+            member[np.arange(count)[:, None, None], diagonal[None, :, None], top] = True
+    else:
+        member = np.array(neighbours, dtype=bool)
+        member[:, diagonal, diagonal] = False
+    mutual = member & member.transpose(0, 2, 1)
+    if mutual.any():
         positive = np.maximum(np.where(mutual, sims, 0.0), 0.0)
         affinity = np.where(mutual, positive**gamma, 0.0)
     degree = affinity.sum(axis=2)
@@ -170,20 +259,100 @@ def diffusion_pools(
     return conjugate_gradient(matvec, query, tol=tol, maxiter=maxiter)
 
 
-class DiffusionReranker(PoolReranker):
-    """Re-rank a store's retrieved candidates by diffusion on their mutual k-NN graph (Iscen et al. 2017).
+#: Gallery rows whose neighbour lists are computed at once when a store's graph is built.
+_GRAPH_BLOCK_ELEMENTS = 1 << 22
 
-    For one query, the graph is built over its candidates, from the similarities of their stored
-    vectors (see :mod:`galleria.rerank.base` for how distances become similarities), and the query
-    is represented by its ``query_k`` most similar candidates. Each returned candidate is scored by
-    ``-f`` (lower is better).
+
+class _GalleryGraph(NamedTuple):
+    """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""
+
+    rows: dict[str, int]  # the store's path -> row map this graph was built from (identity = version)
+    neighbours: np.ndarray  # (n, m) int32, rows sorted ascending within each row
+    others: int  # m requested (capped at n - 1)
+
+
+_GRAPHS: weakref.WeakKeyDictionary[InMemoryImageEmbeddingStore, dict[int, _GalleryGraph]] = (
+    weakref.WeakKeyDictionary()
+)
+_GRAPHS_LOCK = threading.Lock()
+
+
+def _build_gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
+    """The gallery's k-NN lists in the store's space, in row blocks (memory O(n·others) + one block)."""
+    with store._lock.reading():
+        rows = store._rows
+        vectors = store._gallery_vectors(np.arange(len(store._paths), dtype=np.int64))
+    size = vectors.shape[0]
+    wanted = min(others, size - 1)
+    neighbours = np.empty((size, max(wanted, 0)), dtype=np.int32)
+    if wanted > 0:
+        step = max(1, _GRAPH_BLOCK_ELEMENTS // size)
+        for begin in range(0, size, step):
+            stop = min(size, begin + step)
+            sims = similarities_from_distances(
+                pairwise_distances(vectors[begin:stop], vectors, store.space), store.space
+            )
+            local = np.arange(stop - begin)
+            sims[local, begin + local] = -np.inf
+            neighbours[begin:stop] = np.sort(_top_positions(sims, wanted), axis=1)
+    return _GalleryGraph(rows, neighbours, others)
+
+
+def gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
+    """The store's gallery graph with ``others`` neighbours per row: built once, kept while the store
+    keeps its gallery (adding or removing images makes a new one on next use)."""
+    with _GRAPHS_LOCK:
+        graph = _GRAPHS.get(store, {}).get(others)
+    if graph is not None and graph.rows is store._rows:
+        return graph
+    graph = _build_gallery_graph(store, others)
+    with _GRAPHS_LOCK:
+        kept = _GRAPHS.setdefault(store, {})
+        kept.clear()  # one graph per store: the latest gallery, the latest size
+        kept[others] = graph
+    return graph
+
+
+def truncated_neighbours(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
+    """``(B, N, N)`` mask: candidate ``j`` of pool ``b`` is among the gallery neighbours of candidate ``i``.
+
+    ``rows`` (B, N) are the candidates' gallery rows; the gallery graph is restricted to each pool.
+    """
+    count, size = rows.shape
+    gallery = graph.neighbours.shape[0]
+    offset = (np.arange(count, dtype=np.int64) * gallery)[:, None]
+    keys = rows.astype(np.int64) + offset  # (B, N), distinct within a pool
+    order = np.argsort(keys, axis=None)
+    sorted_keys = keys.ravel()[order]
+    wanted = graph.neighbours[rows].astype(np.int64) + offset[:, :, None]  # (B, N, m)
+    where = np.minimum(np.searchsorted(sorted_keys, wanted), sorted_keys.size - 1)
+    found = sorted_keys[where] == wanted
+    member = np.zeros((count, size, size), dtype=bool)
+    batch, item, _ = np.nonzero(found)
+    member[batch, item, order[where[found]] % size] = True
+    return member
+
+
+class DiffusionReranker(PoolReranker):
+    """Re-rank a store's retrieved candidates by diffusion on the mutual k-NN graph (Iscen et al. 2017).
+
+    For one query, the graph is the store's gallery graph truncated to its candidates (the
+    authors' truncation; ``graph="pool"``: a graph built over the candidates alone); affinities come
+    from the similarities of the stored vectors (see :mod:`galleria.rerank.base` for how distances
+    become similarities), and the query is represented by its ``query_k`` most similar candidates.
+    Each returned candidate is scored by ``-f`` (lower is better).
+
+    The gallery graph (each item's ``k - 1`` nearest others: ``4·n·(k - 1)`` bytes) is computed on
+    the first re-ranking, in row blocks of the store's vectors, and kept with the store until its
+    gallery changes.
 
     Parameters
     ----------
     store : InMemoryImageEmbeddingStore
         The store the candidates come from (not one on an ``ExternalSearchIndex``).
     k : int, default 50
-        Neighbours per node of the mutual k-NN graph (capped at the pool size minus one).
+        Nearest neighbours per node, the node itself included as in the authors' code (so 49 others;
+        capped at the gallery or pool size).
     query_k : int, default 10
         Candidates that represent the query (capped at the pool size).
     alpha : float, default 0.99
@@ -193,7 +362,11 @@ class DiffusionReranker(PoolReranker):
     tol : float, default 1e-6
         Relative residual at which conjugate gradient stops.
     maxiter : int, default 20
-        Most conjugate-gradient iterations.
+        Most conjugate-gradient iterations (the paper's 20; the answer is the smallest-residual iterate).
+    count_self : bool, default True
+        Whether ``k`` counts the node itself (the authors' reading); False: ``k`` other neighbours.
+    graph : {"gallery", "pool"}, default "gallery"
+        The gallery's graph truncated to the pool, or a graph of the pool's candidates alone.
 
     Raises
     ------
@@ -207,7 +380,7 @@ class DiffusionReranker(PoolReranker):
     >>> vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c", "d"], vectors)
     >>> candidates = store.retrieve_by_vector([1.0, 0.05], k=4)[0]
-    >>> [c.path for c in DiffusionReranker(store, k=1, query_k=1).rerank(candidates, top_k=2)]
+    >>> [c.path for c in DiffusionReranker(store, k=2, query_k=1).rerank(candidates, top_k=2)]
     ['a', 'b']
     """
 
@@ -221,16 +394,21 @@ class DiffusionReranker(PoolReranker):
         gamma: float = 3.0,
         tol: float = 1e-6,
         maxiter: int = 20,
+        count_self: bool = True,
+        graph: str = "gallery",
     ) -> None:
         self._store = check_store(store, "diffusion")
         self._k, self._query_k, self._alpha, self._gamma, self._tol, self._maxiter = check_diffusion_params(
             k, query_k, alpha, gamma, tol, maxiter
         )
+        self._count_self = check_bool("count_self", count_self)
+        self._graph = check_choice("graph", graph, GRAPHS)
 
     def __repr__(self) -> str:
         return (
             f"DiffusionReranker(k={self._k}, query_k={self._query_k}, alpha={self._alpha}, "
-            f"gamma={self._gamma}, store={self._store!r})"
+            f"gamma={self._gamma}, count_self={self._count_self}, graph={self._graph!r}, "
+            f"store={self._store!r})"
         )
 
     def params(self) -> dict[str, Any]:
@@ -242,9 +420,27 @@ class DiffusionReranker(PoolReranker):
             "gamma": self._gamma,
             "tol": self._tol,
             "maxiter": self._maxiter,
+            "count_self": self._count_self,
+            "graph": self._graph,
         }
 
+    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, paths: list[str]) -> np.ndarray:
+        if self._graph == "pool":
+            return self._scores_from_vectors(probe, vectors)
+        store = self._store
+        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self))
+        rows = store._rows_of(paths).reshape(probe.shape)
+        if graph.rows is not store._rows:  # the gallery changed meanwhile: its graph is rebuilt
+            graph = gallery_graph(store, graph.others)
+        among = pairwise_distances_batched(vectors, vectors, store.space)
+        return self._diffuse(
+            probe, similarities_from_distances(among, store.space), truncated_neighbours(graph, rows)
+        )
+
     def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
+        return self._diffuse(probe, among, None)
+
+    def _diffuse(self, probe: np.ndarray, among: np.ndarray, neighbours: np.ndarray | None) -> np.ndarray:
         scores = diffusion_pools(
             probe,
             among,
@@ -254,6 +450,8 @@ class DiffusionReranker(PoolReranker):
             gamma=self._gamma,
             tol=self._tol,
             maxiter=self._maxiter,
+            count_self=self._count_self,
+            neighbours=neighbours,
         )
         return -scores
 
@@ -268,6 +466,7 @@ def diffusion_rerank_features(
     gamma: float = 3.0,
     tol: float = 1e-6,
     maxiter: int = 20,
+    count_self: bool = True,
 ) -> np.ndarray:
     """Diffusion distances of every probe to every gallery item, on one k-NN graph of the gallery.
 
@@ -280,8 +479,9 @@ def diffusion_rerank_features(
     ----------
     probe_features : array_like, shape (P, d)
     gallery_features : array_like, shape (G, d)
-    k, query_k, alpha, gamma, tol, maxiter
-        As :class:`DiffusionReranker` (``k`` capped at ``G - 1``, ``query_k`` at ``G``).
+    k, query_k, alpha, gamma, tol, maxiter, count_self
+        As :class:`DiffusionReranker` (the ``k - 1`` other neighbours capped at ``G - 1``,
+        ``query_k`` at ``G``).
 
     Returns
     -------
@@ -298,17 +498,18 @@ def diffusion_rerank_features(
     Examples
     --------
     >>> gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    >>> distances = diffusion_rerank_features([[1.0, 0.05]], gallery, k=1, query_k=1)
+    >>> distances = diffusion_rerank_features([[1.0, 0.05]], gallery, k=2, query_k=1)
     >>> np.argsort(distances[0], kind="stable")[:2].tolist()
     [0, 1]
     """
     neighbours, query_neighbours, weight, power, tolerance, iterations = check_diffusion_params(
         k, query_k, alpha, gamma, tol, maxiter
     )
+    others = graph_neighbours(neighbours, check_bool("count_self", count_self))
     probes = check_features("probe_features", probe_features)
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     size = gallery.shape[0]
-    graph_k = min(neighbours, size - 1)
+    graph_k = min(others, size - 1)
     if graph_k > 0:
         top, values = top_similar(gallery, gallery, graph_k, exclude_self=True)
         rows = np.repeat(np.arange(size), graph_k)

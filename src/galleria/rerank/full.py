@@ -166,10 +166,12 @@ def k_reciprocal_rerank_features(
 
     The distances are computed block by block in float32 with
     :func:`galleria.distances.pairwise_distances`: ``"cosine"`` gives ``1 - cos`` (features are
-    L2-normalised first), ``"euclidean"`` the Euclidean distance (which ``"reference"`` mode squares,
-    as the authors do). Peak memory is the output plus a few blocks and the O(n·k1) neighbour
-    lists. Otherwise as :func:`k_reciprocal_rerank`, and equal to it on the distance matrices the
-    features give.
+    L2-normalised first), ``"euclidean"`` the squared Euclidean distance in ``"paper"`` mode (the
+    paper's original distance is the squared Mahalanobis one, here with the identity) and the
+    Euclidean distance squared after the fact in ``"reference"`` mode, as the authors' code does —
+    the same values, each mode's arithmetic. Peak memory is the output plus a few blocks and the
+    O(n·k1) neighbour lists. Otherwise as :func:`k_reciprocal_rerank`, and equal to it on the
+    distance matrices the features give.
 
     Parameters
     ----------
@@ -253,7 +255,10 @@ def _feature_source(
     chosen_metric = check_choice("metric", metric, METRICS)
     first, second, weight = check_hyperparameters(k1, k2, lambda_value)
     chosen = check_mode(mode)
-    return _FeatureSource(left, right, chosen_metric), (first, second, weight, chosen)
+    # The paper's original distance is the squared Euclidean (Mahalanobis) one; reference mode
+    # squares the distance itself, as the authors' code does.
+    squared = chosen_metric == "euclidean" and chosen == "paper"
+    return _FeatureSource(left, right, chosen_metric, squared=squared), (first, second, weight, chosen)
 
 
 class _MatrixSource:
@@ -303,9 +308,10 @@ class _MatrixSource:
 class _FeatureSource:
     """Raw distance rows computed from features, block by block."""
 
-    def __init__(self, probe: np.ndarray, gallery: np.ndarray, metric: str) -> None:
+    def __init__(self, probe: np.ndarray, gallery: np.ndarray, metric: str, *, squared: bool = False) -> None:
         features = np.concatenate([probe, gallery]).astype(np.float32)
         self.metric = metric
+        self.squared = squared  # euclidean: hand out squared distances
         self.features = normalize_rows(features) if metric == "cosine" else features
         self.norms = np.einsum("ij,ij->i", self.features, self.features)
         self.probes = probe.shape[0]
@@ -320,7 +326,8 @@ class _FeatureSource:
             gram: np.ndarray = block @ self.features.T
             np.subtract(np.float32(1.0), gram, out=gram)
             return gram
-        return np.asarray(np.sqrt(pairwise_distances(block, self.features, "l2")))
+        squared = pairwise_distances(block, self.features, "l2")
+        return squared if self.squared else np.asarray(np.sqrt(squared))
 
     def pairs(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         values = np.empty(rows.size, dtype=np.float32)
@@ -333,7 +340,8 @@ class _FeatureSource:
                 values[start : start + step] = 1.0 - dots
             else:
                 squared = self.norms[r] + self.norms[c] - 2.0 * dots
-                values[start : start + step] = np.sqrt(np.maximum(squared, 0.0))
+                floored = np.maximum(squared, 0.0)
+                values[start : start + step] = floored if self.squared else np.sqrt(floored)
         return values
 
 

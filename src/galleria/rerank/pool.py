@@ -36,6 +36,7 @@ from galleria.rerank import _common
 from galleria.rerank._common import (
     as_float_matrix,
     check_hyperparameters,
+    check_mode,
     effective_ks,
     one_blas_thread,
     ordered_sum,
@@ -71,7 +72,9 @@ def scale_rows(distances: np.ndarray) -> np.ndarray:
     return scaled
 
 
-def rerank_pool(distances: Any, *, k1: int = 20, k2: int = 6, lambda_value: float = 0.3) -> np.ndarray:
+def rerank_pool(
+    distances: Any, *, k1: int = 20, k2: int = 6, lambda_value: float = 0.3, mode: str = "paper"
+) -> np.ndarray:
     """Re-rank one pool: the final k-reciprocal distances ``d*`` of its N candidates.
 
     Parameters
@@ -86,6 +89,12 @@ def rerank_pool(distances: Any, *, k1: int = 20, k2: int = 6, lambda_value: floa
         exceed ``k1``.
     lambda_value : float, default 0.3
         Weight of the original distance in ``d*``, in [0, 1].
+    mode : {"paper", "reference"}, default "paper"
+        ``"paper"``: the pinned rules above. ``"reference"``: the authors' published algorithm on
+        the pool's set (squared distances, column-max scaling, the strict ``> 2/3`` test, Jaccard
+        ``1 - m / (2 - m)``), as :func:`~galleria.rerank.k_reciprocal_rerank` with the probe as the
+        one probe — so a pool's result equals torchreid's and fast-reid's re-ranking on the same
+        distances.
 
     Returns
     -------
@@ -113,9 +122,27 @@ def rerank_pool(distances: Any, *, k1: int = 20, k2: int = 6, lambda_value: floa
             f"distances must hold the probe and at least one candidate, got shape {matrix.shape}"
         )
     first, second, weight = check_hyperparameters(k1, k2, lambda_value)
+    if check_mode(mode) == "reference":
+        return reference_pool(matrix, first, second, weight)
     if matrix.shape[0] - 1 >= _common.SPARSE_POOL_SIZE:
         return sparse_pool_core(MatrixRows(matrix), first, second, weight)
     return pool_core(matrix, first, second, weight)
+
+
+def reference_pool(distances: np.ndarray, k1: int, k2: int, lambda_value: float) -> np.ndarray:
+    """``mode="reference"`` of :func:`rerank_pool` (inputs trusted): the full reference on the pool."""
+    from galleria.rerank.full import k_reciprocal_rerank
+
+    result = k_reciprocal_rerank(
+        distances[:1, 1:],
+        distances[:1, :1],
+        distances[1:, 1:],
+        k1=k1,
+        k2=k2,
+        lambda_value=lambda_value,
+        mode="reference",
+    )
+    return np.asarray(result[0], dtype=np.float64)
 
 
 def pool_core(distances: np.ndarray, k1: int, k2: int, lambda_value: float) -> np.ndarray:

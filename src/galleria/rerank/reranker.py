@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
-from galleria.distances import pairwise_distances_batched
+from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank import _common
-from galleria.rerank._common import check_hyperparameters, one_blas_thread
+from galleria.rerank._common import check_hyperparameters, check_mode, one_blas_thread
 from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
+from galleria.rerank.pool import reference_pool
 from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -43,6 +44,10 @@ class KReciprocalReranker:
         Neighbourhood size of the local query expansion (``k2 <= k1``; 1 skips it).
     lambda_value : float, optional
         Weight of the original distance in ``d*``, in [0, 1].
+    mode : {"paper", "reference"}, default "paper"
+        ``"reference"`` re-ranks each pool with the authors' published algorithm (see
+        :func:`~galleria.rerank.rerank_pool`), so results equal torchreid's and fast-reid's on the
+        same pool; it goes pool by pool.
 
         With none of the three given, all three are read from the gallery
         (:func:`galleria.rerank.adaptive.default_rerank_params`: reciprocal-neighbour statistics
@@ -87,6 +92,7 @@ class KReciprocalReranker:
         k1: int | None = None,
         k2: int | None = None,
         lambda_value: float | None = None,
+        mode: str = "paper",
     ) -> None:
         if not isinstance(store, InMemoryImageEmbeddingStore):
             raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
@@ -95,6 +101,7 @@ class KReciprocalReranker:
                 "store must not search an ExternalSearchIndex: its scores are not distances the "
                 "re-ranker can combine with the store's own"
             )
+        self._mode = check_mode(mode)
         self._store = store
         self._adaptive = k1 is None and k2 is None and lambda_value is None
         self._k1, self._k2, self._lambda = check_hyperparameters(
@@ -141,12 +148,18 @@ class KReciprocalReranker:
                 raise RuntimeError("the store is not built yet; the parameters are read from its gallery")
             self._resolve()
 
+    @property
+    def mode(self) -> str:
+        """``"paper"`` or ``"reference"`` (the authors' published algorithm)."""
+        return self._mode
+
     def __repr__(self) -> str:
+        mode = "" if self._mode == "paper" else f"mode={self._mode!r}, "
         if self._adaptive:
-            return f"KReciprocalReranker(adaptive, store={self._store!r})"
+            return f"KReciprocalReranker(adaptive, {mode}store={self._store!r})"
         return (
             f"KReciprocalReranker(k1={self._k1}, k2={self._k2}, lambda_value={self._lambda}, "
-            f"store={self._store!r})"
+            f"{mode}store={self._store!r})"
         )
 
     def rerank(self, candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
@@ -253,10 +266,26 @@ class KReciprocalReranker:
     def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
         vectors = self._store.embeddings_of(paths)  # KeyError naming unknown paths
+        if self._mode == "reference":
+            return self._reference_finals(vectors, scores, count, length)
         if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)
             source = VectorRows(vectors, scores, self._store.space)
             return sparse_pool_core(source, self._k1, self._k2, self._lambda)[None, :]
         return self._pool_finals(vectors, scores, count, length)
+
+    def _reference_finals(
+        self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int
+    ) -> np.ndarray:
+        """``mode="reference"``: each pool's (N + 1)² distances through the authors' algorithm."""
+        finals = np.empty((count, length), dtype=np.float64)
+        stacked = vectors.reshape(count, length, -1)
+        probe = scores.reshape(count, length)
+        for position in range(count):
+            matrix = np.zeros((length + 1, length + 1), dtype=np.float64)
+            matrix[1:, 1:] = pairwise_distances(stacked[position], stacked[position], self._store.space)
+            matrix[0, 1:] = matrix[1:, 0] = probe[position]
+            finals[position] = reference_pool(matrix, self._k1, self._k2, self._lambda)
+        return finals
 
     def _pool_finals(self, vectors: np.ndarray, scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates from their vectors and scores, pool by pool."""

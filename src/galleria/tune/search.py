@@ -36,7 +36,7 @@ from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.datasets.folder import stratified_split
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_rank, ranked_relevance
-from galleria.rerank.base import DEFAULT_METHOD, RERANK_METHODS, make_reranker
+from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -307,7 +307,11 @@ def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
         }
     elif method == "gnn":
         k1 = trial.suggest_int("gnn.k1", 3, 60)
-        options["rerank_params"] = {"k1": k1, "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10))}
+        options["rerank_params"] = {
+            "k1": k1,
+            "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10)),
+            "lambda_value": trial.suggest_float("gnn.lambda", 0.0, 1.0),
+        }
     else:
         options["rerank_params"] = {
             "neighbors": trial.suggest_int("dba.neighbors", 1, _DBA_MAX, log=True),
@@ -514,7 +518,7 @@ def tune(
                 "diffusion.alpha": 0.99,
                 "diffusion.gamma": 3.0,
             },
-            "gnn": {"gnn.k1": 26, "gnn.k2": 7},
+            "gnn": {"gnn.k1": 26, "gnn.k2": 7, "gnn.lambda": 0.3},
             "dba": {
                 "dba.neighbors": 10,
                 "dba.alpha": 3.0,

@@ -22,7 +22,7 @@ from typing import Any
 
 from galleria._files import atomic_write_bytes
 from galleria.evaluation.configs import RetrievalConfig
-from galleria.rerank.base import DEFAULT_METHOD, METHOD_PARAMS
+from galleria.rerank.registry import DEFAULT_METHOD, METHOD_PARAMS
 
 __all__ = [
     "FORMAT_NAME",

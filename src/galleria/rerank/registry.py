@@ -1,0 +1,138 @@
+"""The registry of re-ranking methods: every method by name, its parameters, their validation.
+
+It sits above the implementations (it imports them; none of them imports it), so a new method is
+one entry in :data:`_METHODS` — its parameter names, its constructor and its store-free check.
+
+* :data:`RERANK_METHODS` — the names :func:`make_reranker` knows, the default first;
+* :data:`METHOD_PARAMS` — the keyword parameters each method takes (besides the store);
+* :func:`make_reranker` — build a method's re-ranker on a store;
+* :func:`check_method_params` — validate a method's parameters without a store, defaults filled in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from galleria._validation import check_bool, check_choice, check_nonnegative_float, check_positive_int
+from galleria.rerank._common import check_hyperparameters
+from galleria.rerank.base import Reranker
+from galleria.rerank.dba import DBAReranker
+from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
+from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
+from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
+from galleria.rerank.gnn import GnnReranker, check_gnn_params
+from galleria.rerank.reranker import KReciprocalReranker
+from galleria.store.store import InMemoryImageEmbeddingStore
+
+__all__ = ["DEFAULT_METHOD", "METHOD_PARAMS", "RERANK_METHODS", "check_method_params", "make_reranker"]
+
+
+@dataclass(frozen=True)
+class _Method:
+    """One method: its parameter names, its re-ranker's constructor, its store-free check."""
+
+    params: tuple[str, ...]
+    build: Callable[..., Reranker]
+    check: Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
+    k1, k2, lam = check_hyperparameters(
+        params.get("k1", 20), params.get("k2", 6), params.get("lambda_value", 0.3)
+    )
+    return {"k1": k1, "k2": k2, "lambda_value": lam}
+
+
+_DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter", "count_self", "graph")
+
+
+def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
+    values = check_diffusion_params(
+        params.get("k", 50),
+        params.get("query_k", 10),
+        params.get("alpha", 0.99),
+        params.get("gamma", 3.0),
+        params.get("tol", 1e-6),
+        params.get("maxiter", 20),
+    )
+    count_self = check_bool("count_self", params.get("count_self", True))
+    graph = check_choice("graph", params.get("graph", "gallery"), DIFFUSION_GRAPHS)
+    return dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True))
+
+
+def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
+    k1, k2, lam = check_gnn_params(
+        params.get("k1", 26), params.get("k2", 7), params.get("lambda_value", DEFAULT_GNN_LAMBDA)
+    )
+    return {"k1": k1, "k2": k2, "lambda_value": lam}
+
+
+def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "neighbors": check_positive_int("neighbors", params.get("neighbors", 10)),
+        "alpha": check_nonnegative_float("alpha", params.get("alpha", 3.0)),
+        "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
+        "aqe_alpha": check_nonnegative_float("aqe_alpha", params.get("aqe_alpha", 3.0)),
+    }
+
+
+#: Every method by name, the default first.
+_METHODS: dict[str, _Method] = {
+    "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
+    "diffusion": _Method(_DIFFUSION_PARAMS, DiffusionReranker, _check_diffusion),
+    "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
+    "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
+}
+
+#: The re-ranking methods :func:`make_reranker` knows, the default first.
+RERANK_METHODS: tuple[str, ...] = tuple(_METHODS)
+#: The method used when none is named.
+DEFAULT_METHOD = RERANK_METHODS[0]
+#: The keyword parameters each method takes (besides the store).
+METHOD_PARAMS: dict[str, tuple[str, ...]] = {name: method.params for name, method in _METHODS.items()}
+
+
+def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any) -> Reranker:
+    """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
+
+    ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
+    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
+    ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
+    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An unknown method, and whatever the re-ranker's constructor raises for its parameters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], np.eye(3))
+    >>> type(make_reranker("diffusion", store, k=2)).__name__
+    'DiffusionReranker'
+    """
+    name = check_choice("method", method, RERANK_METHODS)
+    return _METHODS[name].build(store, **params)
+
+
+def check_method_params(method: Any, params: Any) -> dict[str, Any]:
+    """Validate a method name and its parameters without a store; return all of them, defaults filled in.
+
+    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value.
+
+    Examples
+    --------
+    >>> check_method_params("gnn", {"k1": 10})
+    {'k1': 10, 'k2': 7, 'lambda_value': 0.3}
+    """
+    name = check_choice("method", method, RERANK_METHODS)
+    if not isinstance(params, dict):
+        raise TypeError(f"the {name} parameters must be a dict, got {type(params).__name__}")
+    entry = _METHODS[name]
+    unknown = sorted(set(params) - set(entry.params))
+    if unknown:
+        raise ValueError(f"unknown {name} parameter(s) {unknown}; it takes {list(entry.params)}")
+    return entry.check(params)

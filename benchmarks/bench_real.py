@@ -145,7 +145,7 @@ def bench(gallery: _real_data.Gallery, args: argparse.Namespace) -> dict[str, An
     for method in args.methods:
         row(method, "paper", config_of(method, PAPER_PARAMS[method], "paper"))
         row(method, "adaptive", config_of(method, default_rerank_params(store, method), "adaptive"))
-        if args.trials:
+        if args.trials and method in args.tune_methods:
             tuned(["plain", method], method)
     if args.trials and args.tune_all:
         tuned(["plain", *METHODS], "all methods")
@@ -236,10 +236,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20, help="tuning trials (0: no tuned rows)")
     parser.add_argument("--validation-queries", type=int, default=300)
     parser.add_argument("--tune-all", action="store_true", help="add galleria tune over all methods")
+    parser.add_argument("--tune-methods", default=",".join(METHODS), help="methods that get a tuned row")
     parser.add_argument("--cache", default=str(_real_data.DEFAULT_CACHE))
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "real.md"))
     args = parser.parse_args()
     args.methods = args.methods.split(",")
+    args.tune_methods = args.tune_methods.split(",")
     RESULTS.mkdir(parents=True, exist_ok=True)
     for name in args.galleries.split(","):
         for embedder in args.embedders.split(","):

@@ -20,6 +20,7 @@ from galleria.cli._options import (
     add_store_options,
     check_existing_folder,
     embedder_settings,
+    index_params,
     make_embedder,
     parse_embedder_spec,
     parse_float,
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     parse_embedder_spec(args.embedder)
     workers = parse_int("--workers", args.workers)
     every = parse_float("--checkpoint-every", args.checkpoint_every)
+    args.index_params = index_params(args)
     settings = embedder_settings(args)
     out = args.out
     if os.path.isdir(out):
@@ -179,8 +181,7 @@ def _build_with_threads(
     args: argparse.Namespace, paths: list[str], embedder: Any, partial: str, workers: int, every: float
 ) -> tuple[Any, int]:
     """``--engine threads``: embed in chunks, keeping a checkpoint at ``partial``; (store, images resumed)."""
-    from tqdm.auto import tqdm
-
+    from galleria._progress import progress
     from galleria.embedders.base import batch_size_of
     from galleria.store import ImageReadError, InMemoryImageEmbeddingStore
 
@@ -204,12 +205,8 @@ def _build_with_threads(
     last_save = time.monotonic()
     position = 0
     try:
-        with tqdm(
-            total=len(paths),
-            initial=len(paths) - len(paths_left),
-            desc="building gallery",
-            unit="img",
-            disable=True if args.json else None,
+        with progress(
+            len(paths), "building gallery", "img", enabled=not args.json, initial=len(paths) - len(paths_left)
         ) as bar:
             while position < len(paths_left) or store is None:
                 part = paths_left[position : position + chunk]
@@ -219,14 +216,14 @@ def _build_with_threads(
                         embedder,
                         args.index,
                         space=args.space,
+                        index_params=args.index_params,
                         skip_errors=args.skip_errors,
                         num_workers=workers,
                     )
-                    store.build_store(progress=False)
+                    store.build_store(progress=False, on_progress=bar.update)  # moves per batch
                 elif part:
-                    store.add_images(part)
+                    store.add_images(part, on_progress=bar.update)
                 position += len(part)
-                bar.update(len(part))
                 if position < len(paths_left) and time.monotonic() - last_save >= every:
                     store.save_to_disk(partial)
                     last_save = time.monotonic()
@@ -266,6 +263,7 @@ def _build_on_ray(args: argparse.Namespace, paths: list[str], embedder: Any, out
             shards,
             args.index,
             space=args.space,
+            index_params=getattr(args, "index_params", None),
             skip_errors=args.skip_errors,
             address=args.ray_address,
             num_actors=actors,

@@ -35,8 +35,6 @@ _EXAMPLES = """\
   galleria search photos.safetensors --image query.jpg --settings tuned.json
 """
 
-#: Default number of candidates re-ranked per query.
-DEFAULT_POOL = 100
 #: Query images read and answered together.
 _QUERY_BATCH = 64
 
@@ -72,7 +70,7 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="leave a query image out of its own results when it is in the gallery",
     )
-    add_rerank_options(parser, pool_default=DEFAULT_POOL)
+    add_rerank_options(parser)
     add_expand_options(parser)
     add_load_options(parser)
     add_settings_option(parser)

@@ -8,7 +8,14 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_load_options, check_existing_file, load_store, parse_float, parse_int
+from galleria.cli._options import (
+    add_load_options,
+    check_existing_file,
+    load_store,
+    parse_float,
+    parse_int,
+    say,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -29,7 +36,7 @@ def add_parser(subparsers: Any) -> None:
             "Serve a page on which to query the store by uploading an image, by clicking a result, or by "
             "text (clip stores), with plain and re-ranked results side by side; and a JSON API "
             "(POST /api/search, GET /api/info, OpenAPI page at /docs). The store and its model are "
-            "loaded once. Needs the web extra (pip install 'galleria[web]')."
+            "loaded once. Needs the web extra (pip install -e '.[web]')."
         ),
         examples=_EXAMPLES,
     )
@@ -79,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
 
         defaults = read_settings(check_existing_file("settings file", args.settings))
     _check_bind(args.host, port)
+    say(f"loading the store {args.store} ...")
     store = load_store(args, args.store)
     app = create_app(
         store,
@@ -90,5 +98,13 @@ def run(args: argparse.Namespace) -> int:
         f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
         file=sys.stderr,
     )
-    serve(app, host=args.host, port=port)
+
+    def stopping() -> None:
+        print("galleria serve: stopping (finishing open requests) ...", file=sys.stderr, flush=True)
+
+    try:
+        serve(app, host=args.host, port=port, on_stop=stopping)
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: the normal way to stop
+        pass
+    print("galleria serve: stopped", file=sys.stderr)
     return 0

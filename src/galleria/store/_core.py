@@ -71,7 +71,12 @@ class StoreCore:
         self._built = True
 
     def _embed_files(
-        self, paths: list[str], progress: bool, description: str, skip_errors: bool | None = None
+        self,
+        paths: list[str],
+        progress: bool,
+        description: str,
+        skip_errors: bool | None = None,
+        on_images: Any = None,
     ) -> tuple[list[str], np.ndarray, list[str]]:
         """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
         return embed_files(
@@ -84,6 +89,7 @@ class StoreCore:
             skip_errors=self._skip_errors if skip_errors is None else skip_errors,
             progress=progress,
             description=description,
+            on_images=on_images,
         )
 
     # ------------------------------------------------------------------ read-only views

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from galleria._validation import check_bool, check_path_list, check_positive_int
+from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
 from galleria.store._checks import (
@@ -195,7 +195,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
 
     # ------------------------------------------------------------------ building
 
-    def build_store(self, progress: bool = True) -> None:
+    def build_store(self, progress: bool = True, *, on_progress: Callable[[int], None] | None = None) -> None:
         """Read, embed and index every gallery image (a no-op on a store that is already built).
 
         Images are decoded on ``num_workers`` threads, at most ``num_prefetch_batches`` batches
@@ -205,7 +205,11 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         Parameters
         ----------
         progress : bool
-            Show a tqdm progress bar (only when writing to a terminal).
+            Show progress: a tqdm bar on a terminal, a plain line every few seconds elsewhere
+            (it moves once per embedder batch).
+        on_progress : callable, optional
+            Called with the number of images done after each embedder batch, instead of the bar
+            (a caller's own progress display).
 
         Raises
         ------
@@ -222,9 +226,12 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             When none could be read (the store is then built and empty).
         """
         progress = check_bool("progress", progress)
+        check_callback("on_progress", on_progress)
         if self._built:
             return
-        paths, vectors, skipped = self._embed_files(self._pending, progress, "building gallery")
+        paths, vectors, skipped = self._embed_files(
+            self._pending, progress, "building gallery", on_images=on_progress
+        )
         statistics = None
         if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
             from galleria.rerank.adaptive import gallery_statistics

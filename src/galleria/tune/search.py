@@ -430,7 +430,7 @@ def tune(
     Raises
     ------
     ImportError
-        Optuna is not installed (``pip install 'galleria[tune]'``).
+        Optuna is not installed (``pip install -e '.[tune]'``).
     TypeError, ValueError
         For bad arguments; a gallery too small to split.
     RuntimeError
@@ -439,9 +439,7 @@ def tune(
     try:
         import optuna
     except ImportError as error:
-        raise ImportError(
-            "galleria.tune needs optuna; install it with: pip install 'galleria[tune]'"
-        ) from error
+        raise ImportError("galleria.tune needs optuna; install it with: pip install -e '.[tune]'") from error
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:

@@ -101,7 +101,7 @@ class SearchSettings:
     """
 
     k: int = 10
-    config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=100))
+    config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search"))
 
     @classmethod
     def from_mapping(
@@ -115,7 +115,7 @@ class SearchSettings:
         with a method other than k-reciprocal, its tuned parameters are used and ``k1``, ``k2``,
         ``lambda`` only apply to k-reciprocal.
         """
-        base = defaults if defaults is not None else RetrievalConfig("search", pool=100)
+        base = defaults if defaults is not None else RetrievalConfig("search")
         k = _number(settings, "k", 10, int)
         pool = _number(settings, "pool", base.pool, int)
         for name, value in (("k", k), ("pool", pool)):

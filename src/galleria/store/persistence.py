@@ -196,7 +196,7 @@ def _valid_augmentation(record: Any) -> bool:
 
 
 def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
-    """The ``rerank_statistics`` record: None if absent, else well-formed (for ``n_paths`` items) or ValueError."""
+    """The ``rerank_statistics`` record: None if absent, else checked (for ``n_paths`` items)."""
     if record is None:
         return None
     from galleria.rerank.adaptive import GalleryStatistics

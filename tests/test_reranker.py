@@ -143,7 +143,7 @@ def test_constructor_validation() -> None:
     for bad_lambda in (-0.1, 1.01, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lambda_value"):
             KReciprocalReranker(store, lambda_value=bad_lambda)
-    for wrong in (True, False, "0.3", None):
+    for wrong in (True, False, "0.3"):  # (None: not given)
         with pytest.raises(TypeError, match="lambda_value"):
             KReciprocalReranker(store, lambda_value=wrong)  # type: ignore[arg-type]
 

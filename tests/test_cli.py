@@ -215,9 +215,25 @@ def test_evaluate_json_and_report(image_dir: Path, tmp_path: Path) -> None:
         assert entry["ms_per_query"] > 0
     assert json.loads((out / "metrics.json").read_text()) == payload
     assert "| Configuration |" in (out / "report.md").read_text()
+    _check_per_query(out, payload, ("plain", "aqe+rerank"))
     with Image.open(out / "pr_curve.png") as image:
         image.load()
         assert image.format == "PNG"
+
+
+def _check_per_query(out: Path, payload: dict[str, Any], compared: tuple[str, str]) -> None:
+    """queries.json (what ``serve --eval`` reads): every query, AP@100 averaging to each mAP@100."""
+    from galleria.evaluation.per_query import read_query_results
+
+    recorded = read_query_results(out)
+    assert recorded.compared == compared and len(recorded.queries) == payload["n_queries"]
+    for entry in payload["configurations"]:
+        mean = sum(query.ap[entry["name"]] for query in recorded.queries) / len(recorded.queries)
+        assert abs(mean - entry["map@100"]) <= 1e-4
+    for query in recorded.queries:
+        assert len(query.before.paths) == len(query.after.paths) == 20
+        assert query.before.hits == tuple(path.split("/")[-2] == query.label for path in query.before.paths)
+        assert all(rank is None or rank >= 1 for rank in query.after.previous_ranks or ())
 
 
 def test_evaluate_plain_only_text_table(image_dir: Path) -> None:
@@ -258,11 +274,13 @@ def test_demo_reduced(cache_dir: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == [
         "metrics.json",
         "pr_curve.png",
+        "queries.json",
         "report.html",
         "report.md",
         "thumbs",
     ]
     assert json.loads((out / "metrics.json").read_text()) == payload
+    _check_per_query(out, payload, ("plain", "aqe+rerank"))
     with Image.open(out / "pr_curve.png") as image:
         image.load()
         assert image.format == "PNG" and image.size[0] > 100

@@ -69,6 +69,27 @@ def test_embeddings_equal_the_threaded_builder_bit_for_bit(
     np.testing.assert_array_equal(vectors, embedder.embed([read_rgb(path) for path in gallery]))
 
 
+def test_large_jpegs_are_drafted_as_the_threaded_builder_drafts_them(local_ray: None, tmp_path: Path) -> None:
+    """One reader: Ray decodes with the store's draft size, so the vectors match an in-process build."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"photo{i}.jpg"
+        Image.fromarray(rng.integers(0, 256, (600, 800, 3), dtype=np.uint8)).save(path, quality=90)
+        paths.append(str(path))
+    embedder = PixelEmbedder(size=8)
+    threaded = InMemoryImageEmbeddingStore(paths, embedder)
+    threaded.build_store(progress=False)
+    store = build_with_ray(paths, embedder, tmp_path / "shards", num_actors=1)
+    np.testing.assert_array_equal(store.embeddings, threaded.embeddings)
+    full_size = InMemoryImageEmbeddingStore.from_embeddings(
+        paths, embedder.embed([read_rgb(p) for p in paths])
+    )
+    assert not np.array_equal(full_size.embeddings, threaded.embeddings)  # the draft changes the pixels
+
+
 def test_skip_errors_and_unreadable_images(local_ray: None, gallery: list[str], tmp_path: Path) -> None:
     broken = write_corrupt(tmp_path / "broken.png")
     images = [*gallery[:5], broken, *gallery[5:8]]

@@ -191,15 +191,16 @@ def test_only_gallery_files_are_served(client: TestClient) -> None:
 
 def test_page_routes(client: TestClient) -> None:
     home = client.get("/")
-    assert home.status_code == 200 and "Upload an image" in home.text and 'name="text"' not in home.text
+    assert home.status_code == 200 and 'name="text"' not in home.text
+    assert "18 images" in home.text and home.text.count('class="item"') == 18  # the gallery to browse
     page = client.get("/?path=red/1.png&k=3&rerank=true&k1=4&k2=2&pool=9")
     assert page.status_code == 200
     assert 'id="plain"' in page.text and 'id="reranked"' in page.text
     assert page.text.count('class="item hit"') == 6  # 3 plain + 3 re-ranked, all red
-    assert "/thumb/red/" in page.text and "&amp;path=red/" in page.text  # clickable results
+    assert "/thumb/red/" in page.text and "/?path=red/" in page.text  # clickable results
     upload = client.post("/", files={"image": ("q.png", _png((40, 60, 210)), "image/png")}, data={"k": "2"})
     assert upload.status_code == 200 and 'id="plain"' in upload.text and 'id="reranked"' not in upload.text
-    assert 'src="data:image/jpeg;base64,' in upload.text  # the uploaded query is shown
+    assert 'src="/upload/' in upload.text  # the uploaded query is shown (no data: URL, the CSP forbids it)
     assert client.get("/?path=../secret.txt").status_code == 404
     bad = client.get("/?k=abc")
     assert bad.status_code == 400 and "k must be an integer" in bad.text
@@ -209,7 +210,10 @@ def test_page_routes(client: TestClient) -> None:
     assert client.get("/static/app.js").status_code == 200
     assert client.get("/static/../app.py").status_code == 404
     assert client.get("/openapi.json").json()["paths"]["/api/search"]["post"]
-    assert client.get("/docs").status_code == 200
+    assert client.get("/docs").status_code == 404  # Swagger's page needs a CDN: not offered
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert 'rel="icon"' in home.text and 'href="/docs"' not in home.text
 
 
 def test_concurrent_requests(client: TestClient) -> None:
@@ -284,4 +288,8 @@ def test_settings_file_sets_the_method_and_the_first_page(tmp_path: Path) -> Non
     expected = make_reranker("diffusion", store, k=5, query_k=3).rerank(pool, top_k=5)
     assert [item["path"] for item in answer["reranked"]] == [c.path for c in expected]
     first_page = client.get("/").text
-    assert 'name="rerank"' in first_page and "checked" in first_page.split('name="rerank"')[1][:80]
+    assert "checked" in first_page.split('id="rerank"')[1][:40]
+    # The API's defaults are the file's too: a request that does not say re-ranks with it.
+    implicit = client.post("/api/search", json={"path": paths[0], "k": 5}).json()
+    assert [item["path"] for item in implicit["reranked"]] == [c.path for c in expected]
+    assert client.post("/api/search", json={"path": paths[0], "rerank": False}).json()["reranked"] is None

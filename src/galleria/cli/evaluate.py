@@ -179,7 +179,7 @@ def run_evaluation(
         query_paths, query_labels = split.query_paths, split.query_labels
     else:
         query_paths, query_labels, bad_queries = _readable_queries(split, skip_errors)
-    from galleria.evaluation.report import SHEET_DEPTH, contact_sheets
+    from galleria.evaluation.report import contact_sheets
 
     shown: dict[str, list[list[str]]] = {}
 
@@ -188,7 +188,7 @@ def run_evaluation(
 
     def keep(config: RetrievalConfig, lists: list[list[Any]]) -> None:
         if out is not None:
-            shown[config.name] = [[candidate.path for candidate in ranked[:SHEET_DEPTH]] for ranked in lists]
+            shown[config.name] = [[candidate.path for candidate in ranked] for ranked in lists]
 
     queries: Any = query_vectors if query_vectors is not None else query_paths
     results = evaluate_retrieval(
@@ -217,7 +217,15 @@ def run_evaluation(
             sheets = contact_sheets(
                 query_paths, query_labels, shown[names[0]], shown[other.name], gallery_labels
             )
-        files = write_report(out, results, meta, title=title, sheets=sheets, compared=compared)
+        from galleria.evaluation.per_query import FILE_NAME, query_results
+
+        before_after = (names[0], other.name) if len(names) > 1 else (names[0], names[0])
+        per_query = query_results(
+            query_paths, query_labels, shown, results, gallery_labels, compared=before_after, title=title
+        )
+        files = write_report(
+            out, results, meta, title=title, sheets=sheets, compared=compared, per_query=per_query
+        )
     if as_json:
         print_json(results_payload(results, meta))
     else:
@@ -229,7 +237,8 @@ def run_evaluation(
         if out is not None:
             print(
                 f"report: {files.html} "
-                f"(also {files.report.name}, {files.metrics.name}, {files.pr_curve.name})"
+                f"(also {files.report.name}, {files.metrics.name}, {files.pr_curve.name}, "
+                f"{FILE_NAME}: galleria serve STORE --eval {out})"
             )
     for warning in warnings:
         print(f"galleria {title.split()[1]}: warning: {warning}", file=sys.stderr)

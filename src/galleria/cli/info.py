@@ -8,6 +8,7 @@ from typing import Any
 
 from galleria.cli._common import add_command, print_json
 from galleria.cli._options import add_load_options, load_store
+from galleria.viewer.text import printable
 
 __all__ = ["add_parser", "describe_store", "run"]
 
@@ -104,16 +105,19 @@ def run(args: argparse.Namespace) -> int:
         print_json(info)
         return 0
     params = ", ".join(f"{key}={value}" for key, value in info["index"]["params"].items())
-    print(f"store:          {info['store']}")
-    print(f"images:         {info['count']}")
-    print(f"embedder:       {_embedder_text(info['embedder'])}")
-    print(f"index:          {info['index']['name']}" + (f" ({params})" if params else ""))
-    print(f"space:          {info['space']}")
-    print(f"dim:            {info['dim']}")
-    print(f"text queries:   {'yes' if info['text_queries'] else 'no'}")
-    print(f"format version: {info['format_version']}")
-    print(f"file size:      {_size_text(info['file_bytes'])}")
-    print(f"skipped files:  {len(info['skipped'])}")
-    for path in info["skipped"]:
-        print(f"  {path}")
+    lines = [
+        f"store:          {info['store']}",
+        f"images:         {info['count']}",
+        f"embedder:       {_embedder_text(info['embedder'])}",
+        f"index:          {info['index']['name']}" + (f" ({params})" if params else ""),
+        f"space:          {info['space']}",
+        f"dim:            {info['dim']}",
+        f"text queries:   {'yes' if info['text_queries'] else 'no'}",
+        f"format version: {info['format_version']}",
+        f"file size:      {_size_text(info['file_bytes'])}",
+        f"skipped files:  {len(info['skipped'])}",
+        *(f"  {path}" for path in info["skipped"]),
+    ]
+    for line in lines:  # the file's own strings (paths, config values) may hold control characters
+        print(printable(line))
     return 0

@@ -22,6 +22,7 @@ from galleria.cli._options import (
     settings_config,
     shorten_middle,
 )
+from galleria.viewer.text import printable
 
 __all__ = ["add_parser", "query_paths_from", "run"]
 
@@ -109,9 +110,13 @@ def query_paths_from(source: str) -> list[str]:
     return paths
 
 
-def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list[Any], list[str]]:
-    """Read the query images; return the paths kept, their arrays and the unreadable paths."""
-    from galleria.store.reading import ImageReadError, read_rgb
+def _image_queries(
+    paths: list[str], skip_errors: bool, embedder: Any = None
+) -> tuple[list[str], list[Any], list[str]]:
+    """Read the query images as the store read its gallery: the paths kept, their arrays, the unreadable."""
+    from galleria.store.reading import ImageReadError, reader_for
+
+    read_rgb = reader_for(embedder)  # the same draft scale for large JPEGs as the gallery's
 
     kept: list[str] = []
     arrays: list[Any] = []
@@ -119,13 +124,13 @@ def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list
     for path in paths:
         if not os.path.exists(path):
             if skip_errors:
-                print(f"skipped {path}: no such file", file=sys.stderr)
+                print(f"skipped {printable(path)}: no such file", file=sys.stderr)
                 bad.append(path)
                 continue
             raise CliError(f"query image {path!r} does not exist")
         if not os.path.isfile(path):
             if skip_errors:
-                print(f"skipped {path}: not a file", file=sys.stderr)
+                print(f"skipped {printable(path)}: not a file", file=sys.stderr)
                 bad.append(path)
                 continue
             raise CliError(f"query image {path!r} is not a file")
@@ -134,7 +139,7 @@ def _image_queries(paths: list[str], skip_errors: bool) -> tuple[list[str], list
         except ImageReadError as error:
             if not skip_errors:
                 raise CliError(f"{error} (pass --skip-errors to skip unreadable queries)") from None
-            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
+            print(f"skipped {printable(path)}: {printable(error.reason or error)}", file=sys.stderr)
             bad.append(path)
             continue
         kept.append(path)
@@ -187,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     skipped: list[str] = []
     queries: list[Any]
     if kind == "image":
-        query_names, queries, skipped = _image_queries(query_names, args.skip_errors)
+        query_names, queries, skipped = _image_queries(query_names, args.skip_errors, store.embedder)
         if not queries:
             raise CliError("no query image could be read; nothing to search")
     else:
@@ -249,15 +254,22 @@ def run(args: argparse.Namespace) -> int:
         writer.writerow(["query", "rank", "path", "score"])
         for entry in payload["queries"]:
             for result in entry["results"]:
-                writer.writerow([entry["query"], result["rank"], result["path"], f"{result['score']:.6f}"])
+                writer.writerow(
+                    [
+                        printable(entry["query"]),
+                        result["rank"],
+                        printable(result["path"]),
+                        f"{result['score']:.6f}",
+                    ]
+                )
     else:
         width = shutil.get_terminal_size((80, 24)).columns
         for number, entry in enumerate(payload["queries"]):
             if number:
                 print()
-            print(shorten_middle(f"{kind} query: {entry['query']}", width - 1))
+            print(shorten_middle(f"{kind} query: {printable(entry['query'])}", width - 1))
             for result in entry["results"]:
                 score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
                 head = f"  {result['rank']:>3}  {score:.6f}  "
-                print(head + shorten_middle(result["path"], max(8, width - 1 - len(head))))
+                print(head + shorten_middle(printable(result["path"]), max(8, width - 1 - len(head))))
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from typing import Any
@@ -11,6 +12,7 @@ from galleria.cli._common import CliError, add_command
 from galleria.cli._options import (
     add_load_options,
     check_existing_file,
+    check_existing_folder,
     load_store,
     parse_float,
     parse_int,
@@ -23,6 +25,9 @@ _EXAMPLES = """\
   galleria serve photos.safetensors                 # then open http://127.0.0.1:8000
   galleria serve photos.safetensors --port 8080 --max-upload-mb 50
   galleria serve photos.safetensors --settings tuned.json   # the method and settings `galleria tune` chose
+  galleria serve photos.safetensors --eval report/          # the queries of `galleria evaluate --out report/`
+  galleria serve photos.safetensors --host 0.0.0.0 --allow-host gallery.lan   # reached by that name too
+  galleria serve moved.safetensors --root /data/photos      # the gallery's folder (also the only one served)
 """
 
 
@@ -35,8 +40,11 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Serve a page on which to query the store by uploading an image, by clicking a result, or by "
             "text (clip stores), with plain and re-ranked results side by side; and a JSON API "
-            "(POST /api/search, GET /api/info, OpenAPI page at /docs). The store and its model are "
-            "loaded once. Needs the web extra (pip install -e '.[web]')."
+            "(POST /api/search, GET /api/info, schema at /openapi.json). The store and its model are "
+            "loaded once. Only the pixels of images under the gallery root are served: --root, else "
+            "the folder the store's images share (a store whose images share none needs --root). "
+            "Requests whose Host is not the bound host, localhost, an IP address or an --allow-host "
+            "name are refused (DNS rebinding). Needs the web extra (pip install 'galleria[web]')."
         ),
         examples=_EXAMPLES,
     )
@@ -49,12 +57,28 @@ def add_parser(subparsers: Any) -> None:
         metavar="MB",
         help="largest accepted upload, in megabytes (default: %(default)s)",
     )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for this host name (repeatable); the bound host, localhost and IP "
+        "addresses always are",
+    )
     add_load_options(parser)
     parser.add_argument(
         "--settings",
         default=None,
         metavar="FILE",
-        help="start from the settings in FILE (written by `galleria tune`): αQE, method, parameters",
+        help="start from the settings in FILE (written by `galleria tune`): αQE, method, parameters; "
+        "they are also the API's defaults",
+    )
+    parser.add_argument(
+        "--eval",
+        default=None,
+        metavar="DIR",
+        help="list the queries of an evaluation (the --out folder of `galleria evaluate` or `demo`) at "
+        "/eval, those whose AP re-ranking lowered most first",
     )
     parser.set_defaults(run=run)
 
@@ -85,17 +109,39 @@ def run(args: argparse.Namespace) -> int:
         from galleria.tune.settings import read_settings
 
         defaults = read_settings(check_existing_file("settings file", args.settings))
+    evaluation = None
+    if args.eval is not None:
+        from galleria.evaluation.per_query import FILE_NAME, read_query_results
+
+        folder = check_existing_folder("--eval", args.eval)
+        if not os.path.lexists(os.path.join(folder, FILE_NAME)):
+            raise CliError(
+                f"--eval {args.eval!r} has no {FILE_NAME}; give the --out folder of "
+                "`galleria evaluate` or `galleria demo` (run it again to write one)"
+            )
+        evaluation = read_query_results(folder)
     _check_bind(args.host, port)
     say(f"loading the store {args.store} ...")
+    from galleria.web._guard import normalise_hosts
+
+    hosts = normalise_hosts([args.host, *args.allow_host])  # ValueError names a bad --allow-host
     store = load_store(args, args.store)
-    app = create_app(
-        store,
-        store_name=args.store,
-        max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-        defaults=defaults,
-    )
+    try:
+        app = create_app(
+            store,
+            store_name=args.store,
+            max_upload_bytes=int(max_upload_mb * 1024 * 1024),
+            defaults=defaults,
+            root=args.root,
+            allowed_hosts=hosts,
+            evaluation=evaluation,
+        )
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    root = app.state.gallery_root
     print(
-        f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops)",
+        f"serving {len(store)} images of {args.store} on http://{args.host}:{port} (Ctrl-C stops); "
+        f"gallery root {root}",
         file=sys.stderr,
     )
 

@@ -18,7 +18,7 @@ from galleria._validation import check_bool, check_positive_int
 from galleria.datasets.folder import IMAGE_EXTENSIONS
 from galleria.embedders import batch_size_of, embedder_config, embedder_from_config
 from galleria.engines.shards import ShardWriter, store_from_shards
-from galleria.store.reading import ImageReadError, read_rgb
+from galleria.store.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
 
 __all__ = ["build_with_ray", "list_image_uris", "read_image_any"]
 
@@ -36,23 +36,23 @@ def _is_uri(path: str) -> bool:
     return "://" in path
 
 
-def read_image_any(path: str) -> np.ndarray:
-    """Decode a local path, or a URI through pyarrow's filesystems (``s3://``, ``gs://``, ``file://``)."""
-    if not _is_uri(path):
-        return read_rgb(path)
-    import io
+def read_image_any(path: str, min_size: tuple[int, int] | None = None) -> np.ndarray:
+    """Decode a local path, or a URI through pyarrow's filesystems (``s3://``, ``gs://``, ``file://``).
 
-    from PIL import Image
+    ``min_size`` is the store's draft size (:func:`~galleria.store.reading.draft_size_for`), so a
+    large JPEG decodes exactly as an in-process build decodes it.
+    """
+    if not _is_uri(path):
+        return read_rgb(path, min_size)
     from pyarrow import fs
 
     try:
         filesystem, inner = fs.FileSystem.from_uri(path)
         with filesystem.open_input_stream(inner) as stream:
             data = stream.read()
-        with Image.open(io.BytesIO(data)) as image:
-            return np.asarray(image.convert("RGB"), dtype=np.uint8)
-    except (OSError, ValueError, Image.DecompressionBombError) as error:
-        raise ImageReadError(f"cannot read image {path!r}: {error}") from error
+    except (OSError, ValueError) as error:
+        raise ImageReadError(f"cannot read image {path!r}: {error}", path=path, reason=str(error)) from error
+    return decode_rgb(data, min_size, max_pixels=None, name=path)  # the decoding rules of local files
 
 
 def list_image_uris(uri: str) -> list[str]:
@@ -73,13 +73,13 @@ def list_image_uris(uri: str) -> list[str]:
     return sorted(prefix + path for path in found)
 
 
-def _decode_batch(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+def _decode_batch(batch: dict[str, np.ndarray], min_size: tuple[int, int] | None = None) -> dict[str, Any]:
     """Ray task: decode a batch of paths; unreadable ones get an error message and no pixels."""
     images: list[np.ndarray] = []
     errors: list[str] = []
     for path in batch["path"]:
         try:
-            images.append(read_image_any(str(path)))
+            images.append(read_image_any(str(path), min_size))
             errors.append("")
         except ImageReadError as error:
             images.append(np.zeros((1, 1, 3), dtype=np.uint8))
@@ -191,7 +191,12 @@ def build_with_ray(
     batch_size = batch_size_of(embedder)
 
     dataset = ray.data.from_items([{"row": row, "path": path} for row, path in enumerate(paths)])
-    decoded = dataset.map_batches(_decode_batch, batch_size=decode_batch_size, max_retries=-1)
+    decoded = dataset.map_batches(
+        _decode_batch,
+        fn_kwargs={"min_size": draft_size_for(embedder)},
+        batch_size=decode_batch_size,
+        max_retries=-1,
+    )
     embedded = decoded.map_batches(
         _EmbedActor,
         fn_constructor_args=(config, None if config is not None else embedder),

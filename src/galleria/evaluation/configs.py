@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from galleria._validation import check_choice, check_fraction, check_nonnegative_float, check_positive_int
+from galleria._validation import check_choice, check_fraction, check_positive_int
+from galleria.expansion import check_expansion_alpha
 from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
 
 __all__ = ["RetrievalConfig", "standard_configs"]
@@ -68,7 +69,7 @@ class RetrievalConfig:
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         object.__setattr__(
-            self, "expansion_alpha", check_nonnegative_float("expansion_alpha", self.expansion_alpha)
+            self, "expansion_alpha", check_expansion_alpha("expansion_alpha", self.expansion_alpha)
         )
         for name in ("expansion_neighbors", "k1", "k2", "pool"):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
@@ -128,24 +129,33 @@ class RetrievalConfig:
         """A human-readable name with the settings, for tables and legends."""
         parts: list[str] = []
         if self.query_expansion:
-            parts.append(f"αQE (α={self.expansion_alpha:g}, n={self.expansion_neighbors})")
+            parts.append(f"αQE (α={_shown(self.expansion_alpha)}, n={self.expansion_neighbors})")
         if self.adaptive:
             label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
             parts.append(f"{label} (adaptive, pool={self.pool})")
         elif self.rerank and self.rerank_method == DEFAULT_METHOD:
             parts.append(
-                f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={self.lambda_value:g}, pool={self.pool})"
+                f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={_shown(self.lambda_value)}, pool={self.pool})"
             )
         elif self.rerank:
-            values = ", ".join(
-                f"{key}={value:g}"
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
-                else f"{key}={value}"
-                for key, value in self.rerank_params.items()
-            )
+            values = ", ".join(f"{key}={_shown(value)}" for key, value in self.rerank_params.items())
             label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
             parts.append(f"{label} ({values + ', ' if values else ''}pool={self.pool})")
         return " + ".join(parts) if parts else "plain retrieval"
+
+
+def _shown(value: Any) -> str:
+    """A number as given: short (``0.3``, ``1``), with every digit when short would round it.
+
+    Examples
+    --------
+    >>> _shown(1.0), _shown(0.3), _shown(0.123456789), _shown(7), _shown("gallery")
+    ('1', '0.3', '0.123456789', '7', 'gallery')
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    short = format(value, "g")
+    return short if float(short) == value else repr(value)
 
 
 def standard_configs(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,9 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.metrics import (
+    average_precision,
     hit_rate,
     interpolated_pr_curve,
-    mean_average_precision,
     mean_reciprocal_rank,
     ranked_relevance,
 )
@@ -53,6 +53,8 @@ class ConfigResult:
     #: Recall levels and interpolated precisions of the PR curve (equal lengths).
     pr_recall: np.ndarray
     pr_precision: np.ndarray
+    #: AP@100 of every query, in query order (what ``map_at_100`` averages; empty when not kept).
+    average_precisions: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration's entry of ``metrics.json`` (see ``docs/report-schema.md``)."""
@@ -234,14 +236,16 @@ def _score(
     top = hits[:, :METRIC_DEPTH]
     recall_1, recall_5 = hit_rate(top, list(RECALL_KS))
     levels, precisions = interpolated_pr_curve(hits, n_relevant, PR_LEVELS)
+    per_query = average_precision(top, n_relevant, METRIC_DEPTH)
     return ConfigResult(
         config=config,
         n_queries=len(lists),
         recall_at_1=round(float(recall_1), 4),
         recall_at_5=round(float(recall_5), 4),
-        map_at_100=round(float(mean_average_precision(top, n_relevant, METRIC_DEPTH)), 4),
+        map_at_100=round(float(per_query.mean()), 4),
         mrr=round(float(mean_reciprocal_rank(top)), 4),
         ms_per_query=round(1000.0 * elapsed / len(lists), 3),
         pr_recall=np.asarray(levels, dtype=np.float64),
         pr_precision=np.asarray(precisions, dtype=np.float64),
+        average_precisions=np.asarray(per_query, dtype=np.float64),
     )

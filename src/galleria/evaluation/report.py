@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from galleria._files import atomic_write_bytes
+from galleria.evaluation.per_query import FILE_NAME, QueryResults, query_results_bytes
 from galleria.evaluation.pipeline import ConfigResult
 from galleria.viewer.thumbnails import make_thumbnail
 
@@ -56,6 +57,7 @@ class ReportFiles:
     metrics: Path
     pr_curve: Path
     html: Path | None = None
+    queries: Path | None = None
 
 
 #: Results shown per list on a contact sheet, and contact sheets in a report.
@@ -365,6 +367,7 @@ def write_report(
     title: str = "galleria evaluation",
     sheets: Sequence[ContactSheet] = (),
     compared: tuple[str, str] = ("plain", "re-ranked"),
+    per_query: QueryResults | None = None,
 ) -> ReportFiles:
     """Write ``report.md``, ``metrics.json``, ``pr_curve.png`` and ``report.html`` into ``out_dir``.
 
@@ -387,6 +390,8 @@ def write_report(
         The queries to show in ``report.html``, with the two lists compared.
     compared : (str, str)
         Names of the two configurations the sheets compare.
+    per_query : QueryResults, optional
+        Per-query results, written as ``queries.json`` (what ``galleria serve --eval`` reads).
 
     Raises
     ------
@@ -403,6 +408,7 @@ def write_report(
         raise NotADirectoryError(f"output folder {str(folder)!r} is not a directory")
     # Render everything before writing anything, so a failure leaves the folder as it was.
     metrics_bytes = (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    queries_bytes = None if per_query is None else query_results_bytes(per_query)
     report_bytes = _report_markdown(results, meta, title).encode("utf-8")
     png_bytes = _pr_curve_png(results, title)
     thumbnails: dict[str, bytes] = {}
@@ -417,13 +423,19 @@ def write_report(
     html_bytes = report_html(results, meta, title, sheets, compared=compared, images=images).encode("utf-8")
     folder.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(
-        folder / "report.md", folder / "metrics.json", folder / "pr_curve.png", folder / "report.html"
+        folder / "report.md",
+        folder / "metrics.json",
+        folder / "pr_curve.png",
+        folder / "report.html",
+        None if per_query is None else folder / FILE_NAME,
     )
     if images:
         (folder / "thumbs").mkdir(exist_ok=True)
     for path, name in images.items():
         atomic_write_bytes(folder / name, thumbnails[path])
     atomic_write_bytes(files.metrics, metrics_bytes)
+    if files.queries is not None and queries_bytes is not None:
+        atomic_write_bytes(files.queries, queries_bytes)
     atomic_write_bytes(files.pr_curve, png_bytes)
     atomic_write_bytes(files.report, report_bytes)
     assert files.html is not None

@@ -10,9 +10,16 @@ from typing import Any
 import faiss
 import numpy as np
 
-from galleria.index._faiss_check import check_faiss_bytes
+from galleria.index._faiss_check import allocation_budget, check_faiss_bytes, precomputed_table_bytes
 
-__all__ = ["LiveRows", "deserialize", "omp_threads", "serialize", "usable_threads"]
+__all__ = [
+    "LiveRows",
+    "deserialize",
+    "omp_threads",
+    "restore_precomputed_table",
+    "serialize",
+    "usable_threads",
+]
 
 
 def usable_threads(num_threads: int) -> int:
@@ -43,19 +50,43 @@ def serialize(index: Any) -> np.ndarray:
     return np.asarray(faiss.serialize_index(index), dtype=np.uint8)
 
 
-def deserialize(data: np.ndarray, what: str) -> Any:
-    """Read a faiss index written by :func:`serialize`; raise ValueError if faiss cannot parse it."""
+def deserialize(data: np.ndarray, what: str, *, id_limit: int | None = None) -> Any:
+    """Read a faiss index written by :func:`serialize`; raise ValueError if faiss cannot parse it.
+
+    The bytes are walked first (:func:`~galleria.index._faiss_check.check_faiss_bytes`, labels in
+    ``[0, id_limit)``); an IVF-PQ's precomputed table is not built here (the file would choose its
+    size): :func:`restore_precomputed_table` builds it when it is within budget.
+    """
     if data.dtype != np.uint8 or data.ndim != 1 or data.size == 0:
         raise ValueError(f"serialised {what} lacks its faiss index bytes")
     # Walk the bytes against the allow-list first: FAISS itself would follow on-disk inverted lists
     # to other files and size its allocations by the counts it reads. No I/O flag is ever passed.
-    check_faiss_bytes(data, f"serialised {what}")
+    check_faiss_bytes(data, f"serialised {what}", id_limit=id_limit)
     try:
         # read_index already returns the most specific (and owning) wrapper; never downcast it again,
         # as a downcast wrapper does not own the C++ object.
-        return faiss.deserialize_index(np.ascontiguousarray(data))
+        return faiss.deserialize_index(np.ascontiguousarray(data), faiss.IO_FLAG_SKIP_PRECOMPUTE_TABLE)
     except RuntimeError as error:
         raise ValueError(f"serialised {what} holds a corrupt faiss index: {error}") from error
+
+
+def restore_precomputed_table(index: Any, file_bytes: int) -> None:
+    """Build the precomputed table of the IVF-PQ inside ``index`` (if any) when it fits the budget.
+
+    FAISS sizes the table ``nlist × M × 2**nbits`` floats, which a file chooses; above
+    :func:`~galleria.index._faiss_check.allocation_budget` of the file's size it stays off and
+    searches compute the same distances per query instead.
+    """
+    try:
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:
+        return
+    if not isinstance(ivf, faiss.IndexIVFPQ) or not ivf.by_residual:
+        return
+    size = precomputed_table_bytes(int(ivf.nlist), int(ivf.pq.M), int(ivf.pq.nbits))
+    if size <= allocation_budget(file_bytes):
+        ivf.use_precomputed_table = 0  # let faiss choose the table's kind, as after training
+        ivf.precompute_table()
 
 
 class LiveRows:

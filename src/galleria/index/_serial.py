@@ -10,6 +10,7 @@ raises ValueError instead of producing a broken index.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Any
 
@@ -65,7 +66,9 @@ def unpack(data: Any, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]
         raise ValueError("serialised index is truncated (header runs past the end of the data)")
     try:
         header = json.loads(buffer[start : start + header_length].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:
+        raise ValueError("serialised index has a corrupt header: nested too deeply") from None
+    except ValueError as error:  # bad UTF-8, bad JSON, an integer of more than 4300 digits
         raise ValueError(f"serialised index has a corrupt header: {error}") from error
     if not isinstance(header, dict):
         raise ValueError("serialised index has a corrupt header (not a JSON object)")
@@ -93,9 +96,10 @@ def unpack(data: Any, kind: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]
         if dtype_str not in _ALLOWED_DTYPES:
             raise ValueError(f"serialised index array {name!r} has unsupported dtype {dtype_str!r}")
         dtype = np.dtype(dtype_str)
-        if any(size < 0 for size in shape) or offset != expected_offset:
+        if any(size < 0 for size in shape) or len(shape) > 8 or offset != expected_offset:
             raise ValueError(f"serialised index array {name!r} has an invalid shape or offset")
-        if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes:
+        # Python integers: a shape of 2**64 must not overflow numpy's int64 on the way to the check.
+        if math.prod(shape) * dtype.itemsize != nbytes:
             raise ValueError(f"serialised index array {name!r}: shape {shape} does not match {nbytes} bytes")
         if body + offset + nbytes > len(buffer):
             raise ValueError(f"serialised index is truncated (array {name!r} runs past the end of the data)")

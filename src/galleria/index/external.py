@@ -10,7 +10,7 @@ import numpy as np
 from galleria._validation import is_int
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import LiveRows, deserialize, serialize
+from galleria.index._faiss import LiveRows, deserialize, restore_precomputed_table, serialize
 
 __all__ = ["ExternalSearchIndex"]
 
@@ -215,7 +215,10 @@ class ExternalSearchIndex:
         live = arrays.get("live")
         if live is None or live.dtype != np.int64 or live.ndim != 1 or "faiss" not in arrays:
             raise ValueError("serialised external index lacks its 'live' rows or faiss bytes")
-        faiss_index = deserialize(arrays["faiss"], "external index")
+        if not isinstance(total, int) or not 0 <= total <= 1 << 40:
+            raise ValueError(f"serialised external index has an invalid row total {total!r}")
+        faiss_index = deserialize(arrays["faiss"], "external index", id_limit=total)
+        restore_precomputed_table(faiss_index, len(data))
         try:
             index = cls(faiss_index, label=label)
         except (TypeError, ValueError) as error:

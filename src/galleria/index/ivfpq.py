@@ -20,7 +20,14 @@ from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
+from galleria.index._faiss import (
+    LiveRows,
+    deserialize,
+    omp_threads,
+    restore_precomputed_table,
+    serialize,
+    usable_threads,
+)
 from galleria.index.base import SPACES
 from galleria.index.exact import top_k_smallest
 
@@ -390,7 +397,8 @@ rerank_candidates, seed, build_workers, num_threads
         if self._index is None:
             self._train(array)
         first = self._rows.total
-        workers = min(self._params["build_workers"], count // MIN_ROWS_PER_WORKER)
+        # A file's params never choose more processes than this machine lets the process use.
+        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
         if workers > 1:
             self._add_parallel(array, first, workers)
         else:
@@ -591,13 +599,14 @@ rerank_candidates, seed, build_workers, num_threads
             raise ValueError(f"serialised ivfpq index has an invalid dimension {dim!r}")
         if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
             raise ValueError("serialised ivfpq index has an invalid 'live' row array")
-        loaded = deserialize(arrays["faiss"], "ivfpq index")
+        loaded = deserialize(arrays["faiss"], "ivfpq index", id_limit=total)
         index._check_loaded(loaded, int(dim), live)
         index._index, index._ivf, index._dim = (
             loaded,
             faiss.downcast_index(faiss.extract_index_ivf(loaded)),
             int(dim),
         )
+        restore_precomputed_table(loaded, len(data))
         index._rows = LiveRows(live, int(total))
         if index._params["keep_vectors"]:
             index._load_kept(arrays.get("kept"), int(dim), live.size)

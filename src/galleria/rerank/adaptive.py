@@ -314,7 +314,9 @@ def default_rerank_params(
     store : InMemoryImageEmbeddingStore
         A built store (its vectors are sampled once; the result is cached on the store).
     method : str
-        ``"k-reciprocal"``, ``"diffusion"``, ``"gnn"``, ``"dba"`` or ``"aqe"``.
+        ``"k-reciprocal"``, ``"diffusion"``, ``"gnn"``, ``"dba"`` or ``"aqe"``; another method of
+        :data:`galleria.rerank.registry.RERANK_METHODS` (decoupled diffusion) gets ``{}``: its own
+        defaults.
     preset : {"adaptive", "paper"}
         ``"paper"`` returns :data:`PAPER_PARAMS` for the method.
 
@@ -325,8 +327,12 @@ def default_rerank_params(
     >>> default_rerank_params(store, preset="paper")
     {'k1': 20, 'k2': 6, 'lambda_value': 0.3}
     """
-    name = check_choice("method", method, tuple(PAPER_PARAMS))
+    from galleria.rerank.registry import RERANK_METHODS
+
+    name = check_choice("method", method, (*PAPER_PARAMS, *RERANK_METHODS))
     chosen = check_choice("preset", preset, PRESETS)
+    if name not in PAPER_PARAMS:  # a method without rules here takes its own defaults
+        return {}
     if chosen == "paper":
         return dict(PAPER_PARAMS[name])
     return dict(params_from_statistics(store_statistics(store))[name])

@@ -265,7 +265,9 @@ class KReciprocalReranker:
 
     def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
-        vectors = self._store.embeddings_of(paths)  # KeyError naming unknown paths
+        store = self._store
+        with store._lock.reading():  # the paths are checked candidates' own: no second path check
+            vectors = store._gallery_vectors(store._rows_of(paths))  # KeyError naming unknown paths
         if self._mode == "reference":
             return self._reference_finals(vectors, scores, count, length)
         if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)

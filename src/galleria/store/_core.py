@@ -15,6 +15,7 @@ from galleria.index import SearchIndex
 from galleria.store._checks import describe_paths
 from galleria.store._embedding import embed_files
 from galleria.store._rwlock import ReadWriteLock
+from galleria.store._state import OfflineDiffusion
 
 __all__ = ["StoreCore"]
 
@@ -35,6 +36,7 @@ class StoreCore:
     _skipped: list[str]
     _built: bool
     _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
+    _offline_diffusion: OfflineDiffusion | None  # set by galleria.rerank.decoupled; None once rows change
     _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
     _skip_errors: bool
     _num_workers: int
@@ -52,6 +54,7 @@ class StoreCore:
         self._skipped = []
         self._built = False
         self._augmentation = None
+        self._offline_diffusion = None
         self._rerank_statistics = None
         self._skip_errors = False
         self._num_workers = 4
@@ -190,7 +193,7 @@ class StoreCore:
     def _rows_of(self, paths: list[str]) -> np.ndarray:
         rows = self._rows
         try:
-            return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
+            return np.fromiter(map(rows.__getitem__, paths), dtype=np.int64, count=len(paths))
         except KeyError:
             pass
         found = []

@@ -68,6 +68,7 @@ class MutationMixin(StoreCore):
                     rows_now[path] = len(paths_now)
                     paths_now.append(path)
                 self._paths, self._rows = paths_now, rows_now
+                self._offline_diffusion = None  # computed over the old rows
                 self._rerank_statistics = None  # the gallery changed: recomputed on next use
             self._skipped = self._skipped + skipped
 
@@ -94,4 +95,5 @@ class MutationMixin(StoreCore):
                 self._vectors = self._vectors[keep]
             self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
             self._rows = {path: row for row, path in enumerate(self._paths)}
+            self._offline_diffusion = None  # computed over the old rows
             self._rerank_statistics = None  # the gallery changed: recomputed on next use

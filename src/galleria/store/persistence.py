@@ -19,6 +19,11 @@ File layout (safetensors; readable by any safetensors reader):
   augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
   index's own, so the file keeps them and loading restores the record.
 
+  ``offline_diffusion`` is present only for a store that keeps the offline part of decoupled
+  diffusion (:mod:`galleria.rerank.decoupled`): ``{"k": int, "truncation": int, "alpha": float,
+  "gamma": float, "tol": float, "maxiter": int}`` with the tensors ``"diffusion_positions"`` ((n, T)
+  int32, row i starting with i, distinct rows in [0, n)) and ``"diffusion_values"`` ((n, T) finite
+  float32), ``T = min(truncation, n)`` (checked by :func:`_check_offline_diffusion`).
   ``rerank_statistics`` (optional) holds the gallery's reciprocal-neighbour statistics the adaptive
   re-ranking defaults read (:class:`galleria.rerank.adaptive.GalleryStatistics`: a version, two
   counts and at most 8 numbers per list, each bounded; the counts must match the paths).
@@ -50,11 +55,13 @@ from typing import Any
 import numpy as np
 
 from galleria._files import atomic_path
+from galleria._validation import MAX_VECTOR_DIM
 from galleria.embedders import embedder_config, embedder_from_config
+from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index import SearchIndex, index_from_bytes
 from galleria.index.base import SPACES
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, OfflineDiffusion
 
 __all__ = [
     "FORMAT_NAME",
@@ -74,13 +81,15 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
-_OPTIONAL_KEYS = frozenset({"augmentation", "rerank_statistics"})
-_TENSOR_NAMES = frozenset({"index", "vectors"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics"})
+#: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
+_DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
+_TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
 #: Largest vector dimension a store file may declare.
-MAX_DIM = 1 << 16
+MAX_DIM = MAX_VECTOR_DIM
 
 
 def _digest(array: np.ndarray) -> str:
@@ -144,6 +153,10 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
         blob = None  # an external index FAISS cannot serialise: loading will need it passed back
     if blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
+    offline = state.offline_diffusion
+    if offline is not None:
+        tensors["diffusion_positions"] = offline.positions
+        tensors["diffusion_values"] = offline.values
     embedder = state.embedder
     header = {
         "format": FORMAT_NAME,
@@ -158,6 +171,8 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
     }
     if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
         header["augmentation"] = dict(state.augmentation)
+    if offline is not None:  # decoupled diffusion (galleria.rerank.decoupled)
+        header["offline_diffusion"] = dict(offline.params)
     if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
         header["rerank_statistics"] = dict(state.rerank_statistics)
     metadata = {
@@ -172,7 +187,24 @@ def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str,
     from safetensors.numpy import save_file
 
     with atomic_path(target) as temporary:
-        save_file(tensors, temporary, metadata=metadata)
+        try:
+            save_file(tensors, temporary, metadata=metadata)
+        except OSError:
+            raise
+        except Exception as error:  # safetensors wraps I/O failures (a full disk) in its own error
+            raise _as_os_error(error, target) from error
+
+
+def _as_os_error(error: Exception, target: str) -> OSError:
+    """An OSError for a failed write, with the errno safetensors' message carries (ENOSPC for a full disk)."""
+    import errno
+    import re
+
+    text = str(error)
+    found = re.search(r"(?:code: |os error )(\d+)", text)
+    code = int(found.group(1)) if found else errno.EIO
+    reason = os.strerror(code) if found else f"the write failed ({' '.join(text.split())[:200]})"
+    return OSError(code, f"cannot write the store: {reason}", target)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -191,8 +223,76 @@ def _valid_augmentation(record: Any) -> bool:
         and isinstance(alpha, (int, float))
         and not isinstance(alpha, bool)
         and math.isfinite(alpha)
-        and alpha >= 0
+        and 0 <= alpha <= MAX_EXPANSION_ALPHA
     )
+
+
+#: Bounds of the integer settings of a stored offline diffusion.
+_DIFFUSION_INTS = {"k": 1 << 20, "truncation": 1 << 20, "maxiter": 1 << 20}
+
+
+def _check_offline_diffusion(
+    name: str, record: Any, arrays: dict[str, np.ndarray], count: int
+) -> OfflineDiffusion | None:
+    """The stored offline diffusion, checked against its record and the store's ``count`` rows.
+
+    ``record`` is the header's ``offline_diffusion`` (None when absent); the two tensors must be
+    present exactly when it is. ValueError naming the file and what is wrong.
+    """
+    present = [key for key in _DIFFUSION_TENSORS if key in arrays]
+    if record is None:
+        if present:
+            raise ValueError(f"{name!r} holds tensors {present} but no header key 'offline_diffusion'")
+        return None
+    expected = {"k", "truncation", "alpha", "gamma", "tol", "maxiter"}
+    if not isinstance(record, dict) or set(record) != expected:
+        raise ValueError(
+            f"{name!r}: header key 'offline_diffusion' must have exactly the keys {sorted(expected)}"
+        )
+    for key, high in _DIFFUSION_INTS.items():
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ValueError(
+                f"{name!r}: offline_diffusion {key!r} must be an integer in [1, {high}], got {value!r}"
+            )
+    for key in ("alpha", "gamma", "tol"):
+        value = record[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                f"{name!r}: offline_diffusion {key!r} must be a finite number >= 0, got {value!r}"
+            )
+    if record["alpha"] >= 1:
+        raise ValueError(f"{name!r}: offline_diffusion 'alpha' must be below 1, got {record['alpha']!r}")
+    if len(present) != len(_DIFFUSION_TENSORS):
+        raise ValueError(
+            f"{name!r}: header key 'offline_diffusion' needs the tensors {list(_DIFFUSION_TENSORS)}"
+        )
+    positions, values = arrays["diffusion_positions"], arrays["diffusion_values"]
+    shape = (count, min(record["truncation"], count))
+    if positions.dtype != np.int32 or positions.shape != shape:
+        raise ValueError(
+            f"{name!r}: tensor 'diffusion_positions' must be int32 of shape {shape}, got "
+            f"{positions.dtype} {positions.shape}"
+        )
+    if values.dtype != np.float32 or values.shape != shape:
+        raise ValueError(
+            f"{name!r}: tensor 'diffusion_values' must be float32 of shape {shape}, got "
+            f"{values.dtype} {values.shape}"
+        )
+    if count and (positions.min() < 0 or positions.max() >= count):
+        raise ValueError(f"{name!r}: tensor 'diffusion_positions' holds rows outside [0, {count})")
+    if count and not np.array_equal(positions[:, 0], np.arange(count)):
+        raise ValueError(f"{name!r}: row i of tensor 'diffusion_positions' must start with i")
+    if shape[1] > 1 and not (np.diff(np.sort(positions, axis=1), axis=1) > 0).all():
+        raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
+    return OfflineDiffusion(dict(record), positions, values)
 
 
 def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
@@ -232,7 +332,8 @@ class _Header:
 
     def integer(self, value: Any, key: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise self.fail(key, f"must be an integer in [{low}, {high}], got {value!r}")
+            shown = repr(value) if not isinstance(value, int) or abs(value) < 1 << 64 else "a huge integer"
+            raise self.fail(key, f"must be an integer in [{low}, {high}], got {shown[:80]}")
         return value
 
     def path_list(self, key: str) -> list[str]:
@@ -255,7 +356,7 @@ def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
         header = json.loads(metadata[_HEADER_KEY])
     except RecursionError:
         raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # bad JSON, or an integer of more than 4300 digits
         raise ValueError(f"{name!r} has a corrupt galleria header: {error}") from error
     checked = _Header(name, header)
     version = checked.integer(checked.get("format_version"), "format_version", 1, 1 << 30)
@@ -298,7 +399,8 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         dim = checked.integer(dim, "dim", 1, MAX_DIM)
     elif paths:
         raise checked.fail("dim", "is null, but the store holds paths")
-    if len(paths) + len(header.get("skipped") or []) > file_size:  # every path takes bytes of the file
+    skipped = checked.path_list("skipped")
+    if len(paths) + len(skipped) > file_size:  # every path takes bytes of the file
         raise checked.fail(
             "paths", f"declares {len(paths)} rows, more than the file of {file_size} bytes holds"
         )
@@ -314,12 +416,18 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         or not isinstance(embedder["config"], (dict, type(None)))
     ):
         raise checked.fail("embedder", "must be null or an object {'config': object or null}")
-    skipped = checked.path_list("skipped")
     augmentation = header.get("augmentation")
     if augmentation is not None and not _valid_augmentation(augmentation):
         raise checked.fail(
             "augmentation",
-            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}",
+            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}"[:300],
+        )
+    if augmentation is not None and (space != "cosine" or index["name"] == "external"):
+        # augment_store refuses these stores, so no file galleria writes holds such a record.
+        raise checked.fail(
+            "augmentation",
+            f"records database-side augmentation, which only a cosine store on a built-in index has "
+            f"(this one: space {space!r}, index {index['name']!r})",
         )
     tensors = checked.get("tensors")
     if (
@@ -330,7 +438,9 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
             for entry in tensors.values()
         )
     ):
-        raise checked.fail("tensors", "must map 'index' / 'vectors' to {'sha256': hex digest}")
+        raise checked.fail(
+            "tensors", f"must map names among {sorted(_TENSOR_NAMES)} to {{'sha256': hex digest}}"
+        )
     return {
         "paths": paths,
         "space": space,
@@ -340,6 +450,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "skipped": skipped,
         "tensors": tensors,
         "augmentation": augmentation,
+        "offline_diffusion": header.get("offline_diffusion"),
         "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
     }
 
@@ -436,7 +547,10 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
         if checkpoint is not None:
             raise ValueError("pass either embedder= or checkpoint=, not both")
         if dim is not None:
-            check_embedder_dim(embedder, dim, "embedder")
+            try:
+                check_embedder_dim(embedder, dim, "embedder")
+            except ValueError as error:
+                raise ValueError(f"{name!r}: {error}") from None
         return embedder
     if saved is None:
         if checkpoint is not None:
@@ -447,9 +561,15 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        return embedder_from_config(saved["config"], checkpoint=checkpoint)
+        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
+    if dim is not None:  # before anything is embedded: the config must not choose the batch's size
+        try:
+            check_embedder_dim(rebuilt, dim, "the saved embedder")
+        except ValueError as error:
+            raise ValueError(f"{name!r}: {error} (header key 'dim')") from None
+    return rebuilt
 
 
 def read_store_header(path: Any) -> dict[str, Any]:
@@ -524,9 +644,10 @@ def read_store(
             )
         if not np.isfinite(vectors).all():
             raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
     index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
-        raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
+        raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]
@@ -541,4 +662,6 @@ def read_store(
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
     statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
-    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation, statistics)
+    return GalleryState(
+        index, loaded_embedder, paths, kept, skipped, augmentation, offline, rerank_statistics=statistics
+    )

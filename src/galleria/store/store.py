@@ -142,6 +142,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._init_state(state.index, state.embedder)
         store._skipped = list(state.skipped)
         store._augmentation = None if state.augmentation is None else dict(state.augmentation)
+        store._offline_diffusion = state.offline_diffusion
         store._set_gallery(state.paths, state.vectors)
         if state.rerank_statistics is not None:
             from galleria.rerank.adaptive import GalleryStatistics
@@ -283,7 +284,10 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 self._vectors,
                 self._skipped,
                 self._augmentation,
-                None if statistics is None or statistics.n_items != len(self._paths) else statistics.record(),
+                self._offline_diffusion,
+                rerank_statistics=None
+                if statistics is None or statistics.n_items != len(self._paths)
+                else statistics.record(),
             )
             tensors, metadata = persistence.encode_store(snapshot, vectors)
         persistence.write_store(target, tensors, metadata)
@@ -328,7 +332,8 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             Allow a store whose index lives in a vector database (:class:`~galleria.MilvusIndex`)
             to reconnect to the uri and collection its file records. Off by default: a file never
             chooses what galleria opens or contacts (the token, if any, comes from
-            ``GALLERIA_MILVUS_TOKEN``, never from the file).
+            ``GALLERIA_MILVUS_TOKEN``, never from the file, and is sent only to the server named
+            by ``GALLERIA_MILVUS_URI``: a file whose uri differs is refused).
 
         Raises
         ------

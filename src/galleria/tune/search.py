@@ -305,6 +305,10 @@ def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
             "alpha": trial.suggest_float("diffusion.alpha", 0.5, 0.99),
             "gamma": trial.suggest_float("diffusion.gamma", 1.0, 5.0),
         }
+    elif method == "decoupled-diffusion":  # online settings only: the offline part is kept per store
+        options["rerank_params"] = {
+            "query_k": trial.suggest_int("decoupled-diffusion.query_k", 1, 30, log=True)
+        }
     elif method == "gnn":
         k1 = trial.suggest_int("gnn.k1", 3, 60)
         options["rerank_params"] = {
@@ -517,6 +521,7 @@ def tune(
                 "diffusion.gamma": 3.0,
             },
             "gnn": {"gnn.k1": 26, "gnn.k2": 7, "gnn.lambda": 0.3},
+            "decoupled-diffusion": {"decoupled-diffusion.query_k": 10},
             "dba": {
                 "dba.neighbors": 10,
                 "dba.alpha": 3.0,

@@ -6,6 +6,7 @@ hold the logic, the web app only routes requests to them.
 
 from __future__ import annotations
 
+from galleria.viewer.browse import BrowsePage, browse_gallery
 from galleria.viewer.compare import (
     GalleryLabels,
     RankedItem,
@@ -15,15 +16,19 @@ from galleria.viewer.compare import (
     rank_changes,
 )
 from galleria.viewer.thumbnails import ThumbnailCache, make_thumbnail
-from galleria.viewer.uploads import UploadError, decode_upload
+from galleria.viewer.uploads import KeptUpload, UploadError, UploadStore, decode_upload
 
 __all__ = [
+    "BrowsePage",
     "GalleryLabels",
+    "KeptUpload",
     "RankedItem",
     "SearchSettings",
     "SideBySide",
     "ThumbnailCache",
     "UploadError",
+    "UploadStore",
+    "browse_gallery",
     "compare_search",
     "decode_upload",
     "make_thumbnail",

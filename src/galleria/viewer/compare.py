@@ -9,17 +9,22 @@ first-level folder under the gallery's root.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from galleria.evaluation.configs import RetrievalConfig
+from galleria.rerank.registry import DEFAULT_METHOD
 
 __all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compare_search", "rank_changes"]
 
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
 MAX_RESULTS = 1000
+#: Results shown, and candidates re-ranked, when a request does not say.
+DEFAULT_K = 10
+DEFAULT_POOL = 100
 
 
 @dataclass(frozen=True)
@@ -71,19 +76,31 @@ def _number(settings: Mapping[str, Any], key: str, default: Any, kind: type) -> 
         raise ValueError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
     try:
         return kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # float(10**400) overflows
         raise ValueError(
             f"{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
         ) from None
 
 
-def _flag(settings: Mapping[str, Any], key: str) -> bool:
-    value = settings.get(key, False)
+def _flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = settings.get(key, default)
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lower() in {"1", "true", "on", "yes", "0", "false", "off", "no", ""}:
+    if isinstance(value, str) and value.lower() in {"1", "true", "on", "yes", "0", "false", "off", "no"}:
         return value.lower() in {"1", "true", "on", "yes"}
+    if value == "":
+        return default
     raise ValueError(f"{key} must be true or false, got {value!r}")
+
+
+#: The page's and the API's names of the settings, and the RetrievalConfig fields they set.
+_FIELD_NAMES = {"expansion_alpha": "alpha", "expansion_neighbors": "neighbors", "lambda_value": "lambda"}
+
+
+def _as_sent(message: str, lambda_name: str) -> str:
+    """``message`` of RetrievalConfig's validation with its field names replaced by the names sent."""
+    names = {**_FIELD_NAMES, "lambda_value": lambda_name}
+    return re.sub(r"\b(expansion_alpha|expansion_neighbors|lambda_value)\b", lambda m: names[m[1]], message)
 
 
 @dataclass(frozen=True)
@@ -101,7 +118,18 @@ class SearchSettings:
     """
 
     k: int = 10
-    config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search"))
+    config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=DEFAULT_POOL))
+
+    def __post_init__(self) -> None:
+        # The one bound on a request's work, wherever the settings come from (a form, the JSON API,
+        # a tuned settings file used for the first page): checked here, on every construction.
+        if not isinstance(self.config, RetrievalConfig):
+            raise TypeError(f"config must be a RetrievalConfig, got {type(self.config).__name__}")
+        for name, value in (("k", self.k), ("pool", self.config.pool)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESULTS:
+                raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
+        if self.config.rerank and self.config.pool < self.k:
+            raise ValueError(f"pool must be at least k ({self.k}), got {self.config.pool}")
 
     @classmethod
     def from_mapping(
@@ -109,38 +137,40 @@ class SearchSettings:
     ) -> SearchSettings:
         """Read ``k``, ``expand``, ``alpha``, ``neighbors``, ``rerank``, ``k1``, ``k2``, ``lambda``, ``pool``.
 
-        Values may be text (form fields) or JSON numbers and booleans; ``lambda_value`` is accepted
-        for ``lambda``. ValueError names the setting and the value. ``defaults`` (a settings file
-        written by ``galleria tune``) gives the values of absent numbers and the re-ranking method:
-        with a method other than k-reciprocal, its tuned parameters are used and ``k1``, ``k2``,
-        ``lambda`` only apply to k-reciprocal.
+        Values may be text (form fields, URL parameters) or JSON numbers and booleans;
+        ``lambda_value`` is accepted for ``lambda``. ValueError names the setting as it was sent
+        (``lambda``, ``alpha``, ``neighbors``...) and the value. ``defaults`` (a settings file
+        written by ``galleria tune``) gives every absent setting, the two switches ``expand`` and
+        ``rerank`` included, and the re-ranking method: with a method other than k-reciprocal, its
+        tuned parameters are used and ``k1``, ``k2``, ``lambda`` only apply to k-reciprocal.
         """
-        base = defaults if defaults is not None else RetrievalConfig("search")
-        k = _number(settings, "k", 10, int)
+        base = defaults if defaults is not None else RetrievalConfig("search", pool=DEFAULT_POOL)
+        k = _number(settings, "k", DEFAULT_K, int)
         pool = _number(settings, "pool", base.pool, int)
         for name, value in (("k", k), ("pool", pool)):
             if not 1 <= value <= MAX_RESULTS:
                 raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
-        rerank = _flag(settings, "rerank")
+        rerank = _flag(settings, "rerank", base.rerank)
         if rerank and pool < k:
             raise ValueError(f"pool must be at least k ({k}), got {pool}")
-        lam = settings.get("lambda", settings.get("lambda_value"))
+        lambda_name = "lambda_value" if "lambda" not in settings and "lambda_value" in settings else "lambda"
+        lam = settings.get(lambda_name)
         try:
             config = RetrievalConfig(
                 "search",
-                query_expansion=_flag(settings, "expand"),
+                query_expansion=_flag(settings, "expand", base.query_expansion),
                 expansion_alpha=_number(settings, "alpha", base.expansion_alpha, float),
                 expansion_neighbors=_number(settings, "neighbors", base.expansion_neighbors, int),
                 rerank=rerank,
                 k1=_number(settings, "k1", base.k1, int),
                 k2=_number(settings, "k2", base.k2, int),
-                lambda_value=_number({"lambda": lam}, "lambda", base.lambda_value, float),
+                lambda_value=_number({lambda_name: lam}, lambda_name, base.lambda_value, float),
                 pool=pool,
                 rerank_method=base.rerank_method,
                 rerank_params=dict(base.rerank_params),
             )
-        except TypeError as error:
-            raise ValueError(str(error)) from None
+        except (TypeError, ValueError) as error:
+            raise ValueError(_as_sent(str(error), lambda_name)) from None
         return cls(k=k, config=config)
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,12 +189,35 @@ class SearchSettings:
             "method": config.rerank_method,
         }
 
+    def to_query(self) -> dict[str, str]:
+        """The settings as URL parameters: both switches always, the values of the parts switched on.
+
+        Read back with :meth:`from_mapping` (with the same ``defaults``), they give these settings
+        again, so a page's address reproduces its search. Numbers are written as Python writes them
+        (the shortest text that reads back as the same number: ``0.3``, never ``0.30000000000000004``).
+
+        Examples
+        --------
+        >>> SearchSettings.from_mapping({"k": "5", "rerank": "1", "lambda": "0.25"}).to_query()
+        {'k': '5', 'expand': '0', 'rerank': '1', 'k1': '20', 'k2': '6', 'lambda': '0.25', 'pool': '100'}
+        """
+        config = self.config
+        query = {"k": str(self.k), "expand": "1" if config.query_expansion else "0"}
+        if config.query_expansion:
+            query.update(alpha=repr(config.expansion_alpha), neighbors=str(config.expansion_neighbors))
+        query["rerank"] = "1" if config.rerank else "0"
+        if config.rerank:
+            if config.rerank_method == DEFAULT_METHOD:
+                query.update(k1=str(config.k1), k2=str(config.k2), **{"lambda": repr(config.lambda_value)})
+            query["pool"] = str(config.pool)
+        return query
+
 
 class GalleryLabels:
     """Gallery paths relative to their common root, and their class (first-level folder) if any.
 
     ``has_classes`` is True when every image lies in a sub-folder of the root and there are at least
-    two of them.
+    two of them. ``root`` (default: the paths' common folder) is the folder they are relative to.
 
     Examples
     --------
@@ -175,9 +228,13 @@ class GalleryLabels:
     (True, True)
     """
 
-    def __init__(self, paths: Sequence[str]) -> None:
+    def __init__(self, paths: Sequence[str], root: str | None = None) -> None:
         paths = list(paths)
-        if not paths:
+        #: The gallery paths, in the store's order.
+        self.paths: list[str] = paths
+        if root is not None:  # the folder the user named (``galleria serve --root``)
+            self.root = root
+        elif not paths:
             self.root = ""
         elif len(paths) == 1:
             self.root = os.path.dirname(paths[0])
@@ -197,7 +254,10 @@ class GalleryLabels:
         )
 
     def _relpath(self, path: str) -> str:
-        relative = os.path.relpath(path, self.root) if self.root else path
+        if not self.root or (os.path.isabs(self.root) and not os.path.isabs(path)):
+            relative = path  # already relative to the root (never resolved against the working directory)
+        else:
+            relative = os.path.relpath(path, self.root)
         return relative.replace(os.sep, "/")
 
     def relative(self, path: str) -> str:
@@ -211,6 +271,13 @@ class GalleryLabels:
     def label_of(self, path: str) -> str | None:
         """The class of a gallery path, or None without class folders."""
         return self._labels.get(path)
+
+    def folders(self) -> dict[str, int]:
+        """The class folders and how many images each holds, by name (empty without class folders)."""
+        counts: dict[str, int] = {}
+        for label in self._labels.values():
+            counts[label] = counts.get(label, 0) + 1
+        return dict(sorted(counts.items()))
 
 
 def _items(
@@ -252,7 +319,8 @@ def compare_search(
         A built store.
     query
         An image (array, PIL image), a text (``kind="text"``), or a gallery path (``kind="path"``);
-        a gallery path is left out of its own results.
+        a gallery path is left out of its own results and searched by its stored embedding (its
+        file is not read).
     settings : SearchSettings
         ``k``, αQE and re-ranking settings. The plain list is the search (with αQE when on); the
         re-ranked list re-ranks its first ``pool`` candidates, and each item's ``previous_rank`` is
@@ -275,6 +343,9 @@ def compare_search(
     }
     if kind == "text":
         found = store.retrieve_by_text([query], depth, **expansion)[0]
+    elif kind == "path":  # the gallery image as it was indexed: its file is not read again
+        vector = store.embeddings_of([query])
+        found = store.retrieve_by_vector(vector, depth, **expansion)[0]
     else:
         found = store.retrieve_top_k_similar([query], depth, **expansion)[0]
     if kind == "path":
@@ -289,6 +360,8 @@ def compare_search(
             searched = reranker.store
             if kind == "text":
                 pool = searched.retrieve_by_text([query], depth, **expansion)[0]
+            elif kind == "path":
+                pool = searched.retrieve_by_vector(vector, depth, **expansion)[0]
             else:
                 pool = searched.retrieve_top_k_similar([query], depth, **expansion)[0]
             pool = [candidate for candidate in pool if kind != "path" or candidate.path != query]

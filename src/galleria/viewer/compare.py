@@ -24,7 +24,7 @@ __all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compa
 MAX_RESULTS = 1000
 #: Results shown, and candidates re-ranked, when a request does not say.
 DEFAULT_K = 10
-DEFAULT_POOL = 100
+DEFAULT_POOL = 200  # the one --pool default of every command (cli._options.DEFAULT_POOL)
 
 
 @dataclass(frozen=True)

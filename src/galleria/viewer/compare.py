@@ -199,7 +199,7 @@ class SearchSettings:
         Examples
         --------
         >>> SearchSettings.from_mapping({"k": "5", "rerank": "1", "lambda": "0.25"}).to_query()
-        {'k': '5', 'expand': '0', 'rerank': '1', 'k1': '20', 'k2': '6', 'lambda': '0.25', 'pool': '100'}
+        {'k': '5', 'expand': '0', 'rerank': '1', 'k1': '20', 'k2': '6', 'lambda': '0.25', 'pool': '200'}
         """
         config = self.config
         query = {"k": str(self.k), "expand": "1" if config.query_expansion else "0"}

@@ -70,6 +70,7 @@ class MutationMixin(StoreCore):
                     paths_now.append(path)
                 self._paths, self._rows = paths_now, rows_now
                 self._offline_diffusion = None  # computed over the old rows
+                self._rerank_statistics = None  # the gallery changed: recomputed on next use
             self._skipped = self._skipped + skipped
 
     def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
@@ -96,3 +97,4 @@ class MutationMixin(StoreCore):
             self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
             self._rows = {path: row for row, path in enumerate(self._paths)}
             self._offline_diffusion = None  # computed over the old rows
+            self._rerank_statistics = None  # the gallery changed: recomputed on next use

@@ -24,6 +24,9 @@ File layout (safetensors; readable by any safetensors reader):
   "gamma": float, "tol": float, "maxiter": int}`` with the tensors ``"diffusion_positions"`` ((n, T)
   int32, row i starting with i, distinct rows in [0, n)) and ``"diffusion_values"`` ((n, T) finite
   float32), ``T = min(truncation, n)`` (checked by :func:`_check_offline_diffusion`).
+  ``rerank_statistics`` (optional) holds the gallery's reciprocal-neighbour statistics the adaptive
+  re-ranking defaults read (:class:`galleria.rerank.adaptive.GalleryStatistics`: a version, two
+  counts and at most 8 numbers per list, each bounded; the counts must match the paths).
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
@@ -88,7 +91,7 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
-_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics"})
 #: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
 _DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
 _TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
@@ -188,6 +191,8 @@ def encode_store(
         header["augmentation"] = dict(state.augmentation)
     if offline is not None:  # decoupled diffusion (galleria.rerank.decoupled)
         header["offline_diffusion"] = dict(offline.params)
+    if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
+        header["rerank_statistics"] = dict(state.rerank_statistics)
     return tensors, header
 
 
@@ -299,6 +304,24 @@ def _check_offline_diffusion(
     if not np.isfinite(values).all():
         raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
     return OfflineDiffusion(dict(record), positions, values)
+
+
+def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
+    """The ``rerank_statistics`` record: None if absent, else checked (for ``n_paths`` items)."""
+    if record is None:
+        return None
+    from galleria.rerank.adaptive import GalleryStatistics
+
+    try:
+        statistics = GalleryStatistics.from_record(record)
+    except ValueError as error:
+        raise ValueError(f"{name!r}: header key 'rerank_statistics' is invalid: {error}") from None
+    if n_paths is not None and statistics.n_items != n_paths:
+        raise ValueError(
+            f"{name!r}: header key 'rerank_statistics' describes {statistics.n_items} items, "
+            f"but the store holds {n_paths}"
+        )
+    return statistics.record()
 
 
 class _Header:
@@ -439,6 +462,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "tensors": tensors,
         "augmentation": augmentation,
         "offline_diffusion": header.get("offline_diffusion"),
+        "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
     }
 
 
@@ -703,4 +727,7 @@ def read_store(
         add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation, offline)
+    statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
+    return GalleryState(
+        index, loaded_embedder, paths, kept, skipped, augmentation, offline, rerank_statistics=statistics
+    )

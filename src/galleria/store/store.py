@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
+from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
 from galleria.store._checks import (
     absolute_paths,
@@ -143,6 +144,10 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._augmentation = None if state.augmentation is None else dict(state.augmentation)
         store._offline_diffusion = state.offline_diffusion
         store._set_gallery(state.paths, state.vectors)
+        if state.rerank_statistics is not None:
+            from galleria.rerank.adaptive import GalleryStatistics
+
+            store._rerank_statistics = GalleryStatistics.from_record(state.rerank_statistics)
         return store
 
     # ------------------------------------------------------------------ construction from vectors
@@ -233,6 +238,12 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         paths, vectors, skipped = self._embed_files(
             self._pending, progress, "building gallery", on_images=on_progress
         )
+        statistics = None
+        if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
+            from galleria.rerank.adaptive import gallery_statistics
+
+            space = self._index.space
+            statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)
         with self._lock.writing():
             if self._built:
                 return
@@ -246,6 +257,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 )
             self._skipped = skipped
             self._set_gallery(paths, vectors)
+            self._rerank_statistics = statistics
 
     # ------------------------------------------------------------------ persistence
 
@@ -270,6 +282,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         target = persistence.check_store_path(path)
         self._require_built()
         with self._lock.reading():
+            statistics = self._rerank_statistics
             snapshot = GalleryState(
                 self._index,
                 self._embedder,
@@ -278,6 +291,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 self._skipped,
                 self._augmentation,
                 self._offline_diffusion,
+                rerank_statistics=None
+                if statistics is None or statistics.n_items != len(self._paths)
+                else statistics.record(),
             )
             tensors, header = persistence.encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)

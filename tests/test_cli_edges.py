@@ -172,17 +172,15 @@ def test_disk_full_is_an_oserror_and_one_line(
 ) -> None:
     import errno
 
-    import safetensors.numpy
+    from galleria.store import persistence
 
-    def full(*args: object, **kwargs: object) -> None:
-        raise safetensors.SafetensorError(
-            "Error while serializing: I/O error: No space left on device (os error 28)"
-        )
+    def full(*args: object, **kwargs: object) -> None:  # what a write into a full disk raises
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     store = InMemoryImageEmbeddingStore.from_embeddings(["/a", "/b"], np.eye(2))
     store.save_to_disk(tmp_path / "kept.safetensors")
     before = (tmp_path / "kept.safetensors").read_bytes()
-    monkeypatch.setattr(safetensors.numpy, "save_file", full)
+    monkeypatch.setattr(persistence, "write_tensors", full)
     with pytest.raises(OSError) as caught:
         store.save_to_disk(tmp_path / "kept.safetensors")
     assert caught.value.errno == errno.ENOSPC and "No space left on device" in str(caught.value)

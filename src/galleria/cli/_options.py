@@ -411,14 +411,29 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = D
         help="re-ranking method (default: k-reciprocal); --k1/--k2/--lambda also set gnn's, other methods "
         "take their defaults or --settings",
     )
-    group.add_argument("--k1", default=None, metavar="N", help="k1, the neighbourhood size (default: 20)")
-    group.add_argument("--k2", default=None, metavar="N", help="k2, local query expansion (default: 6)")
+    group.add_argument(
+        "--rerank-preset",
+        default=None,
+        choices=("adaptive", "paper"),
+        help="where parameters not given come from: adaptive (default: read from the gallery's "
+        "reciprocal-neighbour statistics) or paper (the published values: k1 20, k2 6, λ 0.3)",
+    )
+    group.add_argument(
+        "--k1",
+        default=None,
+        metavar="N",
+        help="k1, the neighbourhood size (paper: 20; else from the gallery)",
+    )
+    group.add_argument(
+        "--k2", default=None, metavar="N", help="k2, local query expansion (paper: 6; else from the gallery)"
+    )
     group.add_argument(
         "--lambda",
         dest="lambda_value",
         default=None,
         metavar="X",
-        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] (default: 0.3)",
+        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] "
+        "(paper: 0.3; else from the gallery)",
     )
     group.add_argument(
         "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
@@ -465,10 +480,25 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``); None without --rerank."""
     options = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda", "pool": "--pool"}
     method = getattr(args, "rerank_method", None)
+    preset = getattr(args, "rerank_preset", None)
     if not args.rerank:
-        _require(args, "--rerank", {**options, "rerank_method": "--rerank-method"})
+        _require(
+            args,
+            "--rerank",
+            {**options, "rerank_method": "--rerank-method", "rerank_preset": "--rerank-preset"},
+        )
         return None
     method = method or "k-reciprocal"
+    explicit = [args.k1, args.k2, args.lambda_value] != [None, None, None]
+    if preset == "adaptive" and explicit:
+        raise CliError(
+            "--rerank-preset adaptive reads k1, k2 and λ from the gallery; drop --k1/--k2/--lambda "
+            "or use --rerank-preset paper"
+        )
+    if preset != "paper" and not explicit:  # the default: parameters read from the gallery
+        pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
+        adaptive: dict[str, Any] = {"rerank_preset": "adaptive", "pool": pool}
+        return adaptive if method == "k-reciprocal" else {"rerank_method": method, **adaptive}
     if method not in ("k-reciprocal", "gnn"):
         _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
     if method not in ("k-reciprocal", "gnn"):
@@ -526,6 +556,7 @@ def settings_config(args: argparse.Namespace) -> Any:
             ("lambda_value", "--lambda"),
             ("pool", "--pool"),
             ("rerank_method", "--rerank-method"),
+            ("rerank_preset", "--rerank-preset"),
         )
         if getattr(args, dest, None) not in (None, False)
     ]

@@ -208,6 +208,11 @@ def run(args: argparse.Namespace) -> int:
         method = rerank.get("rerank_method", "k-reciprocal")
         if tuned is not None:
             params = tuned.reranker_params()
+        elif rerank.get("rerank_preset") == "adaptive":  # read from the gallery (recorded at build)
+            from galleria.rerank.adaptive import default_rerank_params
+
+            params = default_rerank_params(store, method)
+            rerank = {**rerank, **params} if method == "k-reciprocal" else {**rerank, "rerank_params": params}
         elif method == "k-reciprocal":
             params = {key: rerank[key] for key in ("k1", "k2", "lambda_value")}
         else:

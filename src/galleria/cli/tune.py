@@ -69,6 +69,13 @@ def add_parser(subparsers: Any) -> None:
         help="metric to maximise (default: %(default)s)",
     )
     parser.add_argument(
+        "--guard",
+        default="recall@1",
+        choices=("recall@1", "none"),
+        help="a setting must not lower this metric on the validation splits (mean - spread of its change "
+        "at least -0.005), else plain retrieval wins; none: maximise --metric alone (default: %(default)s)",
+    )
+    parser.add_argument(
         "--methods",
         nargs="+",
         default=None,
@@ -206,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
             n_splits=splits,
             seed=seed,
             on_trial=report,
+            guard=None if args.guard == "none" else args.guard,
         )
     except ValueError as error:
         raise CliError(f"cannot tune on {args.source!r}: {error}") from None

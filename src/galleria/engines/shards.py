@@ -322,8 +322,12 @@ def store_from_shards(
                 f"{name!r}: manifest key 'embedder' outputs dimension {declared}, "
                 f"but 'dim' is {manifest['dim']}"
             )
-    store = InMemoryImageEmbeddingStore.from_embeddings(
-        paths, vectors, embedder, search_index, space=space, index_params=index_params
+    return InMemoryImageEmbeddingStore.from_embeddings(
+        paths,
+        vectors,
+        embedder,
+        search_index,
+        space=space,
+        index_params=index_params,
+        skipped=manifest.get("skipped", []),
     )
-    store._skipped = list(manifest.get("skipped", []))
-    return store

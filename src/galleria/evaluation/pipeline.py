@@ -203,6 +203,7 @@ def evaluate_retrieval(
 
     results: list[ConfigResult] = []
     for config in config_list:
+        config = config.resolve(store)  # adaptive re-ranking parameters are read from the gallery
         if on_config is not None:
             on_config(config)
         reranker = (

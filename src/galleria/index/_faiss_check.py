@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from galleria.index._checks import all_finite
+
 __all__ = [
     "ALLOWED_FAISS_TYPES",
     "PQ_SEARCH_TYPES",
@@ -153,7 +155,7 @@ class _Reader:
 
     def floats(self, what: str, *, length: int | None = None) -> np.ndarray:
         values = self.array("<f4", what, length=length)
-        if not np.isfinite(values).all():
+        if not all_finite(values):  # in blocks: no temporary the size of the vectors
             raise _Refused(f"{what} holds NaN or infinite values")
         return values
 

@@ -169,6 +169,9 @@ class MilvusIndex:
     name = "milvus"
     higher_is_better = False
 
+    #: The store gives :meth:`add` each row's path, which the collection keeps in its ``path`` field.
+    stores_paths = True
+
     def __init__(
         self,
         uri: str,

@@ -18,11 +18,13 @@ The other re-rankers behind the same :class:`Reranker` protocol (:mod:`galleria.
 :class:`DiffusionReranker`, :class:`GnnReranker`, :class:`DBAReranker` and
 :class:`DecoupledDiffusionReranker` (whose offline part the store keeps), each with a full
 probe×gallery function. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
-one by name (:data:`RERANK_METHODS`).
+one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives every method's default
+parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
 """
 
 from __future__ import annotations
 
+from galleria.rerank.adaptive import default_rerank_params
 from galleria.rerank.base import Reranker
 from galleria.rerank.batched import rerank_pools
 from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
@@ -57,6 +59,7 @@ __all__ = [
     "database_augmentation",
     "dba_aqe_rerank_features",
     "decoupled_diffusion_rerank_features",
+    "default_rerank_params",
     "diffusion_rerank_features",
     "gnn_rerank_features",
     "iter_k_reciprocal_rerank",

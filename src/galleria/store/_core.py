@@ -37,6 +37,7 @@ class StoreCore:
     _built: bool
     _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
     _offline_diffusion: OfflineDiffusion | None  # set by galleria.rerank.decoupled; None once rows change
+    _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -55,6 +56,7 @@ class StoreCore:
         self._built = False
         self._augmentation = None
         self._offline_diffusion = None
+        self._rerank_statistics = None
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4

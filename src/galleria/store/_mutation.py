@@ -11,6 +11,7 @@ from galleria._validation import check_bool, check_callback, check_path_list
 from galleria.distances import prepare_vectors
 from galleria.store._checks import absolute_paths, drop_duplicates
 from galleria.store._core import StoreCore
+from galleria.store._state import add_rows
 
 __all__ = ["MutationMixin"]
 
@@ -56,7 +57,7 @@ class MutationMixin(StoreCore):
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
                 kept, vectors = [kept[position] for position in fresh], vectors[fresh]
             if kept:
-                self._index.add(vectors)
+                add_rows(self._index, vectors, kept)
                 if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
                     stored = prepare_vectors(vectors, self._index.space)
                     self._vectors = (
@@ -69,6 +70,7 @@ class MutationMixin(StoreCore):
                     paths_now.append(path)
                 self._paths, self._rows = paths_now, rows_now
                 self._offline_diffusion = None  # computed over the old rows
+                self._rerank_statistics = None  # the gallery changed: recomputed on next use
             self._skipped = self._skipped + skipped
 
     def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
@@ -95,3 +97,4 @@ class MutationMixin(StoreCore):
             self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
             self._rows = {path: row for row, path in enumerate(self._paths)}
             self._offline_diffusion = None  # computed over the old rows
+            self._rerank_statistics = None  # the gallery changed: recomputed on next use

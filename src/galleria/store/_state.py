@@ -9,7 +9,7 @@ import numpy as np
 
 from galleria.index import SearchIndex
 
-__all__ = ["GalleryState", "OfflineDiffusion"]
+__all__ = ["GalleryState", "OfflineDiffusion", "add_rows"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class GalleryState:
         How the vectors were augmented on the database side (``galleria.rerank.dba``), if they were.
     offline_diffusion : OfflineDiffusion or None
         The offline part of decoupled diffusion over exactly these rows, if it was computed.
+    rerank_statistics : dict or None
+        The reciprocal-neighbour statistics the adaptive re-ranking defaults read
+        (:meth:`galleria.rerank.adaptive.GalleryStatistics.record`), if computed.
     """
 
     index: SearchIndex
@@ -61,3 +64,15 @@ class GalleryState:
     skipped: list[str]
     augmentation: dict[str, Any] | None = None
     offline_diffusion: OfflineDiffusion | None = None
+    #: The gallery's re-ranking statistics record (galleria.rerank.adaptive), checked on load.
+    rerank_statistics: dict[str, Any] | None = None
+
+
+def add_rows(index: SearchIndex, vectors: np.ndarray, paths: list[str]) -> None:
+    """Append ``vectors`` to ``index`` as the rows of ``paths`` (one per vector, as the store spells
+    them); an index that keeps each row's path beside it (``stores_paths``: a
+    :class:`~galleria.index.MilvusIndex`, whose collection other services read) is given them."""
+    if getattr(index, "stores_paths", False):
+        index.add(vectors, paths=list(paths))  # type: ignore[call-arg]
+    else:
+        index.add(vectors)

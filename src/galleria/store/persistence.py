@@ -24,6 +24,9 @@ File layout (safetensors; readable by any safetensors reader):
   "gamma": float, "tol": float, "maxiter": int}`` with the tensors ``"diffusion_positions"`` ((n, T)
   int32, row i starting with i, distinct rows in [0, n)) and ``"diffusion_values"`` ((n, T) finite
   float32), ``T = min(truncation, n)`` (checked by :func:`_check_offline_diffusion`).
+  ``rerank_statistics`` (optional) holds the gallery's reciprocal-neighbour statistics the adaptive
+  re-ranking defaults read (:class:`galleria.rerank.adaptive.GalleryStatistics`: a version, two
+  counts and at most 8 numbers per list, each bounded; the counts must match the paths).
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
@@ -38,6 +41,12 @@ every tensor's SHA-256 must match; every key of the header must be present with 
 bytes actually present; FAISS bytes are walked against an allow-list before FAISS parses them
 (:mod:`galleria.index._faiss_check`); vectors must be finite; an embedder config never names a file
 to load (a local checkpoint is recorded by name and SHA-256 and must be passed by the caller).
+
+Nothing is held twice (:mod:`galleria.store._tensorfile`): each array is read from the file
+straight into the array the index keeps (or memory-mapped read-only, ``mmap=True``), hashed as it
+arrives; FAISS bytes are checksummed, walked in a read-only mapping, then read by FAISS itself from
+the file, every chunk checked again. Saving streams the index's arrays and FAISS's bytes into the
+file, so peak memory while loading or saving stays near the file's size.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ import json
 import math
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -55,10 +64,14 @@ from galleria._files import atomic_path
 from galleria._validation import MAX_VECTOR_DIM
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.expansion import MAX_EXPANSION_ALPHA
-from galleria.index import SearchIndex, index_from_bytes
+from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
+from galleria.index._checks import all_finite
+from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
+from galleria.index.registry import FAISS_BLOBS
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._state import GalleryState, OfflineDiffusion
+from galleria.store._state import GalleryState, OfflineDiffusion, add_rows
+from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
 
 __all__ = [
     "FORMAT_NAME",
@@ -78,19 +91,17 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
-_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics"})
 #: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
 _DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
 _TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
+#: Indexes whose serialised bytes are written part by part, in place (``packed()``).
+_PACKED_INDEXES = (ExactIndex, HnswIndex, IvfPqIndex)
 #: Largest vector dimension a store file may declare.
 MAX_DIM = MAX_VECTOR_DIM
-
-
-def _digest(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
 
 def _canonical(header: Any) -> bytes:
@@ -122,12 +133,17 @@ def check_regular_file(path: Any, name: str = "path") -> str:
 # ---------------------------------------------------------------------------------------------- writing
 
 
-def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The tensors and metadata of a store file for ``state`` (call while the store cannot change)."""
+def encode_store(
+    state: GalleryState, vectors: Any = None
+) -> tuple[dict[str, np.ndarray | Packed], dict[str, Any]]:
+    """The tensors and the header of a store file for ``state`` (call while the store cannot change,
+    and write with :func:`write_store` before it may: the tensors are views of what the index holds).
+
+    The header's ``tensors`` digests are filled in by :func:`write_store` as it writes them."""
     index = state.index
     count = len(state.paths)
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:
         given = check_query_vectors("vectors", vectors, dim)
         if np.ndim(vectors) != 2 or given.shape[0] != count:
@@ -143,12 +159,17 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
             "pass vectors= (the gallery vectors in row order) to save_to_disk"
         )
     try:
-        blob = index.to_bytes()
+        # The built-in indexes give their bytes as parts (written in place, never joined); any
+        # other SearchIndex (an external one wraps whatever faiss index it was given) gives them whole.
+        packed = index.packed() if isinstance(index, _PACKED_INDEXES) else None
+        blob = None if packed is not None else index.to_bytes()
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         if "vectors" not in tensors:
             raise
-        blob = None  # an external index FAISS cannot serialise: loading will need it passed back
-    if blob is not None:
+        packed = blob = None  # an external index FAISS cannot serialise: loading will need it passed back
+    if packed is not None:
+        tensors["index"] = packed
+    elif blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
     offline = state.offline_diffusion
     if offline is not None:
@@ -164,42 +185,37 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
         "index": {"name": index.name, "params": index.params()},
         "embedder": None if embedder is None else {"config": embedder_config(embedder)},
         "skipped": list(state.skipped),
-        "tensors": {name: {"sha256": _digest(array)} for name, array in tensors.items()},
+        "tensors": {name: {"sha256": ""} for name in tensors},
     }
     if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
         header["augmentation"] = dict(state.augmentation)
     if offline is not None:  # decoupled diffusion (galleria.rerank.decoupled)
         header["offline_diffusion"] = dict(offline.params)
-    metadata = {
-        _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
-        _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
+    if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
+        header["rerank_statistics"] = dict(state.rerank_statistics)
+    return tensors, header
+
+
+def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: dict[str, Any]) -> None:
+    """Write a store file atomically (temporary file beside it, then ``os.replace``), streaming every
+    tensor from where it lies; the tensors' digests go into ``header`` as they are computed.
+
+    The vectors tensor (if any) is written first, then the index, then the other tensors, so that
+    each lies aligned for its dtype (:mod:`galleria.store._tensorfile`)."""
+    first = [key for key in ("vectors", "index") if key in tensors]
+    ordered: dict[str, np.ndarray | Packed] = {
+        key: tensors[key] for key in first + sorted(set(tensors) - set(first))
     }
-    return tensors, metadata
 
+    def metadata_for(digests: dict[str, str]) -> dict[str, str]:
+        header["tensors"] = {key: {"sha256": digests[key]} for key in ordered}
+        return {
+            _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
+            _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
+        }
 
-def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-    """Write a store file atomically (temporary file beside it, then ``os.replace``)."""
-    from safetensors.numpy import save_file
-
-    with atomic_path(target) as temporary:
-        try:
-            save_file(tensors, temporary, metadata=metadata)
-        except OSError:
-            raise
-        except Exception as error:  # safetensors wraps I/O failures (a full disk) in its own error
-            raise _as_os_error(error, target) from error
-
-
-def _as_os_error(error: Exception, target: str) -> OSError:
-    """An OSError for a failed write, with the errno safetensors' message carries (ENOSPC for a full disk)."""
-    import errno
-    import re
-
-    text = str(error)
-    found = re.search(r"(?:code: |os error )(\d+)", text)
-    code = int(found.group(1)) if found else errno.EIO
-    reason = os.strerror(code) if found else f"the write failed ({' '.join(text.split())[:200]})"
-    return OSError(code, f"cannot write the store: {reason}", target)
+    with atomic_path(target) as temporary, open(temporary, "wb") as file:
+        write_tensors(file, ordered, metadata_for)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -288,6 +304,24 @@ def _check_offline_diffusion(
     if not np.isfinite(values).all():
         raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
     return OfflineDiffusion(dict(record), positions, values)
+
+
+def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
+    """The ``rerank_statistics`` record: None if absent, else checked (for ``n_paths`` items)."""
+    if record is None:
+        return None
+    from galleria.rerank.adaptive import GalleryStatistics
+
+    try:
+        statistics = GalleryStatistics.from_record(record)
+    except ValueError as error:
+        raise ValueError(f"{name!r}: header key 'rerank_statistics' is invalid: {error}") from None
+    if n_paths is not None and statistics.n_items != n_paths:
+        raise ValueError(
+            f"{name!r}: header key 'rerank_statistics' describes {statistics.n_items} items, "
+            f"but the store holds {n_paths}"
+        )
+    return statistics.record()
 
 
 class _Header:
@@ -428,30 +462,74 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "tensors": tensors,
         "augmentation": augmentation,
         "offline_diffusion": header.get("offline_diffusion"),
+        "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
     }
 
 
-def _read_tensors(name: str) -> tuple[dict[str, str] | None, dict[str, np.ndarray]]:
-    from safetensors import safe_open
+def _read_layout(name: str, file: BinaryIO) -> Layout:
+    """The checked safetensors layout of a store file (only the tensors a store file holds)."""
+    layout = read_layout(name, file, os.fstat(file.fileno()).st_size)
+    if not layout.metadata or _HEADER_KEY not in layout.metadata:
+        raise ValueError(f"{name!r} is a safetensors file but not a galleria store (no galleria header)")
+    if not set(layout.tensors) <= _TENSOR_NAMES:
+        raise ValueError(f"{name!r} holds unexpected tensors {sorted(set(layout.tensors) - _TENSOR_NAMES)}")
+    return layout
 
-    try:
-        with safe_open(name, framework="numpy") as reader:
-            metadata = reader.metadata()
-            if not metadata or _HEADER_KEY not in metadata:
-                raise ValueError(
-                    f"{name!r} is a safetensors file but not a galleria store (no galleria header)"
-                )
-            keys = list(reader.keys())
-            if not set(keys) <= _TENSOR_NAMES:
-                raise ValueError(f"{name!r} holds unexpected tensors {sorted(set(keys) - _TENSOR_NAMES)}")
-            arrays = {key: reader.get_tensor(key) for key in keys}
-    except (OSError, ValueError):
-        raise
-    except Exception as error:  # safetensors raises its own error type for damaged files
+
+def _checksum_error(name: str, key: str) -> ValueError:
+    return ValueError(f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)")
+
+
+def _read_vectors(
+    name: str, file: BinaryIO, span: TensorSpan, expected: str, shape: tuple[int, int], mmap: bool
+) -> np.ndarray:
+    """The top-level ``vectors`` tensor, read (or mapped) in place, checksummed and checked finite."""
+    if span.numpy_dtype != np.float32 or span.shape != shape:
         raise ValueError(
-            f"{name!r} is not a readable safetensors file (truncated or damaged?): {error}"
-        ) from error
-    return metadata, arrays
+            f"{name!r}: vectors of shape {span.shape} ({span.dtype}) do not match {shape[0]} paths "
+            f"of dim {shape[1]}"
+        )
+    reader = TensorReader(file, span, frozenset({"vectors"}) if mmap else frozenset())
+    vectors = reader.read_array("vectors", np.dtype("<f4"), shape)
+    if reader.hexdigest() != expected:
+        raise _checksum_error(name, "vectors")
+    if not all_finite(vectors):
+        raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    return vectors
+
+
+def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected: str) -> np.ndarray:
+    """A tensor read as it is (its dtype and shape, bounded by the bytes the layout checked), checksummed."""
+    dtype = span.numpy_dtype
+    if dtype is None:
+        raise ValueError(
+            f"{name!r}: tensor {key!r} has dtype {span.dtype!r}; store tensors are uint8, int32 or float32"
+        )
+    reader = TensorReader(file, span)
+    array = reader.read_array(key, dtype, span.shape)
+    if reader.hexdigest() != expected:
+        raise _checksum_error(name, key)
+    return array
+
+
+def _read_index_tensor(
+    name: str, file: BinaryIO, span: TensorSpan, expected: str, kind: str, mmap: bool
+) -> Any:
+    """The serialised index, read straight into the arrays it keeps (faiss data left in the file for
+    faiss to read once checked); ValueError if it fails its checksum or does not parse."""
+    if span.numpy_dtype != np.uint8 or len(span.shape) != 1:
+        raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
+    mapped = frozenset({"vectors"}) if mmap and kind == "exact" else frozenset()
+    reader = TensorReader(file, span, mapped)
+    try:
+        unpacked = Unpacked.read(reader, kind, FAISS_BLOBS.get(kind, frozenset()))
+    except ValueError as error:
+        if reader.hexdigest() != expected:  # damage is reported as damage, not as what it broke
+            raise _checksum_error(name, "index") from None
+        raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
+    if reader.hexdigest() != expected:
+        raise _checksum_error(name, "index")
+    return unpacked
 
 
 def _reanchor(paths: list[str], root: Any) -> tuple[str, str] | None:
@@ -477,9 +555,14 @@ def _moved(path: str, anchor: tuple[str, str]) -> str:
 
 
 def _restore_index(
-    name: str, header: dict[str, Any], arrays: dict[str, np.ndarray], search_index: Any, connect: bool
+    name: str,
+    header: dict[str, Any],
+    arrays: dict[str, Any],
+    search_index: Any,
+    connect: bool,
 ) -> tuple[SearchIndex, bool]:
-    """The store's index: the one passed in (maybe to fill from the vectors) or the saved one."""
+    """The store's index: the one passed in (maybe to fill from the vectors) or the saved one
+    (``arrays["index"]`` is the container already read from the file, its faiss data still there)."""
     paths, space, vectors = header["paths"], header["space"], arrays.get("vectors")
     if search_index is not None:
         if search_index.space != space:
@@ -510,7 +593,7 @@ def _restore_index(
             "you opened yourself"
         )
     try:
-        index = index_from_bytes(header["index"]["name"], arrays["index"].tobytes())
+        index = index_from_bytes(header["index"]["name"], arrays["index"])
     except (TypeError, ValueError, RuntimeError) as error:
         raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
     if len(index) != len(paths) or index.space != space:
@@ -564,18 +647,9 @@ def read_store_header(path: Any) -> dict[str, Any]:
     >>> header["format_version"], header["dim"], header["index"]["name"]
     (2, 2, 'exact')
     """
-    from safetensors import safe_open
-
     name = check_regular_file(path)
-    try:
-        with safe_open(name, framework="numpy") as reader:
-            metadata = reader.metadata()
-    except OSError:
-        raise
-    except Exception as error:  # safetensors raises its own error type for damaged files
-        raise ValueError(
-            f"{name!r} is not a readable safetensors file (truncated or damaged?): {error}"
-        ) from error
+    with open(name, "rb") as file:
+        metadata = read_layout(name, file, os.fstat(file.fileno()).st_size).metadata
     header = _parse_header(name, metadata)
     _validate_header(name, header, os.path.getsize(name))
     return header
@@ -589,39 +663,55 @@ def read_store(
     checkpoint: Any = None,
     root: Any = None,
     connect: bool = False,
+    mmap: bool = False,
 ) -> GalleryState:
-    """Read and validate a store file; return its :class:`GalleryState` (see the module docstring)."""
+    """Read and validate a store file; return its :class:`GalleryState` (see the module docstring).
+
+    Each tensor is read once, straight into the array the index keeps; with ``mmap=True`` the
+    exact vectors (an exact index's, or a kept ``vectors`` tensor) are memory-mapped read-only
+    instead, and the file must not be modified in place while the store is in use (galleria's own
+    saves replace the file, which leaves the mapping intact)."""
     name = check_regular_file(path)
     check_embedder(embedder, allow_none=True)
     if not isinstance(connect, bool):
         raise TypeError(f"connect must be a bool, got {connect!r}")
     if search_index is not None and not isinstance(search_index, SearchIndex):
         raise TypeError(f"search_index must be a SearchIndex or None, got {type(search_index).__name__}")
-    file_size = os.path.getsize(name)
-    metadata, arrays = _read_tensors(name)
-    header = _validate_header(name, _parse_header(name, metadata), file_size)
-    recorded = header["tensors"]
-    if set(arrays) != set(recorded):
-        raise ValueError(f"{name!r} holds tensors {sorted(arrays)}, but its header lists {sorted(recorded)}")
-    for key, array in arrays.items():
-        if _digest(array) != recorded[key]["sha256"]:
+    if not isinstance(mmap, bool):
+        raise TypeError(f"mmap must be a bool, got {mmap!r}")
+    with open(name, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise ValueError(f"path {name!r} is not a regular file")
+        layout = _read_layout(name, file)
+        file_size = os.fstat(file.fileno()).st_size
+        header = _validate_header(name, _parse_header(name, layout.metadata), file_size)
+        recorded = header["tensors"]
+        if set(layout.tensors) != set(recorded):
             raise ValueError(
-                f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)"
+                f"{name!r} holds tensors {sorted(layout.tensors)}, but its header lists {sorted(recorded)}"
             )
-    if "index" in arrays and (arrays["index"].dtype != np.uint8 or arrays["index"].ndim != 1):
-        raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
-    paths: list[str] = header["paths"]
-    dim: int | None = header["dim"]
-    vectors = arrays.get("vectors")
-    if vectors is not None:
-        if vectors.dtype != np.float32 or vectors.shape != (len(paths), dim):
-            raise ValueError(
-                f"{name!r}: vectors of shape {vectors.shape} do not match {len(paths)} paths of dim {dim}"
-            )
-        if not np.isfinite(vectors).all():
-            raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
-    offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
-    index, fill = _restore_index(name, header, arrays, search_index, connect)
+        paths: list[str] = header["paths"]
+        dim: int | None = header["dim"]
+        arrays: dict[str, Any] = {}
+        if "vectors" in layout.tensors:
+            expected = recorded["vectors"]["sha256"]
+            shape = (len(paths), dim if dim is not None else 0)
+            arrays["vectors"] = _read_vectors(name, file, layout.tensors["vectors"], expected, shape, mmap)
+        if "index" in layout.tensors:
+            span, expected = layout.tensors["index"], recorded["index"]["sha256"]
+            if search_index is None:
+                kind = header["index"]["name"]
+                arrays["index"] = _read_index_tensor(name, file, span, expected, kind, mmap)
+            elif span.numpy_dtype != np.uint8 or len(span.shape) != 1:
+                raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
+            elif TensorReader(file, span).hexdigest() != expected:  # checked, though not used
+                raise _checksum_error(name, "index")
+        for key in _DIFFUSION_TENSORS:
+            if key in layout.tensors:
+                arrays[key] = _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"])
+        vectors = arrays.get("vectors")
+        offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
+        index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
@@ -634,7 +724,10 @@ def read_store(
             raise ValueError(f"root={root!r} maps two gallery paths onto one")
     if fill:
         assert vectors is not None
-        index.add(vectors)
+        add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation, offline)
+    statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
+    return GalleryState(
+        index, loaded_embedder, paths, kept, skipped, augmentation, offline, rerank_statistics=statistics
+    )

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
+from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
 from galleria.store._checks import (
     absolute_paths,
@@ -22,7 +23,7 @@ from galleria.store._checks import (
 )
 from galleria.store._mutation import MutationMixin
 from galleria.store._retrieval import RetrievalMixin
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
@@ -143,6 +144,10 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._augmentation = None if state.augmentation is None else dict(state.augmentation)
         store._offline_diffusion = state.offline_diffusion
         store._set_gallery(state.paths, state.vectors)
+        if state.rerank_statistics is not None:
+            from galleria.rerank.adaptive import GalleryStatistics
+
+            store._rerank_statistics = GalleryStatistics.from_record(state.rerank_statistics)
         return store
 
     # ------------------------------------------------------------------ construction from vectors
@@ -157,6 +162,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         *,
         space: str | None = None,
         index_params: dict[str, Any] | None = None,
+        skipped: Sequence[str | os.PathLike[str]] | None = None,
     ) -> InMemoryImageEmbeddingStore:
         """Make a built store over vectors computed elsewhere (clip-retrieval, a previous run).
 
@@ -175,6 +181,10 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             already hold ``len(paths)`` rows. With such a filled index, ``embeddings`` must equal
             the rows it can give back (ValueError otherwise); where it cannot give them back,
             they are kept as the store's copy.
+        skipped : sequence of str or os.PathLike, optional
+            Paths that were left out because they could not be read where the vectors were
+            computed; recorded as the store's :attr:`skipped` (and saved with it), as
+            :meth:`build_store` records its own.
 
         Examples
         --------
@@ -186,7 +196,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         from galleria.store._from_vectors import state_from_embeddings
 
         return cls._from_state(
-            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params)
+            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params, skipped)
         )
 
     # ------------------------------------------------------------------ building
@@ -230,11 +240,17 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         paths, vectors, skipped = self._embed_files(
             self._pending, progress, "building gallery", on_images=on_progress
         )
+        statistics = None
+        if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
+            from galleria.rerank.adaptive import gallery_statistics
+
+            space = self._index.space
+            statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)
         with self._lock.writing():
             if self._built:
                 return
             if paths:
-                self._index.add(vectors)
+                add_rows(self._index, vectors, paths)
             else:
                 warnings.warn(
                     f"none of the {len(self._pending)} gallery images could be read; the store is empty",
@@ -243,14 +259,16 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 )
             self._skipped = skipped
             self._set_gallery(paths, vectors)
+            self._rerank_statistics = statistics
 
     # ------------------------------------------------------------------ persistence
 
     def save_to_disk(self, path: str | os.PathLike[str], vectors: Any = None) -> None:
         """Write the store to one safetensors file, atomically (see :mod:`galleria.store.persistence`).
 
-        The store is read under its lock (concurrent queries go on; an ``add_images`` or
-        ``remove_images`` waits), then the file is written outside it.
+        The file is written under the store's lock (concurrent queries go on; an ``add_images`` or
+        ``remove_images`` waits), straight from the arrays the index holds: no copy of the vectors
+        is made, and faiss indexes are streamed into the file.
 
         Parameters
         ----------
@@ -266,6 +284,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         target = persistence.check_store_path(path)
         self._require_built()
         with self._lock.reading():
+            statistics = self._rerank_statistics
             snapshot = GalleryState(
                 self._index,
                 self._embedder,
@@ -274,9 +293,12 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 self._skipped,
                 self._augmentation,
                 self._offline_diffusion,
+                rerank_statistics=None
+                if statistics is None or statistics.n_items != len(self._paths)
+                else statistics.record(),
             )
-            tensors, metadata = persistence.encode_store(snapshot, vectors)
-        persistence.write_store(target, tensors, metadata)
+            tensors, header = persistence.encode_store(snapshot, vectors)
+            persistence.write_store(target, tensors, header)
 
     @classmethod
     def load_from_disk(
@@ -288,6 +310,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         checkpoint: str | os.PathLike[str] | None = None,
         root: str | os.PathLike[str] | None = None,
         connect: bool = False,
+        mmap: bool = False,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -320,6 +343,14 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             chooses what galleria opens or contacts (the token, if any, comes from
             ``GALLERIA_MILVUS_TOKEN``, never from the file, and is sent only to the server named
             by ``GALLERIA_MILVUS_URI``: a file whose uri differs is refused).
+        mmap : bool
+            Memory-map the exact vectors (an exact index's, or the copy a store keeps for an
+            external index) read-only from the file instead of reading them into memory: loading
+            costs no memory for them and pages come in as searches touch them. They are verified
+            (checksum, finiteness) once while loading; the file must then not be modified in place
+            while the store is in use (galleria's saves replace the file, which keeps the mapping
+            valid). Adding or removing rows copies them into memory. Other indexes are read into
+            memory either way, each tensor once.
 
         Raises
         ------
@@ -339,5 +370,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 checkpoint=checkpoint,
                 root=root,
                 connect=connect,
+                mmap=mmap,
             )
         )

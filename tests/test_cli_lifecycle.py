@@ -256,6 +256,12 @@ def test_embedder_specs_and_errors(photos: Path, tmp_path: Path) -> None:
     fails("info", store, "--root", str(tmp_path / "nowhere"), match="--root")
     fails("add", store, str(tmp_path / "nothing.png"), match="does not exist")
     fails("sync", store, str(tmp_path / "nowhere"), match="does not exist")
+    fails(
+        "sync", str(photos), store, match=f"galleria sync STORE FOLDER (here: galleria sync {store} {photos})"
+    )
+    before = Path(store).read_bytes()  # built with --skip-errors: the broken file is still there
+    fails("sync", store, str(photos), match="(pass --skip-errors to skip unreadable images)")
+    assert Path(store).read_bytes() == before
     fails("search", store, "--queries", str(tmp_path / "none.txt"), match="does not exist")
     fails("serve", store, "--port", "70000", match="--port")
     fails("serve", store, "--max-upload-mb", "0", match="--max-upload-mb")

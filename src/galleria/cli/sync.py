@@ -124,7 +124,13 @@ def _refuse_a_moved_gallery(stored: list[str], listed: list[str], folder: str, s
 def run(args: argparse.Namespace) -> int:
     """Synchronise the store with the folder and save it."""
     from galleria.datasets import list_images
+    from galleria.store.reading import ImageReadError
 
+    if os.path.isdir(args.store) and os.path.isfile(args.folder):
+        raise CliError(
+            "the store comes first: galleria sync STORE FOLDER "
+            f"(here: galleria sync {args.folder} {args.store})"
+        )
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)
     listed = list_images(folder)
@@ -142,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
     if vanished or changed:
         store.remove_images(vanished + changed)
     if to_embed:
-        store.add_images(to_embed, progress=not args.json)
+        try:
+            store.add_images(to_embed, progress=not args.json)
+        except ImageReadError as error:  # the store file is left as it was
+            raise CliError(f"{error} (pass --skip-errors to skip unreadable images)") from None
     added = len(store) - (before - len(vanished) - len(changed))
     if vanished or changed or to_embed:
         save_with_manifest(store, args.store, {**stats, **fresh})

@@ -262,6 +262,9 @@ def test_embedder_specs_and_errors(photos: Path, tmp_path: Path) -> None:
     before = Path(store).read_bytes()  # built with --skip-errors: the broken file is still there
     fails("sync", store, str(photos), match="(pass --skip-errors to skip unreadable images)")
     assert Path(store).read_bytes() == before
+    broken = str(photos / "red" / "broken.jpg")
+    fails("add", store, broken, match="(pass --skip-errors to skip unreadable images)")
+    assert Path(store).read_bytes() == before
     fails("search", store, "--queries", str(tmp_path / "none.txt"), match="does not exist")
     fails("serve", store, "--port", "70000", match="--port")
     fails("serve", store, "--max-upload-mb", "0", match="--max-upload-mb")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from galleria.cli._common import add_command, print_json
+from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import expand_paths, file_stat, read_manifest, readable, save_with_manifest
 from galleria.cli._options import add_load_options, load_store
 
@@ -43,6 +43,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Add the images and save the store."""
     from galleria.cli._options import check_existing_file
+    from galleria.store.reading import ImageReadError
 
     check_existing_file("store file", args.store)
     paths = expand_paths(args.paths, "PATH")
@@ -56,7 +57,10 @@ def run(args: argparse.Namespace) -> int:
     stats.update({path: stat for path in new if (stat := file_stat(path)) is not None})
     before = len(store)
     if new:
-        store.add_images(new, progress=not args.json)
+        try:
+            store.add_images(new, progress=not args.json)
+        except ImageReadError as error:  # the store file is left as it was
+            raise CliError(f"{error} (pass --skip-errors to skip unreadable images)") from None
         save_with_manifest(store, args.store, stats)
     added = len(store) - before
     if args.json:

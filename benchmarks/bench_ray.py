@@ -1,4 +1,4 @@
-"""Benchmark the Ray engine against the threaded builder on the same cores: images/s, start-up, cost per image.
+"""Benchmark the Ray engine against the threaded builder on the same cores: images/s, start-up, per image.
 
 Run ``.venv/bin/python benchmarks/bench_ray.py`` (a few minutes on 2 shared cores) or ``--quick``.
 Both builders embed the same gallery — Fashion-MNIST test images written as PNG files (Debian's
@@ -83,8 +83,8 @@ def main() -> None:
     ]
     for count, threaded_s, ray_s in rows:
         lines.append(
-            f"| {count:,} | {threaded_s:.2f} | {count / threaded_s:,.0f} | {ray_s:.2f} | {count / ray_s:,.0f} "
-            f"| {startup_s + ray_s:.2f} | {(startup_s + ray_s) / threaded_s:.2f}× |"
+            f"| {count:,} | {threaded_s:.2f} | {count / threaded_s:,.0f} | {ray_s:.2f} "
+            f"| {count / ray_s:,.0f} | {startup_s + ray_s:.2f} | {(startup_s + ray_s) / threaded_s:.2f}× |"
         )
     print(
         f"{source}, PixelEmbedder(size=28, batch_size=64), local ray.init(num_cpus=2), 2 actors; "
@@ -92,7 +92,8 @@ def main() -> None:
     )
     print("\n".join(lines))
     print(
-        f"marginal cost per image: threaded {per_image_threads * 1e3:.2f} ms, Ray {per_image_ray * 1e3:.2f} ms; "
+        f"marginal cost per image: threaded {per_image_threads * 1e3:.2f} ms, "
+        f"Ray {per_image_ray * 1e3:.2f} ms; "
         f"fixed cost of one Ray pipeline (excluding start-up) {fixed_ray:.2f} s"
     )
     print("embeddings equal bit for bit: yes")

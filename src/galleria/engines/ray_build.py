@@ -79,16 +79,6 @@ def list_image_uris(uri: str) -> list[str]:
 # its vectors packed in one buffer. The actors read those buffers through zero-copy numpy views.
 
 
-def _chunk_table(paths: Sequence[str], chunk: int) -> Any:
-    """The input rows: ``start`` (int64) and ``paths`` (list<string>), one row per ``chunk`` paths."""
-    import pyarrow as pa
-
-    starts = np.arange(0, len(paths), chunk, dtype=np.int64)
-    offsets = np.append(starts, len(paths)).astype(np.int32)
-    listed = pa.ListArray.from_arrays(pa.array(offsets), pa.array(list(paths), type=pa.string()))
-    return pa.table({"start": pa.array(starts), "paths": listed})
-
-
 def _decode_chunks(table: Any, min_size: tuple[int, int] | None = None) -> Any:
     """Ray task: decode each chunk's paths into one packed uint8 buffer (+ shapes, + error messages)."""
     import pyarrow as pa
@@ -285,10 +275,12 @@ def build_with_ray(
     # Chunks start at multiples of the embedder's batch size, so that the actors' batches are the
     # threaded builder's batches (bit-identical vectors, whatever the model).
     chunk = batch_size * max(1, -(-decode_batch_size // batch_size))
-    table = _chunk_table(paths, chunk)
-    blocks = [table.slice(start, 1) for start in range(table.num_rows)]
-    dataset = ray.data.from_arrow(blocks) if blocks else ray.data.from_arrow(table)
-    decoded = dataset.map_batches(
+    # One item per chunk, built on the driver (no remote task just to describe the input blocks).
+    dataset = ray.data.from_items(
+        [{"start": start, "paths": paths[start : start + chunk]} for start in range(0, len(paths), chunk)],
+        override_num_blocks=max(1, -(-len(paths) // chunk)),
+    )
+    dataset = dataset.map_batches(
         _decode_chunks,
         fn_kwargs={"min_size": draft_size_for(embedder)},
         batch_size=1,
@@ -296,7 +288,7 @@ def build_with_ray(
         zero_copy_batch=True,
         max_retries=-1,
     )
-    embedded = decoded.map_batches(
+    embedded = dataset.map_batches(
         _EmbedActor,
         fn_constructor_args=(config, None if config is not None else embedder),
         batch_size=1,

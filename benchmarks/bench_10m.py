@@ -57,15 +57,18 @@ def exact_top_k(queries: np.ndarray, count: int, dim: int, chunk: int) -> np.nda
     best_scores = np.full((queries.shape[0], K), -np.inf, dtype=np.float32)
     best_ids = np.zeros((queries.shape[0], K), dtype=np.int64)
     start = 0
-    for block in chunks(count, dim, seed=1, chunk=chunk):
-        scores = queries @ block.T
-        top = np.argpartition(-scores, K - 1, axis=1)[:, :K]
-        merged_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, axis=1)], axis=1)
-        merged_ids = np.concatenate([best_ids, top + start], axis=1)
-        order = np.lexsort((merged_ids, -merged_scores), axis=1)[:, :K]
-        best_scores = np.take_along_axis(merged_scores, order, axis=1)
-        best_ids = np.take_along_axis(merged_ids, order, axis=1)
-        start += block.shape[0]
+    step = 20_000  # scores of 1,000 queries × 20,000 rows: 80 MB at a time
+    for chunk_block in chunks(count, dim, seed=1, chunk=chunk):
+        for offset in range(0, chunk_block.shape[0], step):
+            block = chunk_block[offset : offset + step]
+            scores = queries @ block.T
+            top = np.argpartition(-scores, K - 1, axis=1)[:, :K]
+            merged_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, axis=1)], axis=1)
+            merged_ids = np.concatenate([best_ids, top + start], axis=1)
+            order = np.lexsort((merged_ids, -merged_scores), axis=1)[:, :K]
+            best_scores = np.take_along_axis(merged_scores, order, axis=1)
+            best_ids = np.take_along_axis(merged_ids, order, axis=1)
+            start += block.shape[0]
     return best_ids
 
 

@@ -52,11 +52,31 @@ def test_pixel_config_values_are_checked_before_anything_is_built(config: dict[s
 
 
 def test_pixel_config_bounds_admit_real_settings() -> None:
-    for config in ({"size": 512}, {"size": [1024, 8]}, {"batch_size": 4096}):
+    for config in ({"size": 147}, {"size": [1024, 8]}, {"batch_size": 4096}):
         assert PixelEmbedder.from_config({"type": "pixel", **config}).config()["type"] == "pixel"
-    largest = PixelEmbedder.from_config({"type": "pixel", "size": [1024, 1024], "grayscale": True})
-    assert largest.dim == 1 << 20  # the bound itself is allowed
+    largest = PixelEmbedder.from_config({"type": "pixel", "size": [256, 256], "grayscale": True})
+    assert largest.dim == 1 << 16  # the bound itself is allowed: the largest dimension a store holds
     assert PixelEmbedder.from_config({"type": "pixel", "size": 8}).size == (8, 8)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"size": 512},  # 786432 dimensions: a store of them could not be saved
+        {"size": [1024, 1024], "grayscale": True},
+        {"size": 147, "batch_size": 4096},  # 4096 × 64827 floats per batch: the file chooses memory
+    ],
+)
+def test_pixel_config_past_the_store_bounds_is_refused(config: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"pixel embedder config: (size .* dimensions|batch_size)"):
+        PixelEmbedder.from_config({"type": "pixel", **config})
+
+
+@pytest.mark.parametrize("size", [200, 5000, (300, 300), 10**9])
+def test_pixel_embedder_past_the_largest_dimension_is_refused_when_built(size: object) -> None:
+    """pixel:200 (120000 dims) once wrote a store nothing could load; pixel:5000 ran out of memory."""
+    with pytest.raises(ValueError, match=r"size .* gives \d+ dimensions .* at most 65536"):
+        PixelEmbedder(size=size)  # type: ignore[arg-type]
 
 
 def test_pixel_takes_no_checkpoint(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def test_training_needs_enough_vectors_and_a_dividing_subquantizer_count(data: n
     assert not index.is_trained and len(index) == 0 and index.dim is None
     with pytest.raises(ValueError, match="must divide the dimension 32"):
         IvfPqIndex("l2", subquantizers=5, **SMALL).add(data)
-    assert ivfpq_module.default_subquantizers(32) == 8
+    assert ivfpq_module.default_subquantizers(32) == 32  # one sub-quantizer per dimension
 
 
 @pytest.mark.parametrize("space", ["cosine", "l2"])
@@ -107,7 +107,7 @@ def test_reconstruct_exact_copy_or_pq_approximation(data: np.ndarray) -> None:
     np.testing.assert_allclose(kept16.reconstruct(rows), data[rows], rtol=1e-3, atol=1e-3)
     error = np.linalg.norm(approx.reconstruct(rows) - data[rows], axis=1)
     assert (error > 1e-3).all() and (error < np.linalg.norm(data[rows], axis=1)).all()
-    assert approx.code_size == 8 * 6 // 8
+    assert approx.code_size == 32 * 6 // 8  # subquantizers: dim by default
 
 
 @pytest.mark.parametrize("keep", [False, True])

@@ -245,7 +245,7 @@ def test_allow_list_accepts_every_type_galleria_writes() -> None:
         if not index.is_trained:
             index.train(vectors)
         if isinstance(index, faiss.IndexIDMap2):
-            index.add_with_ids(vectors, np.arange(512, dtype=np.int64) * 3)
+            index.add_with_ids(vectors, np.arange(512, dtype=np.int64)[::-1].copy())  # every label a row
         else:
             index.add(vectors)
         data = faiss.serialize_index(index)

@@ -13,13 +13,24 @@ that another live process or thread is still writing).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, BinaryIO
 
-__all__ = ["atomic_path", "atomic_write_bytes", "default_mode", "remove_stale_temporaries"]
+__all__ = [
+    "atomic_path",
+    "atomic_write_bytes",
+    "default_mode",
+    "load_json",
+    "open_regular_file",
+    "read_regular_file",
+    "remove_stale_temporaries",
+]
 
 
 def default_mode(*, folder: bool = False) -> int:
@@ -95,3 +106,54 @@ def atomic_write_bytes(target: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``target`` atomically."""
     with atomic_path(target) as temporary, open(temporary, "wb") as stream:
         stream.write(data)
+
+
+def open_regular_file(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """Open ``path`` for reading once it is a regular file; ValueError naming ``what`` otherwise.
+
+    A side file (a manifest, a settings file, a shard) is untrusted: a FIFO would block the read
+    forever and ``/dev/zero`` never ends, so anything but a regular file is refused before a byte
+    is read. The file is opened without blocking and checked on the open descriptor, so swapping
+    it between a check and the open changes nothing. OSError (missing, unreadable) passes through.
+    """
+    name = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    descriptor = os.open(name, flags)
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "device"
+            raise ValueError(f"{what} {name!r} is a {kind}, not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+def read_regular_file(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (:func:`open_regular_file`), at most ``limit`` of them.
+
+    A file larger than ``limit`` is refused (ValueError naming ``what``) before it is read.
+    """
+    name = os.fspath(path)
+    with open_regular_file(name, what) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size > limit:
+            raise ValueError(f"{what} {name!r} is larger than the {limit} bytes allowed ({size} bytes)")
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{what} {name!r} is larger than the {limit} bytes allowed")
+    return data
+
+
+def load_json(data: bytes, what: str) -> Any:
+    """Parse untrusted JSON bytes; every failure (bad UTF-8 or JSON, nesting, huge integers) is a
+    ValueError naming ``what``."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{what} is not valid JSON: nested too deeply") from None
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{what} is not valid JSON: {str(error)[:200]}") from None

@@ -26,6 +26,12 @@ __all__ = [
 ]
 
 
+#: Largest vector dimension galleria stores (a store file, an index and an embedder all stop here).
+MAX_VECTOR_DIM = 1 << 16
+#: Largest count any setting may hold (numpy's int64): larger ones would overflow in the numeric cores.
+MAX_COUNT = (1 << 63) - 1
+
+
 def is_int(value: Any) -> bool:
     """Return True for Python and numpy integers, False for bools and everything else."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -50,6 +56,8 @@ def check_positive_int(name: str, value: Any) -> int:
         raise TypeError(f"{name} must be a positive integer, got {value!r} ({type(value).__name__})")
     if value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if value > MAX_COUNT:
+        raise ValueError(f"{name} must be at most 2**63 - 1, got {value!r}")
     return int(value)
 
 

@@ -13,7 +13,7 @@ Examples
 
 from __future__ import annotations
 
-__all__ = ["GalleriaWarning", "SkippedImageWarning"]
+__all__ = ["GalleriaWarning", "RecallTargetWarning", "SkippedImageWarning"]
 
 
 class GalleriaWarning(UserWarning):
@@ -31,3 +31,7 @@ class SkippedImageWarning(GalleriaWarning, RuntimeWarning):
         super().__init__(f"skipped {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class RecallTargetWarning(GalleriaWarning):
+    """An approximate index measured a recall below its ``recall_target`` while it was built."""

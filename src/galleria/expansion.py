@@ -23,7 +23,29 @@ import numpy as np
 from galleria._validation import check_nonnegative_float
 from galleria.distances import normalize_rows
 
-__all__ = ["alpha_query_expansion"]
+__all__ = ["MAX_EXPANSION_ALPHA", "alpha_query_expansion", "check_expansion_alpha"]
+
+#: Largest αQE exponent accepted. The weights ``cos ** alpha`` are float32: far above this every
+#: match but exact duplicates weighs 0 (an α of 1000 already gives a match at cos 0.99 a weight of
+#: 4e-5), and an α past float32's range (3.4e38) became infinite and broke every score.
+MAX_EXPANSION_ALPHA = 1000.0
+
+
+def check_expansion_alpha(name: str, value: Any) -> float:
+    """Return ``value`` as a float in ``[0, MAX_EXPANSION_ALPHA]``, else raise naming ``name``.
+
+    The one check of the αQE exponent: the store, :class:`~galleria.evaluation.RetrievalConfig`
+    (settings files, the web page) and the command line all call it.
+
+    Examples
+    --------
+    >>> check_expansion_alpha("alpha", 3)
+    3.0
+    """
+    result = check_nonnegative_float(name, value)
+    if result > MAX_EXPANSION_ALPHA:
+        raise ValueError(f"{name} must be at most {MAX_EXPANSION_ALPHA:g}, got {value!r}")
+    return result
 
 
 def _as_float_array(name: str, value: Any, ndim: int) -> np.ndarray:
@@ -94,7 +116,7 @@ def alpha_query_expansion(
     >>> [round(float(x), 4) for x in out[0]]                # the opposite match weighs 0
     [0.9239, 0.3827]
     """
-    alpha_value = check_nonnegative_float("alpha", alpha)
+    alpha_value = check_expansion_alpha("alpha", alpha)
     query_array = _as_float_array("queries", queries, 2)
     _check_finite("queries", query_array)
     neighbors = _as_float_array("neighbor_vectors", neighbor_vectors, 3)
@@ -120,6 +142,7 @@ def alpha_query_expansion(
     cosines = np.einsum("qd,qmd->qm", unit_queries, unit_neighbors)
     positive = valid & (cosines > 0)
     weights = np.zeros_like(cosines)
-    weights[positive] = np.power(cosines[positive], np.float32(alpha_value))
+    # Rounding can put a cosine a hair above 1; clipped, no weight exceeds the query's own.
+    weights[positive] = np.power(np.minimum(cosines[positive], 1.0), np.float32(alpha_value))
     expanded = unit_queries + np.einsum("qm,qmd->qd", weights, unit_neighbors)
     return _unit_rows(expanded)

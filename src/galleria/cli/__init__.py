@@ -93,9 +93,24 @@ def _dispatch(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (CliError, TypeError, ValueError, KeyError, OSError, RuntimeError, ImportError) as error:
+    except (
+        CliError,
+        TypeError,
+        ValueError,
+        KeyError,
+        OSError,
+        RuntimeError,
+        ImportError,
+        OverflowError,
+        MemoryError,
+    ) as error:
+        from galleria.viewer.text import printable
+
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        text = " ".join(str(message).split())  # one line, whatever the message held
+        if isinstance(error, MemoryError):
+            message = f"out of memory ({error or 'an allocation failed'})"
+        # One line, whatever the message held; a stored path's control characters escaped.
+        text = printable(" ".join(str(message).split()))
         print(f"galleria {args.command}: error: {text}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

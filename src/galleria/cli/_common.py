@@ -58,7 +58,9 @@ def report_skipped_images() -> Iterator[None]:
             line: str | None = None,
         ) -> None:
             if isinstance(message, SkippedImageWarning):
-                print(message, file=sys.stderr)
+                from galleria.viewer.text import printable
+
+                print(printable(message), file=sys.stderr)
             else:
                 show(message, category, filename, lineno, file, line)
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from galleria._files import atomic_write_bytes
+from galleria._files import atomic_write_bytes, load_json, read_regular_file
 from galleria.cli._common import CliError
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "expand_paths",
     "file_stat",
     "manifest_path",
+    "parse_manifest",
     "read_manifest",
     "readable",
     "save_with_manifest",
@@ -48,28 +49,51 @@ def file_stat(path: str) -> Stat | None:
     return int(info.st_size), int(info.st_mtime_ns)
 
 
+#: Largest manifest read: its entries are about as long as the store's own paths.
+MAX_MANIFEST_BYTES = 64 << 20
+
+
+def parse_manifest(store_path: str) -> dict[str, Stat]:
+    """The recorded file stats of ``STORE.files.json``; ValueError naming the file and the key.
+
+    The manifest is untrusted like the store: only a regular file is read (a FIFO or a link to a
+    device is refused before a byte is read), at most :data:`MAX_MANIFEST_BYTES` or twice the store
+    file's size, whichever is larger. FileNotFoundError when there is none.
+    """
+    name = manifest_path(store_path)
+    try:
+        limit = max(MAX_MANIFEST_BYTES, 2 * os.path.getsize(store_path))
+    except OSError:
+        limit = MAX_MANIFEST_BYTES
+    payload = load_json(read_regular_file(name, "file manifest", limit), repr(name))
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+        raise ValueError(f"{name!r}: manifest key 'format' must be {_FORMAT!r}")
+    files = payload.get("files")
+    if not isinstance(files, dict):
+        raise ValueError(f"{name!r}: manifest key 'files' must map paths to [size, mtime_ns]")
+    stats: dict[str, Stat] = {}
+    for path, entry in files.items():
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63 for v in entry)
+        ):
+            raise ValueError(
+                f"{name!r}: manifest key 'files' entry {path[:80]!r} must be [size, mtime_ns], "
+                f"got {repr(entry)[:80]}"
+            )
+        stats[path] = (entry[0], entry[1])
+    return stats
+
+
 def read_manifest(store_path: str) -> dict[str, Stat]:
     """The recorded file stats; empty (with a note on stderr) when the manifest is missing or invalid."""
-    name = manifest_path(store_path)
-    if not os.path.exists(name):
-        return {}
     try:
-        with open(name, encoding="utf-8") as stream:
-            payload = json.load(stream)
-        files = payload["files"] if payload.get("format") == _FORMAT else None
-        if not isinstance(files, dict):
-            raise ValueError("no 'files' mapping")
-        stats: dict[str, Stat] = {}
-        for path, entry in files.items():
-            if (
-                isinstance(entry, list)
-                and len(entry) == 2
-                and all(isinstance(value, int) and not isinstance(value, bool) for value in entry)
-            ):
-                stats[str(path)] = (entry[0], entry[1])
-        return stats
-    except (OSError, ValueError, KeyError, AttributeError, TypeError) as error:
-        print(f"note: ignoring the unreadable manifest {name!r} ({error})", file=sys.stderr)
+        return parse_manifest(store_path)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        print(f"note: ignoring the unreadable manifest: {error}", file=sys.stderr)
         return {}
 
 
@@ -106,7 +130,9 @@ def readable(paths: list[str]) -> tuple[list[str], list[str]]:
         try:
             read_rgb(path)
         except ImageReadError as error:
-            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
+            from galleria.viewer.text import printable
+
+            print(f"skipped {printable(path)}: {printable(error.reason or error)}", file=sys.stderr)
             bad.append(path)
         else:
             good.append(path)

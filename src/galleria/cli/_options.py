@@ -13,8 +13,10 @@ import stat
 import sys
 from typing import Any
 
+from galleria._validation import MAX_COUNT
 from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
+from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index.base import SPACES
 from galleria.viewer.text import shorten_middle
 
@@ -55,10 +57,12 @@ def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
     """``text`` as an int ≥ ``minimum``, else a CliError naming ``option``."""
     try:
         value = int(str(text), 10)
-    except ValueError:
-        raise CliError(f"{option} must be an integer, got {text!r}") from None
+    except ValueError:  # not a number, or more than 4300 digits
+        raise CliError(f"{option} must be an integer, got {shorten_middle(str(text), 40)!r}") from None
     if value < minimum:
         raise CliError(f"{option} must be at least {minimum}, got {value}")
+    if value > MAX_COUNT:  # numpy's int64: larger counts overflow in the numeric cores
+        raise CliError(f"{option} must be at most 2**63 - 1, got {shorten_middle(str(text), 40)!r}")
     return value
 
 
@@ -360,7 +364,7 @@ def expand_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     if not args.expand:
         _require(args, "--expand", options)
         return None
-    alpha = parse_float("--alpha", 3.0 if args.alpha is None else args.alpha)
+    alpha = parse_float("--alpha", 3.0 if args.alpha is None else args.alpha, maximum=MAX_EXPANSION_ALPHA)
     neighbors = parse_int("--neighbors", 50 if args.neighbors is None else args.neighbors)
     return {"expansion_alpha": alpha, "expansion_neighbors": neighbors}
 

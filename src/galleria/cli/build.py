@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from typing import Any
@@ -65,6 +66,11 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("image_dir", metavar="IMAGE_DIR", help="folder of images to index")
     parser.add_argument("--out", required=True, metavar="STORE", help="store file to write (.safetensors)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace STORE if it exists (without it, an existing store is never replaced)",
+    )
     add_store_options(parser)
     parser.add_argument(
         "--resume",
@@ -90,6 +96,23 @@ def add_parser(subparsers: Any) -> None:
         "--shards", default=None, metavar="DIR", help="Parquet shard folder (default: STORE + '.shards')"
     )
     parser.set_defaults(run=run)
+
+
+def _check_out(out: str, overwrite: bool) -> None:
+    """CliError if ``out`` exists and is not a regular file, or exists and ``--overwrite`` is not given."""
+    try:
+        mode = os.stat(out).st_mode
+    except FileNotFoundError:
+        if os.path.islink(out):
+            raise CliError(
+                f"--out {out!r} is a dangling symbolic link; remove it or give another name"
+            ) from None
+        return
+    if not stat.S_ISREG(mode):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "device or special file"
+        raise CliError(f"--out {out!r} is a {kind}, not a regular file; give a file name")
+    if not overwrite:
+        raise CliError(f"--out {out!r} already exists; pass --overwrite to replace it")
 
 
 def _comparable(config: Any) -> Any:
@@ -133,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out
     if os.path.isdir(out):
         raise CliError(f"--out {out!r} is a directory; give a file name such as gallery.safetensors")
+    _check_out(out, args.overwrite)
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise CliError(f"--out {out!r}: folder {parent!r} does not exist")

@@ -8,6 +8,7 @@ from typing import Any
 
 from galleria.cli._common import add_command, print_json
 from galleria.cli._options import add_load_options, load_store
+from galleria.viewer.text import printable
 
 __all__ = ["add_parser", "describe_store", "run"]
 
@@ -65,6 +66,8 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "dim": store.dim,
         "space": store.space,
         "index": {"name": index.name, "params": index.params()},
+        # What an index chose and measured while it was built (IVF-PQ: its recall on the gallery).
+        "index_build": getattr(index, "build_report", None),
         "embedder": config,
         "text_queries": isinstance(config, dict) and config.get("type") == "clip",
         "skipped": store.skipped,
@@ -81,6 +84,19 @@ def _embedder_text(config: dict[str, Any] | None) -> str:
         if key != "type"
     )
     return f"{kind} ({rest})" if rest else str(kind)
+
+
+def _build_text(report: dict[str, Any]) -> str:
+    chosen = ", ".join(report.get("chosen") or []) or "nothing (all given)"
+    recall = report.get("recall_at_10")
+    if recall is None:
+        measured = "recall not measured"
+    else:
+        measured = (
+            f"recall@10 {recall:.3f} on {report.get('sample_queries')} gallery vectors at "
+            f"probe_lists={report.get('probe_lists')} (target {report.get('recall_target')})"
+        )
+    return f"{measured}; chosen from the gallery: {chosen}"
 
 
 def _size_text(size: int) -> str:
@@ -104,16 +120,20 @@ def run(args: argparse.Namespace) -> int:
         print_json(info)
         return 0
     params = ", ".join(f"{key}={value}" for key, value in info["index"]["params"].items())
-    print(f"store:          {info['store']}")
-    print(f"images:         {info['count']}")
-    print(f"embedder:       {_embedder_text(info['embedder'])}")
-    print(f"index:          {info['index']['name']}" + (f" ({params})" if params else ""))
-    print(f"space:          {info['space']}")
-    print(f"dim:            {info['dim']}")
-    print(f"text queries:   {'yes' if info['text_queries'] else 'no'}")
-    print(f"format version: {info['format_version']}")
-    print(f"file size:      {_size_text(info['file_bytes'])}")
-    print(f"skipped files:  {len(info['skipped'])}")
-    for path in info["skipped"]:
-        print(f"  {path}")
+    lines = [
+        f"store:          {info['store']}",
+        f"images:         {info['count']}",
+        f"embedder:       {_embedder_text(info['embedder'])}",
+        f"index:          {info['index']['name']}" + (f" ({params})" if params else ""),
+        *([f"index build:    {_build_text(info['index_build'])}"] if info["index_build"] else []),
+        f"space:          {info['space']}",
+        f"dim:            {info['dim']}",
+        f"text queries:   {'yes' if info['text_queries'] else 'no'}",
+        f"format version: {info['format_version']}",
+        f"file size:      {_size_text(info['file_bytes'])}",
+        f"skipped files:  {len(info['skipped'])}",
+        *(f"  {path}" for path in info["skipped"]),
+    ]
+    for line in lines:  # the file's own strings (paths, config values) may hold control characters
+        print(printable(line))
     return 0

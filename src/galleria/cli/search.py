@@ -22,6 +22,7 @@ from galleria.cli._options import (
     settings_config,
     shorten_middle,
 )
+from galleria.viewer.text import printable
 
 __all__ = ["add_parser", "query_paths_from", "run"]
 
@@ -125,13 +126,13 @@ def _image_queries(
     for path in paths:
         if not os.path.exists(path):
             if skip_errors:
-                print(f"skipped {path}: no such file", file=sys.stderr)
+                print(f"skipped {printable(path)}: no such file", file=sys.stderr)
                 bad.append(path)
                 continue
             raise CliError(f"query image {path!r} does not exist")
         if not os.path.isfile(path):
             if skip_errors:
-                print(f"skipped {path}: not a file", file=sys.stderr)
+                print(f"skipped {printable(path)}: not a file", file=sys.stderr)
                 bad.append(path)
                 continue
             raise CliError(f"query image {path!r} is not a file")
@@ -140,7 +141,7 @@ def _image_queries(
         except ImageReadError as error:
             if not skip_errors:
                 raise CliError(f"{error} (pass --skip-errors to skip unreadable queries)") from None
-            print(f"skipped {path}: {error.reason or error}", file=sys.stderr)
+            print(f"skipped {printable(path)}: {printable(error.reason or error)}", file=sys.stderr)
             bad.append(path)
             continue
         kept.append(path)
@@ -250,15 +251,22 @@ def run(args: argparse.Namespace) -> int:
         writer.writerow(["query", "rank", "path", "score"])
         for entry in payload["queries"]:
             for result in entry["results"]:
-                writer.writerow([entry["query"], result["rank"], result["path"], f"{result['score']:.6f}"])
+                writer.writerow(
+                    [
+                        printable(entry["query"]),
+                        result["rank"],
+                        printable(result["path"]),
+                        f"{result['score']:.6f}",
+                    ]
+                )
     else:
         width = shutil.get_terminal_size((80, 24)).columns
         for number, entry in enumerate(payload["queries"]):
             if number:
                 print()
-            print(shorten_middle(f"{kind} query: {entry['query']}", width - 1))
+            print(shorten_middle(f"{kind} query: {printable(entry['query'])}", width - 1))
             for result in entry["results"]:
                 score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
                 head = f"  {result['rank']:>3}  {score:.6f}  "
-                print(head + shorten_middle(result["path"], max(8, width - 1 - len(head))))
+                print(head + shorten_middle(printable(result["path"]), max(8, width - 1 - len(head))))
     return 0

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from galleria._validation import check_bool, check_positive_int
+from galleria._validation import MAX_VECTOR_DIM, check_bool, check_positive_int
 from galleria.distances import normalize_rows
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_bool, config_int
 from galleria.embedders._images import check_images, to_pil
@@ -19,7 +19,9 @@ __all__ = ["MAX_CONFIG_DIM", "MAX_CONFIG_SIDE", "PixelEmbedder"]
 _CONFIG_KEYS = frozenset({"type", "size", "grayscale", "batch_size"})
 #: Bounds on a config's thumbnail (a store file is untrusted): each side, and width × height × channels.
 MAX_CONFIG_SIDE = 1024
-MAX_CONFIG_DIM = 1 << 20
+MAX_CONFIG_DIM = MAX_VECTOR_DIM
+#: Most floats one batch of a config's embedder may hold (batch_size × dim): 256 MiB.
+MAX_CONFIG_BATCH_FLOATS = 1 << 26
 
 
 def _check_size(size: Any) -> tuple[int, int]:
@@ -63,6 +65,11 @@ class PixelEmbedder:
         self._size = _check_size(size)
         self._grayscale = check_bool("grayscale", grayscale)
         self.batch_size = check_positive_int("batch_size", batch_size)
+        if self.dim > MAX_VECTOR_DIM:  # a store of such vectors could not be saved or loaded
+            raise ValueError(
+                f"size {size!r} gives {self.dim} dimensions (width × height × "
+                f"{1 if self._grayscale else 3}); galleria stores at most {MAX_VECTOR_DIM}"
+            )
 
     def __repr__(self) -> str:
         return f"PixelEmbedder(size={self._size}, grayscale={self._grayscale}, batch_size={self.batch_size})"
@@ -143,4 +150,9 @@ class PixelEmbedder:
                 f"more than {MAX_CONFIG_DIM}"
             )
         batch_size = config_int("pixel", "batch_size", config.get("batch_size", 256), MAX_CONFIG_BATCH_SIZE)
+        if batch_size * dim > MAX_CONFIG_BATCH_FLOATS:
+            raise ValueError(
+                f"pixel embedder config: batch_size {batch_size} × {dim} dimensions is more than "
+                f"{MAX_CONFIG_BATCH_FLOATS} floats per batch"
+            )
         return cls(size=(width, height), grayscale=grayscale, batch_size=batch_size)

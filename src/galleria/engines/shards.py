@@ -131,72 +131,166 @@ class ShardWriter:
         return target
 
 
+#: Largest manifest read (a manifest lists shards and the skipped paths: a few kB to a few MB).
+MAX_MANIFEST_BYTES = 64 << 20
+#: Most rows a manifest may declare.
+MAX_ROWS = 1 << 40
+#: Most bytes of vectors one shard may decode to, per byte of the shard file: float32 embeddings do
+#: not compress (about 1:1), so a shard that claims far more is refused before it is decoded.
+MAX_EXPANSION = 64
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class _Manifest:
+    """Typed access to a parsed manifest: every problem is a ValueError naming the file and the key."""
+
+    def __init__(self, name: str, document: Any) -> None:
+        self.name = name
+        if not isinstance(document, dict):
+            raise ValueError(f"{name!r} is not a galleria shard manifest (not a JSON object)")
+        self.document: dict[str, Any] = document
+
+    def fail(self, key: str, problem: str) -> ValueError:
+        return ValueError(f"{self.name!r}: manifest key {key!r} {problem}")
+
+    def integer(self, key: str, value: Any, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            shown = (
+                repr(value)[:60] if not isinstance(value, int) or abs(value) < 1 << 64 else "a huge integer"
+            )
+            raise self.fail(key, f"must be an integer in [{low}, {high}], got {shown}")
+        return value
+
+
 def _read_manifest(folder: str) -> dict[str, Any]:
+    """Read and check ``manifest.json`` of ``folder`` (see the module docstring); return it."""
+    from galleria._files import load_json, read_regular_file
+    from galleria._validation import MAX_VECTOR_DIM
+
     name = os.path.join(folder, MANIFEST_NAME)
-    try:
-        with open(name, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{name!r} is not a valid JSON manifest: {error}") from error
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise ValueError(f"{name!r} is not a galleria shard manifest")
+    checked = _Manifest(
+        name, load_json(read_regular_file(name, "shard manifest", MAX_MANIFEST_BYTES), repr(name))
+    )
+    manifest = checked.document
+    if manifest.get("format") != FORMAT_NAME:
+        raise ValueError(f"{name!r} is not a galleria shard manifest (manifest key 'format')")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{name!r} has shard format version {manifest.get('format_version')!r}")
-    dim, rows, shards = manifest.get("dim"), manifest.get("rows"), manifest.get("shards")
-    if not isinstance(rows, int) or rows < 0 or not isinstance(shards, list):
-        raise ValueError(f"{name!r} has an invalid 'rows' or 'shards' entry")
-    if rows and (not isinstance(dim, int) or dim < 1):
-        raise ValueError(f"{name!r} has an invalid dim {dim!r}")
-    for entry in shards:
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("file"), str)
-            or not _SHARD_NAME.fullmatch(entry["file"])
-            or not isinstance(entry.get("rows"), int)
-            or not isinstance(entry.get("sha256"), str)
-        ):
-            raise ValueError(f"{name!r} lists an invalid shard {entry!r} (names must be part-NNNNN.parquet)")
+        raise checked.fail(
+            "format_version", f"must be {FORMAT_VERSION}, got {manifest.get('format_version')!r}"
+        )
+    unknown = sorted(
+        map(str, set(manifest) - {"format", "format_version", "dim", "rows", "embedder", "skipped", "shards"})
+    )
+    if unknown:
+        raise ValueError(f"{name!r}: unknown manifest key(s) {unknown}")
+    rows = checked.integer("rows", manifest.get("rows"), 0, MAX_ROWS)
+    dim = manifest.get("dim")
+    if rows or dim is not None:
+        checked.integer("dim", dim, 1, MAX_VECTOR_DIM)
+    shards = manifest.get("shards")
+    if not isinstance(shards, list):
+        raise checked.fail("shards", "must be a list")
+    seen: set[str] = set()
+    for position, entry in enumerate(shards):
+        key = f"shards[{position}]"
+        if not isinstance(entry, dict) or set(entry) != {"file", "rows", "sha256"}:
+            raise checked.fail(key, "must be an object with exactly 'file', 'rows' and 'sha256'")
+        if not isinstance(entry["file"], str) or not _SHARD_NAME.fullmatch(entry["file"]):
+            raise checked.fail(
+                f"{key}.file", f"must name a part-NNNNN.parquet file, got {entry['file']!r:.80}"
+            )
+        if entry["file"] in seen:
+            raise checked.fail(f"{key}.file", f"names {entry['file']!r} twice")
+        seen.add(entry["file"])
+        checked.integer(f"{key}.rows", entry["rows"], 0, MAX_ROWS)
+        if not isinstance(entry["sha256"], str) or not _SHA256.fullmatch(entry["sha256"]):
+            raise checked.fail(f"{key}.sha256", "must be a SHA-256 hex digest")
     if sum(entry["rows"] for entry in shards) != rows:
-        raise ValueError(f"{name!r}: the shards' row counts do not add up to {rows}")
+        raise checked.fail("rows", f"is {rows}, but the shards' row counts add up to another number")
     skipped = manifest.get("skipped", [])
-    if not isinstance(skipped, list) or not all(isinstance(p, str) for p in skipped):
-        raise ValueError(f"{name!r} has an invalid 'skipped' list")
+    if not isinstance(skipped, list) or not all(isinstance(p, str) and p for p in skipped):
+        raise checked.fail("skipped", "must be a list of path strings")
+    embedder = manifest.get("embedder")
+    if embedder is not None and not isinstance(embedder, dict):
+        raise checked.fail("embedder", "must be null or an embedder config object")
     return manifest
+
+
+def _read_shard(
+    pq: Any, handle: Any, name: str, entry: dict[str, Any], start: int, dim: int
+) -> tuple[list[str], np.ndarray]:
+    """Check one open shard (digest, size, schema, rows) and return its paths and vectors."""
+    size = os.fstat(handle.fileno()).st_size
+    if entry["rows"] * max(dim, 1) * 4 > MAX_EXPANSION * size + (1 << 20):
+        raise ValueError(
+            f"shard {name!r} of {size} bytes claims {entry['rows']} rows of dimension {dim} (more than "
+            f"{MAX_EXPANSION} times its size once decoded)"
+        )
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(chunk)
+    if digest.hexdigest() != entry["sha256"]:
+        raise ValueError(f"shard {name!r} does not match its digest in the manifest (damaged or tampered)")
+    handle.seek(0)
+    try:
+        parquet = pq.ParquetFile(handle)
+        schema = parquet.schema_arrow
+    except Exception as error:  # pyarrow raises its own error types for damaged files
+        raise ValueError(f"shard {name!r} is not a readable Parquet file: {error}") from None
+    types = {field.name: field.type for field in schema}
+    pa, _ = _pyarrow()
+    expected = {"row": pa.int64(), "path": pa.string(), "vector": pa.list_(pa.float32(), dim)}
+    if list(types) != ["row", "path", "vector"] or any(types[key] != kind for key, kind in expected.items()):
+        raise ValueError(
+            f"shard {name!r} has columns {[f'{k}: {v}' for k, v in types.items()]}, expected row: int64, "
+            f"path: string, vector: fixed_size_list<float>[{dim}]"
+        )
+    if parquet.metadata.num_rows != entry["rows"]:
+        raise ValueError(
+            f"shard {name!r} holds {parquet.metadata.num_rows} rows, its manifest entry {entry['rows']}"
+        )
+    try:
+        table = parquet.read()
+    except Exception as error:
+        raise ValueError(f"shard {name!r} is not a readable Parquet file: {error}") from None
+    rows = table.column("row").to_numpy()
+    if not np.array_equal(rows, np.arange(start, start + entry["rows"])):
+        raise ValueError(f"shard {name!r} does not hold rows {start} .. {start + entry['rows'] - 1}")
+    block = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    block = np.asarray(block, dtype=np.float32).reshape(entry["rows"], dim)
+    if not np.isfinite(block).all():
+        raise ValueError(f"shard {name!r} holds non-finite vectors")
+    paths = table.column("path").to_pylist()
+    if any(path is None or not path for path in paths):
+        raise ValueError(f"shard {name!r} holds an empty or missing path")
+    return paths, block
 
 
 def read_shards(folder: str | os.PathLike[str]) -> tuple[list[str], np.ndarray, dict[str, Any]]:
     """Read a shard folder: ``(paths, (n, dim) float32 vectors, manifest)``, rows in order.
 
-    Raises ValueError for a damaged manifest or shard (digest, rows, names, shapes).
+    Only regular files are read (a FIFO or device is refused before a byte is read), the manifest
+    up to :data:`MAX_MANIFEST_BYTES`; a shard's digest, schema, row count and row numbers are
+    checked before its vectors are used, and a shard must not decode to more than
+    :data:`MAX_EXPANSION` times its size. Raises ValueError naming the file (and the manifest key).
     """
+    from galleria._files import open_regular_file
+
     _, pq = _pyarrow()
     root = os.fspath(folder)
     manifest = _read_manifest(root)
     dim = manifest["dim"] or 0
-    vectors = np.empty((manifest["rows"], dim), dtype=np.float32)
     paths: list[str] = []
+    blocks: list[np.ndarray] = []
     start = 0
     for entry in manifest["shards"]:
         name = os.path.join(root, entry["file"])
-        if _sha256(name) != entry["sha256"]:
-            raise ValueError(
-                f"shard {name!r} does not match its digest in the manifest (damaged or tampered)"
-            )
-        table = pq.read_table(name)
-        if table.column_names != ["row", "path", "vector"] or table.num_rows != entry["rows"]:
-            raise ValueError(f"shard {name!r} has columns {table.column_names} and {table.num_rows} rows")
-        rows = table.column("row").to_numpy()
-        if not np.array_equal(rows, np.arange(start, start + entry["rows"])):
-            raise ValueError(f"shard {name!r} does not hold rows {start} .. {start + entry['rows'] - 1}")
-        flat = table.column("vector").combine_chunks()
-        if flat.type.list_size != dim:
-            raise ValueError(f"shard {name!r} holds vectors of dimension {flat.type.list_size}, not {dim}")
-        block = flat.flatten().to_numpy().reshape(entry["rows"], dim)
-        if not np.isfinite(block).all():
-            raise ValueError(f"shard {name!r} holds non-finite vectors")
-        vectors[start : start + entry["rows"]] = block
-        paths.extend(table.column("path").to_pylist())
+        with open_regular_file(name, "shard") as handle:
+            shard_paths, block = _read_shard(pq, handle, name, entry, start, dim)
+        paths.extend(shard_paths)
+        blocks.append(block)
         start += entry["rows"]
+    vectors = np.concatenate(blocks) if blocks else np.zeros((0, dim), dtype=np.float32)
     return paths, vectors, manifest
 
 
@@ -217,9 +311,23 @@ def store_from_shards(
 
     paths, vectors, manifest = read_shards(folder)
     if embedder is None and manifest.get("embedder") is not None:
-        embedder = embedder_from_config(manifest["embedder"])
-    store = InMemoryImageEmbeddingStore.from_embeddings(
-        paths, vectors, embedder, search_index, space=space, index_params=index_params
+        name = os.path.join(os.fspath(folder), MANIFEST_NAME)
+        try:
+            embedder = embedder_from_config(manifest["embedder"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{name!r}: manifest key 'embedder': {error}") from None
+        declared = getattr(embedder, "dim", None)
+        if manifest["rows"] and isinstance(declared, int) and declared != manifest["dim"]:
+            raise ValueError(
+                f"{name!r}: manifest key 'embedder' outputs dimension {declared}, "
+                f"but 'dim' is {manifest['dim']}"
+            )
+    return InMemoryImageEmbeddingStore.from_embeddings(
+        paths,
+        vectors,
+        embedder,
+        search_index,
+        space=space,
+        index_params=index_params,
+        skipped=manifest.get("skipped", []),
     )
-    store._skipped = list(manifest.get("skipped", []))
-    return store

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
+from galleria._validation import check_fraction, check_positive_int
+from galleria.expansion import check_expansion_alpha
 from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
 
 __all__ = ["RetrievalConfig", "standard_configs"]
@@ -62,7 +63,7 @@ class RetrievalConfig:
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
         object.__setattr__(
-            self, "expansion_alpha", check_nonnegative_float("expansion_alpha", self.expansion_alpha)
+            self, "expansion_alpha", check_expansion_alpha("expansion_alpha", self.expansion_alpha)
         )
         for name in ("expansion_neighbors", "k1", "k2", "pool"):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))

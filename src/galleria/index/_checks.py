@@ -8,7 +8,25 @@ import numpy as np
 
 from galleria._validation import check_positive_int
 
-__all__ = ["check_k", "check_rows", "check_vectors", "empty_result"]
+__all__ = ["all_finite", "check_k", "check_rows", "check_vectors", "empty_result"]
+
+#: Elements checked at a time by :func:`all_finite` (bounds its temporary to a few MiB).
+_FINITE_BLOCK = 1 << 22
+
+
+def all_finite(array: np.ndarray) -> bool:
+    """Whether every element of a float ``array`` is finite, checked in blocks (no full-size temporary).
+
+    Examples
+    --------
+    >>> all_finite(np.ones((3, 2), np.float32)), all_finite(np.array([1.0, np.nan]))
+    (True, False)
+    """
+    flat = array.reshape(-1)
+    return all(
+        bool(np.isfinite(flat[start : start + _FINITE_BLOCK]).all())
+        for start in range(0, flat.size, _FINITE_BLOCK)
+    )
 
 
 def check_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:

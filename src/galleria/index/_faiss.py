@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Protocol
 
 import faiss
 import numpy as np
 
-from galleria.index._faiss_check import check_faiss_bytes
+from galleria.index._faiss_check import allocation_budget, check_faiss_bytes, precomputed_table_bytes
 
-__all__ = ["LiveRows", "deserialize", "omp_threads", "serialize", "usable_threads"]
+__all__ = [
+    "FaissBlob",
+    "FaissPart",
+    "LiveRows",
+    "deserialize",
+    "omp_threads",
+    "restore_precomputed_table",
+    "serialize",
+    "usable_threads",
+]
 
 
 def usable_threads(num_threads: int) -> int:
@@ -43,19 +53,100 @@ def serialize(index: Any) -> np.ndarray:
     return np.asarray(faiss.serialize_index(index), dtype=np.uint8)
 
 
-def deserialize(data: np.ndarray, what: str) -> Any:
-    """Read a faiss index written by :func:`serialize`; raise ValueError if faiss cannot parse it."""
-    if data.dtype != np.uint8 or data.ndim != 1 or data.size == 0:
+class FaissPart:
+    """A faiss index to be written into a container part by part (faiss's binary format, no pickle).
+
+    The bytes are produced twice through a callback writer, never held whole: once on creation to
+    learn their length and digest, once by :meth:`write`, which checks that they came out the same.
+    """
+
+    def __init__(self, index: Any) -> None:
+        self._index = index
+        self.nbytes, self._digest = self._produce(None)
+
+    def _produce(self, sink: Callable[[memoryview], None] | None) -> tuple[int, str]:
+        hasher = hashlib.sha256()
+        written = 0
+
+        def callback(data: bytes) -> None:
+            nonlocal written
+            hasher.update(data)
+            written += len(data)
+            if sink is not None:
+                sink(memoryview(data))
+
+        writer = faiss.PyCallbackIOWriter(callback)  # type: ignore[attr-defined]  # missing from its stubs
+        faiss.write_index(self._index, writer)
+        return written, hasher.hexdigest()
+
+    def write(self, sink: Callable[[memoryview], None]) -> None:
+        """Pass the serialised bytes to ``sink``; RuntimeError if the index changed since creation."""
+        if self._produce(sink) != (self.nbytes, self._digest):
+            raise RuntimeError("the faiss index changed while it was being written")
+
+
+class FaissBlob(Protocol):
+    """Serialised faiss bytes that lie elsewhere (a range of a store file), already checksummed."""
+
+    nbytes: int
+
+    def mapped(self) -> AbstractContextManager[memoryview]:
+        """The bytes, read-only and checked again against their checksums, for the walker."""
+        ...
+
+    def reader(self) -> Any:
+        """A faiss ``IOReader`` over the bytes that refuses any byte that fails its checksum."""
+        ...
+
+
+def deserialize(data: np.ndarray | FaissBlob, what: str, *, id_limit: int | None = None) -> Any:
+    """Read a faiss index written by :func:`serialize` (or a :class:`FaissPart`): a uint8 array, or a
+    :class:`FaissBlob` read straight into faiss's structures; ValueError if faiss cannot parse it.
+
+    The bytes are walked first (:func:`~galleria.index._faiss_check.check_faiss_bytes`, labels in
+    ``[0, id_limit)``); an IVF-PQ's precomputed table is not built here (the file would choose its
+    size): :func:`restore_precomputed_table` builds it when it is within budget.
+    """
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8 or data.ndim != 1 or data.size == 0:
+            raise ValueError(f"serialised {what} lacks its faiss index bytes")
+    elif data.nbytes == 0:
         raise ValueError(f"serialised {what} lacks its faiss index bytes")
     # Walk the bytes against the allow-list first: FAISS itself would follow on-disk inverted lists
-    # to other files and size its allocations by the counts it reads. No I/O flag is ever passed.
-    check_faiss_bytes(data, f"serialised {what}")
+    # to other files and size its allocations by the counts it reads. No flag that opens files is passed.
     try:
-        # read_index already returns the most specific (and owning) wrapper; never downcast it again,
-        # as a downcast wrapper does not own the C++ object.
-        return faiss.deserialize_index(np.ascontiguousarray(data))
+        flags = faiss.IO_FLAG_SKIP_PRECOMPUTE_TABLE
+        if isinstance(data, np.ndarray):
+            check_faiss_bytes(data, f"serialised {what}", id_limit=id_limit)
+            # read_index already returns the most specific (and owning) wrapper; never downcast it
+            # again, as a downcast wrapper does not own the C++ object.
+            return faiss.deserialize_index(np.ascontiguousarray(data), flags)
+        with data.mapped() as view:
+            check_faiss_bytes(view, f"serialised {what}", id_limit=id_limit)
+        return faiss.read_index(data.reader(), flags)
     except RuntimeError as error:
         raise ValueError(f"serialised {what} holds a corrupt faiss index: {error}") from error
+
+
+def restore_precomputed_table(index: Any, file_bytes: int) -> None:
+    """Build the precomputed table of the IVF-PQ inside ``index`` (if any) when it fits the budget.
+
+    FAISS sizes the table ``nlist × M × 2**nbits`` floats, which a file chooses; above
+    :func:`~galleria.index._faiss_check.allocation_budget` of the file's size it stays off and
+    searches compute the same distances per query instead. It also stays off when it would be
+    larger than the file itself (an acceleration bigger than the data it speeds up; the build
+    makes the same choice, :func:`galleria.index._ivfpq_build.train_ivfpq`).
+    """
+    try:
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    except RuntimeError:
+        return
+    if not isinstance(ivf, faiss.IndexIVFPQ) or not ivf.by_residual:
+        return
+    size = precomputed_table_bytes(int(ivf.nlist), int(ivf.pq.M), int(ivf.pq.nbits))
+    if size <= allocation_budget(file_bytes) and size <= file_bytes:
+        ivf.use_precomputed_table = 0  # let faiss choose the table's kind, as after training
+        ivf.precompute_table()
 
 
 class LiveRows:

@@ -1,9 +1,11 @@
-"""Check serialised FAISS bytes against an allow-list before FAISS ever parses them.
+"""Check serialised FAISS bytes against an allow-list, to the last id, before FAISS ever parses them.
 
 FAISS's reader trusts its input: a serialised IVF index may declare *on-disk* inverted lists that
 name another file, which ``faiss.deserialize_index`` then opens read-write and maps shared; other
-types run arbitrary-size allocations or load hooks. A store file is untrusted, so galleria walks
-the byte stream itself first and accepts only the in-memory types it writes:
+types run arbitrary-size allocations or load hooks; and FAISS's search trusts every id and offset
+it reads (an HNSW neighbour id past the end makes the search write out of bounds; an IVF direct
+map entry past its list makes ``reconstruct`` read heap memory). A store file is untrusted, so
+galleria walks the byte stream itself first and accepts only the in-memory types it writes:
 
 * flat (``IndexFlatL2`` / ``IndexFlatIP``),
 * HNSW over flat storage (``IndexHNSWFlat``),
@@ -14,18 +16,49 @@ the byte stream itself first and accepts only the in-memory types it writes:
 
 Every count is checked against the bytes that remain before anything would be allocated, every
 float array must be finite (NaN/inf vectors are refused for every type), only the L2 and
-inner-product metrics are accepted, and the stream must end exactly where the index ends.
-Anything else raises ValueError naming the type that was refused.
+inner-product metrics are accepted, and the stream must end exactly where the index ends. The
+walker does not rely on any check FAISS itself may or may not make (they differ between
+versions): it validates
+
+* HNSW graphs: neighbour ids in ``[-1, ntotal)``, offsets starting at 0, monotone, one node's
+  slot count each and ending at the neighbour array's end, levels in ``[1, max level + 1]``, every
+  upper-layer neighbour present on that layer, the entry point in range and on the top level, the
+  search settings bounded;
+* IVF: list ids unique and in range, direct-map entries pointing at an existing list slot that
+  holds that id;
+* ID maps: ids unique and in range (also inside pre-transforms), so every label maps to a row;
+* PQ: the search type one FAISS knows;
+* linear transforms: matrix of ``d_in × d_out``, a bias of ``d_out`` when declared, trained, and
+  dimensions chained from the outer index to the inner one;
+* memory: what FAISS allocates beyond the file's own bytes at load (the per-list bookkeeping of
+  IVF) is at most :func:`allocation_budget` of the file's size.
+
+Anything else raises ValueError naming the type that was refused. Each check is a small function
+of plain arrays (``check_hnsw_graph``, ``check_unique_ids``, ``check_direct_map``, ...) so a
+loader that streams the bytes can call the same checks.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ALLOWED_FAISS_TYPES", "check_faiss_bytes"]
+from galleria.index._checks import all_finite
+
+__all__ = [
+    "ALLOWED_FAISS_TYPES",
+    "PQ_SEARCH_TYPES",
+    "allocation_budget",
+    "check_direct_map",
+    "check_faiss_bytes",
+    "check_hnsw_graph",
+    "check_linear_transform",
+    "check_unique_ids",
+    "precomputed_table_bytes",
+]
 
 #: FAISS type codes galleria reads, with the class each one stands for.
 ALLOWED_FAISS_TYPES: dict[str, str] = {
@@ -40,10 +73,34 @@ ALLOWED_FAISS_TYPES: dict[str, str] = {
     "IxM2": "IndexIDMap2",
     "IxPT": "IndexPreTransform",
 }
+#: ``IndexPQ.search_type`` values FAISS defines (ST_PQ, ST_HE, ST_generalized_HE, ST_SDC,
+#: ST_polysemous, ST_polysemous_generalize); any other leaves FAISS's output arrays unwritten.
+PQ_SEARCH_TYPES = frozenset(range(6))
 _FLAT = ("IxF2", "IxFI", "IxFl")
 _TRANSFORMS = {"LTra": "LinearTransform", "rrot": "RandomRotationMatrix"}
 #: Nesting depth allowed (a pre-transform of an ID map of an IVF index with its quantizer is 4).
 _MAX_DEPTH = 6
+#: HNSW: most layers a graph may have (FAISS's default level draw stops well below 64 layers).
+_MAX_HNSW_LEVELS = 64
+#: HNSW: largest efConstruction / efSearch / upper_beam (galleria's own parameters stop there).
+_MAX_HNSW_EF = 1 << 16
+#: Bytes of RAM FAISS spends per inverted list beyond its codes and ids (two vectors and their
+#: bookkeeping; measured about 184 bytes with faiss 1.15, rounded up).
+IVF_LIST_OVERHEAD = 256
+#: Floor of :func:`allocation_budget`: small files may always allocate this much.
+_BUDGET_FLOOR = 1 << 28
+#: Multiple of the file's size an index may allocate beyond its bytes.
+_BUDGET_FACTOR = 4
+
+
+def allocation_budget(file_bytes: int) -> int:
+    """Bytes FAISS may allocate at load beyond the file's own: ``max(256 MiB, 4 × file_bytes)``."""
+    return max(_BUDGET_FLOOR, _BUDGET_FACTOR * int(file_bytes))
+
+
+def precomputed_table_bytes(lists: int, subquantizers: int, bits: int) -> int:
+    """Size of an L2 IVF-PQ's precomputed residual table (``nlist × M × 2**nbits`` floats)."""
+    return 4 * int(lists) * int(subquantizers) * (1 << int(bits))
 
 
 class _Refused(ValueError):
@@ -51,16 +108,21 @@ class _Refused(ValueError):
 
 
 class _Reader:
-    """Sequential little-endian reads over a byte buffer; every read is bounds-checked."""
+    """Sequential little-endian reads over a byte buffer; every read is bounds-checked (no copies)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: memoryview) -> None:
         self.data = data
+        self.size = len(data)
         self.pos = 0
+        self.extra = 0  # bytes FAISS would allocate beyond the stream itself
+
+    def remaining(self) -> int:
+        return self.size - self.pos
 
     def take(self, size: int, what: str) -> memoryview:
-        if size < 0 or size > len(self.data) - self.pos:
+        if size < 0 or size > self.remaining():
             raise _Refused(f"{what} runs past the end of the data ({size} bytes at offset {self.pos})")
-        view = memoryview(self.data)[self.pos : self.pos + size]
+        view = self.data[self.pos : self.pos + size]
         self.pos += size
         return view
 
@@ -72,61 +134,227 @@ class _Reader:
         raw = bytes(self.take(4, "type code"))
         return raw.decode("latin-1")
 
+    def flag(self, what: str) -> bool:
+        value = int(self.unpack("B", what))
+        if value not in (0, 1):
+            raise _Refused(f"{what} must be 0 or 1, got {value}")
+        return bool(value)
+
     def count(self, item_size: int, what: str) -> int:
         """Read a vector length and check that ``length * item_size`` bytes remain."""
         length = int(self.unpack("Q", f"length of {what}"))
-        if length * item_size > len(self.data) - self.pos:
+        if length * item_size > self.remaining():
             raise _Refused(f"{what} declares {length} items, more than the data holds")
         return length
 
-    def vector(self, item_size: int, what: str) -> memoryview:
-        return self.take(self.count(item_size, what) * item_size, what)
+    def array(self, dtype: str, what: str, *, length: int | None = None) -> np.ndarray:
+        """A vector of ``dtype`` items (its length read from the stream unless given), not copied."""
+        item = np.dtype(dtype).itemsize
+        count = self.count(item, what) if length is None else length
+        return np.frombuffer(self.take(count * item, what), dtype=dtype)
 
     def floats(self, what: str, *, length: int | None = None) -> np.ndarray:
-        count = self.count(4, what) if length is None else length
-        values = np.frombuffer(self.take(count * 4, what), dtype="<f4")
-        if not np.isfinite(values).all():
+        values = self.array("<f4", what, length=length)
+        if not all_finite(values):  # in blocks: no temporary the size of the vectors
             raise _Refused(f"{what} holds NaN or infinite values")
         return values
 
 
-def _index_header(reader: _Reader) -> tuple[int, int]:
+@dataclass(frozen=True)
+class _Shape:
+    """What a walked index holds: its dimension and its row count."""
+
+    dim: int
+    total: int
+
+
+# ---------------------------------------------------------------------------------- reusable checks
+
+
+def check_unique_ids(ids: np.ndarray, limit: int, what: str) -> None:
+    """Raise ValueError unless every id lies in ``[0, limit)`` and none appears twice."""
+    if ids.size == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= limit:
+        raise ValueError(f"{what} holds id {low if low < 0 else high}, outside [0, {limit})")
+    if np.unique(ids).size != ids.size:
+        raise ValueError(f"{what} holds an id twice")
+
+
+def check_hnsw_graph(
+    *,
+    probabilities: np.ndarray,
+    cumulative: np.ndarray,
+    levels: np.ndarray,
+    offsets: np.ndarray,
+    neighbours: np.ndarray,
+    entry_point: int,
+    max_level: int,
+    total: int,
+) -> None:
+    """Raise ValueError unless an HNSW graph of ``total`` nodes is one FAISS can search safely.
+
+    ``levels[i]`` is node i's layer count (its top layer + 1), ``cumulative[l]`` the neighbour
+    slots of layers below l, ``offsets[i]`` where node i's slots start in ``neighbours``.
+    """
+    layers = cumulative.size - 1
+    if not 1 <= layers <= _MAX_HNSW_LEVELS or probabilities.size != layers:
+        raise ValueError(
+            f"HNSW declares {layers} layers and {probabilities.size} level probabilities "
+            f"(at most {_MAX_HNSW_LEVELS} layers, one probability each)"
+        )
+    if not (np.isfinite(probabilities).all() and (probabilities >= 0).all() and (probabilities <= 1).all()):
+        raise ValueError("HNSW level probabilities must be finite and in [0, 1]")
+    steps = np.diff(cumulative.astype(np.int64))
+    if int(cumulative[0]) != 0 or (steps < 0).any() or int(cumulative[-1]) > _MAX_HNSW_EF:
+        raise ValueError("HNSW neighbours per level must start at 0 and grow (at most 65536 slots)")
+    if levels.size != total or offsets.size != total + 1:
+        raise ValueError(
+            f"HNSW has {levels.size} levels and {offsets.size} offsets for {total} nodes "
+            f"(expected {total} and {total + 1})"
+        )
+    if total == 0:
+        if entry_point != -1 or max_level != -1 or neighbours.size or int(offsets[0]) != 0:
+            raise ValueError("an empty HNSW graph must have entry point -1, max level -1 and no neighbours")
+        return
+    node_levels = levels.astype(np.int64)
+    if int(node_levels.min()) < 1 or int(node_levels.max()) > layers:
+        raise ValueError(f"HNSW node levels must lie in [1, {layers}]")
+    if max_level != int(node_levels.max()) - 1:
+        raise ValueError(f"HNSW max level {max_level} does not match its nodes' levels")
+    if not 0 <= entry_point < total or int(node_levels[entry_point]) - 1 != max_level:
+        raise ValueError(f"HNSW entry point {entry_point} is not a node on the top level")
+    # offsets are size_t: read as unsigned, so a "negative" one is a huge one.
+    if int(offsets[0]) != 0 or int(offsets[-1]) != neighbours.size:
+        raise ValueError("HNSW offsets must start at 0 and end at the neighbour array's end")
+    slots = np.diff(offsets.astype(np.uint64)).astype(np.int64)
+    if not np.array_equal(slots, cumulative.astype(np.int64)[node_levels]):
+        raise ValueError("HNSW offsets do not give every node the slots of its levels")
+    if neighbours.size and (int(neighbours.min()) < -1 or int(neighbours.max()) >= total):
+        raise ValueError(f"HNSW neighbour ids must lie in [-1, {total})")
+    starts = offsets[:-1].astype(np.int64)
+    for layer in range(1, layers):
+        nodes = np.flatnonzero(node_levels > layer)
+        width = int(cumulative[layer + 1]) - int(cumulative[layer])
+        if nodes.size == 0 or width == 0:
+            continue
+        where = starts[nodes][:, None] + int(cumulative[layer]) + np.arange(width)
+        found = neighbours[where]
+        found = found[found >= 0]
+        if found.size and int(node_levels[found].min()) <= layer:
+            raise ValueError(f"HNSW lists a neighbour on layer {layer} that does not reach that layer")
+
+
+def check_direct_map(map_type: int, entries: np.ndarray, list_ids: list[np.ndarray], total: int) -> None:
+    """Raise ValueError unless an IVF direct map points only at list slots holding its ids.
+
+    ``map_type`` 0 has no entries; 1 (array) maps id → ``list << 32 | offset`` (or -1); 2 (hash
+    table) holds ``(id, list << 32 | offset)`` pairs.
+    """
+    if map_type == 0:
+        if entries.size:
+            raise ValueError("IVF without a direct map lists direct-map entries")
+        return
+    if map_type == 1:
+        if entries.size > total:
+            raise ValueError(f"IVF direct map has {entries.size} entries for {total} rows")
+        keys, values = np.flatnonzero(entries != -1), entries[entries != -1]
+    elif map_type == 2:
+        pairs = entries.reshape(-1, 2)
+        keys, values = pairs[:, 0], pairs[:, 1]
+        if np.unique(keys).size != keys.size:
+            raise ValueError("IVF direct map lists an id twice")
+    else:
+        raise ValueError(f"unknown IVF direct map type {map_type}")
+    if values.size == 0:
+        return
+    lists, slots = values >> 32, values & 0xFFFFFFFF
+    sizes = np.array([ids.size for ids in list_ids], dtype=np.int64)
+    if int(lists.min()) < 0 or int(lists.max()) >= sizes.size:
+        raise ValueError("IVF direct map names an inverted list that does not exist")
+    if (slots >= sizes[lists]).any():
+        raise ValueError("IVF direct map points past the end of an inverted list")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    every_id = np.concatenate(list_ids) if list_ids else np.zeros(0, dtype=np.int64)
+    if not np.array_equal(every_id[starts[lists] + slots], keys):
+        raise ValueError("IVF direct map points at list slots that hold other ids")
+
+
+def check_linear_transform(
+    matrix_size: int, bias_size: int, have_bias: bool, d_in: int, d_out: int, trained: bool
+) -> None:
+    """Raise ValueError unless a linear transform's matrix and bias fit its ``d_in → d_out``."""
+    if not (0 < d_in <= 1 << 16 and 0 < d_out <= 1 << 16):
+        raise ValueError(f"vector transform has invalid dimensions {d_in} → {d_out}")
+    if matrix_size != d_in * d_out:
+        raise ValueError(f"vector transform matrix has {matrix_size} entries for {d_in} → {d_out}")
+    allowed = (d_out,) if have_bias else (0, d_out)  # without a bias, FAISS ignores a kept one
+    if bias_size not in allowed:
+        raise ValueError(f"vector transform bias has {bias_size} entries for d_out {d_out}")
+    if not trained:
+        raise ValueError("vector transform is not trained")
+
+
+# ---------------------------------------------------------------------------------- the walk
+
+
+def _index_header(reader: _Reader) -> _Shape:
     dim = int(reader.unpack("i", "dimension"))
     total = int(reader.unpack("q", "ntotal"))
     reader.take(16, "header")  # two unused int64 fields
-    reader.take(1, "is_trained")
+    trained = reader.flag("is_trained")
     metric = int(reader.unpack("i", "metric type"))
     if metric not in (0, 1):
         raise _Refused(f"metric type {metric} (galleria reads inner product 0 and L2 1 only)")
     if not 0 < dim <= 1 << 16 or total < 0:
         raise _Refused(f"invalid dimension {dim} or row count {total}")
-    return dim, total
+    if total and not trained:  # FAISS would refuse the first search of it
+        raise _Refused(f"an index of {total} rows that is not trained")
+    return _Shape(dim, total)
 
 
-def _flat(reader: _Reader) -> tuple[int, int]:
-    dim, total = _index_header(reader)
+def _flat(reader: _Reader) -> _Shape:
+    shape = _index_header(reader)
     codes = reader.count(4, "flat vectors")  # stored as bytes: 4 per float
-    if codes != total * dim:
-        raise _Refused(f"flat index holds {codes} floats for {total} rows of dimension {dim}")
+    if codes != shape.total * shape.dim:
+        raise _Refused(f"flat index holds {codes} floats for {shape.total} rows of dimension {shape.dim}")
     reader.floats("flat vectors", length=codes)
-    return dim, total
+    return shape
 
 
-def _hnsw(reader: _Reader, depth: int) -> tuple[int, int]:
-    dim, total = _index_header(reader)
-    reader.vector(8, "HNSW level probabilities")
-    reader.vector(4, "HNSW neighbours per level")
-    reader.vector(4, "HNSW levels")
-    reader.vector(8, "HNSW offsets")
-    reader.vector(4, "HNSW neighbours")
-    reader.take(20, "HNSW settings")  # entry point, max level, efConstruction, efSearch, unused
-    kind, storage = _index(reader, depth + 1, _FLAT)
-    if storage != (dim, total):
+def _hnsw(reader: _Reader, depth: int) -> _Shape:
+    shape = _index_header(reader)
+    probabilities = reader.array("<f8", "HNSW level probabilities")
+    cumulative = reader.array("<i4", "HNSW neighbours per level")
+    levels = reader.array("<i4", "HNSW levels")
+    offsets = reader.array("<u8", "HNSW offsets")
+    neighbours = reader.array("<i4", "HNSW neighbours")
+    entry, top, construction, search, beam = struct.unpack("<5i", reader.take(20, "HNSW settings"))
+    for value, name in ((construction, "efConstruction"), (search, "efSearch"), (beam, "upper_beam")):
+        if not 1 <= value <= _MAX_HNSW_EF:
+            raise _Refused(f"HNSW {name} {value} outside [1, {_MAX_HNSW_EF}]")
+    try:
+        check_hnsw_graph(
+            probabilities=probabilities,
+            cumulative=cumulative,
+            levels=levels,
+            offsets=offsets,
+            neighbours=neighbours,
+            entry_point=entry,
+            max_level=top,
+            total=shape.total,
+        )
+    except ValueError as error:
+        raise _Refused(str(error)) from None
+    kind, storage = _index(reader, depth + 1, _FLAT, None)
+    if storage != shape:
         raise _Refused(f"HNSW storage {ALLOWED_FAISS_TYPES[kind]} does not match the graph")
-    return dim, total
+    return shape
 
 
-def _product_quantizer(reader: _Reader) -> int:
+def _product_quantizer(reader: _Reader) -> tuple[int, int, int]:
+    """Walk a product quantizer; return (code size, subquantizers, bits)."""
     dim = int(reader.unpack("Q", "PQ dimension"))
     subquantizers = int(reader.unpack("Q", "PQ subquantizers"))
     bits = int(reader.unpack("Q", "PQ bits"))
@@ -135,28 +363,35 @@ def _product_quantizer(reader: _Reader) -> int:
     centroids = reader.floats("PQ centroids")
     if centroids.size != dim << bits:
         raise _Refused("PQ centroids do not match the quantizer's shape")
-    return (subquantizers * bits + 7) // 8
+    return (subquantizers * bits + 7) // 8, subquantizers, bits
 
 
-def _ivf_header(reader: _Reader, depth: int) -> tuple[int, int, int]:
-    dim, total = _index_header(reader)
+def _ivf_header(reader: _Reader, depth: int) -> tuple[_Shape, int, int, np.ndarray]:
+    """Walk an IVF header; return (shape, nlist, direct map type, direct map entries)."""
+    shape = _index_header(reader)
     lists = int(reader.unpack("Q", "nlist"))
-    reader.take(8, "nprobe")
-    if not 0 < lists <= 1 << 24:
-        raise _Refused(f"invalid number of inverted lists {lists}")
-    _, quantizer = _index(reader, depth + 1, _FLAT)
-    if quantizer != (dim, lists):
+    probes = int(reader.unpack("Q", "nprobe"))
+    if not 0 < lists <= 1 << 24 or not 1 <= probes <= 1 << 30:  # FAISS casts nprobe to a signed int
+        raise _Refused(f"invalid number of inverted lists {lists} or nprobe {probes}")
+    reader.extra += lists * IVF_LIST_OVERHEAD
+    _, quantizer = _index(reader, depth + 1, _FLAT, None)
+    if quantizer != _Shape(shape.dim, lists):
         raise _Refused("IVF coarse quantizer does not match the index")
     map_type = int(reader.unpack("B", "direct map type"))
-    reader.vector(8, "direct map")
+    entries = reader.array("<i8", "direct map")
     if map_type == 2:
-        reader.vector(16, "direct map hash table")
+        if entries.size:
+            raise _Refused("IVF hash-table direct map also lists array entries")
+        entries = reader.array("<i8", "direct map hash table", length=2 * reader.count(16, "hash table"))
     elif map_type not in (0, 1):
         raise _Refused(f"unknown direct map type {map_type}")
-    return dim, total, lists
+    return shape, lists, map_type, entries
 
 
-def _inverted_lists(reader: _Reader, lists: int, code_size: int, total: int) -> None:
+def _inverted_lists(
+    reader: _Reader, lists: int, code_size: int, total: int, *, float_codes: bool = False
+) -> list[np.ndarray]:
+    """Walk array inverted lists; return each list's ids (codes that are vectors must be finite)."""
     kind = reader.fourcc()
     if kind != "ilar":
         raise _Refused(
@@ -166,84 +401,135 @@ def _inverted_lists(reader: _Reader, lists: int, code_size: int, total: int) -> 
     if int(reader.unpack("Q", "nlist")) != lists or int(reader.unpack("Q", "code size")) != code_size:
         raise _Refused("inverted lists do not match their index")
     layout = reader.fourcc()
-    sizes = np.zeros(lists, dtype=np.int64)
+    sizes = np.zeros(lists, dtype=np.uint64)
     if layout == "full":
-        raw = np.frombuffer(reader.vector(8, "list sizes"), dtype="<u8")
+        raw = reader.array("<u8", "list sizes")
         if raw.size != lists:
             raise _Refused("inverted list sizes do not match nlist")
-        sizes[:] = raw.astype(np.int64)
+        sizes[:] = raw
     elif layout == "sprs":
-        pairs = np.frombuffer(reader.vector(8, "sparse list sizes"), dtype="<u8").astype(np.int64)
-        if pairs.size % 2 or (pairs.size and pairs[0::2].max(initial=0) >= lists):
+        pairs = reader.array("<u8", "sparse list sizes")
+        if pairs.size % 2 or (pairs.size and int(pairs[0::2].max()) >= lists):
             raise _Refused("invalid sparse inverted list sizes")
         sizes[pairs[0::2]] = pairs[1::2]
     else:
         raise _Refused(f"unknown inverted list layout {layout!r}")
-    if (sizes < 0).any() or int(sizes.sum()) != total:
+    if int(sizes.max(initial=0)) > total or int(sizes.sum(dtype=np.float64)) != total:
         raise _Refused("inverted lists do not hold the index's rows")
+    ids = []
     for size in sizes.tolist():
         if size:
-            reader.take(size * code_size, "inverted list codes")
-            reader.take(size * 8, "inverted list ids")
+            if float_codes:
+                reader.floats("inverted list vectors", length=size * code_size // 4)
+            else:
+                reader.take(size * code_size, "inverted list codes")
+            ids.append(reader.array("<i8", "inverted list ids", length=size))
+        else:
+            ids.append(np.zeros(0, dtype=np.int64))
+    return ids
 
 
-def _ivf_flat(reader: _Reader, depth: int) -> tuple[int, int]:
-    dim, total, lists = _ivf_header(reader, depth)
-    start = reader.pos
-    _inverted_lists(reader, lists, dim * 4, total)
-    del start
-    return dim, total
+def _ivf_lists(
+    reader: _Reader,
+    shape: _Shape,
+    lists: int,
+    code_size: int,
+    direct: tuple[int, np.ndarray],
+    limit: int,
+    *,
+    float_codes: bool = False,
+) -> None:
+    list_ids = _inverted_lists(reader, lists, code_size, shape.total, float_codes=float_codes)
+    try:
+        every = np.concatenate(list_ids) if list_ids else np.zeros(0, dtype=np.int64)
+        check_unique_ids(every, limit, "IVF inverted lists")
+        check_direct_map(direct[0], direct[1], list_ids, limit)
+    except ValueError as error:
+        raise _Refused(str(error)) from None
 
 
-def _ivf_pq(reader: _Reader, depth: int) -> tuple[int, int]:
-    dim, total, lists = _ivf_header(reader, depth)
-    reader.take(1, "by_residual")
+def _ivf_flat(reader: _Reader, depth: int, limit: int | None) -> _Shape:
+    shape, lists, map_type, entries = _ivf_header(reader, depth)
+    bound = shape.total if limit is None else limit
+    _ivf_lists(reader, shape, lists, shape.dim * 4, (map_type, entries), bound, float_codes=True)
+    return shape
+
+
+def _ivf_pq(reader: _Reader, depth: int, limit: int | None) -> _Shape:
+    shape, lists, map_type, entries = _ivf_header(reader, depth)
+    reader.flag("by_residual")
     code_size = int(reader.unpack("Q", "code size"))
-    if code_size != _product_quantizer(reader):
+    if code_size != _product_quantizer(reader)[0]:
         raise _Refused("IVF-PQ code size does not match its product quantizer")
-    _inverted_lists(reader, lists, code_size, total)
-    return dim, total
+    bound = shape.total if limit is None else limit
+    _ivf_lists(reader, shape, lists, code_size, (map_type, entries), bound)
+    return shape
 
 
-def _pq(reader: _Reader) -> tuple[int, int]:
-    dim, total = _index_header(reader)
-    code_size = _product_quantizer(reader)
-    if reader.count(1, "PQ codes") != total * code_size:
+def _pq(reader: _Reader) -> _Shape:
+    shape = _index_header(reader)
+    code_size = _product_quantizer(reader)[0]
+    if reader.count(1, "PQ codes") != shape.total * code_size:
         raise _Refused("PQ codes do not match the row count")
-    reader.take(total * code_size, "PQ codes")
-    reader.take(9, "PQ search settings")  # search type (int), encode signs (bool), polysemous ht (int)
-    return dim, total
+    reader.take(shape.total * code_size, "PQ codes")
+    search_type = int(reader.unpack("i", "PQ search type"))
+    if search_type not in PQ_SEARCH_TYPES:
+        raise _Refused(f"PQ search type {search_type} is not one FAISS knows ({sorted(PQ_SEARCH_TYPES)})")
+    reader.flag("PQ encode_signs")
+    reader.take(4, "PQ polysemous_ht")
+    return shape
 
 
-def _id_map(reader: _Reader, depth: int) -> tuple[int, int]:
-    dim, total = _index_header(reader)
-    _, inner = _index(reader, depth + 1, tuple(ALLOWED_FAISS_TYPES))
-    if reader.count(8, "ID map") != total or inner != (dim, total):
+def _id_map(reader: _Reader, depth: int, limit: int | None) -> _Shape:
+    shape = _index_header(reader)
+    _, inner = _index(reader, depth + 1, tuple(ALLOWED_FAISS_TYPES), None)
+    if reader.count(8, "ID map") != shape.total or inner != shape:
         raise _Refused("ID map does not match its index")
-    reader.take(total * 8, "ID map")
-    return dim, total
+    ids = reader.array("<i8", "ID map", length=shape.total)
+    try:
+        check_unique_ids(ids, shape.total if limit is None else limit, "ID map")
+    except ValueError as error:
+        raise _Refused(str(error)) from None
+    return shape
 
 
-def _pre_transform(reader: _Reader, depth: int) -> tuple[int, int]:
-    dim, total = _index_header(reader)
+def _transform(reader: _Reader) -> tuple[int, int]:
+    """Walk one vector transform; return (d_in, d_out)."""
+    kind = reader.fourcc()
+    if kind not in _TRANSFORMS:
+        raise _Refused(f"vector transform {kind!r} is not one galleria reads ({sorted(_TRANSFORMS)})")
+    have_bias = reader.flag("have_bias")
+    matrix = reader.floats("transform matrix")
+    bias = reader.floats("transform bias")
+    d_in, d_out = struct.unpack("<2i", reader.take(8, "transform shape"))
+    trained = reader.flag("transform is_trained")
+    try:
+        check_linear_transform(matrix.size, bias.size, have_bias, d_in, d_out, trained)
+    except ValueError as error:
+        raise _Refused(str(error)) from None
+    return d_in, d_out
+
+
+def _pre_transform(reader: _Reader, depth: int, limit: int | None) -> _Shape:
+    shape = _index_header(reader)
     steps = int(reader.unpack("i", "transform count"))
     if not 0 < steps <= 4:
         raise _Refused(f"invalid number of vector transforms {steps}")
+    width = shape.dim
     for _ in range(steps):
-        kind = reader.fourcc()
-        if kind not in _TRANSFORMS:
-            raise _Refused(f"vector transform {kind!r} is not one galleria reads ({sorted(_TRANSFORMS)})")
-        reader.take(1, "have_bias")
-        reader.floats("transform matrix")
-        reader.floats("transform bias")
-        reader.take(9, "transform shape")  # d_in, d_out (int), is_trained (bool)
-    _, inner = _index(reader, depth + 1, tuple(k for k in ALLOWED_FAISS_TYPES if k != "IxPT"))
-    if inner[1] != total:
-        raise _Refused("pre-transform does not match its index")
-    return dim, total
+        d_in, d_out = _transform(reader)
+        if d_in != width:
+            raise _Refused(f"vector transform takes dimension {d_in}, but receives {width}")
+        width = d_out
+    allowed = tuple(k for k in ALLOWED_FAISS_TYPES if k != "IxPT")
+    _, inner = _index(reader, depth + 1, allowed, shape.total if limit is None else limit)
+    if inner.total != shape.total or inner.dim != width:
+        raise _Refused("pre-transform does not match its index (rows or dimension)")
+    return shape
 
 
-def _index(reader: _Reader, depth: int, allowed: tuple[str, ...]) -> tuple[str, tuple[int, int]]:
+def _index(reader: _Reader, depth: int, allowed: tuple[str, ...], limit: int | None) -> tuple[str, _Shape]:
+    """Walk one index; ``limit`` bounds the labels it may return (None: its own row count)."""
     if depth > _MAX_DEPTH:
         raise _Refused("indexes nested too deeply")
     kind = reader.fourcc()
@@ -259,35 +545,48 @@ def _index(reader: _Reader, depth: int, allowed: tuple[str, ...]) -> tuple[str, 
     elif kind == "IHNf":
         shape = _hnsw(reader, depth)
     elif kind == "IwFl":
-        shape = _ivf_flat(reader, depth)
+        shape = _ivf_flat(reader, depth, limit)
     elif kind == "IwPQ":
-        shape = _ivf_pq(reader, depth)
+        shape = _ivf_pq(reader, depth, limit)
     elif kind == "IxPq":
         shape = _pq(reader)
     elif kind in ("IxMp", "IxM2"):
-        shape = _id_map(reader, depth)
+        shape = _id_map(reader, depth, limit)
     else:
-        shape = _pre_transform(reader, depth)
+        shape = _pre_transform(reader, depth, limit)
     return kind, shape
 
 
-def check_faiss_bytes(data: Any, what: str, allowed: tuple[str, ...] | None = None) -> str:
+def _as_view(data: Any) -> memoryview:
+    if isinstance(data, np.ndarray):
+        if data.dtype != np.uint8 or data.ndim != 1:
+            raise ValueError(f"faiss bytes must be a 1-D uint8 array, got {data.dtype} of shape {data.shape}")
+        data = np.ascontiguousarray(data)
+    return memoryview(data).cast("B")
+
+
+def check_faiss_bytes(
+    data: Any, what: str, allowed: tuple[str, ...] | None = None, *, id_limit: int | None = None
+) -> str:
     """Walk serialised FAISS bytes; return the top-level class name if galleria may deserialise them.
 
     Parameters
     ----------
-    data : bytes or 1-D uint8 array
-        What ``faiss.serialize_index`` wrote.
+    data : bytes, bytearray, memoryview or 1-D uint8 array
+        What ``faiss.serialize_index`` wrote (read in place, not copied).
     what : str
         Names the data in error messages.
     allowed : tuple of str, optional
         Top-level type codes accepted (default: every type of :data:`ALLOWED_FAISS_TYPES`).
+    id_limit : int, optional
+        Labels the index may return lie in ``[0, id_limit)`` (default: its row count). An index
+        that keeps removed ids masked passes its total of ids ever added.
 
     Raises
     ------
     ValueError
         Naming the type refused, or what is malformed (counts past the end, non-finite floats,
-        trailing bytes).
+        ids or offsets out of range, trailing bytes, allocations past :func:`allocation_budget`).
 
     Examples
     --------
@@ -297,12 +596,17 @@ def check_faiss_bytes(data: Any, what: str, allowed: tuple[str, ...] | None = No
     >>> check_faiss_bytes(faiss.serialize_index(flat), "example")
     'IndexFlatL2'
     """
-    buffer = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-    reader = _Reader(buffer)
+    reader = _Reader(_as_view(data))
     try:
-        kind, _ = _index(reader, 0, tuple(ALLOWED_FAISS_TYPES) if allowed is None else allowed)
-        if reader.pos != len(buffer):
-            raise _Refused(f"{len(buffer) - reader.pos} unexpected bytes after the index")
+        kind, _ = _index(reader, 0, tuple(ALLOWED_FAISS_TYPES) if allowed is None else allowed, id_limit)
+        if reader.pos != reader.size:
+            raise _Refused(f"{reader.size - reader.pos} unexpected bytes after the index")
+        budget = allocation_budget(reader.size)
+        if reader.extra > budget:
+            raise _Refused(
+                f"the index would allocate {reader.extra} bytes beyond its own {reader.size} "
+                f"(at most {budget}: 256 MiB or 4 times the file's size)"
+            )
     except _Refused as error:
         raise ValueError(f"{what}: {error}") from None
     return ALLOWED_FAISS_TYPES[kind]

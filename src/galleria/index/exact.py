@@ -9,10 +9,10 @@ import numpy as np
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
-from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
+from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
 from galleria.index.base import SPACES
 
-__all__ = ["ExactIndex", "exact_search", "top_k_smallest"]
+__all__ = ["ExactIndex", "exact_search", "rescore_candidates", "top_k_smallest"]
 
 #: Size (in float32 entries) of the query-block × gallery distance matrix computed at once.
 BLOCK_ENTRIES = 1 << 23
@@ -102,6 +102,34 @@ def exact_search(
         block_ids, block_scores = top_k_smallest(distances, k)
         ids[start : start + step] = block_ids
         scores[start : start + step] = block_scores
+    return ids, scores
+
+
+def rescore_candidates(
+    vectors: np.ndarray, space: str, queries: np.ndarray, candidates: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Re-score each query's candidate rows (ids into ``vectors``, any float dtype, as stored) with
+    exact distances in ``space``; keep the best ``k`` of each, ties to the lower row."""
+    count, width = candidates.shape
+    ids = np.empty((count, k), dtype=np.int64)
+    scores = np.empty((count, k), dtype=np.float32)
+    step = max(1, (1 << 22) // max(1, width * queries.shape[1]))
+    for start in range(0, count, step):
+        rows = candidates[start : start + step]
+        block = np.asarray(vectors[rows], dtype=np.float32)  # (b, width, dim)
+        query = queries[start : start + step]
+        if space == "l2":
+            difference = block - query[:, None, :]
+            distances = np.einsum("bwd,bwd->bw", difference, difference)
+        else:
+            distances = 1.0 - np.einsum("bwd,bd->bw", block, query)
+        # Order by (distance, row): sort the candidates by row first, then take the k smallest stably.
+        by_row = np.argsort(rows, axis=1, kind="stable")
+        rows = np.take_along_axis(rows, by_row, axis=1)
+        distances = np.take_along_axis(distances, by_row, axis=1).astype(np.float32, copy=False)
+        chosen, values = top_k_smallest(distances, k)
+        ids[start : start + step] = np.take_along_axis(rows, chosen, axis=1)
+        scores[start : start + step] = values
     return ids, scores
 
 
@@ -214,13 +242,17 @@ class ExactIndex:
         self._size = self._buffer.shape[0]
         self._sq_norms = None
 
+    def packed(self) -> _serial.Packed:
+        """What :meth:`to_bytes` returns, as parts written without joining them (the vectors in place)."""
+        vectors = self._buffer[: self._size] if self._dim is not None else np.zeros((0, 0), np.float32)
+        return _serial.pack_parts("exact", {"space": self._space, "dim": self._dim}, {"vectors": vectors})
+
     def to_bytes(self) -> bytes:
         """Serialise the index: a JSON header and the raw float32 vectors (no pickle)."""
-        vectors = self._buffer[: self._size] if self._dim is not None else np.zeros((0, 0), np.float32)
-        return _serial.pack("exact", {"space": self._space, "dim": self._dim}, {"vectors": vectors})
+        return self.packed().to_bytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ExactIndex:
+    def from_bytes(cls, data: bytes | _serial.Unpacked) -> ExactIndex:
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt data."""
         meta, arrays = _serial.unpack(data, "exact")
         space, dim = meta.get("space"), meta.get("dim")
@@ -234,7 +266,7 @@ class ExactIndex:
                 raise ValueError("serialised exact index holds vectors but no dimension")
         elif not isinstance(dim, int) or dim < 1 or vectors.shape[1] != dim:
             raise ValueError(f"serialised exact index: dimension {dim!r}, vectors of shape {vectors.shape}")
-        if not np.isfinite(vectors).all():
+        if not all_finite(vectors):
             raise ValueError("serialised exact index holds non-finite vectors")
         index = cls(space)
         if dim is not None:

@@ -10,7 +10,7 @@ import numpy as np
 from galleria._validation import is_int
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import LiveRows, deserialize, serialize
+from galleria.index._faiss import FaissPart, LiveRows, deserialize, restore_precomputed_table
 
 __all__ = ["ExternalSearchIndex"]
 
@@ -200,13 +200,19 @@ class ExternalSearchIndex:
         else:
             self._rows.remove(ids)
 
+    def packed(self) -> _serial.Packed:
+        """What :meth:`to_bytes` returns, as parts written without joining them (faiss streamed)."""
+        meta = {"label": self.label, "space": self._space, "dim": self.dim, "total": self._rows.total}
+        return _serial.pack_parts(
+            "external", meta, {"live": self._rows.internal, "faiss": FaissPart(self._index)}
+        )
+
     def to_bytes(self) -> bytes:
         """Serialise the wrapped index with faiss's binary format inside a JSON-headed container."""
-        meta = {"label": self.label, "space": self._space, "dim": self.dim, "total": self._rows.total}
-        return _serial.pack("external", meta, {"live": self._rows.internal, "faiss": serialize(self._index)})
+        return self.packed().to_bytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ExternalSearchIndex:
+    def from_bytes(cls, data: bytes | _serial.Unpacked) -> ExternalSearchIndex:
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt data."""
         meta, arrays = _serial.unpack(data, "external")
         label, space, dim, total = meta.get("label"), meta.get("space"), meta.get("dim"), meta.get("total")
@@ -215,7 +221,10 @@ class ExternalSearchIndex:
         live = arrays.get("live")
         if live is None or live.dtype != np.int64 or live.ndim != 1 or "faiss" not in arrays:
             raise ValueError("serialised external index lacks its 'live' rows or faiss bytes")
-        faiss_index = deserialize(arrays["faiss"], "external index")
+        if not isinstance(total, int) or not 0 <= total <= 1 << 40:
+            raise ValueError(f"serialised external index has an invalid row total {total!r}")
+        faiss_index = deserialize(arrays["faiss"], "external index", id_limit=total)
+        restore_precomputed_table(faiss_index, len(data))
         try:
             index = cls(faiss_index, label=label)
         except (TypeError, ValueError) as error:

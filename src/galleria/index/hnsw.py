@@ -13,7 +13,7 @@ from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
+from galleria.index._faiss import FaissPart, LiveRows, deserialize, omp_threads
 from galleria.index.base import SPACES
 from galleria.index.exact import exact_search
 
@@ -287,16 +287,20 @@ class HnswIndex:
         self._index = rebuilt
         self._rows = LiveRows.identity(int(rebuilt.ntotal))
 
+    def packed(self) -> _serial.Packed:
+        """What :meth:`to_bytes` returns, as parts written without joining them (the graph streamed)."""
+        arrays: dict[str, np.ndarray | _serial.Streamed] = {"live": self._rows.internal}
+        if self._index is not None:
+            arrays["graph"] = FaissPart(self._index)
+        meta = {"space": self._space, "dim": self.dim, "params": self.params(), "total": self._rows.total}
+        return _serial.pack_parts("hnsw", meta, arrays)
+
     def to_bytes(self) -> bytes:
         """Serialise the index with its graph (faiss's binary format inside a JSON-headed container)."""
-        arrays: dict[str, np.ndarray] = {"live": self._rows.internal}
-        if self._index is not None:
-            arrays["graph"] = serialize(self._index)
-        meta = {"space": self._space, "dim": self.dim, "params": self.params(), "total": self._rows.total}
-        return _serial.pack("hnsw", meta, arrays)
+        return self.packed().to_bytes()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> HnswIndex:
+    def from_bytes(cls, data: bytes | _serial.Unpacked) -> HnswIndex:
         """Rebuild an index written by :meth:`to_bytes`, graph included; ValueError if corrupt."""
         meta, arrays = _serial.unpack(data, "hnsw")
         space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")

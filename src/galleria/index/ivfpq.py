@@ -4,210 +4,57 @@ An inverted file splits the gallery into ``lists`` clusters; each vector is stor
 quantisation code of ``subquantizers`` × ``bits`` bits (a few dozen bytes instead of ``4 * dim``).
 A query visits the ``probe_lists`` nearest clusters. The index is trained (k-means for the lists and
 the codebooks) on a seeded sample of at most ``train_size`` vectors of the first batch it is given.
+
+Parameters left unset are chosen from that batch (:mod:`galleria.index._ivfpq_params`): the shape
+from its size, dimension and ``memory_budget``, and ``probe_lists`` by measuring recall@10 on a
+sample of the gallery against exact search until ``recall_target`` is met
+(:mod:`galleria.index._ivfpq_build`). What was chosen and measured is :attr:`IvfPqIndex.build_report`,
+saved with the index.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import faiss as _faiss
 import numpy as np
 
-from galleria._validation import check_choice, is_int
+from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
-from galleria.index._faiss import LiveRows, deserialize, omp_threads, serialize
+from galleria.index._faiss import (
+    FaissPart,
+    LiveRows,
+    deserialize,
+    omp_threads,
+    restore_precomputed_table,
+    usable_threads,
+)
+from galleria.index._ivfpq_build import add_parallel, choose_probes, train_ivfpq
+from galleria.index._ivfpq_files import check_loaded, check_report, checked_kept
+from galleria.index._ivfpq_params import (
+    IVFPQ_PARAMETERS,
+    IvfPqParameter,
+    default_subquantizers,
+    validate_ivfpq_params,
+)
 from galleria.index.base import SPACES
-from galleria.index.exact import top_k_smallest
+from galleria.index.exact import rescore_candidates
 
 # faiss's bundled type stubs miss much of its SWIG API (DirectMap, IVF fields, search parameters).
 faiss: Any = _faiss
 
-__all__ = ["IVFPQ_PARAMETERS", "IvfPqIndex", "IvfPqParameter", "validate_ivfpq_params"]
-
-_VECTOR_DTYPES = ("float16", "float32")
-
-
-@dataclass(frozen=True)
-class IvfPqParameter:
-    """One tunable of :class:`IvfPqIndex`: its default, kind, allowed range or choices, and meaning."""
-
-    default: Any
-    kind: str  # "int", "bool" or "choice"
-    meaning: str
-    minimum: int = 0
-    maximum: int = 0
-    optional: bool = False
-    choices: tuple[str, ...] = ()
-
-    def check(self, name: str, value: Any) -> Any:
-        """Return ``value`` checked (an int in range, a bool or a choice), else raise naming ``name``."""
-        if value is None and self.optional:
-            return None
-        if self.kind == "bool":
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"index parameter {name!r} must be True or False, got {value!r}")
-            return bool(value)
-        if self.kind == "choice":
-            if not isinstance(value, str):
-                raise TypeError(
-                    f"index parameter {name!r} must be one of {list(self.choices)}, got {value!r}"
-                )
-            return check_choice(name, value, self.choices)
-        if not is_int(value):
-            allowed = "an integer" + (" or None" if self.optional else "")
-            raise TypeError(
-                f"index parameter {name!r} must be {allowed}, got {value!r} ({type(value).__name__})"
-            )
-        if not self.minimum <= value <= self.maximum:
-            raise ValueError(
-                f"index parameter {name!r} must lie in [{self.minimum}, {self.maximum}], got {value!r}"
-            )
-        return int(value)
-
-
-#: The parameters of :class:`IvfPqIndex` (name → default, kind, range, meaning); nothing else is accepted.
-IVFPQ_PARAMETERS: dict[str, IvfPqParameter] = {
-    "lists": IvfPqParameter(
-        1024, "int", "inverted lists (k-means clusters, faiss nlist); about 4·sqrt(n) is usual", 1, 1 << 20
-    ),
-    "subquantizers": IvfPqParameter(
-        None,
-        "int",
-        "PQ sub-vectors per code (faiss M); must divide dim. None: the largest divisor of dim up to dim / 4",
-        1,
-        4096,
-        optional=True,
-    ),
-    "bits": IvfPqParameter(8, "int", "bits per sub-vector code (faiss nbits): 2**bits centroids each", 1, 16),
-    "probe_lists": IvfPqParameter(
-        16, "int", "lists visited per query (faiss nprobe): higher recall, slower", 1, 1 << 20
-    ),
-    "train_size": IvfPqParameter(
-        100_000,
-        "int",
-        "vectors (a seeded sample of the first batch) used to train lists and codebooks",
-        1,
-        1 << 40,
-    ),
-    "opq": IvfPqParameter(
-        False, "bool", "learn an OPQ rotation before quantising (better codes, slower training)"
-    ),
-    "keep_vectors": IvfPqParameter(
-        False, "bool", "keep a separate exact copy of the vectors for reconstruct (αQE, re-ranking)"
-    ),
-    "vector_dtype": IvfPqParameter(
-        "float16", "choice", "dtype of the kept copy (keep_vectors=True)", choices=_VECTOR_DTYPES
-    ),
-    "rerank_candidates": IvfPqParameter(
-        0,
-        "int",
-        "re-score this many PQ candidates with the kept exact vectors (0: off; needs keep_vectors)",
-        0,
-        1 << 16,
-    ),
-    "seed": IvfPqParameter(0, "int", "seed of the training sample and of k-means", 0, (1 << 31) - 1),
-    "build_workers": IvfPqParameter(
-        1,
-        "int",
-        "worker processes that encode shards of a large add in parallel (1: in this process)",
-        1,
-        256,
-    ),
-    "num_threads": IvfPqParameter(
-        None,
-        "int",
-        "OpenMP threads faiss uses while training, adding and searching (None: default)",
-        1,
-        4096,
-        True,
-    ),
-}
+__all__ = [
+    "IVFPQ_PARAMETERS",
+    "IvfPqIndex",
+    "IvfPqParameter",
+    "default_subquantizers",
+    "validate_ivfpq_params",
+]
 
 #: A batch is split over worker processes only when each shard gets at least this many vectors.
 MIN_ROWS_PER_WORKER = 20_000
-
-
-def validate_ivfpq_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check IVF-PQ parameters against :data:`IVFPQ_PARAMETERS`; return all of them, defaults filled in.
-
-    Examples
-    --------
-    >>> validate_ivfpq_params({"lists": 64})["lists"]
-    64
-    >>> validate_ivfpq_params({"rerank_candidates": 100})
-    Traceback (most recent call last):
-    ...
-    ValueError: index parameter 'rerank_candidates' needs keep_vectors=True (exact vectors to re-score with)
-    """
-    if params is None:
-        params = {}
-    if not isinstance(params, Mapping):
-        raise TypeError(f"index_params must be a mapping of names to values, got {type(params).__name__}")
-    unknown = sorted(str(key) for key in params if key not in IVFPQ_PARAMETERS)
-    if unknown:
-        raise ValueError(
-            f"unknown ivfpq index parameter(s) {unknown}; valid names are {sorted(IVFPQ_PARAMETERS)}"
-        )
-    checked = {
-        name: spec.check(name, params[name]) if name in params else spec.default
-        for name, spec in IVFPQ_PARAMETERS.items()
-    }
-    if checked["rerank_candidates"] and not checked["keep_vectors"]:
-        raise ValueError(
-            "index parameter 'rerank_candidates' needs keep_vectors=True (exact vectors to re-score with)"
-        )
-    return checked
-
-
-def default_subquantizers(dim: int) -> int:
-    """The largest divisor of ``dim`` that is at most ``dim // 4`` (1 for tiny dims).
-
-    Examples
-    --------
-    >>> default_subquantizers(512), default_subquantizers(100), default_subquantizers(3)
-    (128, 25, 1)
-    """
-    limit = max(1, dim // 4)
-    return max(m for m in range(1, limit + 1) if dim % m == 0)
-
-
-def _list_ids(ivf: Any) -> np.ndarray:
-    """All ids stored in the inverted lists of ``ivf`` (any order)."""
-    lists = ivf.invlists
-    chunks = []
-    for number in range(ivf.nlist):
-        size = lists.list_size(number)
-        if size:
-            chunks.append(faiss.rev_swig_ptr(lists.get_ids(number), size).copy())
-    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-
-
-def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
-    """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; its bytes."""
-    faiss.omp_set_num_threads(1)
-    index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8).copy())
-    ids = np.arange(first_id, first_id + vectors.shape[0], dtype=np.int64)
-    index.add_with_ids(vectors, ids)
-    return bytes(faiss.serialize_index(index))
-
-
-def _add_shard_shared(
-    trained: bytes, memory_name: str, shape: tuple[int, int], start: int, stop: int
-) -> bytes:
-    """Worker entry point: read rows ``start:stop`` of a shared-memory block and encode them."""
-    from multiprocessing import shared_memory
-
-    block = shared_memory.SharedMemory(name=memory_name)
-    try:
-        vectors = np.ndarray(shape, dtype=np.float32, buffer=block.buf)[start:stop]
-        return _add_shard(trained, np.ascontiguousarray(vectors), start)
-    finally:
-        block.close()
 
 
 class IvfPqIndex:
@@ -255,10 +102,12 @@ rerank_candidates, seed, build_workers, num_threads
         self,
         space: str = "cosine",
         *,
-        lists: int = 1024,
+        lists: int | None = None,
         subquantizers: int | None = None,
-        bits: int = 8,
-        probe_lists: int = 16,
+        bits: int | None = None,
+        probe_lists: int | None = None,
+        recall_target: float | None = None,
+        memory_budget: int | None = None,
         train_size: int = 100_000,
         opq: bool = False,
         keep_vectors: bool = False,
@@ -275,6 +124,8 @@ rerank_candidates, seed, build_workers, num_threads
                 "subquantizers": subquantizers,
                 "bits": bits,
                 "probe_lists": probe_lists,
+                "recall_target": recall_target,
+                "memory_budget": memory_budget,
                 "train_size": train_size,
                 "opq": opq,
                 "keep_vectors": keep_vectors,
@@ -291,6 +142,7 @@ rerank_candidates, seed, build_workers, num_threads
         self._dim: int | None = None
         self._kept = np.zeros((0, 0), dtype=self._params["vector_dtype"])
         self._kept_size = 0
+        self._report: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{key}={value!r}" for key, value in self.params().items())
@@ -330,8 +182,15 @@ rerank_candidates, seed, build_workers, num_threads
         return int(self._rows.internal.size)
 
     def params(self) -> dict[str, Any]:
-        """The construction parameters, JSON-able."""
+        """The construction parameters, JSON-able; once trained, with the values chosen filled in."""
         return dict(self._params)
+
+    @property
+    def build_report(self) -> dict[str, Any] | None:
+        """What the first :meth:`add` chose and measured (None before it): ``chosen`` (the parameters
+        chosen from the gallery), ``recall_at_10`` on ``sample_queries`` gallery vectors at
+        ``probe_lists`` (None when not measured), and the ``recall_target``."""
+        return None if self._report is None else dict(self._report)
 
     # ------------------------------------------------------------------ building
 
@@ -340,42 +199,11 @@ rerank_candidates, seed, build_workers, num_threads
 
     def _train(self, vectors: np.ndarray) -> None:
         """Create and train the faiss index on a seeded sample of ``vectors`` (already prepared)."""
-        count, dim = vectors.shape
         params = self._params
-        lists, bits = params["lists"], params["bits"]
-        subquantizers = params["subquantizers"] or default_subquantizers(dim)
-        if dim % subquantizers:
-            raise ValueError(
-                f"index parameter 'subquantizers' ({subquantizers}) must divide the dimension {dim}"
-            )
-        needed = max(lists, 1 << bits)
-        sample_size = min(count, params["train_size"])
-        if sample_size < needed:
-            raise ValueError(
-                f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = "
-                f"{needed} vectors (lists={lists}, bits={bits}); got {sample_size} "
-                f"(train_size={params['train_size']}, batch of {count}). Add more vectors at once or "
-                "lower lists/bits"
-            )
-        rng = np.random.default_rng(params["seed"])
-        sample = (
-            vectors
-            if sample_size == count
-            else vectors[np.sort(rng.choice(count, sample_size, replace=False))]
-        )
-        description = f"IVF{lists},PQ{subquantizers}x{bits}"
-        if params["opq"]:
-            description = f"OPQ{subquantizers}," + description
-        index = faiss.index_factory(dim, description, self._metric())
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-        ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
-        ivf.cp.seed = params["seed"]
-        ivf.cp.min_points_per_centroid = 1
-        ivf.pq.cp.seed = params["seed"] + 1
-        ivf.pq.cp.min_points_per_centroid = 1
-        with omp_threads(params["num_threads"]):
-            index.train(np.ascontiguousarray(sample))
-        self._index, self._ivf, self._dim = index, ivf, dim
+        chosen = [name for name in ("lists", "subquantizers", "bits", "probe_lists") if params[name] is None]
+        self._index, self._ivf = train_ivfpq(vectors, params, self._metric())
+        self._dim = vectors.shape[1]
+        self._report = {"chosen": chosen}
 
     def add(self, vectors: np.ndarray) -> None:
         """Insert an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``.
@@ -387,10 +215,12 @@ rerank_candidates, seed, build_workers, num_threads
         count = array.shape[0]
         if count == 0:
             return
-        if self._index is None:
+        training = self._index is None
+        if training:
             self._train(array)
         first = self._rows.total
-        workers = min(self._params["build_workers"], count // MIN_ROWS_PER_WORKER)
+        # A file's params never choose more processes than this machine lets the process use.
+        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
         if workers > 1:
             self._add_parallel(array, first, workers)
         else:
@@ -399,39 +229,19 @@ rerank_candidates, seed, build_workers, num_threads
         if self._params["keep_vectors"]:
             self._keep(array)
         self._rows.append(count)
+        if training:
+            assert self._report is not None
+            choose_probes(
+                lambda queries, k, probes: self.search(queries, k, probe_lists=probes)[0],
+                array,
+                self._space,
+                self._params,
+                self._report,
+            )
 
     def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
-        """Encode ``array`` in ``workers`` processes (train once, add shards, merge the inverted lists)."""
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import shared_memory
-
-        empty = faiss.clone_index(self._index)
-        empty.reset()
-        trained = bytes(faiss.serialize_index(empty))
-        del empty
-        count = array.shape[0]
-        block = shared_memory.SharedMemory(create=True, size=array.nbytes)
-        try:
-            np.ndarray(array.shape, dtype=np.float32, buffer=block.buf)[:] = array
-            bounds = np.linspace(0, count, workers + 1).astype(int)
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                futures = [
-                    pool.submit(_add_shard_shared, trained, block.name, array.shape, int(a), int(b))
-                    for a, b in itertools.pairwise(bounds)
-                ]
-                shards = [future.result() for future in futures]
-        finally:
-            block.close()
-            block.unlink()
-        if self._ivf.direct_map.type != faiss.DirectMap.NoMap:
-            self._ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
-        for data in shards:
-            shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
-            # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
-            self._ivf.merge_from(faiss.extract_index_ivf(shard), first)
-            del shard
+        """Encode ``array`` in ``workers`` processes and merge their lists (:func:`add_parallel`)."""
+        add_parallel(self._index, self._ivf, array, first, workers)
 
     def _keep(self, array: np.ndarray) -> None:
         """Append ``array`` to the exact copy (grown geometrically, like the exact index)."""
@@ -486,37 +296,13 @@ rerank_candidates, seed, build_workers, num_threads
             labels[short], scores[short] = self._faiss_search(array[short], width, int(self._ivf.nlist))
         ids = self._rows.to_positions(labels)
         if self._params["rerank_candidates"]:
-            return self._rerank(array, ids, k)
+            return rescore_candidates(self._kept, self._space, array, ids, k)
         scores = scores.astype(np.float32, copy=False)
         if self._space != "l2":
             np.subtract(1.0, scores, out=scores)
         if k > 1 and (scores[:, 1:] == scores[:, :-1]).any():
             order = np.lexsort((ids, scores), axis=1)
             ids, scores = np.take_along_axis(ids, order, axis=1), np.take_along_axis(scores, order, axis=1)
-        return ids, scores
-
-    def _rerank(self, queries: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Re-score each query's candidate rows with the kept exact vectors; keep the best ``k``."""
-        count, width = candidates.shape
-        ids = np.empty((count, k), dtype=np.int64)
-        scores = np.empty((count, k), dtype=np.float32)
-        step = max(1, (1 << 22) // max(1, width * queries.shape[1]))
-        for start in range(0, count, step):
-            rows = candidates[start : start + step]
-            block = np.asarray(self._kept[rows], dtype=np.float32)  # (b, width, dim)
-            query = queries[start : start + step]
-            if self._space == "l2":
-                difference = block - query[:, None, :]
-                distances = np.einsum("bwd,bwd->bw", difference, difference)
-            else:
-                distances = 1.0 - np.einsum("bwd,bd->bw", block, query)
-            # Order by (distance, row): sort the candidates by row first, then take the k smallest stably.
-            by_row = np.argsort(rows, axis=1, kind="stable")
-            rows = np.take_along_axis(rows, by_row, axis=1)
-            distances = np.take_along_axis(distances, by_row, axis=1).astype(np.float32, copy=False)
-            chosen, values = top_k_smallest(distances, k)
-            ids[start : start + step] = np.take_along_axis(rows, chosen, axis=1)
-            scores[start : start + step] = values
         return ids, scores
 
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
@@ -555,22 +341,32 @@ rerank_candidates, seed, build_workers, num_threads
 
         A float16 copy is written as its raw bytes (a uint8 array) and read back as float16.
         """
-        arrays: dict[str, np.ndarray] = {"live": self._rows.internal}
+        return self.packed().to_bytes()
+
+    def packed(self) -> _serial.Packed:
+        """What :meth:`to_bytes` returns, as parts written without joining them (faiss streamed)."""
+        arrays: dict[str, np.ndarray | _serial.Streamed] = {"live": self._rows.internal}
         if self._index is not None:
             index = self._index
             if self._ivf.direct_map.type != faiss.DirectMap.NoMap:
                 # The lookup table built for reconstruct is rebuilt on demand: write the index without it.
                 index = faiss.clone_index(self._index)
                 faiss.extract_index_ivf(index).set_direct_map_type(faiss.DirectMap.NoMap)
-            arrays["faiss"] = serialize(index)
+            arrays["faiss"] = FaissPart(index)
         if self._params["keep_vectors"] and self._dim is not None:
             kept = np.ascontiguousarray(self._kept[: self._kept_size])
             arrays["kept"] = kept if kept.dtype == np.float32 else kept.view(np.uint8)
-        meta = {"space": self._space, "dim": self._dim, "params": self.params(), "total": self._rows.total}
-        return _serial.pack("ivfpq", meta, arrays)
+        meta = {
+            "space": self._space,
+            "dim": self._dim,
+            "params": self.params(),
+            "total": self._rows.total,
+            "report": self._report,
+        }
+        return _serial.pack_parts("ivfpq", meta, arrays)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> IvfPqIndex:
+    def from_bytes(cls, data: bytes | _serial.Unpacked) -> IvfPqIndex:
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt or mismatched data."""
         meta, arrays = _serial.unpack(data, "ivfpq")
         space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
@@ -591,62 +387,19 @@ rerank_candidates, seed, build_workers, num_threads
             raise ValueError(f"serialised ivfpq index has an invalid dimension {dim!r}")
         if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
             raise ValueError("serialised ivfpq index has an invalid 'live' row array")
-        loaded = deserialize(arrays["faiss"], "ivfpq index")
-        index._check_loaded(loaded, int(dim), live)
+        loaded = deserialize(arrays["faiss"], "ivfpq index", id_limit=total)
+        check_loaded(loaded, int(dim), live, index._params, index._metric())
         index._index, index._ivf, index._dim = (
             loaded,
             faiss.downcast_index(faiss.extract_index_ivf(loaded)),
             int(dim),
         )
+        restore_precomputed_table(loaded, len(data))
         index._rows = LiveRows(live, int(total))
+        index._report = check_report(meta.get("report"))
         if index._params["keep_vectors"]:
-            index._load_kept(arrays.get("kept"), int(dim), live.size)
+            index._kept = checked_kept(arrays.get("kept"), int(dim), live.size, index._params["vector_dtype"])
+            index._kept_size = live.size
         elif "kept" in arrays:
             raise ValueError("serialised ivfpq index holds kept vectors but keep_vectors is False")
         return index
-
-    def _check_loaded(self, loaded: Any, dim: int, live: np.ndarray) -> None:
-        """Check that a deserialised faiss index has the type, shape and ids this index's header says."""
-        if self._params["opq"]:
-            # The OPQ rotation comes back as a LinearTransform (OPQMatrix is one): a square rotation.
-            rotation = (
-                faiss.downcast_VectorTransform(loaded.chain.at(0))
-                if isinstance(loaded, faiss.IndexPreTransform) and loaded.chain.size() == 1
-                else None
-            )
-            ok = (
-                isinstance(rotation, faiss.LinearTransform)
-                and rotation.d_in == dim
-                and rotation.d_out == dim
-                and bool(rotation.is_trained)
-            )
-            inner = faiss.downcast_index(loaded.index) if ok else None
-        else:
-            ok, inner = True, loaded
-        if not ok or not isinstance(inner, faiss.IndexIVFPQ):
-            raise ValueError("serialised ivfpq index holds a faiss index of the wrong type")
-        params = self._params
-        if (
-            int(loaded.metric_type) != self._metric()
-            or loaded.d != dim
-            or not loaded.is_trained
-            or inner.nlist != params["lists"]
-            or inner.pq.nbits != params["bits"]
-            or (params["subquantizers"] is not None and inner.pq.M != params["subquantizers"])
-        ):
-            raise ValueError("serialised ivfpq index header does not match its faiss index")
-        if inner.ntotal != live.size or not np.array_equal(np.sort(_list_ids(inner)), live):
-            raise ValueError(
-                "serialised ivfpq index: the ids in its inverted lists do not match its live rows"
-            )
-
-    def _load_kept(self, kept: np.ndarray | None, dim: int, count: int) -> None:
-        dtype = np.dtype(self._params["vector_dtype"])
-        if kept is not None and dtype == np.float16 and kept.dtype == np.uint8 and kept.ndim == 2:
-            kept = kept.view("<f2") if kept.shape[1] == 2 * dim else None
-        if kept is None or kept.dtype != dtype or kept.shape != (count, dim):
-            raise ValueError(f"serialised ivfpq index lacks its kept ({count}, {dim}) {dtype} vectors")
-        if not np.isfinite(kept).all():
-            raise ValueError("serialised ivfpq index holds non-finite kept vectors")
-        self._kept = np.ascontiguousarray(kept)
-        self._kept_size = count

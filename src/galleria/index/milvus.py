@@ -18,7 +18,7 @@ from galleria.index._checks import check_k, check_rows, check_vectors, empty_res
 from galleria.index._faiss import LiveRows
 from galleria.index.base import SPACES
 
-__all__ = ["MILVUS_INDEX_TYPES", "MilvusIndex"]
+__all__ = ["MILVUS_INDEX_TYPES", "MilvusIndex", "check_token_destination"]
 
 #: Milvus index types and the vendor-neutral parameter names each takes (→ Milvus's own names).
 MILVUS_INDEX_TYPES: dict[str, dict[str, str]] = {
@@ -42,6 +42,50 @@ def _client_class() -> Any:
             "MilvusIndex needs pymilvus and milvus-lite: pip install 'galleria[milvus]'"
         ) from error
     return MilvusClient
+
+
+#: Environment variables of the server credentials and of the server they are meant for.
+TOKEN_VARIABLE = "GALLERIA_MILVUS_TOKEN"
+URI_VARIABLE = "GALLERIA_MILVUS_URI"
+_NETWORK = ("http://", "https://", "tcp://", "unix:")
+
+
+def _same_server(first: str, second: str) -> bool:
+    return first.rstrip("/").lower() == second.rstrip("/").lower()
+
+
+def check_token_destination(saved_uri: Any, named_uri: str | None, token: str | None) -> str | None:
+    """The token to send to ``saved_uri`` (a uri an untrusted file records): ValueError if unsafe.
+
+    Credentials go only where the user sends them. A uri the user named (``named_uri``: the
+    ``GALLERIA_MILVUS_URI`` variable or an argument) must be the file's; a token with no uri
+    named is refused rather than sent to whatever server the file records. A Milvus Lite file
+    (``.db``) is local and gets no token.
+
+    Examples
+    --------
+    >>> check_token_destination("http://db:19530", "http://db:19530/", "secret")
+    'secret'
+    >>> check_token_destination("lite.db", None, "secret") is None
+    True
+    """
+    if not isinstance(saved_uri, str) or not saved_uri:
+        raise ValueError(f"serialised milvus index records an invalid uri {saved_uri!r}")
+    if named_uri is not None and not _same_server(saved_uri, named_uri):
+        raise ValueError(
+            f"the store file records the Milvus server {saved_uri!r}, but {URI_VARIABLE} (the server you "
+            f"named) is {named_uri!r}; galleria connects, and sends {TOKEN_VARIABLE}, only to the server "
+            "you named"
+        )
+    if not saved_uri.startswith(_NETWORK):
+        return None
+    if token is not None and named_uri is None:
+        raise ValueError(
+            f"{TOKEN_VARIABLE} is set, but no Milvus server is named: the store file records "
+            f"{saved_uri!r}; set {URI_VARIABLE} to that address if it is the server the token is for "
+            "(a store file never chooses where credentials go)"
+        )
+    return token
 
 
 def _check_uri(uri: Any) -> str:
@@ -126,6 +170,9 @@ class MilvusIndex:
 
     name = "milvus"
     higher_is_better = False
+
+    #: The store gives :meth:`add` each row's path, which the collection keeps in its ``path`` field.
+    stores_paths = True
 
     def __init__(
         self,
@@ -408,11 +455,14 @@ class MilvusIndex:
         return _serial.pack("milvus", meta, {"live": self._rows.internal})
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, token: str | None = None) -> MilvusIndex:
+    def from_bytes(cls, data: bytes, *, token: str | None = None, uri: str | None = None) -> MilvusIndex:
         """Reconnect to the collection recorded by :meth:`to_bytes`; ValueError if it is gone or differs.
 
-        ``token`` defaults to the ``GALLERIA_MILVUS_TOKEN`` environment variable. A Milvus Lite file
-        named in the data must already exist: nothing is created while loading.
+        ``token`` defaults to the ``GALLERIA_MILVUS_TOKEN`` environment variable, ``uri`` (the
+        server the caller means) to ``GALLERIA_MILVUS_URI``. The data is untrusted, so its uri
+        must be one the caller named (:func:`check_token_destination`): a token is never sent to
+        a server only the file names. A Milvus Lite file named in the data must already exist:
+        nothing is created while loading.
         """
         meta, arrays = _serial.unpack(data, "milvus")
         space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
@@ -425,17 +475,20 @@ class MilvusIndex:
             raise ValueError("serialised milvus index lacks its 'live' row array")
         if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
             raise ValueError("serialised milvus index has an invalid 'live' row array")
-        uri = params["uri"]
-        if isinstance(uri, str) and uri.endswith(".db") and not os.path.exists(uri):
-            raise ValueError(f"the Milvus Lite file {uri!r} named by the saved index does not exist")
+        saved_uri = params["uri"]
+        if isinstance(saved_uri, str) and saved_uri.endswith(".db") and not os.path.exists(saved_uri):
+            raise ValueError(f"the Milvus Lite file {saved_uri!r} named by the saved index does not exist")
+        credentials = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
+        named = uri if uri is not None else os.environ.get(URI_VARIABLE) or None
+        credentials = check_token_destination(saved_uri, named, credentials)
         try:
             index = cls(
-                uri,
+                saved_uri,
                 params["collection"],
                 space=space,
                 index_type=params["index_type"],
                 index_params=params["index_params"],
-                token=token if token is not None else os.environ.get("GALLERIA_MILVUS_TOKEN"),
+                token=credentials,
                 create=False,
             )
         except TypeError as error:

@@ -13,7 +13,7 @@ from galleria.index.hnsw import HnswIndex, validate_hnsw_params
 from galleria.index.ivfpq import IvfPqIndex, validate_ivfpq_params
 from galleria.index.milvus import MilvusIndex
 
-__all__ = ["INDEX_NAMES", "create_index", "index_from_bytes", "validate_index_params"]
+__all__ = ["FAISS_BLOBS", "INDEX_NAMES", "create_index", "index_from_bytes", "validate_index_params"]
 
 #: Built-in indexes that can be created by name.
 INDEX_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq")
@@ -63,10 +63,20 @@ def create_index(name: str, space: str, params: Mapping[str, Any] | None = None)
     return HnswIndex(space, **checked)
 
 
-def index_from_bytes(name: str, data: bytes) -> SearchIndex:
+#: Per serialised index type, the arrays of its container that hold faiss's binary format: a store
+#: file's loader hands faiss these bytes where they lie instead of reading them into an array.
+FAISS_BLOBS: dict[str, frozenset[str]] = {
+    "hnsw": frozenset({"graph"}),
+    "ivfpq": frozenset({"faiss"}),
+    "external": frozenset({"faiss"}),
+}
+
+
+def index_from_bytes(name: str, data: Any) -> SearchIndex:
     """Rebuild an index of type ``name`` (exact, hnsw, ivfpq, milvus or external) from its ``to_bytes()``.
 
-    ``data`` may be bytes, a bytearray, a memoryview or a 1-D uint8 array. Corrupt, truncated or
+    ``data`` may be bytes, a bytearray, a memoryview, a 1-D uint8 array, or a container a store
+    file's loader has already read (:class:`galleria.index._serial.Unpacked`). Corrupt, truncated or
     mismatched data raises ValueError; nothing is unpickled.
     """
     check_choice("name", name, _SERIALISED_NAMES)

@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from galleria._validation import check_nonnegative_float, check_positive_int
-from galleria.expansion import alpha_query_expansion
+from galleria._validation import check_positive_int
+from galleria.expansion import alpha_query_expansion, check_expansion_alpha
 from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -86,7 +86,7 @@ def database_augmentation(vectors: Any, *, neighbors: int = 10, alpha: float = 3
     [[0.9239, 0.3827], [0.9239, 0.3827], [0.3827, 0.9239]]
     """
     count = check_positive_int("neighbors", neighbors)
-    power = check_nonnegative_float("alpha", alpha)
+    power = check_expansion_alpha("alpha", alpha)
     unit = check_features("vectors", vectors)
     return _augment(unit, count, power)
 
@@ -137,7 +137,7 @@ def augment_store(
     """
     check_store(store, "database-side augmentation")
     count = check_positive_int("neighbors", neighbors)
-    power = check_nonnegative_float("alpha", alpha)
+    power = check_expansion_alpha("alpha", alpha)
     if store.space != "cosine":
         raise ValueError(f"database-side augmentation needs a cosine store, got space {store.space!r}")
     if store.augmentation is not None:
@@ -233,9 +233,9 @@ class DBAReranker(PoolReranker):
     ) -> None:
         check_store(store, "DBA + αQE")
         self._neighbors = check_positive_int("neighbors", neighbors)
-        self._alpha = check_nonnegative_float("alpha", alpha)
+        self._alpha = check_expansion_alpha("alpha", alpha)
         self._aqe_neighbors = check_positive_int("aqe_neighbors", aqe_neighbors)
-        self._aqe_alpha = check_nonnegative_float("aqe_alpha", aqe_alpha)
+        self._aqe_alpha = check_expansion_alpha("aqe_alpha", aqe_alpha)
         record = store.augmentation
         if record is None:
             self._store = augment_store(store, neighbors=self._neighbors, alpha=self._alpha)
@@ -300,9 +300,9 @@ def dba_aqe_rerank_features(
     [0, 1]
     """
     count = check_positive_int("neighbors", neighbors)
-    power = check_nonnegative_float("alpha", alpha)
+    power = check_expansion_alpha("alpha", alpha)
     expansion = check_positive_int("aqe_neighbors", aqe_neighbors)
-    expansion_power = check_nonnegative_float("aqe_alpha", aqe_alpha)
+    expansion_power = check_expansion_alpha("aqe_alpha", aqe_alpha)
     probes = check_features("probe_features", probe_features)
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     augmented = _augment(gallery, count, power)

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from galleria._validation import check_bool, check_choice, check_nonnegative_float, check_positive_int
+from galleria._validation import check_bool, check_choice, check_positive_int
+from galleria.expansion import check_expansion_alpha
 from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker
@@ -72,9 +73,9 @@ def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
 def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "neighbors": check_positive_int("neighbors", params.get("neighbors", 10)),
-        "alpha": check_nonnegative_float("alpha", params.get("alpha", 3.0)),
+        "alpha": check_expansion_alpha("alpha", params.get("alpha", 3.0)),
         "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
-        "aqe_alpha": check_nonnegative_float("aqe_alpha", params.get("aqe_alpha", 3.0)),
+        "aqe_alpha": check_expansion_alpha("aqe_alpha", params.get("aqe_alpha", 3.0)),
     }
 
 

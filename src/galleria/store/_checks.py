@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from galleria._validation import check_bool, check_choice, check_nonnegative_float, check_positive_int
+from galleria._validation import check_bool, check_choice, check_positive_int
 from galleria.distances import prepare_vectors
+from galleria.expansion import check_expansion_alpha
 from galleria.index import INDEX_NAMES, SearchIndex, create_index, validate_index_params
 from galleria.index._checks import check_vectors
 from galleria.index.base import SPACES
@@ -131,7 +132,7 @@ def check_retrieval_args(
     """Check the arguments of a retrieval call; return them in the order ``_search`` takes them."""
     return (
         check_positive_int("k", k),
-        check_nonnegative_float("expansion_alpha", expansion_alpha),
+        check_expansion_alpha("expansion_alpha", expansion_alpha),
         check_positive_int("expansion_neighbors", expansion_neighbors),
         check_bool("query_expansion", query_expansion),
     )

@@ -16,19 +16,26 @@ from galleria.store._checks import (
     resolve_index,
 )
 from galleria.store._embedding import check_directions
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["state_from_embeddings"]
 
 
 def state_from_embeddings(
-    paths: Any, embeddings: Any, embedder: Any, search_index: Any, space: Any, index_params: Any
+    paths: Any,
+    embeddings: Any,
+    embedder: Any,
+    search_index: Any,
+    space: Any,
+    index_params: Any,
+    skipped: Any = None,
 ) -> GalleryState:
     """Check the arguments of :meth:`InMemoryImageEmbeddingStore.from_embeddings`; fill the index.
 
     Everything is validated before the index is touched, so a failing call changes nothing.
     """
     path_list = check_path_list("paths", paths)
+    skipped_list = [] if skipped is None else check_path_list("skipped", skipped, allow_empty=True)
     check_embedder(embedder, allow_none=True)
     index = resolve_index(search_index, space, index_params)
     if embeddings is None:
@@ -67,5 +74,5 @@ def state_from_embeddings(
     if embedder is not None and dim is not None:
         check_embedder_dim(embedder, dim, "embedder")
     if vectors is not None and len(index) == 0:
-        index.add(vectors)
-    return GalleryState(index, embedder, path_list, vectors, [])
+        add_rows(index, vectors, path_list)
+    return GalleryState(index, embedder, path_list, vectors, skipped_list)

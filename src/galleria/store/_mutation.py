@@ -11,6 +11,7 @@ from galleria._validation import check_bool, check_path_list
 from galleria.distances import prepare_vectors
 from galleria.store._checks import absolute_paths, drop_duplicates
 from galleria.store._core import StoreCore
+from galleria.store._state import add_rows
 
 __all__ = ["MutationMixin"]
 
@@ -52,7 +53,7 @@ class MutationMixin(StoreCore):
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
                 kept, vectors = [kept[position] for position in fresh], vectors[fresh]
             if kept:
-                self._index.add(vectors)
+                add_rows(self._index, vectors, kept)
                 if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
                     stored = prepare_vectors(vectors, self._index.space)
                     self._vectors = (

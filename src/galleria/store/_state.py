@@ -9,7 +9,7 @@ import numpy as np
 
 from galleria.index import SearchIndex
 
-__all__ = ["GalleryState"]
+__all__ = ["GalleryState", "add_rows"]
 
 
 @dataclass
@@ -39,3 +39,13 @@ class GalleryState:
     vectors: np.ndarray | None
     skipped: list[str]
     augmentation: dict[str, Any] | None = None
+
+
+def add_rows(index: SearchIndex, vectors: np.ndarray, paths: list[str]) -> None:
+    """Append ``vectors`` to ``index`` as the rows of ``paths`` (one per vector, as the store spells
+    them); an index that keeps each row's path beside it (``stores_paths``: a
+    :class:`~galleria.index.MilvusIndex`, whose collection other services read) is given them."""
+    if getattr(index, "stores_paths", False):
+        index.add(vectors, paths=list(paths))  # type: ignore[call-arg]
+    else:
+        index.add(vectors)

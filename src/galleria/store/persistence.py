@@ -32,6 +32,12 @@ every tensor's SHA-256 must match; every key of the header must be present with 
 bytes actually present; FAISS bytes are walked against an allow-list before FAISS parses them
 (:mod:`galleria.index._faiss_check`); vectors must be finite; an embedder config never names a file
 to load (a local checkpoint is recorded by name and SHA-256 and must be passed by the caller).
+
+Nothing is held twice (:mod:`galleria.store._tensorfile`): each array is read from the file
+straight into the array the index keeps (or memory-mapped read-only, ``mmap=True``), hashed as it
+arrives; FAISS bytes are checksummed, walked in a read-only mapping, then read by FAISS itself from
+the file, every chunk checked again. Saving streams the index's arrays and FAISS's bytes into the
+file, so peak memory while loading or saving stays near the file's size.
 """
 
 from __future__ import annotations
@@ -41,16 +47,22 @@ import json
 import math
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from galleria._files import atomic_path
+from galleria._validation import MAX_VECTOR_DIM
 from galleria.embedders import embedder_config, embedder_from_config
-from galleria.index import SearchIndex, index_from_bytes
+from galleria.expansion import MAX_EXPANSION_ALPHA
+from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
+from galleria.index._checks import all_finite
+from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
+from galleria.index.registry import FAISS_BLOBS
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, add_rows
+from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
 
 __all__ = [
     "FORMAT_NAME",
@@ -75,12 +87,10 @@ _TENSOR_NAMES = frozenset({"index", "vectors"})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
+#: Indexes whose serialised bytes are written part by part, in place (``packed()``).
+_PACKED_INDEXES = (ExactIndex, HnswIndex, IvfPqIndex)
 #: Largest vector dimension a store file may declare.
-MAX_DIM = 1 << 16
-
-
-def _digest(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
+MAX_DIM = MAX_VECTOR_DIM
 
 
 def _canonical(header: Any) -> bytes:
@@ -112,12 +122,17 @@ def check_regular_file(path: Any, name: str = "path") -> str:
 # ---------------------------------------------------------------------------------------------- writing
 
 
-def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The tensors and metadata of a store file for ``state`` (call while the store cannot change)."""
+def encode_store(
+    state: GalleryState, vectors: Any = None
+) -> tuple[dict[str, np.ndarray | Packed], dict[str, Any]]:
+    """The tensors and the header of a store file for ``state`` (call while the store cannot change,
+    and write with :func:`write_store` before it may: the tensors are views of what the index holds).
+
+    The header's ``tensors`` digests are filled in by :func:`write_store` as it writes them."""
     index = state.index
     count = len(state.paths)
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:
         given = check_query_vectors("vectors", vectors, dim)
         if np.ndim(vectors) != 2 or given.shape[0] != count:
@@ -133,12 +148,17 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
             "pass vectors= (the gallery vectors in row order) to save_to_disk"
         )
     try:
-        blob = index.to_bytes()
+        # The built-in indexes give their bytes as parts (written in place, never joined); any
+        # other SearchIndex (an external one wraps whatever faiss index it was given) gives them whole.
+        packed = index.packed() if isinstance(index, _PACKED_INDEXES) else None
+        blob = None if packed is not None else index.to_bytes()
     except (RuntimeError, TypeError, ValueError, NotImplementedError):
         if "vectors" not in tensors:
             raise
-        blob = None  # an external index FAISS cannot serialise: loading will need it passed back
-    if blob is not None:
+        packed = blob = None  # an external index FAISS cannot serialise: loading will need it passed back
+    if packed is not None:
+        tensors["index"] = packed
+    elif blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
     embedder = state.embedder
     header = {
@@ -150,23 +170,32 @@ def encode_store(state: GalleryState, vectors: Any = None) -> tuple[dict[str, np
         "index": {"name": index.name, "params": index.params()},
         "embedder": None if embedder is None else {"config": embedder_config(embedder)},
         "skipped": list(state.skipped),
-        "tensors": {name: {"sha256": _digest(array)} for name, array in tensors.items()},
+        "tensors": {name: {"sha256": ""} for name in tensors},
     }
     if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
         header["augmentation"] = dict(state.augmentation)
-    metadata = {
-        _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
-        _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
+    return tensors, header
+
+
+def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: dict[str, Any]) -> None:
+    """Write a store file atomically (temporary file beside it, then ``os.replace``), streaming every
+    tensor from where it lies; the tensors' digests go into ``header`` as they are computed.
+
+    The vectors tensor (if any) is written first, then the index, so that both lie aligned for
+    their dtype (:mod:`galleria.store._tensorfile`)."""
+    ordered: dict[str, np.ndarray | Packed] = {
+        key: tensors[key] for key in ("vectors", "index") if key in tensors
     }
-    return tensors, metadata
 
+    def metadata_for(digests: dict[str, str]) -> dict[str, str]:
+        header["tensors"] = {key: {"sha256": digests[key]} for key in ordered}
+        return {
+            _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
+            _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
+        }
 
-def write_store(target: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-    """Write a store file atomically (temporary file beside it, then ``os.replace``)."""
-    from safetensors.numpy import save_file
-
-    with atomic_path(target) as temporary:
-        save_file(tensors, temporary, metadata=metadata)
+    with atomic_path(target) as temporary, open(temporary, "wb") as file:
+        write_tensors(file, ordered, metadata_for)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -185,7 +214,7 @@ def _valid_augmentation(record: Any) -> bool:
         and isinstance(alpha, (int, float))
         and not isinstance(alpha, bool)
         and math.isfinite(alpha)
-        and alpha >= 0
+        and 0 <= alpha <= MAX_EXPANSION_ALPHA
     )
 
 
@@ -208,7 +237,8 @@ class _Header:
 
     def integer(self, value: Any, key: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise self.fail(key, f"must be an integer in [{low}, {high}], got {value!r}")
+            shown = repr(value) if not isinstance(value, int) or abs(value) < 1 << 64 else "a huge integer"
+            raise self.fail(key, f"must be an integer in [{low}, {high}], got {shown[:80]}")
         return value
 
     def path_list(self, key: str) -> list[str]:
@@ -231,7 +261,7 @@ def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
         header = json.loads(metadata[_HEADER_KEY])
     except RecursionError:
         raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # bad JSON, or an integer of more than 4300 digits
         raise ValueError(f"{name!r} has a corrupt galleria header: {error}") from error
     checked = _Header(name, header)
     version = checked.integer(checked.get("format_version"), "format_version", 1, 1 << 30)
@@ -274,7 +304,8 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         dim = checked.integer(dim, "dim", 1, MAX_DIM)
     elif paths:
         raise checked.fail("dim", "is null, but the store holds paths")
-    if len(paths) + len(header.get("skipped") or []) > file_size:  # every path takes bytes of the file
+    skipped = checked.path_list("skipped")
+    if len(paths) + len(skipped) > file_size:  # every path takes bytes of the file
         raise checked.fail(
             "paths", f"declares {len(paths)} rows, more than the file of {file_size} bytes holds"
         )
@@ -290,12 +321,18 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         or not isinstance(embedder["config"], (dict, type(None)))
     ):
         raise checked.fail("embedder", "must be null or an object {'config': object or null}")
-    skipped = checked.path_list("skipped")
     augmentation = header.get("augmentation")
     if augmentation is not None and not _valid_augmentation(augmentation):
         raise checked.fail(
             "augmentation",
-            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}",
+            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}"[:300],
+        )
+    if augmentation is not None and (space != "cosine" or index["name"] == "external"):
+        # augment_store refuses these stores, so no file galleria writes holds such a record.
+        raise checked.fail(
+            "augmentation",
+            f"records database-side augmentation, which only a cosine store on a built-in index has "
+            f"(this one: space {space!r}, index {index['name']!r})",
         )
     tensors = checked.get("tensors")
     if (
@@ -319,27 +356,56 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
     }
 
 
-def _read_tensors(name: str) -> tuple[dict[str, str] | None, dict[str, np.ndarray]]:
-    from safetensors import safe_open
+def _read_layout(name: str, file: BinaryIO) -> Layout:
+    """The checked safetensors layout of a store file (only the tensors a store file holds)."""
+    layout = read_layout(name, file, os.fstat(file.fileno()).st_size)
+    if not layout.metadata or _HEADER_KEY not in layout.metadata:
+        raise ValueError(f"{name!r} is a safetensors file but not a galleria store (no galleria header)")
+    if not set(layout.tensors) <= _TENSOR_NAMES:
+        raise ValueError(f"{name!r} holds unexpected tensors {sorted(set(layout.tensors) - _TENSOR_NAMES)}")
+    return layout
 
-    try:
-        with safe_open(name, framework="numpy") as reader:
-            metadata = reader.metadata()
-            if not metadata or _HEADER_KEY not in metadata:
-                raise ValueError(
-                    f"{name!r} is a safetensors file but not a galleria store (no galleria header)"
-                )
-            keys = list(reader.keys())
-            if not set(keys) <= _TENSOR_NAMES:
-                raise ValueError(f"{name!r} holds unexpected tensors {sorted(set(keys) - _TENSOR_NAMES)}")
-            arrays = {key: reader.get_tensor(key) for key in keys}
-    except (OSError, ValueError):
-        raise
-    except Exception as error:  # safetensors raises its own error type for damaged files
+
+def _checksum_error(name: str, key: str) -> ValueError:
+    return ValueError(f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)")
+
+
+def _read_vectors(
+    name: str, file: BinaryIO, span: TensorSpan, expected: str, shape: tuple[int, int], mmap: bool
+) -> np.ndarray:
+    """The top-level ``vectors`` tensor, read (or mapped) in place, checksummed and checked finite."""
+    if span.numpy_dtype != np.float32 or span.shape != shape:
         raise ValueError(
-            f"{name!r} is not a readable safetensors file (truncated or damaged?): {error}"
-        ) from error
-    return metadata, arrays
+            f"{name!r}: vectors of shape {span.shape} ({span.dtype}) do not match {shape[0]} paths "
+            f"of dim {shape[1]}"
+        )
+    reader = TensorReader(file, span, frozenset({"vectors"}) if mmap else frozenset())
+    vectors = reader.read_array("vectors", np.dtype("<f4"), shape)
+    if reader.hexdigest() != expected:
+        raise _checksum_error(name, "vectors")
+    if not all_finite(vectors):
+        raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    return vectors
+
+
+def _read_index_tensor(
+    name: str, file: BinaryIO, span: TensorSpan, expected: str, kind: str, mmap: bool
+) -> Any:
+    """The serialised index, read straight into the arrays it keeps (faiss data left in the file for
+    faiss to read once checked); ValueError if it fails its checksum or does not parse."""
+    if span.numpy_dtype != np.uint8 or len(span.shape) != 1:
+        raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
+    mapped = frozenset({"vectors"}) if mmap and kind == "exact" else frozenset()
+    reader = TensorReader(file, span, mapped)
+    try:
+        unpacked = Unpacked.read(reader, kind, FAISS_BLOBS.get(kind, frozenset()))
+    except ValueError as error:
+        if reader.hexdigest() != expected:  # damage is reported as damage, not as what it broke
+            raise _checksum_error(name, "index") from None
+        raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
+    if reader.hexdigest() != expected:
+        raise _checksum_error(name, "index")
+    return unpacked
 
 
 def _reanchor(paths: list[str], root: Any) -> tuple[str, str] | None:
@@ -365,9 +431,14 @@ def _moved(path: str, anchor: tuple[str, str]) -> str:
 
 
 def _restore_index(
-    name: str, header: dict[str, Any], arrays: dict[str, np.ndarray], search_index: Any, connect: bool
+    name: str,
+    header: dict[str, Any],
+    arrays: dict[str, Any],
+    search_index: Any,
+    connect: bool,
 ) -> tuple[SearchIndex, bool]:
-    """The store's index: the one passed in (maybe to fill from the vectors) or the saved one."""
+    """The store's index: the one passed in (maybe to fill from the vectors) or the saved one
+    (``arrays["index"]`` is the container already read from the file, its faiss data still there)."""
     paths, space, vectors = header["paths"], header["space"], arrays.get("vectors")
     if search_index is not None:
         if search_index.space != space:
@@ -398,7 +469,7 @@ def _restore_index(
             "you opened yourself"
         )
     try:
-        index = index_from_bytes(header["index"]["name"], arrays["index"].tobytes())
+        index = index_from_bytes(header["index"]["name"], arrays["index"])
     except (TypeError, ValueError, RuntimeError) as error:
         raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
     if len(index) != len(paths) or index.space != space:
@@ -411,7 +482,10 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
         if checkpoint is not None:
             raise ValueError("pass either embedder= or checkpoint=, not both")
         if dim is not None:
-            check_embedder_dim(embedder, dim, "embedder")
+            try:
+                check_embedder_dim(embedder, dim, "embedder")
+            except ValueError as error:
+                raise ValueError(f"{name!r}: {error}") from None
         return embedder
     if saved is None:
         if checkpoint is not None:
@@ -422,9 +496,15 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        return embedder_from_config(saved["config"], checkpoint=checkpoint)
+        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
+    if dim is not None:  # before anything is embedded: the config must not choose the batch's size
+        try:
+            check_embedder_dim(rebuilt, dim, "the saved embedder")
+        except ValueError as error:
+            raise ValueError(f"{name!r}: {error} (header key 'dim')") from None
+    return rebuilt
 
 
 def read_store_header(path: Any) -> dict[str, Any]:
@@ -443,18 +523,9 @@ def read_store_header(path: Any) -> dict[str, Any]:
     >>> header["format_version"], header["dim"], header["index"]["name"]
     (2, 2, 'exact')
     """
-    from safetensors import safe_open
-
     name = check_regular_file(path)
-    try:
-        with safe_open(name, framework="numpy") as reader:
-            metadata = reader.metadata()
-    except OSError:
-        raise
-    except Exception as error:  # safetensors raises its own error type for damaged files
-        raise ValueError(
-            f"{name!r} is not a readable safetensors file (truncated or damaged?): {error}"
-        ) from error
+    with open(name, "rb") as file:
+        metadata = read_layout(name, file, os.fstat(file.fileno()).st_size).metadata
     header = _parse_header(name, metadata)
     _validate_header(name, header, os.path.getsize(name))
     return header
@@ -468,40 +539,53 @@ def read_store(
     checkpoint: Any = None,
     root: Any = None,
     connect: bool = False,
+    mmap: bool = False,
 ) -> GalleryState:
-    """Read and validate a store file; return its :class:`GalleryState` (see the module docstring)."""
+    """Read and validate a store file; return its :class:`GalleryState` (see the module docstring).
+
+    Each tensor is read once, straight into the array the index keeps; with ``mmap=True`` the
+    exact vectors (an exact index's, or a kept ``vectors`` tensor) are memory-mapped read-only
+    instead, and the file must not be modified in place while the store is in use (galleria's own
+    saves replace the file, which leaves the mapping intact)."""
     name = check_regular_file(path)
     check_embedder(embedder, allow_none=True)
     if not isinstance(connect, bool):
         raise TypeError(f"connect must be a bool, got {connect!r}")
     if search_index is not None and not isinstance(search_index, SearchIndex):
         raise TypeError(f"search_index must be a SearchIndex or None, got {type(search_index).__name__}")
-    file_size = os.path.getsize(name)
-    metadata, arrays = _read_tensors(name)
-    header = _validate_header(name, _parse_header(name, metadata), file_size)
-    recorded = header["tensors"]
-    if set(arrays) != set(recorded):
-        raise ValueError(f"{name!r} holds tensors {sorted(arrays)}, but its header lists {sorted(recorded)}")
-    for key, array in arrays.items():
-        if _digest(array) != recorded[key]["sha256"]:
+    if not isinstance(mmap, bool):
+        raise TypeError(f"mmap must be a bool, got {mmap!r}")
+    with open(name, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise ValueError(f"path {name!r} is not a regular file")
+        layout = _read_layout(name, file)
+        file_size = os.fstat(file.fileno()).st_size
+        header = _validate_header(name, _parse_header(name, layout.metadata), file_size)
+        recorded = header["tensors"]
+        if set(layout.tensors) != set(recorded):
             raise ValueError(
-                f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)"
+                f"{name!r} holds tensors {sorted(layout.tensors)}, but its header lists {sorted(recorded)}"
             )
-    if "index" in arrays and (arrays["index"].dtype != np.uint8 or arrays["index"].ndim != 1):
-        raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
-    paths: list[str] = header["paths"]
-    dim: int | None = header["dim"]
-    vectors = arrays.get("vectors")
-    if vectors is not None:
-        if vectors.dtype != np.float32 or vectors.shape != (len(paths), dim):
-            raise ValueError(
-                f"{name!r}: vectors of shape {vectors.shape} do not match {len(paths)} paths of dim {dim}"
-            )
-        if not np.isfinite(vectors).all():
-            raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
-    index, fill = _restore_index(name, header, arrays, search_index, connect)
+        paths: list[str] = header["paths"]
+        dim: int | None = header["dim"]
+        arrays: dict[str, Any] = {}
+        if "vectors" in layout.tensors:
+            expected = recorded["vectors"]["sha256"]
+            shape = (len(paths), dim if dim is not None else 0)
+            arrays["vectors"] = _read_vectors(name, file, layout.tensors["vectors"], expected, shape, mmap)
+        if "index" in layout.tensors:
+            span, expected = layout.tensors["index"], recorded["index"]["sha256"]
+            if search_index is None:
+                kind = header["index"]["name"]
+                arrays["index"] = _read_index_tensor(name, file, span, expected, kind, mmap)
+            elif span.numpy_dtype != np.uint8 or len(span.shape) != 1:
+                raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
+            elif TensorReader(file, span).hexdigest() != expected:  # checked, though not used
+                raise _checksum_error(name, "index")
+        vectors = arrays.get("vectors")
+        index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
-        raise ValueError(f"the index has dimension {index.dim}, but the store was saved with dimension {dim}")
+        raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]
@@ -512,7 +596,7 @@ def read_store(
             raise ValueError(f"root={root!r} maps two gallery paths onto one")
     if fill:
         assert vectors is not None
-        index.add(vectors)
+        add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
     return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation)

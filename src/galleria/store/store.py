@@ -22,7 +22,7 @@ from galleria.store._checks import (
 )
 from galleria.store._mutation import MutationMixin
 from galleria.store._retrieval import RetrievalMixin
-from galleria.store._state import GalleryState
+from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
@@ -156,6 +156,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         *,
         space: str | None = None,
         index_params: dict[str, Any] | None = None,
+        skipped: Sequence[str | os.PathLike[str]] | None = None,
     ) -> InMemoryImageEmbeddingStore:
         """Make a built store over vectors computed elsewhere (clip-retrieval, a previous run).
 
@@ -174,6 +175,10 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             already hold ``len(paths)`` rows. With such a filled index, ``embeddings`` must equal
             the rows it can give back (ValueError otherwise); where it cannot give them back,
             they are kept as the store's copy.
+        skipped : sequence of str or os.PathLike, optional
+            Paths that were left out because they could not be read where the vectors were
+            computed; recorded as the store's :attr:`skipped` (and saved with it), as
+            :meth:`build_store` records its own.
 
         Examples
         --------
@@ -185,7 +190,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         from galleria.store._from_vectors import state_from_embeddings
 
         return cls._from_state(
-            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params)
+            state_from_embeddings(paths, embeddings, embedder, search_index, space, index_params, skipped)
         )
 
     # ------------------------------------------------------------------ building
@@ -224,7 +229,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             if self._built:
                 return
             if paths:
-                self._index.add(vectors)
+                add_rows(self._index, vectors, paths)
             else:
                 warnings.warn(
                     f"none of the {len(self._pending)} gallery images could be read; the store is empty",
@@ -239,8 +244,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
     def save_to_disk(self, path: str | os.PathLike[str], vectors: Any = None) -> None:
         """Write the store to one safetensors file, atomically (see :mod:`galleria.store.persistence`).
 
-        The store is read under its lock (concurrent queries go on; an ``add_images`` or
-        ``remove_images`` waits), then the file is written outside it.
+        The file is written under the store's lock (concurrent queries go on; an ``add_images`` or
+        ``remove_images`` waits), straight from the arrays the index holds: no copy of the vectors
+        is made, and faiss indexes are streamed into the file.
 
         Parameters
         ----------
@@ -259,8 +265,8 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             snapshot = GalleryState(
                 self._index, self._embedder, self._paths, self._vectors, self._skipped, self._augmentation
             )
-            tensors, metadata = persistence.encode_store(snapshot, vectors)
-        persistence.write_store(target, tensors, metadata)
+            tensors, header = persistence.encode_store(snapshot, vectors)
+            persistence.write_store(target, tensors, header)
 
     @classmethod
     def load_from_disk(
@@ -272,6 +278,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         checkpoint: str | os.PathLike[str] | None = None,
         root: str | os.PathLike[str] | None = None,
         connect: bool = False,
+        mmap: bool = False,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -302,7 +309,16 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             Allow a store whose index lives in a vector database (:class:`~galleria.MilvusIndex`)
             to reconnect to the uri and collection its file records. Off by default: a file never
             chooses what galleria opens or contacts (the token, if any, comes from
-            ``GALLERIA_MILVUS_TOKEN``, never from the file).
+            ``GALLERIA_MILVUS_TOKEN``, never from the file, and is sent only to the server named
+            by ``GALLERIA_MILVUS_URI``: a file whose uri differs is refused).
+        mmap : bool
+            Memory-map the exact vectors (an exact index's, or the copy a store keeps for an
+            external index) read-only from the file instead of reading them into memory: loading
+            costs no memory for them and pages come in as searches touch them. They are verified
+            (checksum, finiteness) once while loading; the file must then not be modified in place
+            while the store is in use (galleria's saves replace the file, which keeps the mapping
+            valid). Adding or removing rows copies them into memory. Other indexes are read into
+            memory either way, each tensor once.
 
         Raises
         ------
@@ -322,5 +338,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 checkpoint=checkpoint,
                 root=root,
                 connect=connect,
+                mmap=mmap,
             )
         )

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from galleria._files import atomic_write_bytes
+from galleria._files import atomic_write_bytes, load_json, read_regular_file
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.rerank.registry import DEFAULT_METHOD, METHOD_PARAMS
 
@@ -59,7 +59,7 @@ def config_from_settings(settings: Any, name: str = "tuned", where: str = "setti
     if not isinstance(settings, Mapping):
         raise TypeError(f"{where} must be a JSON object, got {type(settings).__name__}")
     method = settings.get("rerank_method", DEFAULT_METHOD)
-    if method not in METHOD_PARAMS:
+    if not isinstance(method, str) or method not in METHOD_PARAMS:
         raise ValueError(f"{where}: rerank_method must be one of {tuple(METHOD_PARAMS)}, got {method!r}")
     allowed = _COMMON | set(METHOD_PARAMS[method])
     unknown = sorted(map(str, set(settings) - allowed))
@@ -92,20 +92,12 @@ def read_settings_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     OSError
         The file is missing or unreadable.
     ValueError
-        It is larger than :data:`MAX_BYTES`, not JSON, not a galleria settings file, or of a newer
-        format version.
+        It is not a regular file (a FIFO, a device), larger than :data:`MAX_BYTES`, not JSON, not a
+        galleria settings file, or of a newer format version.
     """
     name = os.fspath(path)
-    with open(name, "rb") as stream:
-        data = stream.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ValueError(
-            f"settings file {name!r} is larger than {MAX_BYTES} bytes; not a galleria settings file"
-        )
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"settings file {name!r} is not valid JSON: {error}") from error
+    data = read_regular_file(name, "settings file", MAX_BYTES)
+    document = load_json(data, f"settings file {name!r}")
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise ValueError(f'{name!r} is not a galleria settings file (no "format": "{FORMAT_NAME}")')
     version = document.get("format_version")
@@ -128,8 +120,9 @@ def read_settings(path: str | os.PathLike[str], name: str = "tuned") -> Retrieva
 
     Raises
     ------
-    OSError, ValueError, TypeError
-        As :func:`read_settings_file` and :func:`config_from_settings` (errors name the file).
+    OSError, ValueError
+        As :func:`read_settings_file` and :func:`config_from_settings` (errors name the file and
+        the key; a value of the wrong type is a ValueError here, as the file is at fault).
 
     Examples
     --------
@@ -140,7 +133,12 @@ def read_settings(path: str | os.PathLike[str], name: str = "tuned") -> Retrieva
     'αQE (α=1, n=50)'
     """
     document = read_settings_file(path)
-    return config_from_settings(document["settings"], name=name, where=f"settings file {os.fspath(path)!r}")
+    try:
+        return config_from_settings(
+            document["settings"], name=name, where=f"settings file {os.fspath(path)!r}"
+        )
+    except TypeError as error:  # a file's wrong value type is a bad file: one kind of error for it
+        raise ValueError(str(error)) from None
 
 
 def write_settings(

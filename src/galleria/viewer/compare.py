@@ -120,6 +120,17 @@ class SearchSettings:
     k: int = 10
     config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=DEFAULT_POOL))
 
+    def __post_init__(self) -> None:
+        # The one bound on a request's work, wherever the settings come from (a form, the JSON API,
+        # a tuned settings file used for the first page): checked here, on every construction.
+        if not isinstance(self.config, RetrievalConfig):
+            raise TypeError(f"config must be a RetrievalConfig, got {type(self.config).__name__}")
+        for name, value in (("k", self.k), ("pool", self.config.pool)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RESULTS:
+                raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
+        if self.config.rerank and self.config.pool < self.k:
+            raise ValueError(f"pool must be at least k ({self.k}), got {self.config.pool}")
+
     @classmethod
     def from_mapping(
         cls, settings: Mapping[str, Any], defaults: RetrievalConfig | None = None

@@ -1,8 +1,43 @@
-"""Text helpers for showing paths in narrow places."""
+"""Text helpers for showing paths in narrow places, and on terminals that obey control characters."""
 
 from __future__ import annotations
 
-__all__ = ["format_score", "shorten_middle"]
+import unicodedata
+
+__all__ = ["format_score", "printable", "shorten_middle"]
+
+#: Format characters that reorder or hide text on a terminal (bidi overrides and isolates).
+_BIDI = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F))
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char, f"\\x{code:02x}")
+    return f"\\u{code:04x}"
+
+
+def printable(text: object) -> str:
+    """``text`` with its control characters escaped (``\\x1b``, ``\\n``, ``\\u202e``), for human output.
+
+    A stored path is untrusted: printed raw, ``\\x1b]0;...\\x07`` retitles the terminal and a
+    newline forges result lines. Control characters (C0, DEL, C1), line and paragraph separators
+    and bidirectional overrides are written as escapes; everything else is kept as it is.
+
+    Examples
+    --------
+    >>> printable("/g/\\x1b]0;PWNED\\x07a.png")
+    '/g/\\\\x1b]0;PWNED\\\\x07a.png'
+    >>> printable("/g/ok/été.png")
+    '/g/ok/été.png'
+    """
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(
+        _escape(char) if unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in _BIDI else char
+        for char in value
+    )
 
 
 def shorten_middle(text: str, width: int) -> str:

@@ -1,0 +1,245 @@
+"""Building an IVF-PQ index: training, encoding shards in worker processes, and measuring its recall
+at build time to choose ``probe_lists`` (what :class:`~galleria.index.ivfpq.IvfPqIndex` trains and adds with).
+
+Recall is measured on the gallery itself: up to :data:`SAMPLE_QUERIES` of its vectors (a seeded
+sample) are searched exactly (in blocks) and through the index; each query's own row is left out of
+both lists, and recall@10 is the mean share of the exact ten the index finds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import faiss as _faiss
+import numpy as np
+
+from galleria._warnings import RecallTargetWarning
+from galleria.index._faiss import omp_threads
+from galleria.index._faiss_check import precomputed_table_bytes
+from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET, choose_shape
+from galleria.index.exact import exact_search
+
+faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
+
+__all__ = ["MIN_MEASURED_ROWS", "SAMPLE_QUERIES", "add_parallel", "list_ids", "measure_recall", "tune_probes"]
+
+#: Gallery vectors searched to measure recall at build time.
+SAMPLE_QUERIES = 300
+#: Smaller first batches are not measured (every list is probed instead).
+MIN_MEASURED_ROWS = 1_000
+_K = 10
+
+
+def list_ids(ivf: Any) -> np.ndarray:
+    """All ids stored in the inverted lists of ``ivf`` (any order)."""
+    lists = ivf.invlists
+    chunks = []
+    for number in range(ivf.nlist):
+        size = lists.list_size(number)
+        if size:
+            chunks.append(faiss.rev_swig_ptr(lists.get_ids(number), size).copy())
+    return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+
+def train_ivfpq(vectors: np.ndarray, params: dict[str, Any], metric: int) -> tuple[Any, Any]:
+    """Create and train a faiss IVF-PQ (behind OPQ if asked) on a seeded sample of ``vectors``
+    (already prepared); the shape is chosen where ``params`` leaves it unset and written back into
+    them. Returns the index and its IVF part (a non-owning view)."""
+    count, dim = vectors.shape
+    shape = choose_shape(count, dim, params)
+    lists, bits, subquantizers = shape.lists, shape.bits, shape.subquantizers
+    if dim % subquantizers:
+        raise ValueError(f"index parameter 'subquantizers' ({subquantizers}) must divide the dimension {dim}")
+    needed = max(lists, 1 << bits)
+    sample_size = min(count, params["train_size"])
+    if sample_size < needed:
+        raise ValueError(
+            f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = "
+            f"{needed} vectors (lists={lists}, bits={bits}); got {sample_size} "
+            f"(train_size={params['train_size']}, batch of {count}). Add more vectors at once or "
+            "lower lists/bits"
+        )
+    rng = np.random.default_rng(params["seed"])
+    sample = (
+        vectors if sample_size == count else vectors[np.sort(rng.choice(count, sample_size, replace=False))]
+    )
+    description = f"IVF{lists},PQ{subquantizers}x{bits}"
+    if params["opq"]:
+        description = f"OPQ{subquantizers}," + description
+    index = faiss.index_factory(dim, description, metric)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
+    codes = count * (math.ceil(subquantizers * bits / 8) + 8)
+    if precomputed_table_bytes(lists, subquantizers, bits) > codes:
+        # An L2 table (lists × M × 2**bits floats) bigger than the codes it speeds up: searches
+        # compute the same distances per query instead (faiss would build up to 2 GiB of it).
+        ivf.use_precomputed_table = -1
+    ivf.cp.seed = params["seed"]
+    ivf.cp.min_points_per_centroid = 1
+    ivf.pq.cp.seed = params["seed"] + 1
+    ivf.pq.cp.min_points_per_centroid = 1
+    with omp_threads(params["num_threads"]):
+        index.train(np.ascontiguousarray(sample))
+    params.update(lists=lists, subquantizers=subquantizers, bits=bits)
+    return index, ivf
+
+
+def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
+    """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; its bytes."""
+    faiss.omp_set_num_threads(1)
+    index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8).copy())
+    ids = np.arange(first_id, first_id + vectors.shape[0], dtype=np.int64)
+    index.add_with_ids(vectors, ids)
+    return bytes(faiss.serialize_index(index))
+
+
+def _add_shard_shared(
+    trained: bytes, memory_name: str, shape: tuple[int, int], start: int, stop: int
+) -> bytes:
+    """Worker entry point: read rows ``start:stop`` of a shared-memory block and encode them."""
+    from multiprocessing import shared_memory
+
+    block = shared_memory.SharedMemory(name=memory_name)
+    try:
+        vectors = np.ndarray(shape, dtype=np.float32, buffer=block.buf)[start:stop]
+        return _add_shard(trained, np.ascontiguousarray(vectors), start)
+    finally:
+        block.close()
+
+
+def add_parallel(index: Any, ivf: Any, array: np.ndarray, first: int, workers: int) -> None:
+    """Encode ``array`` (ids from ``first``) in ``workers`` processes into the trained faiss ``index``
+    (whose IVF part is ``ivf``): each encodes a shard into a copy of it; the lists are merged."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import shared_memory
+
+    empty = faiss.clone_index(index)
+    empty.reset()
+    trained = bytes(faiss.serialize_index(empty))
+    del empty
+    count = array.shape[0]
+    block = shared_memory.SharedMemory(create=True, size=array.nbytes)
+    try:
+        np.ndarray(array.shape, dtype=np.float32, buffer=block.buf)[:] = array
+        bounds = np.linspace(0, count, workers + 1).astype(int)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            futures = [
+                pool.submit(_add_shard_shared, trained, block.name, array.shape, int(a), int(b))
+                for a, b in itertools.pairwise(bounds)
+            ]
+            shards = [future.result() for future in futures]
+    finally:
+        block.close()
+        block.unlink()
+    if ivf.direct_map.type != faiss.DirectMap.NoMap:
+        ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
+    for data in shards:
+        shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
+        # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
+        ivf.merge_from(faiss.extract_index_ivf(shard), first)
+        del shard
+
+
+def _without_self(found: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each query's first ``_K`` results other than its own row."""
+    kept = np.empty((found.shape[0], min(_K, found.shape[1])), dtype=np.int64)
+    for number, (ids, own) in enumerate(zip(found, rows, strict=True)):
+        others = ids[ids != own]
+        kept[number] = others[: kept.shape[1]] if others.size >= kept.shape[1] else ids[: kept.shape[1]]
+    return kept
+
+
+def measure_recall(
+    search: Callable[[np.ndarray, int, int], np.ndarray],
+    vectors: np.ndarray,
+    first: int,
+    space: str,
+    seed: int,
+) -> Callable[[int], float]:
+    """A function of ``probe_lists`` giving recall@10 on a sample of ``vectors`` (prepared as stored,
+    rows ``first ..`` of the index). ``search(queries, k, probes)`` returns the index's row ids."""
+    count = vectors.shape[0]
+    rng = np.random.default_rng(seed + 2)
+    rows = np.sort(rng.choice(count, min(SAMPLE_QUERIES, count), replace=False))
+    queries = np.ascontiguousarray(vectors[rows])
+    truth = _without_self(exact_search(vectors, queries, _K + 1, space)[0], rows)
+
+    def recall(probes: int) -> float:
+        found = _without_self(search(queries, _K + 1, probes) - first, rows)
+        hits = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(found, truth, strict=True))
+        return hits / truth.size
+
+    return recall
+
+
+#: When no number of probes reaches the target, the fewest whose recall is within this of the best.
+PLATEAU = 0.005
+
+
+def tune_probes(recall: Callable[[int], float], lists: int, target: float) -> tuple[int, float]:
+    """The smallest power of two (or ``lists``) of probes whose recall reaches ``target``, with that
+    recall. When none does, the codes cap the recall: the fewest probes within :data:`PLATEAU` of the
+    best recall measured (probing more would cost time for nothing)."""
+    measured: dict[int, float] = {}
+    probes = 1
+    while True:
+        probes = min(probes, lists)
+        measured[probes] = recall(probes)
+        if measured[probes] >= target:
+            return probes, measured[probes]
+        if probes == lists:
+            best = max(measured.values())
+            fewest = min(p for p, value in measured.items() if value >= best - PLATEAU)
+            return fewest, measured[fewest]
+        probes *= 2
+
+
+def choose_probes(
+    search: Callable[[np.ndarray, int, int], np.ndarray],
+    array: np.ndarray,
+    space: str,
+    params: dict[str, Any],
+    report: dict[str, Any],
+) -> None:
+    """After the first batch (``array``, as stored) is in the index ``search`` queries: measure
+    recall@10 on a sample of it, set ``params["probe_lists"]`` (if unset) to meet the target, warn
+    when the target is out of reach, and record what was measured in ``report``."""
+    automatic = params["probe_lists"] is None
+    target = params["recall_target"]
+    if target is None and automatic:
+        target = DEFAULT_RECALL_TARGET
+    measured: float | None = None
+    sample = 0
+    if array.shape[0] < MIN_MEASURED_ROWS or target is None:
+        if automatic:
+            params["probe_lists"] = params["lists"]  # a tiny gallery: probe every list
+    else:
+        recall = measure_recall(search, array, 0, space, params["seed"])
+        sample = min(array.shape[0], SAMPLE_QUERIES)
+        if automatic:
+            params["probe_lists"], measured = tune_probes(recall, params["lists"], target)
+        else:
+            measured = recall(params["probe_lists"])
+        if measured < target:
+            warnings.warn(
+                RecallTargetWarning(
+                    f"the ivfpq index reaches recall@10 {measured:.3f} on {sample} sampled gallery "
+                    f"vectors at probe_lists={params['probe_lists']}, below recall_target={target}: "
+                    "raise subquantizers (or memory_budget), or keep_vectors=True with "
+                    "rerank_candidates"
+                ),
+                stacklevel=4,
+            )
+    params["recall_target"] = target
+    report.update(
+        recall_at_10=None if measured is None else round(float(measured), 4),
+        sample_queries=sample,
+        probe_lists=int(params["probe_lists"]),
+        recall_target=target,
+    )

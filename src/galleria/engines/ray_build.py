@@ -17,7 +17,7 @@ import numpy as np
 from galleria._validation import check_bool, check_positive_int
 from galleria.datasets.folder import IMAGE_EXTENSIONS
 from galleria.embedders import batch_size_of, embedder_config, embedder_from_config
-from galleria.engines.shards import ShardWriter, store_from_shards
+from galleria.engines.shards import ShardWriter
 from galleria.store.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
 
 __all__ = ["build_with_ray", "list_image_uris", "read_image_any"]
@@ -244,6 +244,7 @@ def build_with_ray(
         Built, with the embedder attached.
     """
     from galleria.datasets import list_images
+    from galleria.store import InMemoryImageEmbeddingStore
     from galleria.store._checks import resolve_index
 
     skip_errors = check_bool("skip_errors", skip_errors)
@@ -310,5 +311,15 @@ def build_with_ray(
     for start in range(0, kept_rows.size, rows_per_shard):
         rows = kept_rows[start : start + rows_per_shard]
         writer.write([paths[row] for row in rows], vectors[start : start + rows.size])
-    writer.close(skipped=[paths[row] for row in sorted(errors)], embedder=config)
-    return store_from_shards(out_dir, search_index, embedder=embedder, space=space, index_params=index_params)
+    skipped = [paths[row] for row in sorted(errors)]
+    writer.close(skipped=skipped, embedder=config)
+    # The store is built from the vectors in memory, equal to the shards' (no reading them back).
+    return InMemoryImageEmbeddingStore.from_embeddings(
+        [paths[row] for row in kept_rows],
+        vectors,
+        embedder,
+        search_index,
+        space=space,
+        index_params=index_params,
+        skipped=skipped,
+    )

@@ -235,6 +235,10 @@ def build_with_ray(
         instead of raising :class:`~galleria.store.reading.ImageReadError`.
     address : str, optional
         Ray cluster address; None starts (or reuses) a local Ray.
+    decode_batch_size : int
+        Images per Ray Data row (a chunk decoded by one task and embedded by one actor call),
+        rounded up to a multiple of the embedder's batch size; hundreds keep Ray's per-row
+        overhead small.
     num_cpus : int, optional
         CPUs of a local Ray started here (None: all).
 

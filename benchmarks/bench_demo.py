@@ -1,7 +1,7 @@
 """How the demo's settings were chosen, and the demo's table measured on its test split.
 
 Data: scikit-learn's 1,797 handwritten digits written as 32×32 PNGs (``galleria.datasets.digits_folder``).
-The demo's split (``--queries 300 --seed 0``) holds 300 test queries out; they are never looked at
+The demo's split (``--n-queries 300 --seed 0``) holds 300 test queries out; they are never looked at
 while choosing settings. The remaining 1,497 gallery images are split again (seed 1) into 300
 validation queries and a 1,197-image validation gallery, and on that validation split:
 

@@ -45,6 +45,32 @@ SIZES = {
     "msmt17": {"probes": 11_659, "gallery": 82_161, "identities": 3_060, "cameras": 15, "junk": 0},
     "market1501": {"probes": 3_368, "gallery": 15_913, "identities": 751, "cameras": 6, "junk": 2_793},
     "quick": {"probes": 300, "gallery": 2_000, "identities": 100, "cameras": 4, "junk": 100},
+    # Noisier clustered features, closer to real re-id features (their neighbourhoods overlap more):
+    # unit vectors of the identity centres + Gaussian noise of σ = 2 in 256-d (2/16 per coordinate).
+    "msmt17-noisy": {
+        "probes": 11_659,
+        "gallery": 82_161,
+        "identities": 3_060,
+        "cameras": 15,
+        "junk": 0,
+        "noisy": 1,
+    },
+    "market1501-noisy": {
+        "probes": 3_368,
+        "gallery": 15_913,
+        "identities": 751,
+        "cameras": 6,
+        "junk": 2_793,
+        "noisy": 1,
+    },
+    "quick-noisy": {
+        "probes": 300,
+        "gallery": 2_000,
+        "identities": 100,
+        "cameras": 4,
+        "junk": 100,
+        "noisy": 1,
+    },
 }
 
 
@@ -78,10 +104,17 @@ def reid_data(size: str, folder: Path) -> None:
     centres = rng.normal(size=(spec["identities"], dim))
     cameras = rng.normal(size=(spec["cameras"], dim))
 
+    noisy = bool(spec.get("noisy"))
+    if noisy:
+        centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+
     def draw(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids = rng.integers(0, spec["identities"], size=count)
         cams = rng.integers(0, spec["cameras"], size=count)
-        vectors = centres[ids] + 0.8 * cameras[cams] + 1.6 * rng.normal(size=(count, dim))
+        if noisy:
+            vectors = centres[ids] + 2.0 / np.sqrt(dim) * rng.normal(size=(count, dim))
+        else:
+            vectors = centres[ids] + 0.8 * cameras[cams] + 1.6 * rng.normal(size=(count, dim))
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors.astype(np.float32), ids, cams
 
@@ -392,7 +425,8 @@ def main() -> None:
         n, classes, dim, compare = (int(x) for x in args.ml_child.split(","))
         metric_learning_child(n, classes, dim, bool(compare))
         return
-    sizes = args.sizes or (["quick"] if args.quick else ["market1501", "msmt17"])
+    default = ["market1501", "msmt17", "market1501-noisy", "msmt17-noisy"]
+    sizes = args.sizes or (["quick", "quick-noisy"] if args.quick else default)
     reid = bench_reid(sizes) if args.part in (None, "reid") else None
     learning = bench_metric_learning(args.quick) if args.part in (None, "metric-learning") else None
     text = write_report(reid, learning, args.quick)

@@ -190,8 +190,8 @@ def test_search_text_output_with_expansion_and_reranking(
 def test_evaluate_json_and_report(image_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     payload = ok_json(
-        "evaluate", str(image_dir), "--queries", "8", "--seed", "3", "--expand", "--neighbors", "3",
-        "--rerank", "--k1", "5", "--k2", "2", "--pool", "20", "--out", str(out),
+        "evaluate", str(image_dir), "--n-queries", "8", "--seed", "3", "--expand", "--neighbors", "3",
+        "--rerank", "--k1", "5", "--k2", "2", "--pool", "20", "--report", str(out),
     )  # fmt: skip
     assert payload["schema"] == "galleria.evaluation/1"
     assert payload["n_queries"] == 8 and payload["n_gallery"] == N_IMAGES - 8
@@ -251,9 +251,9 @@ def test_evaluate_skip_errors(tmp_path: Path) -> None:
     corrupt = sorted(str(root / label / "zz.png") for label in COLOURS)
     for path in corrupt:
         Path(path).write_bytes(b"broken")
-    process = galleria("evaluate", str(root), "--queries", "8")
+    process = galleria("evaluate", str(root), "--n-queries", "8")
     assert process.returncode == 2 and "Traceback" not in process.stderr and "zz.png" in process.stderr
-    payload = ok_json("evaluate", str(root), "--queries", "8", "--skip-errors")
+    payload = ok_json("evaluate", str(root), "--n-queries", "8", "--skip-errors")
     assert sorted(payload["skipped"]) == corrupt
     assert payload["n_queries"] + payload["n_gallery"] == N_IMAGES
 
@@ -264,7 +264,7 @@ def test_evaluate_skip_errors(tmp_path: Path) -> None:
 
 def test_demo_reduced(cache_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    payload = ok_json("demo", "--queries", "30", "--cache-dir", str(cache_dir), "--out", str(out))
+    payload = ok_json("demo", "--n-queries", "30", "--cache-dir", str(cache_dir), "--report", str(out))
     assert payload["n_queries"] == 30 and payload["n_gallery"] == 1797 - 30
     assert payload["index"]["name"] == "hnsw" and payload["embedder"]["type"] == "pixel"
     plain, aqe, rerank = payload["configurations"]
@@ -288,7 +288,7 @@ def test_demo_reduced(cache_dir: Path, tmp_path: Path) -> None:
 
 
 def test_demo_text_table(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--queries", "20", "--seed", "2", "--cache-dir", str(cache_dir)]) == 0
+    assert main(["demo", "--n-queries", "20", "--seed", "2", "--cache-dir", str(cache_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "20 queries, 1777 gallery images" in lines[0]
     assert lines[1].split()[0] == "configuration" and len(lines) == 5
@@ -328,7 +328,7 @@ def test_errors_in_a_real_process(tmp_path: Path, built: tuple[Path, dict[str, A
         ),
         (("search", "s.safetensors", "--image", "a.png", "--text", "cat"), "not allowed with"),
         (("evaluate", "photos", "--index", "bogus"), "galleria evaluate: error: argument --index"),
-        (("evaluate", "photos", "--queries", "3", "--query-fraction", "0.1"), "not allowed with"),
+        (("evaluate", "photos", "--n-queries", "3", "--query-fraction", "0.1"), "not allowed with"),
         (("demo", "--bogus"), "galleria: error: unrecognized arguments: --bogus"),
     ],
 )
@@ -426,8 +426,8 @@ def test_evaluate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, ima
     assert "is empty" in fails(capsys, "evaluate", str(empty))
     assert "no label sub-folders" in fails(capsys, "evaluate", str(flat))
     assert "holds no images" in fails(capsys, "evaluate", str(tmp_path / "unlabelled"))
-    assert "too many" in fails(capsys, "evaluate", folder, "--queries", "29")
-    assert "--queries must be at least 1" in fails(capsys, "evaluate", folder, "--queries", "0")
+    assert "too many" in fails(capsys, "evaluate", folder, "--n-queries", "29")
+    assert "--n-queries must be at least 1" in fails(capsys, "evaluate", folder, "--n-queries", "0")
     assert "--query-fraction" in fails(capsys, "evaluate", folder, "--query-fraction", "1.5")
     assert "--query-fraction" in fails(capsys, "evaluate", folder, "--query-fraction", "0")
     assert "--seed" in fails(capsys, "evaluate", folder, "--seed", "-1")
@@ -436,19 +436,19 @@ def test_evaluate_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path, ima
     assert "--k2 needs --rerank" in fails(capsys, "evaluate", folder, "--k2", "3")
     blocker = tmp_path / "report.txt"
     blocker.write_text("x")
-    assert "is a file" in fails(capsys, "evaluate", folder, "--queries", "4", "--out", str(blocker))
+    assert "is a file" in fails(capsys, "evaluate", folder, "--n-queries", "4", "--report", str(blocker))
     assert blocker.read_text() == "x"
 
 
 def test_demo_errors(capsys: pytest.CaptureFixture[str], cache_dir: Path, tmp_path: Path) -> None:
-    assert "--queries must be at least 1" in fails(
-        capsys, "demo", "--queries", "0", "--cache-dir", str(cache_dir)
+    assert "--n-queries must be at least 1" in fails(
+        capsys, "demo", "--n-queries", "0", "--cache-dir", str(cache_dir)
     )
-    assert "--queries must be an integer" in fails(capsys, "demo", "--queries", "many")
-    assert "too many" in fails(capsys, "demo", "--queries", "5000", "--cache-dir", str(cache_dir))
+    assert "--n-queries must be an integer" in fails(capsys, "demo", "--n-queries", "many")
+    assert "too many" in fails(capsys, "demo", "--n-queries", "5000", "--cache-dir", str(cache_dir))
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    assert "is not a directory" in fails(capsys, "demo", "--queries", "5", "--cache-dir", str(blocker))
+    assert "is not a directory" in fails(capsys, "demo", "--n-queries", "5", "--cache-dir", str(blocker))
     foreign = tmp_path / "foreign"
     (foreign / "digits").mkdir(parents=True)
     (foreign / "digits" / "mine.txt").write_text("x")
@@ -460,5 +460,5 @@ def test_missing_extra_is_one_line(
 ) -> None:
     """Without scikit-learn (the demo extra) the demo says which extra to install, without a traceback."""
     monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # makes `import sklearn.datasets` fail
-    line = fails(capsys, "demo", "--queries", "5", "--cache-dir", str(tmp_path / "fresh"))
-    assert "galleria[demo]" in line
+    line = fails(capsys, "demo", "--n-queries", "5", "--cache-dir", str(tmp_path / "fresh"))
+    assert "pip install -e '.[demo]'" in line

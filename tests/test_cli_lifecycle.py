@@ -1,7 +1,7 @@
 """End-to-end tests of a gallery's whole life on the command line, each command in a subprocess.
 
 build (with a broken file, a checkpoint and --resume) → info → search --queries (--skip-errors,
---exclude-self, --csv, --json) → add → remove → sync; evaluate --out's report.html; and the one-line
+--exclude-self, --csv, --json) → add → remove → sync; evaluate --report's report.html; and the one-line
 errors (exit code 2) of the new commands.
 """
 
@@ -210,7 +210,7 @@ def test_evaluate_writes_a_valid_self_contained_html_report(photos: Path, tmp_pa
     process = ok(
         "evaluate",
         str(photos),
-        "--queries",
+        "--n-queries",
         "6",
         "--skip-errors",
         "--expand",
@@ -221,7 +221,7 @@ def test_evaluate_writes_a_valid_self_contained_html_report(photos: Path, tmp_pa
         "2",
         "--pool",
         "12",
-        "--out",
+        "--report",
         str(out),
     )
     assert "running plain retrieval on" in process.stderr  # progress while the queries run

@@ -88,7 +88,7 @@ def test_reid_protocol_matches_the_library(
         "10",
         "--per-query",
         str(per_query),
-        "--out",
+        "--report",
         str(out),
         "--json",
     )
@@ -174,13 +174,13 @@ def test_metric_learning_protocol_matches_the_library(
     np.save(tmp_path / "e.npy", embeddings)
     np.save(tmp_path / "l.npy", labels)
     args = ["evaluate-scores", "--protocol", "metric-learning", "--embeddings", str(tmp_path / "e.npy")]
-    payload = _run(capsys, *args, "--labels", str(tmp_path / "l.npy"), "--metric", "euclidean", "--json")
+    payload = _run(capsys, *args, "--labels", str(tmp_path / "l.npy"), "--space", "l2", "--json")
     expected = metric_learning_evaluate(embeddings, labels, metric="euclidean")
     assert payload["map@r"] == pytest.approx(expected.map_at_r)
     assert payload["r_precision"] == pytest.approx(expected.r_precision)
     assert payload["precision@1"] == pytest.approx(expected.precision_at_1)
     assert "pr_curve" not in payload
-    _run(capsys, *args, "--labels", str(tmp_path / "l.npy"), "--out", str(tmp_path / "out"))
+    _run(capsys, *args, "--labels", str(tmp_path / "l.npy"), "--report", str(tmp_path / "out"))
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert saved["protocol"] == "metric-learning" and len(saved["pr_curve"]["precision"]) == 21
 
@@ -306,7 +306,7 @@ def test_evaluate_metric_learning(folder: Path, tmp_path: Path, capsys: pytest.C
         "metric-learning",
         "--per-query",
         str(per_query),
-        "--out",
+        "--report",
         str(out),
         "--json",
     )
@@ -333,7 +333,7 @@ def test_evaluate_metric_learning(folder: Path, tmp_path: Path, capsys: pytest.C
     ("extra", "message"),
     [
         (["--protocol", "metric-learning", "--rerank"], "--rerank does not apply"),
-        (["--protocol", "metric-learning", "--queries", "3"], "--queries does not apply"),
+        (["--protocol", "metric-learning", "--n-queries", "3"], "--n-queries does not apply"),
         (["--protocol", "metric-learning", "--space", "ip"], "use --space cosine or l2"),
         (["--per-query", "x.csv"], "--per-query needs --protocol metric-learning"),
     ],

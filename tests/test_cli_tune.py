@@ -214,3 +214,73 @@ def test_demo_fashion_mnist_without_the_files(tmp_path: Path, capsys: pytest.Cap
     assert code == 2 and "apt-get install dataset-fashion-mnist" in stderr
     code, _, stderr = _run(capsys, "demo", "--fashion-root", str(tmp_path))
     assert code == 2 and "--fashion-root needs --dataset fashion-mnist" in stderr
+
+
+def test_rerank_defaults_are_read_from_the_gallery(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from galleria.rerank.adaptive import default_rerank_params
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    store_file = tmp_path / "s.safetensors"
+    assert main(["build", str(folder), "--out", str(store_file), "--workers", "1"]) == 0
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(store_file)
+    assert loaded._rerank_statistics is not None  # recorded at build time, kept in the file
+    adaptive = default_rerank_params(loaded)
+    query = str(next((folder / "red").iterdir()))
+    search = ["search", str(store_file), "--image", query, "--rerank", "--pool", "20", "--json"]
+    code, stdout, stderr = _run(capsys, *search)
+    assert code == 0, stderr
+    used = json.loads(stdout)["rerank"]
+    assert used["rerank_preset"] == "adaptive"
+    assert {key: used[key] for key in ("k1", "k2", "lambda_value")} == adaptive
+    code, stdout, stderr = _run(capsys, *search, "--rerank-preset", "paper")
+    assert code == 0, stderr
+    assert json.loads(stdout)["rerank"] == {"k1": 20, "k2": 6, "lambda_value": 0.3, "pool": 20}
+    code, stdout, stderr = _run(capsys, *search, "--k1", "9")  # explicit values as before
+    assert code == 0, stderr
+    assert json.loads(stdout)["rerank"] == {"k1": 9, "k2": 6, "lambda_value": 0.3, "pool": 20}
+
+    evaluate = ["evaluate", str(folder), "--rerank", "--pool", "20", "--json", "--workers", "1"]
+    code, stdout, stderr = _run(capsys, *evaluate)
+    assert code == 0, stderr
+    configuration = json.loads(stdout)["configurations"][1]
+    assert set(configuration["settings"]) == {"query_expansion", "rerank", "k1", "k2", "lambda_value", "pool"}
+    code, stdout, stderr = _run(capsys, *evaluate, "--rerank-preset", "paper")
+    assert code == 0, stderr
+    assert json.loads(stdout)["configurations"][1]["settings"]["k1"] == 20
+    code, stdout, stderr = _run(capsys, *evaluate, "--rerank-method", "gnn")
+    assert code == 0, stderr
+    assert json.loads(stdout)["configurations"][1]["settings"]["rerank_method"] == "gnn"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rerank", "--rerank-preset", "adaptive", "--k1", "5"], "drop --k1/--k2/--lambda"),
+        (["--rerank-preset", "paper"], "--rerank-preset needs --rerank"),
+    ],
+)
+def test_rerank_preset_errors(
+    folder: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _stdout, stderr = _run(capsys, "evaluate", str(folder), *args, "--workers", "1")
+    assert code != 0 and message in stderr
+
+
+@pytest.mark.parametrize("guard", ["recall@1", "none"])
+def test_tune_records_its_guard(
+    folder: Path, tmp_path: Path, guard: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tuned.json"
+    code, _stdout, stderr = _run(
+        capsys, "tune", str(folder), "--out", str(out), "--trials", "6", "--splits", "2",
+        "--validation-queries", "6", "--workers", "1", "--guard", guard,
+    )  # fmt: skip
+    assert code == 0, stderr
+    document = json.loads(out.read_text())
+    assert document["guard"]["metric"] == (None if guard == "none" else "recall@1")
+    assert document["guard"]["margin"] == 0.005
+    assert isinstance(document["checked"], list)
+    if guard != "none" and document["checked"]:
+        assert len(document["guard"]["per_split"]) == 2

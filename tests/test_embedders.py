@@ -313,5 +313,5 @@ def test_clip_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch
         return real_import(name)
 
     monkeypatch.setattr(torch_helpers.importlib, "import_module", fake_import)
-    with pytest.raises(ImportError, match=r"galleria\[clip\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[clip\]'"):
         ClipEmbedder(TINY_CLIP, pretrained=None)

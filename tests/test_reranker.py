@@ -128,7 +128,7 @@ def test_constructor_validation() -> None:
         KReciprocalReranker("not a store")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="store"):
         KReciprocalReranker(None)  # type: ignore[arg-type]
-    for bad_k in (2.0, True, "3", None):
+    for bad_k in (2.0, True, "3"):  # (None means "not given": read from the gallery, or the paper's)
         with pytest.raises(TypeError, match="k1"):
             KReciprocalReranker(store, k1=bad_k)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="k2"):
@@ -143,7 +143,7 @@ def test_constructor_validation() -> None:
     for bad_lambda in (-0.1, 1.01, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lambda_value"):
             KReciprocalReranker(store, lambda_value=bad_lambda)
-    for wrong in (True, False, "0.3", None):
+    for wrong in (True, False, "0.3"):  # (None: not given)
         with pytest.raises(TypeError, match="lambda_value"):
             KReciprocalReranker(store, lambda_value=wrong)  # type: ignore[arg-type]
 

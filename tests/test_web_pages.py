@@ -398,12 +398,12 @@ def test_the_pages_load_no_inline_script_or_style(client: TestClient) -> None:
 def test_the_evaluation_of_the_cli_reads_back(
     tmp_path: Path, gallery: tuple[Path, InMemoryImageEmbeddingStore]
 ) -> None:
-    """``galleria evaluate --out`` writes queries.json; ``serve --eval`` reads it back."""
+    """``galleria evaluate --report`` writes queries.json; ``serve --eval`` reads it back."""
     from galleria.cli import main
 
     report = tmp_path / "report"
     code = main(["evaluate", str(gallery[0]), "--embedder", "pixel:8", "--rerank", "--k1", "5", "--k2", "2",
-                 "--pool", "20", "--queries", "9", "--out", str(report)])  # fmt: skip
+                 "--pool", "20", "--n-queries", "9", "--report", str(report)])  # fmt: skip
     assert code == 0
     results = read_query_results(report)
     assert len(results.queries) == 9 and results.compared == ("plain", "rerank")

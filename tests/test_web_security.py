@@ -289,7 +289,7 @@ def test_serve_cli_root_and_allow_host(planted: dict[str, Any], monkeypatch: Any
 
     seen: dict[str, Any] = {}
 
-    def fake_serve(app: Any, *, host: str, port: int) -> None:
+    def fake_serve(app: Any, *, host: str, port: int, **options: Any) -> None:  # on_stop too
         seen["app"], seen["host"] = app, host
 
     monkeypatch.setattr("galleria.web.serve", fake_serve)

@@ -17,6 +17,7 @@ import numpy as np
 
 __all__ = [
     "check_bool",
+    "check_callback",
     "check_choice",
     "check_fraction",
     "check_nonnegative_float",
@@ -111,3 +112,18 @@ def check_path_list(name: str, value: Any, *, allow_empty: bool = False) -> list
     if not paths and not allow_empty:
         raise ValueError(f"{name} must not be empty")
     return paths
+
+
+def check_callback(name: str, value: Any) -> None:
+    """Raise TypeError naming ``name`` unless ``value`` is None or callable.
+
+    Examples
+    --------
+    >>> check_callback("on_progress", print)
+    >>> check_callback("on_progress", 3)
+    Traceback (most recent call last):
+    ...
+    TypeError: on_progress must be callable or None, got 3 (int)
+    """
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be callable or None, got {value!r} ({type(value).__name__})")

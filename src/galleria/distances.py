@@ -107,7 +107,12 @@ def pairwise_distances_batched(a: np.ndarray, b: np.ndarray, space: str) -> np.n
 
 def _from_gram(gram: np.ndarray, left: np.ndarray, right: np.ndarray, space: str) -> np.ndarray:
     """Distances in ``space`` from the Gram matrix (or stack of them) of ``left`` and ``right`` rows."""
-    if space == "cosine":  # unit rows: 1 - cos lies in [0, 2], rounding floored at 0
+    if space in ("cosine", "ip") and gram.dtype == np.float32:  # a fresh product: work in place
+        np.subtract(np.float32(1.0), gram, out=gram)
+        if space == "cosine":  # unit rows: 1 - cos lies in [0, 2], rounding floored at 0
+            np.maximum(gram, np.float32(0.0), out=gram)
+        return gram
+    if space == "cosine":
         return np.maximum(np.asarray(1.0 - gram, dtype=np.float32), 0.0)
     if space == "ip":
         return np.asarray(1.0 - gram, dtype=np.float32)

@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "sync": "sync",
     "serve": "serve",
     "tune": "tune",
+    "models": "models",
 }
 
 

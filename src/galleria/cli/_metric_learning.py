@@ -20,7 +20,7 @@ __all__ = ["check_not_given", "check_output_paths", "run_metric_learning"]
 
 #: Options of the retrieval protocol that mean nothing here: option → argparse destination.
 _RETRIEVAL_ONLY = {
-    "--queries": "queries",
+    "--n-queries": "n_queries",
     "--query-fraction": "query_fraction",
     "--expand": "expand",
     "--rerank": "rerank",
@@ -30,6 +30,7 @@ _RETRIEVAL_ONLY = {
     "--k2": "k2",
     "--lambda": "lambda_value",
     "--pool": "pool",
+    "--settings": "settings",
 }
 
 
@@ -41,6 +42,8 @@ def check_not_given(args: argparse.Namespace) -> None:
             raise CliError(
                 f"{option} does not apply to --protocol metric-learning (every image queries the rest)"
             )
+    if getattr(args, "index_param", None):
+        raise CliError("--protocol metric-learning searches exactly; --index-param does not apply")
     if args.index != "exact":
         raise CliError("--protocol metric-learning searches exactly; --index does not apply")
     if args.space == "ip":
@@ -50,17 +53,17 @@ def check_not_given(args: argparse.Namespace) -> None:
 
 
 def check_output_paths(args: argparse.Namespace) -> None:
-    """Refuse an ``--out`` that is a file or a ``--per-query`` that is a directory, before any work."""
+    """Refuse a ``--report`` that is a file or a ``--per-query`` that is a directory, before any work."""
     if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise CliError(f"--out {args.out!r} is a file; give a folder for metrics.json")
+        raise CliError(f"--report {args.out!r} is a file; give a folder for metrics.json")
     if args.per_query is not None and os.path.isdir(args.per_query):
         raise CliError(f"--per-query {args.per_query!r} is a directory; give a .csv file path")
 
 
 def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, meta: dict[str, Any]) -> int:
-    """Embed every image, score the folder, print the figures and write what was asked for."""
+    """Embed every image (or take a store file's vectors), score them, print and write what was asked for."""
+    from galleria.cli._labelled import open_source
     from galleria.cli._options import make_embedder
-    from galleria.datasets import load_image_folder
     from galleria.evaluation.protocols import (
         TOP,
         json_ready,
@@ -74,22 +77,39 @@ def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, 
 
     check_not_given(args)
     check_output_paths(args)
-    dataset = load_image_folder(image_dir)
-    embedder = make_embedder(args.embedder)
+    source = open_source(args, image_dir, "IMAGE_DIR|STORE")
     started = time.perf_counter()
-    store = InMemoryImageEmbeddingStore(
-        dataset.paths, embedder, "exact", space=args.space, skip_errors=args.skip_errors, num_workers=workers
-    )
-    store.build_store(progress=True)
-    if len(store) < 2:
+    label_of = dict(zip(source.paths, source.labels, strict=True))
+    if source.kind == "store":
+        space = source.store.space
+        if space == "ip":
+            raise CliError(
+                f"--protocol metric-learning compares by cosine or Euclidean distance; the store "
+                f"{image_dir!r} is in the ip space"
+            )
+        paths = list(source.paths)
+        embeddings = source.store.embeddings_of(paths)
+        skipped: list[str] = []
+    else:
+        space = args.space
+        store = InMemoryImageEmbeddingStore(
+            source.paths,
+            make_embedder(args.embedder),
+            "exact",
+            space=space,
+            skip_errors=args.skip_errors,
+            num_workers=workers,
+        )
+        store.build_store(progress=True)
+        paths, embeddings = store.paths, store.embeddings
+        skipped = [str(path) for path in store.skipped]
+    if len(paths) < 2:
         raise CliError("fewer than two images could be read; nothing to evaluate")
-    label_of = dict(zip(dataset.paths, dataset.labels, strict=True))
-    paths = store.paths
     labels = np.array([label_of[path] for path in paths])
     detail = args.out is not None or args.per_query is not None
-    metric = "euclidean" if args.space == "l2" else "cosine"
+    metric = "euclidean" if space == "l2" else "cosine"
     result = metric_learning_evaluate(
-        store.embeddings, labels, metric=metric, full_ranking=detail, top_k=TOP if detail else 0
+        embeddings, labels, metric=metric, full_ranking=detail, top_k=TOP if detail else 0
     )
     figures, rows = metric_learning_report(result)
     if not detail:
@@ -99,7 +119,7 @@ def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, 
         "protocol": "metric-learning",
         "metric": metric,
         "n_images": len(paths),
-        "skipped": [str(path) for path in store.skipped],
+        "skipped": skipped,
         "total_seconds": round(time.perf_counter() - started, 3),
         **figures,
     }
@@ -123,6 +143,6 @@ def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, 
             ("MAP@R", f"{result.map_at_r:.4f}"),
         ):
             print(f"{name:<28} {value}")
-    for path in store.skipped:
+    for path in skipped:
         print(f"skipped unreadable image: {path}", file=sys.stderr)
     return 0

@@ -16,17 +16,21 @@ from typing import Any
 from galleria._validation import MAX_COUNT
 from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
+from galleria.evaluation.configs import DEFAULT_POOL
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index.base import SPACES
 from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
-RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba")
+RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba", "decoupled-diffusion")
 
 __all__ = [
+    "DEFAULT_POOL",
     "EMBEDDER_HELP",
+    "add_deprecated_alias",
     "add_embedder_options",
     "add_expand_options",
+    "add_index_param_option",
     "add_load_options",
     "add_report_options",
     "add_rerank_options",
@@ -36,21 +40,62 @@ __all__ = [
     "check_existing_folder",
     "embedder_settings",
     "expand_settings",
+    "index_params",
     "load_store",
     "make_embedder",
     "parse_embedder_spec",
     "parse_float",
+    "parse_index_param",
     "parse_int",
     "rerank_settings",
+    "say",
     "settings_config",
     "shorten_middle",
 ]
 
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores into the new option's destination and prints one warning."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, replacement: str, **kwargs: Any) -> None:
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated; use {self.replacement}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def add_deprecated_alias(group: Any, old: str, *, dest: str, replacement: str, **kwargs: Any) -> None:
+    """Register ``old`` as a hidden, warning spelling of the option that stores into ``dest``.
+
+    ``replacement`` is the spelling the warning points to (e.g. ``"--n-queries N"``).
+    """
+    group.add_argument(
+        old,
+        dest=dest,
+        action=_DeprecatedAlias,
+        replacement=replacement,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+        **kwargs,
+    )
+
+
 EMBEDDER_HELP = (
-    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL[:PRETRAINED], PRETRAINED a weights "
-    "tag, a local checkpoint file or 'random' (default: %(default)s)"
+    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL:PRETRAINED, PRETRAINED a weights "
+    "tag, a local checkpoint file or 'random'; `galleria models` lists them (default: %(default)s)"
 )
-_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL[:PRETRAINED]"
+_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL:PRETRAINED"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -147,13 +192,19 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
             clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
         return "clip", clip_options
     if kind == "timm":
-        # timm:MODEL[:PRETRAINED] — PRETRAINED is a timm tag or a local checkpoint path (colons allowed).
+        # timm:MODEL:PRETRAINED — PRETRAINED is a timm tag, a local checkpoint path (colons allowed) or
+        # random; unlike clip there is no default (timm has no one set of weights for every model).
         parts = rest.split(":", 1) if rest else []
         if not parts or not all(parts):
-            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL[:PRETRAINED]")
+            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL:PRETRAINED")
+        if len(parts) == 1:  # no weights named: refuse rather than embed with random weights silently
+            raise CliError(
+                f"--embedder {spec!r} names no weights: give timm:{parts[0]}:PATH (a local checkpoint), "
+                f"timm:{parts[0]}:TAG (timm's hub weights) or timm:{parts[0]}:random (seeded random "
+                "weights); `galleria models` lists weights that work offline"
+            )
         timm_options: dict[str, Any] = {"model_name": parts[0], "pretrained": None}
-        if len(parts) > 1:
-            timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
+        timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
         return "timm", timm_options
     raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
 
@@ -170,6 +221,15 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
+def say(message: str) -> None:
+    """Print what is happening (a slow import or model load) on stderr, on a terminal only.
+
+    Off a terminal the line is left out, so that a failure stays one line for a log or a script.
+    """
+    if sys.stderr.isatty():
+        print(message, file=sys.stderr, flush=True)
+
+
 def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
     """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
     from galleria.embedders import ClipEmbedder, PixelEmbedder
@@ -181,11 +241,11 @@ def make_embedder(spec: str, *, device: str | None = None, batch_size: int | Non
     if device is not None:
         extra["device"] = device
     if kind == "timm":
+        say(f"loading torch and timm, then the timm model {options['model_name']} ...")
         from galleria.embedders import TimmEmbedder
 
         return TimmEmbedder(options["model_name"], pretrained=options["pretrained"], progress=True, **extra)
-    if sys.stderr.isatty():  # like the progress bars: on a terminal only, so errors stay one line
-        print(f"loading CLIP model {options['model_name']} ...", file=sys.stderr, flush=True)
+    say(f"loading torch and open_clip, then the CLIP model {options['model_name']} ...")
     embedder: Embedder = ClipEmbedder(
         model_name=options["model_name"], pretrained=options["pretrained"], **extra
     )
@@ -248,8 +308,10 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
 
         entry = read_store_header(path).get("embedder")
         config = entry.get("config") if isinstance(entry, dict) else None
-        if isinstance(config, dict) and config.get("type") == "clip":
-            print(f"loading CLIP model {config.get('model_name')} ...", file=sys.stderr, flush=True)
+        kind = config.get("type") if isinstance(config, dict) else None
+        if isinstance(config, dict) and kind in ("clip", "timm"):
+            library = "open_clip" if kind == "clip" else "timm"
+            say(f"loading torch and {library}, then the {kind} model {config.get('model_name')} ...")
     return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
 
 
@@ -263,6 +325,7 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
         choices=("exact", "hnsw", "ivfpq"),
         help="search index (default: %(default)s)",
     )
+    add_index_param_option(group)
     group.add_argument(
         "--space", default="cosine", choices=SPACES, help="distance space (default: %(default)s)"
     )
@@ -276,7 +339,68 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int) -> None:
+def add_index_param_option(group: Any) -> None:
+    """``--index-param KEY=VALUE`` (repeatable): one parameter of the ``--index`` chosen."""
+    group.add_argument(
+        "--index-param",
+        dest="index_param",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a parameter of the index, repeatable (e.g. --index ivfpq --index-param lists=16 "
+        "--index-param bits=6; hnsw: graph_degree, search_candidates, ...); see docs/cli.md",
+    )
+
+
+def parse_index_param(text: str) -> tuple[str, Any]:
+    """One ``KEY=VALUE`` of ``--index-param``: VALUE read as an int, true/false, none, or else text.
+
+    Examples
+    --------
+    >>> parse_index_param("lists=16"), parse_index_param("opq=true"), parse_index_param("x=none")
+    (('lists', 16), ('opq', True), ('x', None))
+    """
+    key, equals, value = text.partition("=")
+    key = key.strip()
+    if not equals or not key or not value.strip():
+        raise CliError(f"--index-param must be KEY=VALUE (e.g. lists=16), got {text!r}")
+    value = value.strip()
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return key, lowered == "true"
+    if lowered == "none":
+        return key, None
+    try:
+        return key, int(value, 10)
+    except ValueError:
+        return key, value
+
+
+def index_params(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``--index-param`` values, checked by the chosen index's own validator; None when none given.
+
+    The returned mapping holds only the keys given (the index fills in its defaults, which may depend on
+    the data); a bad name or value is a one-line CliError naming the option.
+    """
+    given = getattr(args, "index_param", None)
+    if not given:
+        return None
+    from galleria.index.registry import validate_index_params
+
+    params: dict[str, Any] = {}
+    for text in given:
+        key, value = parse_index_param(text)
+        if key in params:
+            raise CliError(f"--index-param {key} is given twice")
+        params[key] = value
+    try:
+        validate_index_params(args.index, params)
+    except (TypeError, ValueError) as error:
+        raise CliError(f"--index-param (--index {args.index}): {error}") from None
+    return params
+
+
+def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = DEFAULT_POOL) -> None:
     """``--rerank`` and its ``--k1``, ``--k2``, ``--lambda``, ``--pool``."""
     group = parser.add_argument_group("re-ranking")
     group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates (k-reciprocal)")
@@ -287,14 +411,29 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int) ->
         help="re-ranking method (default: k-reciprocal); --k1/--k2/--lambda also set gnn's, other methods "
         "take their defaults or --settings",
     )
-    group.add_argument("--k1", default=None, metavar="N", help="k1, the neighbourhood size (default: 20)")
-    group.add_argument("--k2", default=None, metavar="N", help="k2, local query expansion (default: 6)")
+    group.add_argument(
+        "--rerank-preset",
+        default=None,
+        choices=("adaptive", "paper"),
+        help="where parameters not given come from: adaptive (default: read from the gallery's "
+        "reciprocal-neighbour statistics) or paper (the published values: k1 20, k2 6, λ 0.3)",
+    )
+    group.add_argument(
+        "--k1",
+        default=None,
+        metavar="N",
+        help="k1, the neighbourhood size (paper: 20; else from the gallery)",
+    )
+    group.add_argument(
+        "--k2", default=None, metavar="N", help="k2, local query expansion (paper: 6; else from the gallery)"
+    )
     group.add_argument(
         "--lambda",
         dest="lambda_value",
         default=None,
         metavar="X",
-        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] (default: 0.3)",
+        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] "
+        "(paper: 0.3; else from the gallery)",
     )
     group.add_argument(
         "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
@@ -313,13 +452,19 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_report_options(parser: argparse.ArgumentParser) -> None:
-    """``--out`` (report folder) and ``--json`` of the evaluating commands, ``evaluate`` and ``demo``."""
+    """``--report DIR`` (report folder) and ``--json`` of the evaluating commands, ``evaluate`` and ``demo``.
+
+    ``--out`` names a single file a command writes (build: the store, tune: the settings), so the report
+    folder has its own option; ``--out DIR`` is kept here as a deprecated spelling.
+    """
     parser.add_argument(
-        "--out",
+        "--report",
+        dest="out",
         default=None,
         metavar="DIR",
-        help="write report.html (with thumbs/), report.md, metrics.json, pr_curve.png",
+        help="write report.html (with thumbs/), report.md, metrics.json, pr_curve.png into DIR",
     )
+    add_deprecated_alias(parser, "--out", dest="out", replacement="--report DIR")
     parser.add_argument(
         "--json", action="store_true", help="print the metrics as JSON (the metrics.json layout)"
     )
@@ -335,10 +480,25 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``); None without --rerank."""
     options = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda", "pool": "--pool"}
     method = getattr(args, "rerank_method", None)
+    preset = getattr(args, "rerank_preset", None)
     if not args.rerank:
-        _require(args, "--rerank", {**options, "rerank_method": "--rerank-method"})
+        _require(
+            args,
+            "--rerank",
+            {**options, "rerank_method": "--rerank-method", "rerank_preset": "--rerank-preset"},
+        )
         return None
     method = method or "k-reciprocal"
+    explicit = [args.k1, args.k2, args.lambda_value] != [None, None, None]
+    if preset == "adaptive" and explicit:
+        raise CliError(
+            "--rerank-preset adaptive reads k1, k2 and λ from the gallery; drop --k1/--k2/--lambda "
+            "or use --rerank-preset paper"
+        )
+    if preset != "paper" and not explicit:  # the default: parameters read from the gallery
+        pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
+        adaptive: dict[str, Any] = {"rerank_preset": "adaptive", "pool": pool}
+        return adaptive if method == "k-reciprocal" else {"rerank_method": method, **adaptive}
     if method not in ("k-reciprocal", "gnn"):
         _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
     if method not in ("k-reciprocal", "gnn"):
@@ -396,6 +556,7 @@ def settings_config(args: argparse.Namespace) -> Any:
             ("lambda_value", "--lambda"),
             ("pool", "--pool"),
             ("rerank_method", "--rerank-method"),
+            ("rerank_preset", "--rerank-preset"),
         )
         if getattr(args, dest, None) not in (None, False)
     ]

@@ -21,6 +21,7 @@ from galleria.cli._options import (
     add_store_options,
     check_existing_folder,
     embedder_settings,
+    index_params,
     make_embedder,
     parse_embedder_spec,
     parse_float,
@@ -85,7 +86,7 @@ def add_parser(subparsers: Any) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    engine = parser.add_argument_group("engine (galleria[ray])")
+    engine = parser.add_argument_group("engine (the ray extra: pip install -e '.[ray]')")
     engine.add_argument(
         "--engine", default="threads", choices=("threads", "ray"), help="who embeds (default: %(default)s)"
     )
@@ -152,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     parse_embedder_spec(args.embedder)
     workers = parse_int("--workers", args.workers)
     every = parse_float("--checkpoint-every", args.checkpoint_every)
+    args.index_params = index_params(args)
     settings = embedder_settings(args)
     out = args.out
     if os.path.isdir(out):
@@ -203,8 +205,7 @@ def _build_with_threads(
     args: argparse.Namespace, paths: list[str], embedder: Any, partial: str, workers: int, every: float
 ) -> tuple[Any, int]:
     """``--engine threads``: embed in chunks, keeping a checkpoint at ``partial``; (store, images resumed)."""
-    from tqdm.auto import tqdm
-
+    from galleria._progress import progress
     from galleria.embedders.base import batch_size_of
     from galleria.store import ImageReadError, InMemoryImageEmbeddingStore
 
@@ -228,12 +229,8 @@ def _build_with_threads(
     last_save = time.monotonic()
     position = 0
     try:
-        with tqdm(
-            total=len(paths),
-            initial=len(paths) - len(paths_left),
-            desc="building gallery",
-            unit="img",
-            disable=True if args.json else None,
+        with progress(
+            len(paths), "building gallery", "img", enabled=not args.json, initial=len(paths) - len(paths_left)
         ) as bar:
             while position < len(paths_left) or store is None:
                 part = paths_left[position : position + chunk]
@@ -243,14 +240,14 @@ def _build_with_threads(
                         embedder,
                         args.index,
                         space=args.space,
+                        index_params=args.index_params,
                         skip_errors=args.skip_errors,
                         num_workers=workers,
                     )
-                    store.build_store(progress=False)
+                    store.build_store(progress=False, on_progress=bar.update)  # moves per batch
                 elif part:
-                    store.add_images(part)
+                    store.add_images(part, on_progress=bar.update)
                 position += len(part)
-                bar.update(len(part))
                 if position < len(paths_left) and time.monotonic() - last_save >= every:
                     store.save_to_disk(partial)
                     last_save = time.monotonic()
@@ -290,6 +287,7 @@ def _build_on_ray(args: argparse.Namespace, paths: list[str], embedder: Any, out
             shards,
             args.index,
             space=args.space,
+            index_params=getattr(args, "index_params", None),
             skip_errors=args.skip_errors,
             address=args.ray_address,
             num_actors=actors,

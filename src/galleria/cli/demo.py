@@ -14,7 +14,7 @@ import argparse
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_report_options, parse_int
+from galleria.cli._options import add_deprecated_alias, add_report_options, parse_int
 
 __all__ = ["DEMO_EMBEDDER", "DEMO_INDEX_PARAMS", "DEMO_SETTINGS", "add_parser", "run"]
 
@@ -47,7 +47,7 @@ FASHION_TUNED: dict[str, Any] = {"neighbors": 9, "alpha": 4.07, "aqe_neighbors":
 _EXAMPLES = """\
   galleria demo
   galleria demo --dataset fashion-mnist        # needs Debian's dataset-fashion-mnist (or --fashion-root)
-  galleria demo --queries 500 --seed 1 --out demo-report/
+  galleria demo --n-queries 500 --seed 1 --report demo-report/
   galleria demo --json --cache-dir /tmp/galleria-cache
 """
 
@@ -62,7 +62,8 @@ def add_parser(subparsers: Any) -> None:
             "Write scikit-learn's 1,797 handwritten digits as PNG files into the cache folder (once), index "
             "all but the query images with the pixel embedder and an HNSW index, and compare plain "
             "retrieval, alpha query expansion, and alpha query expansion + k-reciprocal re-ranking: "
-            "Recall@1, Recall@5, mAP@100, MRR and ms per query. Needs the demo extra (galleria[demo])."
+            "Recall@1, Recall@5, mAP@100, MRR and ms per query. Needs the demo extra "
+            "(pip install -e '.[demo]')."
         ),
         examples=_EXAMPLES,
     )
@@ -79,8 +80,9 @@ def add_parser(subparsers: Any) -> None:
         help="folder of the Fashion-MNIST idx files (default: where Debian puts them)",
     )
     parser.add_argument(
-        "--queries", default=None, metavar="N", help="query images (default: 300; fashion-mnist 1000)"
+        "--n-queries", default=None, metavar="N", help="query images (default: 300; fashion-mnist 1000)"
     )
+    add_deprecated_alias(parser, "--queries", dest="n_queries", replacement="--n-queries N")
     parser.add_argument(
         "--seed", default="0", metavar="N", help="seed of the query split (default: %(default)s)"
     )
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_fashion(args, seed)
     if args.fashion_root is not None:
         raise CliError("--fashion-root needs --dataset fashion-mnist")
-    n_queries = parse_int("--queries", "300" if args.queries is None else args.queries)
+    n_queries = parse_int("--n-queries", "300" if args.n_queries is None else args.n_queries)
     folder = digits_folder(args.cache_dir)
     dataset = load_image_folder(folder)
     split = dataset.split(n_queries=n_queries, seed=seed)
@@ -125,11 +127,11 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
     from galleria.datasets.fashion_mnist import DEBIAN_ROOT, fashion_mnist_folder
     from galleria.evaluation import RetrievalConfig
 
-    n_queries = parse_int("--queries", FASHION_QUERIES if args.queries is None else args.queries)
+    n_queries = parse_int("--n-queries", FASHION_QUERIES if args.n_queries is None else args.n_queries)
     root = args.fashion_root or DEBIAN_ROOT
     try:
         split = fashion_mnist_folder(
-            args.cache_dir, root, n_queries=n_queries, n_gallery=FASHION_GALLERY, seed=seed
+            args.cache_dir, root, n_queries=n_queries, n_gallery=FASHION_GALLERY, seed=seed, on_write=_tell
         )
     except FileNotFoundError as error:
         raise CliError(str(error)) from None
@@ -146,6 +148,26 @@ def _run_fashion(args: argparse.Namespace, seed: int) -> int:
         RetrievalConfig("tuned", rerank=True, rerank_method="dba", rerank_params=FASHION_TUNED, pool=400),
     ]
     return _evaluate_demo(args, split, FASHION_EMBEDDER, dataset_meta, configs, "Fashion-MNIST")
+
+
+def _tell(stage: str, count: int, folder: Any) -> None:
+    """Say on stderr that the Fashion-MNIST images are written into the cache (once), and their size."""
+    import sys
+
+    if stage == "writing":
+        print(
+            f"galleria demo: writing {count:,} Fashion-MNIST images as PNG files (about "
+            f"{count * _PNG_BYTES / 1e6:.0f} MB) into {folder} (once; later runs reuse them) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    size = sum(entry.stat().st_size for entry in folder.rglob("*.png"))
+    print(f"galleria demo: wrote {count:,} PNG files ({size / 1e6:.0f} MB) into {folder}", file=sys.stderr)
+
+
+#: Bytes of one 28×28 Fashion-MNIST PNG on disk, about (83 MB for 21,000 measured).
+_PNG_BYTES = 4000
 
 
 def _evaluate_demo(

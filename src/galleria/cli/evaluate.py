@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._options import (
+    add_deprecated_alias,
     add_expand_options,
     add_report_options,
     add_rerank_options,
@@ -19,6 +20,7 @@ from galleria.cli._options import (
     check_existing_folder,
     embedder_settings,
     expand_settings,
+    index_params,
     make_embedder,
     parse_embedder_spec,
     parse_int,
@@ -35,16 +37,15 @@ __all__ = ["add_parser", "run", "run_evaluation"]
 
 _EXAMPLES = """\
   galleria evaluate animals/                                   # plain retrieval, 10% of images as queries
-  galleria evaluate animals/ --queries 200 --expand --rerank   # the demo's three configurations
-  galleria evaluate animals/ --query-fraction 0.2 --rerank --k1 30 --lambda 0.2 --out report/
+  galleria evaluate animals/ --n-queries 200 --expand --rerank # the demo's three configurations
+  galleria evaluate animals/ --query-fraction 0.2 --rerank --k1 30 --lambda 0.2 --report report/
   galleria evaluate animals/ --embedder clip --index hnsw --expand --json
-  galleria evaluate animals/ --protocol metric-learning --per-query queries.csv --out report/
+  galleria evaluate animals/ --protocol metric-learning --per-query queries.csv --report report/
   galleria evaluate animals/ --settings tuned.json             # plain vs the settings `galleria tune` chose
+  galleria evaluate animals.safetensors --expand --rerank      # a built store: its vectors, no re-embedding
 """
 
-#: Default number of candidates re-ranked per query (the spec's benchmark pool).
-DEFAULT_POOL = 200
-#: Share of images used as queries when neither --queries nor --query-fraction is given.
+#: Share of images used as queries when neither --n-queries nor --query-fraction is given.
 DEFAULT_QUERY_FRACTION = 0.1
 
 
@@ -55,19 +56,25 @@ def add_parser(subparsers: Any) -> None:
         "evaluate",
         help="measure retrieval quality on a labelled image folder",
         description=(
-            "Split a labelled folder (IMAGE_DIR/<label>/<image>) into queries and gallery, stratified by "
-            "label and seeded; index the gallery; and report Recall@1, Recall@5, mAP@100, MRR and ms per "
+            "Split a labelled folder (IMAGE_DIR/<label>/<image>), or a store file built from one, into "
+            "queries and gallery, stratified by label and seeded; index the gallery; and report "
+            " Recall@1, Recall@5, mAP@100, MRR and ms per "
             "query for plain retrieval, plus alpha query expansion with --expand and k-reciprocal "
             "re-ranking with --rerank (on the expanded query's pool when both are given). A result is "
-            "relevant when it has the query's label."
+            "relevant when it has the query's label. A store file is evaluated on its stored vectors "
+            "(nothing is embedded again); an image's label is its first folder under the paths' common "
+            "root. With --settings, the split must be the one the settings were tuned beside."
         ),
         examples=_EXAMPLES,
     )
     parser.add_argument(
-        "image_dir", metavar="IMAGE_DIR", help="labelled image folder: IMAGE_DIR/<label>/<image>"
+        "image_dir",
+        metavar="IMAGE_DIR|STORE",
+        help="labelled image folder IMAGE_DIR/<label>/<image>, or a store file built from one",
     )
     split = parser.add_mutually_exclusive_group()
-    split.add_argument("--queries", default=None, metavar="N", help="number of query images")
+    split.add_argument("--n-queries", default=None, metavar="N", help="number of query images")
+    add_deprecated_alias(split, "--queries", dest="n_queries", replacement="--n-queries N")
     split.add_argument(
         "--query-fraction",
         default=None,
@@ -79,7 +86,7 @@ def add_parser(subparsers: Any) -> None:
     )
     add_store_options(parser)
     add_expand_options(parser)
-    add_rerank_options(parser, pool_default=DEFAULT_POOL)
+    add_rerank_options(parser)
     add_report_options(parser)
     add_settings_option(parser)
     parser.add_argument(
@@ -135,30 +142,43 @@ def run_evaluation(
     out: str | None,
     as_json: bool,
     title: str,
+    store: Any = None,
+    query_vectors: Any = None,
+    tuned: bool = False,
 ) -> int:
-    """Build the gallery store, run the configurations, print the table or JSON, write the report."""
+    """Build the gallery store, run the configurations, print the table or JSON, write the report.
+
+    A ``store`` already built over ``split.gallery_paths`` is used as it is, and ``query_vectors``
+    (the stored vectors of ``split.query_paths``) then stand for the query images: nothing is embedded.
+    ``tuned`` (settings from ``galleria tune`` are among ``configs``) drops the hint to run it.
+    """
     from galleria.evaluation import evaluate_retrieval, format_table, results_payload, write_report
     from galleria.store import InMemoryImageEmbeddingStore
 
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
-        raise CliError(f"--out {out!r} is a file; give a folder for report.html and the other report files")
+        raise CliError(f"--report {out!r} is a file; give a folder for report.html and the other files")
     started = time.perf_counter()
-    store = InMemoryImageEmbeddingStore(
-        split.gallery_paths,
-        embedder,
-        index,
-        space=space,
-        index_params=dict(index_params) if index_params is not None else None,
-        skip_errors=skip_errors,
-        num_workers=num_workers,
-    )
-    store.build_store(progress=True)
+    if store is None:
+        store = InMemoryImageEmbeddingStore(
+            split.gallery_paths,
+            embedder,
+            index,
+            space=space,
+            index_params=dict(index_params) if index_params is not None else None,
+            skip_errors=skip_errors,
+            num_workers=num_workers,
+        )
+        store.build_store(progress=True)
     if len(store) == 0:
         raise CliError("no gallery image could be read; nothing to evaluate")
     build_seconds = time.perf_counter() - started
     labels = split.gallery_label_of
     gallery_labels = {path: labels[path] for path in store.paths}
-    query_paths, query_labels, bad_queries = _readable_queries(split, skip_errors)
+    bad_queries: list[str] = []
+    if query_vectors is not None:
+        query_paths, query_labels = split.query_paths, split.query_labels
+    else:
+        query_paths, query_labels, bad_queries = _readable_queries(split, skip_errors)
     from galleria.evaluation.report import contact_sheets
 
     shown: dict[str, list[list[str]]] = {}
@@ -170,10 +190,11 @@ def run_evaluation(
         if out is not None:
             shown[config.name] = [[candidate.path for candidate in ranked] for ranked in lists]
 
+    queries: Any = query_vectors if query_vectors is not None else query_paths
     results = evaluate_retrieval(
-        store, query_paths, query_labels, gallery_labels, configs, on_config=announce, on_lists=keep
+        store, queries, query_labels, gallery_labels, configs, on_config=announce, on_lists=keep
     )
-    warnings = _lowering_warnings(results)
+    warnings = _lowering_warnings(results, hint=not tuned)
     skipped = [str(path) for path in store.skipped] + bad_queries
     meta = {
         **meta,
@@ -220,77 +241,115 @@ def run_evaluation(
                 f"{FILE_NAME}: galleria serve STORE --eval {out})"
             )
     for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"galleria {title.split()[1]}: warning: {warning}", file=sys.stderr)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    """Evaluate the folder with the chosen configurations."""
-    from galleria.datasets import load_image_folder
+    """Evaluate the folder (or the store file's vectors) with the chosen configurations."""
+    from galleria.cli._labelled import gallery_of_store, open_source, split_of, split_option
     from galleria.embedders import embedder_config
     from galleria.evaluation import standard_configs
 
-    image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
-    parse_embedder_spec(args.embedder)
     seed = parse_int("--seed", args.seed, minimum=0)
     workers = parse_int("--workers", args.workers)
+    params = index_params(args)
+    given = args.image_dir
+    if os.path.isdir(given) or not os.path.exists(given):
+        check_existing_folder("IMAGE_DIR|STORE", given)
+        parse_embedder_spec(args.embedder)
     if args.protocol == "metric-learning":
         from galleria.cli._metric_learning import run_metric_learning
 
-        meta = {"dataset": {"root": image_dir}, "embedder": {"spec": args.embedder}}
-        return run_metric_learning(args, image_dir, workers, meta)
+        meta = {"dataset": {"root": given}, "embedder": {"spec": args.embedder}}
+        return run_metric_learning(args, given, workers, meta)
     if args.per_query is not None:
         raise CliError("--per-query needs --protocol metric-learning (for scores: galleria evaluate-scores)")
     tuned = settings_config(args)
     expand = expand_settings(args)
     rerank = rerank_settings(args)
-    if args.queries is not None:
-        split_option: dict[str, Any] = {"n_queries": parse_int("--queries", args.queries)}
-    else:
-        fraction = DEFAULT_QUERY_FRACTION if args.query_fraction is None else args.query_fraction
-        try:
-            value = float(str(fraction))
-        except ValueError:
-            value = float("nan")
-        if not 0.0 < value < 1.0:  # NaN fails too: one message for every bad value
-            raise CliError(f"--query-fraction must be a number strictly between 0 and 1, got {fraction!r}")
-        split_option = {"query_fraction": value}
-    dataset = load_image_folder(os.path.abspath(image_dir))
-    try:
-        split = dataset.split(seed=seed, **split_option)
-    except ValueError as error:
-        raise CliError(f"cannot split {image_dir!r} into queries and gallery: {error}") from None
+    option = split_option(args, DEFAULT_QUERY_FRACTION)
+    source = open_source(args, given, "IMAGE_DIR|STORE")
+    split = split_of(source, option, seed)
+    if tuned is not None:
+        _check_settings_split(args.settings, seed, option, split)
     configs = standard_configs(
         expand=expand is not None, rerank=rerank is not None, **(expand or {}), **(rerank or {})
     )
     if tuned is not None:
         configs = [configs[0], tuned]
-    embedder = make_embedder(args.embedder, **embedder_settings(args))
+    dataset = {
+        "root": given,
+        "n_images": len(source.paths),
+        "n_labels": len(set(source.labels)),
+        "seed": seed,
+        **option,
+    }
+    extra: dict[str, Any] = {}
+    if source.kind == "store":
+        from galleria.cli._storefile import read_store_header
+
+        saved = read_store_header(given).get("embedder")
+        config = saved.get("config") if isinstance(saved, dict) else None
+        space = source.store.space
+        embedder_meta: dict[str, Any] = {"spec": f"stored vectors of {given}", **(config or {})}
+        extra = {
+            "store": gallery_of_store(source, split.gallery_paths, args.index, params),
+            "query_vectors": source.store.embeddings_of(split.query_paths),
+        }
+        embedder: Any = None
+        dataset["store"] = given
+    else:
+        space = args.space
+        embedder = make_embedder(args.embedder, **embedder_settings(args))
+        embedder_meta = {"spec": args.embedder, **(embedder_config(embedder) or {})}
     meta = {
-        "dataset": {
-            "root": image_dir,
-            "n_images": len(dataset),
-            "n_labels": len(dataset.classes),
-            "seed": seed,
-            **split_option,
-        },
-        "embedder": {"spec": args.embedder, **(embedder_config(embedder) or {})},
-        "index": {"name": args.index, "space": args.space, "params": {}},
+        "dataset": dataset,
+        "embedder": embedder_meta,
+        "index": {"name": args.index, "space": space, "params": params or {}},
     }
     return run_evaluation(
         split=split,
         embedder=embedder,
         index=args.index,
-        space=args.space,
-        index_params=None,
+        space=space,
+        index_params=params,
         configs=configs,
         num_workers=workers,
         skip_errors=args.skip_errors,
         meta=meta,
         out=args.out,
         as_json=args.json,
-        title=f"galleria evaluate {image_dir}",
+        title=f"galleria evaluate {given}",
+        tuned=tuned is not None,
+        **extra,
     )
+
+
+def _check_settings_split(path: str, seed: int, option: dict[str, Any], split: QueryGallerySplit) -> None:
+    """CliError when the settings file was tuned on these test queries, another split or gallery."""
+    from galleria.tune.provenance import check_tuned_split
+    from galleria.tune.settings import read_settings_file
+
+    record = read_settings_file(path).get("tuned_on")
+    if record is None:
+        print(
+            f"galleria evaluate: warning: settings file {path!r} does not record the split it was tuned on "
+            "(written by an older galleria), so it cannot be checked for test queries it was tuned on",
+            file=sys.stderr,
+        )
+        return
+    try:
+        check_tuned_split(
+            record,
+            seed=seed,
+            split_option=option,
+            test_paths=split.query_paths,
+            gallery_paths=split.gallery_paths,
+            where=f"settings file {path!r}",
+        )
+    except ValueError as error:
+        raise CliError(str(error)) from None
 
 
 #: A configuration is reported as lowering a metric when it is below plain retrieval by more than this
@@ -298,8 +357,11 @@ def run(args: argparse.Namespace) -> int:
 LOWERING_TOLERANCE = 0.01 + 1e-9
 
 
-def _lowering_warnings(results: Sequence[Any]) -> list[str]:
-    """One line for every configuration whose mAP@100 or Recall@1 is more than 0.01 below plain's."""
+def _lowering_warnings(results: Sequence[Any], *, hint: bool = True) -> list[str]:
+    """One line for every configuration whose mAP@100 or Recall@1 is more than 0.01 below plain's.
+
+    With ``hint`` (no ``--settings`` given) a last line points to ``galleria tune``.
+    """
     plain = next((result for result in results if result.config.name == "plain"), None)
     if plain is None:
         return []
@@ -314,6 +376,6 @@ def _lowering_warnings(results: Sequence[Any]) -> list[str]:
                     f"{result.config.title} lowers {label} from {base:.4f} (plain retrieval) to "
                     f"{ours:.4f} on this gallery"
                 )
-    if lines:
+    if lines and hint:
         lines.append("`galleria tune` chooses settings on a validation split of this gallery")
     return lines

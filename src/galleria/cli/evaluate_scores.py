@@ -1,25 +1,30 @@
 """``galleria evaluate-scores``: the figures of a saved score matrix under one of four protocols.
 
-``recall`` (the default): Recall@K, MRR and median rank. ``reid``: CMC, mAP and mINP with the
-camera and junk rules. ``revisited``: Easy / Medium / Hard mAP and mP@k. ``metric-learning``:
-Precision@1, R-precision and MAP@R from embeddings and labels.
+``retrieval`` (the default; formerly ``recall``): Recall@K, MRR and median rank. ``reid``: CMC,
+mAP and mINP with the camera and junk rules. ``revisited``: Easy / Medium / Hard mAP and mP@k.
+``metric-learning``: Precision@1, R-precision and MAP@R from embeddings and labels.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import numpy as np
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._metric_learning import check_output_paths
-from galleria.cli._options import check_existing_file, parse_int
+from galleria.cli._options import add_deprecated_alias, check_existing_file, parse_int
 
 __all__ = ["add_parser", "run"]
 
-PROTOCOLS = ("recall", "reid", "revisited", "metric-learning")
+PROTOCOLS = ("retrieval", "reid", "revisited", "metric-learning")
+#: Old protocol names, still accepted with a warning: old → new.
+_DEPRECATED_PROTOCOLS = {"recall": "retrieval"}
+#: ``--space`` → the metric-learning core's name of the distance.
+_METRIC_OF_SPACE = {"cosine": "cosine", "l2": "euclidean"}
 
 _EXAMPLES = """\
   galleria evaluate-scores --scores sims.npy --ground-truth gt.npy
@@ -27,7 +32,8 @@ _EXAMPLES = """\
   galleria evaluate-scores --protocol reid --distances dist.npy --query-ids qid.npy \\
       --gallery-ids gid.npy --query-cameras qcam.npy --gallery-cameras gcam.npy --per-query q.csv
   galleria evaluate-scores --protocol revisited --scores sims.npy --ground-truth gnd_roxford5k.json
-  galleria evaluate-scores --protocol metric-learning --embeddings emb.npy --labels labels.npy --out report/
+  galleria evaluate-scores --protocol metric-learning --embeddings emb.npy --labels labels.npy \\
+      --report report/
 """
 
 #: Bytes a ground-truth JSON file may hold per query × gallery cell (and a floor), so that the file
@@ -44,7 +50,7 @@ def add_parser(subparsers: Any) -> None:
         help="Recall@K, re-identification, revisited Oxford/Paris or metric-learning figures of saved scores",
         description=(
             "Score saved arrays (.npy, never unpickled) under one protocol (docs/metrics.md).\n\n"
-            "recall: --scores/--distances and --ground-truth GT.npy. Recall@K (0-indexed ranks, ties to\n"
+            "retrieval: --scores/--distances and --ground-truth GT.npy. Recall@K (0-indexed ranks, ties to\n"
             "  the lower gallery index, rounded to 4 decimals), MRR, median and mean rank. The ground\n"
             "  truth is one gallery index per query (shape (n,)), a set of indices per query (shape\n"
             "  (n, p)), or an (n, m) boolean mask; with several positives a query counts its best one.\n"
@@ -53,26 +59,30 @@ def add_parser(subparsers: Any) -> None:
             "  and those of --ignore-ids, are removed.\n"
             "revisited: --scores/--distances and --ground-truth GND.json (a list of {easy, hard, junk}\n"
             '  mappings, or an object with that list under "gnd"). Easy/Medium/Hard mAP and mP@k.\n'
-            "metric-learning: --embeddings, --labels [--reference, --reference-labels] [--metric].\n"
+            "metric-learning: --embeddings, --labels [--reference, --reference-labels] [--space].\n"
             "  Precision@1, R-precision, MAP@R (each query is left out of its own results when there\n"
             "  is no reference).\n\n"
             "--scores are similarities (higher is better), --distances the opposite. --per-query writes\n"
             "one CSV row per query (positives, first-positive rank, AP, top-10 gallery indices) and\n"
-            "--out a metrics.json with the figures and the precision-recall points."
+            "--report a metrics.json with the figures and the precision-recall points."
         ),
         examples=_EXAMPLES,
     )
     parser.add_argument(
-        "--protocol", default="recall", choices=PROTOCOLS, help="what to measure (default: %(default)s)"
+        "--protocol",
+        default="retrieval",
+        choices=PROTOCOLS + tuple(_DEPRECATED_PROTOCOLS),
+        metavar="{" + ",".join(PROTOCOLS) + "}",
+        help="what to measure (default: %(default)s)",
     )
     matrix = parser.add_mutually_exclusive_group()
     matrix.add_argument("--scores", default=None, metavar="S.npy", help="(n, m) similarity matrix")
     matrix.add_argument("--distances", default=None, metavar="D.npy", help="(n, m) distance matrix")
     parser.add_argument(
-        "--ground-truth", default=None, metavar="GT", help="recall: GT.npy; revisited: GND.json"
+        "--ground-truth", default=None, metavar="GT", help="retrieval: GT.npy; revisited: GND.json"
     )
     parser.add_argument(
-        "--ks", nargs="+", default=None, metavar="K", help="recall: Recall@K cut-offs (default: 1 5 10)"
+        "--ks", nargs="+", default=None, metavar="K", help="retrieval: Recall@K cut-offs (default: 1 5 10)"
     )
     reid = parser.add_argument_group("reid protocol")
     for option in ("--query-ids", "--gallery-ids", "--query-cameras", "--gallery-cameras"):
@@ -91,15 +101,25 @@ def add_parser(subparsers: Any) -> None:
     learning.add_argument("--reference", default=None, metavar="R.npy", help="(m, d) reference embeddings")
     learning.add_argument("--reference-labels", default=None, metavar="RL.npy", help="(m,) reference labels")
     learning.add_argument(
-        "--metric",
+        "--space",
+        dest="metric",
         default=None,
-        choices=("cosine", "euclidean"),
-        help="how embeddings compare (default: cosine)",
+        choices=("cosine", "l2"),
+        help="how embeddings compare: cosine or l2 (Euclidean) distance, as --space elsewhere "
+        "(default: cosine)",
+    )
+    add_deprecated_alias(
+        learning, "--metric", dest="metric", replacement="--space cosine|l2", choices=("cosine", "euclidean")
     )
     parser.add_argument("--per-query", default=None, metavar="FILE.csv", help="write per-query detail as CSV")
     parser.add_argument(
-        "--out", default=None, metavar="DIR", help="write metrics.json (figures and PR-curve points) into DIR"
+        "--report",
+        dest="out",
+        default=None,
+        metavar="DIR",
+        help="write metrics.json (figures and PR-curve points) into DIR",
     )
+    add_deprecated_alias(parser, "--out", dest="out", replacement="--report DIR")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(run=run)
 
@@ -175,10 +195,10 @@ def _fraction(value: Any) -> str:
 def _check_options(args: argparse.Namespace) -> None:
     """Each option belongs to some protocols; one given to another protocol is an error, not ignored."""
     owners = {
-        "scores": ("recall", "reid", "revisited"),
-        "distances": ("recall", "reid", "revisited"),
-        "ground_truth": ("recall", "revisited"),
-        "ks": ("recall",),
+        "scores": ("retrieval", "reid", "revisited"),
+        "distances": ("retrieval", "reid", "revisited"),
+        "ground_truth": ("retrieval", "revisited"),
+        "ks": ("retrieval",),
         "query_ids": ("reid",),
         "gallery_ids": ("reid",),
         "query_cameras": ("reid",),
@@ -194,10 +214,10 @@ def _check_options(args: argparse.Namespace) -> None:
     }
     for dest, protocols in owners.items():
         if getattr(args, dest) is not None and args.protocol not in protocols:
-            option = "--" + dest.replace("_", "-")
+            option = "--space" if dest == "metric" else "--" + dest.replace("_", "-")
             raise CliError(f"{option} does not apply to --protocol {args.protocol}")
     required = {
-        "recall": ("ground_truth",),
+        "retrieval": ("ground_truth",),
         "reid": ("query_ids", "gallery_ids", "query_cameras", "gallery_cameras"),
         "revisited": ("ground_truth",),
         "metric-learning": ("embeddings", "labels"),
@@ -358,14 +378,15 @@ def _run_metric_learning(
         labels,
         reference=reference,
         reference_labels=reference_labels,
-        metric=args.metric or "cosine",
+        metric=_METRIC_OF_SPACE[args.metric or "cosine"],
         full_ranking=detail,
         top_k=TOP if detail else 0,
     )
     figures, rows = metric_learning_report(result)
     if not detail:
         figures.pop("pr_curve")
-    payload = {"n_queries": len(result.n_positives), "metric": args.metric or "cosine", **figures}
+    metric = _METRIC_OF_SPACE[args.metric or "cosine"]
+    payload = {"n_queries": len(result.n_positives), "metric": metric, **figures}
     lines = [
         ("queries (evaluated / skipped)", f"{result.valid_queries} / {result.skipped_queries}"),
         ("Precision@1", _fraction(result.precision_at_1)),
@@ -384,11 +405,21 @@ def run(args: argparse.Namespace) -> int:
         write_per_query_csv,
     )
 
+    if args.protocol in _DEPRECATED_PROTOCOLS:
+        new = _DEPRECATED_PROTOCOLS[args.protocol]
+        print(
+            f"galleria evaluate-scores: warning: --protocol {args.protocol} is deprecated; "
+            f"use --protocol {new}",
+            file=sys.stderr,
+        )
+        args.protocol = new
+    if args.metric == "euclidean":  # the deprecated --metric's name for l2
+        args.metric = "l2"
     _check_options(args)
     check_output_paths(args)
     detail = args.out is not None or args.per_query is not None
     runner = {
-        "recall": _run_recall,
+        "retrieval": _run_recall,
         "reid": _run_reid,
         "revisited": _run_revisited,
         "metric-learning": _run_metric_learning,
@@ -400,7 +431,9 @@ def run(args: argparse.Namespace) -> int:
         write_metrics_json(args.out, {"protocol": args.protocol, **payload})
     if args.json:
         shown = (
-            payload if args.protocol != "recall" else {k: v for k, v in payload.items() if k in _RECALL_KEYS}
+            payload
+            if args.protocol != "retrieval"
+            else {k: v for k, v in payload.items() if k in _RECALL_KEYS}
         )
         print_json(json_ready(shown))
     else:

@@ -36,8 +36,6 @@ _EXAMPLES = """\
   galleria search photos.safetensors --image query.jpg --settings tuned.json
 """
 
-#: Default number of candidates re-ranked per query.
-DEFAULT_POOL = 100
 #: Query images read and answered together.
 _QUERY_BATCH = 64
 
@@ -73,7 +71,7 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="leave a query image out of its own results when it is in the gallery",
     )
-    add_rerank_options(parser, pool_default=DEFAULT_POOL)
+    add_rerank_options(parser)
     add_expand_options(parser)
     add_load_options(parser)
     add_settings_option(parser)
@@ -205,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
         method = rerank.get("rerank_method", "k-reciprocal")
         if tuned is not None:
             params = tuned.reranker_params()
+        elif rerank.get("rerank_preset") == "adaptive":  # read from the gallery (recorded at build)
+            from galleria.rerank.adaptive import default_rerank_params
+
+            params = default_rerank_params(store, method)
+            rerank = {**rerank, **params} if method == "k-reciprocal" else {**rerank, "rerank_params": params}
         elif method == "k-reciprocal":
             params = {key: rerank[key] for key in ("k1", "k2", "lambda_value")}
         else:

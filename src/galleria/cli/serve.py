@@ -16,6 +16,7 @@ from galleria.cli._options import (
     load_store,
     parse_float,
     parse_int,
+    say,
 )
 
 __all__ = ["add_parser", "run"]
@@ -24,7 +25,7 @@ _EXAMPLES = """\
   galleria serve photos.safetensors                 # then open http://127.0.0.1:8000
   galleria serve photos.safetensors --port 8080 --max-upload-mb 50
   galleria serve photos.safetensors --settings tuned.json   # the method and settings `galleria tune` chose
-  galleria serve photos.safetensors --eval report/          # the queries of `galleria evaluate --out report/`
+  galleria serve photos.safetensors --eval report/   # the queries of `galleria evaluate --report report/`
   galleria serve photos.safetensors --host 0.0.0.0 --allow-host gallery.lan   # reached by that name too
   galleria serve moved.safetensors --root /data/photos      # the gallery's folder (also the only one served)
 """
@@ -43,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
             "loaded once. Only the pixels of images under the gallery root are served: --root, else "
             "the folder the store's images share (a store whose images share none needs --root). "
             "Requests whose Host is not the bound host, localhost, an IP address or an --allow-host "
-            "name are refused (DNS rebinding). Needs the web extra (pip install 'galleria[web]')."
+            "name are refused (DNS rebinding). Needs the web extra (pip install -e '.[web]')."
         ),
         examples=_EXAMPLES,
     )
@@ -76,7 +77,7 @@ def add_parser(subparsers: Any) -> None:
         "--eval",
         default=None,
         metavar="DIR",
-        help="list the queries of an evaluation (the --out folder of `galleria evaluate` or `demo`) at "
+        help="list the queries of an evaluation (the --report folder of `galleria evaluate` or `demo`) at "
         "/eval, those whose AP re-ranking lowered most first",
     )
     parser.set_defaults(run=run)
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         folder = check_existing_folder("--eval", args.eval)
         if not os.path.lexists(os.path.join(folder, FILE_NAME)):
             raise CliError(
-                f"--eval {args.eval!r} has no {FILE_NAME}; give the --out folder of "
+                f"--eval {args.eval!r} has no {FILE_NAME}; give the --report folder of "
                 "`galleria evaluate` or `galleria demo` (run it again to write one)"
             )
         evaluation = read_query_results(folder)
@@ -123,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from galleria.web._guard import normalise_hosts
 
     hosts = normalise_hosts([args.host, *args.allow_host])  # ValueError names a bad --allow-host
+    say(f"loading the store {args.store} ...")
     store = load_store(args, args.store)
     try:
         app = create_app(
@@ -142,5 +144,13 @@ def run(args: argparse.Namespace) -> int:
         f"gallery root {root}",
         file=sys.stderr,
     )
-    serve(app, host=args.host, port=port)
+
+    def stopping() -> None:
+        print("galleria serve: stopping (finishing open requests) ...", file=sys.stderr, flush=True)
+
+    try:
+        serve(app, host=args.host, port=port, on_stop=stopping)
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: the normal way to stop
+        pass
+    print("galleria serve: stopped", file=sys.stderr)
     return 0

@@ -6,15 +6,16 @@ import argparse
 import os
 from typing import Any
 
-from galleria.cli._common import add_command, print_json
+from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import file_stat, read_manifest, readable, save_with_manifest
 from galleria.cli._options import add_load_options, check_existing_folder, load_store
 
-__all__ = ["add_parser", "plan_sync", "run"]
+__all__ = ["add_parser", "moved_root", "plan_sync", "run"]
 
 _EXAMPLES = """\
   galleria sync photos.safetensors photos/
   galleria sync photos.safetensors photos/ --skip-errors --json
+  galleria sync photos.safetensors /new/place/photos/ --root /new/place/photos/   # after moving the folder
 """
 
 
@@ -73,6 +74,53 @@ def plan_sync(
     return new, vanished, changed
 
 
+def moved_root(stored: list[str], listed: list[str], folder: str) -> tuple[str, str, int] | None:
+    """``(old root, new root, files found again)`` when the stored gallery's folder moved under ``folder``.
+
+    The old root is the common folder of the stored paths. It counts as moved when that folder no
+    longer exists and at least half of the stored files are found again, by their path relative to
+    it, under one folder inside ``folder`` (the new root, ``folder`` itself or one of its sub-folders).
+
+    Examples
+    --------
+    >>> moved_root(["/gone/a/1.png", "/gone/b/2.png"], ["/new/a/1.png", "/new/b/2.png"], "/new")
+    ('/gone', '/new', 2)
+    >>> moved_root(["/gone/cat/1.png", "/gone/cat/2.png"], ["/new/cat/1.png", "/new/cat/2.png"], "/new")
+    ('/gone/cat', '/new/cat', 2)
+    """
+    if not stored:
+        return None
+    root = os.path.commonpath(stored) if len(stored) > 1 else os.path.dirname(stored[0])
+    if os.path.isdir(root):
+        return None
+    relative = {os.path.relpath(path, root) for path in stored}
+    found: dict[str, int] = {}
+    for path in listed:
+        parts = os.path.relpath(path, folder).split(os.sep)
+        for start in range(len(parts)):
+            if os.path.join(*parts[start:]) in relative:
+                new_root = os.path.join(folder, *parts[:start])
+                found[new_root] = found.get(new_root, 0) + 1
+                break
+    if not found:
+        return None
+    new_root, count = max(found.items(), key=lambda item: item[1])
+    return (root, new_root, count) if count * 2 >= len(stored) else None
+
+
+def _refuse_a_moved_gallery(stored: list[str], listed: list[str], folder: str, store_file: str) -> None:
+    """CliError with the ``--root`` hint when a plain sync would add a moved gallery a second time."""
+    moved = moved_root(stored, listed, folder)
+    if moved is None:
+        return
+    root, new_root, found = moved
+    raise CliError(
+        f"the store's images were under {root!r}, which is gone, and {found} of its {len(stored)} "
+        f"files are under {new_root!r}: the gallery moved. Re-anchor the store instead of adding them "
+        f"all again: galleria sync {store_file} {folder} --root {new_root}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Synchronise the store with the folder and save it."""
     from galleria.datasets import list_images
@@ -80,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)
     listed = list_images(folder)
+    if args.root is None:
+        _refuse_a_moved_gallery(store.paths, listed, folder, args.store)
     stats = read_manifest(args.store)
     new, vanished, changed = plan_sync(store.paths, listed, folder, stats, os.stat(args.store).st_mtime_ns)
     to_embed = new + changed

@@ -9,8 +9,10 @@ from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._options import (
+    add_deprecated_alias,
     add_store_options,
-    check_existing_file,
+    embedder_settings,
+    index_params,
     make_embedder,
     parse_embedder_spec,
     parse_float,
@@ -22,12 +24,15 @@ __all__ = ["add_parser", "run"]
 _EXAMPLES = """\
   galleria tune animals/ --out tuned.json              # holds out evaluate's test queries, tunes on the rest
   galleria tune animals/ --out tuned.json --trials 80 --timeout 600 --metric recall@1
-  galleria tune photos.safetensors --out tuned.json            # a built store of root/<label>/<image> paths
-  galleria evaluate animals/ --settings tuned.json             # then measure it on the test queries
+  galleria tune animals.safetensors --out tuned.json   # a store built from animals/: no re-embedding
+  galleria evaluate animals/ --settings tuned.json     # then measure it on the held-out test queries
+  galleria evaluate animals.safetensors --settings tuned.json
 """
 
 #: The test split ``galleria evaluate`` draws by default (held out here so tuning never sees it).
 DEFAULT_QUERY_FRACTION = 0.1
+#: Validation queries per split, as a share of the tuning gallery, when none is given.
+DEFAULT_VALIDATION = 0.1
 
 
 def add_parser(subparsers: Any) -> None:
@@ -40,12 +45,14 @@ def add_parser(subparsers: Any) -> None:
             "Search plain retrieval, alpha query expansion and the re-ranking methods (k-reciprocal, "
             "diffusion, GNN, DBA + αQE) with their parameters, using Optuna's seeded TPE sampler, on a "
             "validation split of a labelled gallery, and write the best settings to --out (a JSON file "
-            "that evaluate / search / serve take with --settings). With a folder (SOURCE/<label>/<image>), "
-            "the test queries `galleria evaluate` would draw with the same --seed and --query-fraction "
-            "are held out first, so tuning never sees them. With a store file, its images are the gallery "
-            "and each image's label is the name of its parent folder. The lift over plain retrieval is "
+            "that evaluate / search / serve take with --settings). FOLDER|STORE is a labelled folder "
+            "(FOLDER/<label>/<image>) or a store file built from one (its stored vectors are used, nothing "
+            "is embedded again; each image's label is its first folder under the paths' common root). The "
+            "test queries `galleria evaluate` draws with the same --seed and --n-queries / --query-fraction "
+            "are held out first, so tuning never sees them, and the settings file records that split so "
+            "that `evaluate --settings` refuses another one. The lift over plain retrieval is "
             "reported on --splits validation splits; when nothing beats plain retrieval, it says so and "
-            "the file recommends plain retrieval. Needs galleria[tune]."
+            "the file recommends plain retrieval. Needs the tune extra (pip install -e '.[tune]')."
         ),
         examples=_EXAMPLES,
     )
@@ -62,76 +69,89 @@ def add_parser(subparsers: Any) -> None:
         help="metric to maximise (default: %(default)s)",
     )
     parser.add_argument(
+        "--guard",
+        default="recall@1",
+        choices=("recall@1", "none"),
+        help="a setting must not lower this metric on the validation splits (mean - spread of its change "
+        "at least -0.005), else plain retrieval wins; none: maximise --metric alone (default: %(default)s)",
+    )
+    parser.add_argument(
         "--methods",
         nargs="+",
         default=None,
         choices=("plain", "aqe", "k-reciprocal", "diffusion", "gnn", "dba"),
         help="settings families to search (default: all)",
     )
-    parser.add_argument(
+    validation = parser.add_mutually_exclusive_group()
+    validation.add_argument(
+        "--n-validation-queries",
+        default=None,
+        metavar="N",
+        help="validation queries per split, a count (default: a share, --validation-fraction)",
+    )
+    validation.add_argument(
+        "--validation-fraction",
+        default=None,
+        metavar="F",
+        help=f"validation queries per split, a share of the gallery in (0, 1) "
+        f"(default: {DEFAULT_VALIDATION})",
+    )
+    add_deprecated_alias(
+        validation,
         "--validation-queries",
-        default="0.1",
-        metavar="N|F",
-        help="validation queries per split: a count or a share of the gallery (default: %(default)s)",
+        dest="validation_queries",
+        replacement="--n-validation-queries N or --validation-fraction F",
     )
     parser.add_argument(
         "--splits", default="3", metavar="N", help="validation splits the lift is measured on (default: 3)"
     )
     parser.add_argument(
-        "--seed", default="0", metavar="N", help="seed of the splits and the sampler (default: %(default)s)"
+        "--seed",
+        default="0",
+        metavar="N",
+        help="seed of the test split, the validation splits and the sampler (default: %(default)s)",
     )
-    parser.add_argument(
+    held_out = parser.add_mutually_exclusive_group()
+    held_out.add_argument(
+        "--n-queries", default=None, metavar="N", help="test queries held out (as evaluate --n-queries draws)"
+    )
+    held_out.add_argument(
         "--query-fraction",
         default=None,
         metavar="F",
-        help=f"(folder) share held out as evaluate's test queries (default: {DEFAULT_QUERY_FRACTION})",
+        help=f"share held out as evaluate's test queries (default: {DEFAULT_QUERY_FRACTION})",
     )
     add_store_options(parser)
     parser.add_argument("--json", action="store_true", help="print the settings file's content as JSON")
     parser.set_defaults(run=run)
 
 
-def _validation_queries(text: str) -> int | float:
-    if "." in text:
-        value = parse_float("--validation-queries", text, maximum=1.0)
-        if not 0.0 < value < 1.0:
-            raise CliError(f"--validation-queries as a share must lie strictly between 0 and 1, got {text!r}")
-        return value
-    return parse_int("--validation-queries", text)
-
-
-def _folder_gallery(args: argparse.Namespace, seed: int) -> tuple[Any, dict[str, str], dict[str, Any]]:
-    from galleria.datasets import load_image_folder
-    from galleria.store import InMemoryImageEmbeddingStore
-
-    fraction_text = DEFAULT_QUERY_FRACTION if args.query_fraction is None else args.query_fraction
-    fraction = parse_float("--query-fraction", fraction_text, maximum=1.0)
-    if not 0.0 < fraction < 1.0:
-        raise CliError(f"--query-fraction must lie strictly between 0 and 1, got {fraction_text!r}")
-    dataset = load_image_folder(args.source)
+def _validation_queries(args: argparse.Namespace) -> int | float:
+    """The validation queries per split: ``--n-validation-queries`` N, ``--validation-fraction`` F,
+    or the deprecated ``--validation-queries N|F``."""
+    old = getattr(args, "validation_queries", None)
+    if args.n_validation_queries is not None:
+        return parse_int("--n-validation-queries", args.n_validation_queries)
+    if old is not None and "." not in str(old):
+        return parse_int("--validation-queries", old)
+    option = "--validation-fraction" if old is None else "--validation-queries"
+    text = str(DEFAULT_VALIDATION if args.validation_fraction is None else args.validation_fraction)
+    text = text if old is None else str(old)
     try:
-        split = dataset.split(query_fraction=fraction, seed=seed)
-    except ValueError as error:
-        raise CliError(f"cannot split {args.source!r} into test queries and gallery: {error}") from None
-    parse_embedder_spec(args.embedder)
-    store = InMemoryImageEmbeddingStore(
-        split.gallery_paths,
-        make_embedder(args.embedder),
-        args.index,
-        space=args.space,
-        skip_errors=args.skip_errors,
-        num_workers=parse_int("--workers", args.workers),
-    )
-    store.build_store(progress=True)
-    labels = split.gallery_label_of
-    held_out = {"seed": seed, "query_fraction": fraction, "n_test_queries": len(split.query_paths)}
-    return store, {path: labels[path] for path in store.paths}, held_out
+        value = parse_float(option, text, maximum=1.0)
+    except CliError:
+        value = 0.0
+    if not 0.0 < value < 1.0:
+        raise CliError(f"{option} must be a share strictly between 0 and 1, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
-    """Tune on the gallery and write the settings file."""
+    """Tune on the gallery (the test queries held out) and write the settings file."""
+    from galleria.cli._labelled import gallery_of_store, open_source, split_of, split_option
     from galleria.store import InMemoryImageEmbeddingStore
     from galleria.tune import tune
+    from galleria.tune.provenance import split_record
 
     trials = parse_int("--trials", args.trials)
     timeout = None if args.timeout is None else parse_float("--timeout", args.timeout)
@@ -141,24 +161,41 @@ def run(args: argparse.Namespace) -> int:
     if splits > 10:
         raise CliError(f"--splits must be at most 10, got {splits}")
     seed = parse_int("--seed", args.seed, minimum=0)
-    validation = _validation_queries(str(args.validation_queries))
+    validation = _validation_queries(args)
+    params = index_params(args)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if os.path.isdir(args.out) or not os.path.isdir(out_dir):
         raise CliError(f"--out {args.out!r} must be a file in an existing folder")
-    if not os.path.exists(args.source):
-        raise CliError(f"FOLDER|STORE {args.source!r} does not exist")
     if os.path.isdir(args.source):
-        store, labels, held_out = _folder_gallery(args, seed)
-        source = {"kind": "folder", "root": args.source, "test_split": held_out}
+        parse_embedder_spec(args.embedder)
+    option = split_option(args, DEFAULT_QUERY_FRACTION)
+    source = open_source(args, args.source, "FOLDER|STORE")
+    split = split_of(source, option, seed)
+    if source.kind == "store":
+        store = gallery_of_store(source, split.gallery_paths, args.index, params)
     else:
-        if args.query_fraction is not None:
-            raise CliError("--query-fraction applies to a folder; a store file is all gallery")
-        check_existing_file("store file", args.source)
-        store = InMemoryImageEmbeddingStore.load_from_disk(args.source)
-        labels = {path: os.path.basename(os.path.dirname(path)) for path in store.paths}
-        source = {"kind": "store", "path": args.source, "labels": "parent folder name of each path"}
+        store = InMemoryImageEmbeddingStore(
+            split.gallery_paths,
+            make_embedder(args.embedder, **embedder_settings(args)),
+            args.index,
+            space=args.space,
+            index_params=params,
+            skip_errors=args.skip_errors,
+            num_workers=parse_int("--workers", args.workers),
+        )
+        store.build_store(progress=True)
     if len(store) == 0:
         raise CliError("the gallery holds no image; nothing to tune")
+    label_of = split.gallery_label_of
+    labels = {path: label_of[path] for path in store.paths}
+    held_out = {"seed": seed, **option, "n_test_queries": len(split.query_paths)}
+    where = {"root": args.source} if source.kind == "folder" else {"path": args.source}
+    record_source = {
+        "kind": source.kind,
+        **where,
+        "labels": "first folder under the common root of the paths",
+        "test_split": held_out,
+    }
 
     def report(number: int, title: str, value: float) -> None:
         if not args.json:
@@ -176,10 +213,14 @@ def run(args: argparse.Namespace) -> int:
             n_splits=splits,
             seed=seed,
             on_trial=report,
+            guard=None if args.guard == "none" else args.guard,
         )
     except ValueError as error:
         raise CliError(f"cannot tune on {args.source!r}: {error}") from None
-    record = {**result.record(), "source": source}
+    tuned_on = split_record(
+        seed=seed, split_option=option, test_paths=split.query_paths, tuned_paths=list(store.paths)
+    )
+    record = {**result.record(), "source": record_source, "tuned_on": tuned_on}
     from galleria.tune.settings import read_settings_file, write_settings
 
     write_settings(args.out, result.config, record)
@@ -187,5 +228,14 @@ def run(args: argparse.Namespace) -> int:
         print_json(read_settings_file(args.out))
         return 0
     print(result.summary())
-    print(f"settings: {args.out}")
+    print(
+        f"settings: {args.out} (tuned on {len(store)} images; {len(split.query_paths)} test queries "
+        f"held out: evaluate with the same --seed {seed} and {_split_words(option)})"
+    )
     return 0
+
+
+def _split_words(option: dict[str, Any]) -> str:
+    if "n_queries" in option:
+        return f"--n-queries {option['n_queries']}"
+    return f"--query-fraction {option['query_fraction']:g}"

@@ -79,7 +79,7 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
         from sklearn.datasets import load_digits
     except ImportError as error:  # pragma: no cover - the demo extra is installed in tests
         raise ImportError(
-            "the digits data needs scikit-learn; install the demo extra: pip install 'galleria[demo]'"
+            "the digits data needs scikit-learn; install the demo extra: pip install -e '.[demo]'"
         ) from error
     data = load_digits()
     return np.asarray(data.images), np.asarray(data.target)

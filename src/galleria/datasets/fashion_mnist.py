@@ -25,6 +25,7 @@ import os
 import shutil
 import struct
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -261,13 +262,16 @@ def fashion_mnist_folder(
     n_queries: int = 1000,
     n_gallery: int = 20_000,
     seed: int = 0,
+    on_write: Callable[[str, int, Path], None] | None = None,
 ) -> QueryGallerySplit:
     """Write :func:`benchmark_split` once as PNG folders and return it as a query/gallery split.
 
     The images go to ``<cache_dir>/fashion-mnist-<n_queries>-<n_gallery>-<seed>/{queries,gallery}/
     <label>-<name>/<row>.png`` (grey images stored as RGB); a marker file says the folder is
     complete, and a second call only lists it. ``cache_dir`` defaults to
-    :func:`~galleria.datasets.default_cache_dir`.
+    :func:`~galleria.datasets.default_cache_dir`. ``on_write(stage, count, folder)`` is told when
+    the images are written (``stage`` ``"writing"`` before, ``"written"`` after, ``folder`` the
+    target); it is not called when the folder is already complete.
 
     Raises
     ------
@@ -292,6 +296,9 @@ def fashion_mnist_folder(
                 "another cache folder"
             )
         queries, gallery = benchmark_split(root, n_queries=n_queries, n_gallery=n_gallery, seed=seed)
+        count = len(queries) + len(gallery)
+        if on_write is not None:
+            on_write("writing", count, target)
         base.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".fashion-mnist-", dir=base))
         try:
@@ -307,6 +314,8 @@ def fashion_mnist_folder(
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+        if on_write is not None:
+            on_write("written", count, target)
     query_folder = load_image_folder(target / "queries")
     gallery_folder = load_image_folder(target / "gallery")
     return QueryGallerySplit(

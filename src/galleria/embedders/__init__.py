@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from galleria.embedders._weights import lite0_package_file
 from galleria.embedders.base import (
     DEFAULT_BATCH_SIZE,
     Embedder,
@@ -31,4 +32,5 @@ __all__ = [
     "embedder_config",
     "embedder_from_config",
     "input_size_of",
+    "lite0_package_file",
 ]

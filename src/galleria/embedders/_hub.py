@@ -1,4 +1,4 @@
-"""Whether open_clip's pretrained weights can be had now: from the local cache, or over a network.
+"""Whether open_clip's (or timm's) pretrained weights can be had now: from the local cache, or over a network.
 
 Without network, open_clip (through huggingface_hub) retries its downloads for most of a minute and
 logs every retry before it fails. :func:`obtainable` decides at once instead: weights already in the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import os
 import socket
 import sys
@@ -26,7 +27,9 @@ __all__ = [
     "WeightsSource",
     "hub_offline",
     "locate",
+    "locate_timm",
     "obtainable",
+    "obtainable_timm",
     "offline_mode",
     "reachable",
 ]
@@ -188,4 +191,59 @@ def obtainable(open_clip: Any, model_name: str, tag: str | None) -> contextlib.A
         raise _unavailable(model_name, tag, source, "the hub is in offline mode (HF_HUB_OFFLINE is set)")
     if not reachable(source.host):
         raise _unavailable(model_name, tag, source, f"{source.host} cannot be reached")
+    return contextlib.nullcontext()
+
+
+#: The files timm fetches from a hub repository (safetensors first), when its config names none.
+_TIMM_HUB_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def locate_timm(timm: Any, name: str) -> WeightsSource | None:
+    """Where timm's weights ``name`` (``"resnet18.a1_in1k"``) come from; None when nothing is downloaded."""
+    config = timm.models.get_pretrained_cfg(name)
+    if config is None or getattr(config, "file", None) or getattr(config, "state_dict", None):
+        return None
+    hub_id = getattr(config, "hf_hub_id", None)
+    hub = importlib.util.find_spec("huggingface_hub") is not None
+    if hub_id and hub:
+        filename = getattr(config, "hf_hub_filename", None)
+        names = [filename] if filename else list(_TIMM_HUB_FILES)
+        host = _hf_endpoint_host()
+        return WeightsSource(f"https://{host}/{hub_id}", host, _hf_cached(hub_id, names), True)
+    url = getattr(config, "url", None)
+    if not url:
+        return None
+    torch_hub = importlib.import_module("torch.hub")
+    cached = os.path.isfile(os.path.join(torch_hub.get_dir(), "checkpoints", os.path.basename(url)))
+    return WeightsSource(url, urllib.parse.urlparse(url).hostname or url, cached, False)
+
+
+def _timm_unavailable(model_name: str, name: str, source: WeightsSource, why: str) -> RuntimeError:
+    example = "/path/to/model.safetensors"
+    return RuntimeError(
+        f"the timm weights {name!r} are not in the local cache and {why}. Download them elsewhere "
+        f"({source.url}) and pass the local path: --embedder timm:{model_name}:{example} on the command "
+        f"line, TimmEmbedder({model_name!r}, pretrained={example!r}) in Python; or "
+        f"--embedder timm:{model_name}:random for seeded random weights (`galleria models` lists "
+        "weights that work offline)"
+    )
+
+
+def obtainable_timm(timm: Any, model_name: str, name: str) -> contextlib.AbstractContextManager[None]:
+    """A context to create timm's ``name`` with its weights in, or a one-line RuntimeError at once.
+
+    As :func:`obtainable`: cached hub weights load with the hub kept offline; weights that need a
+    download fail at once when the hub is offline or the host does not answer a quick probe.
+    """
+    source = locate_timm(timm, name)
+    if source is None:
+        return contextlib.nullcontext()
+    if source.cached:
+        return hub_offline() if source.hub else contextlib.nullcontext()
+    if offline_mode():
+        raise _timm_unavailable(
+            model_name, name, source, "the hub is in offline mode (HF_HUB_OFFLINE is set)"
+        )
+    if not reachable(source.host):
+        raise _timm_unavailable(model_name, name, source, f"{source.host} cannot be reached")
     return contextlib.nullcontext()

@@ -19,7 +19,7 @@ def import_extra(who: str, extra: str, *modules: str) -> tuple[Any, ...]:
     except ImportError as error:
         names = " and ".join(modules)
         raise ImportError(
-            f"{who} needs {names}; install them with: pip install 'galleria[{extra}]'"
+            f"{who} needs {names}; install them with: pip install -e '.[{extra}]' (in a galleria clone)"
         ) from error
 
 

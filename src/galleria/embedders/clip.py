@@ -79,7 +79,7 @@ class ClipEmbedder:
     Raises
     ------
     ImportError
-        If torch or open_clip is not installed (``pip install 'galleria[clip]'``).
+        If torch or open_clip is not installed (``pip install -e '.[clip]'``).
     ValueError
         For an unknown model name, an unknown tag, or a checkpoint path that does not exist or is
         not a regular file.

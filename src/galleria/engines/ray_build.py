@@ -1,6 +1,6 @@
 """Distributed gallery embedding on Ray Data: read, decode in tasks, embed in an actor pool, write shards.
 
-Ray is an optional dependency: ``pip install 'galleria[ray]'``. With no ``address`` a local Ray
+Ray is an optional dependency: ``pip install -e '.[ray]'``. With no ``address`` a local Ray
 is started (``num_cpus`` of this machine); ``address="auto"`` or ``"ray://host:10001"`` joins an
 existing cluster, and the same call then runs on every node.
 """
@@ -28,7 +28,7 @@ def _ray() -> Any:
         import ray
         import ray.data
     except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError("the Ray engine needs Ray Data: pip install 'galleria[ray]'") from error
+        raise ImportError("the Ray engine needs Ray Data: pip install -e '.[ray]'") from error
     return ray
 
 

@@ -10,7 +10,7 @@ Layout of a shard folder::
 Rows are numbered ``0 .. n - 1`` across the shards in order. The manifest is untrusted input when
 read back: shard names must be plain ``part-NNNNN.parquet`` files of the same folder (no other
 file is ever opened), and every shard's digest, row count, row numbers and vector shape are
-checked before its vectors are used. pyarrow is needed (``pip install 'galleria[ray]'``).
+checked before its vectors are used. pyarrow is needed (``pip install -e '.[ray]'``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _pyarrow() -> tuple[Any, Any]:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError("embedding shards need pyarrow: pip install 'galleria[ray]'") from error
+        raise ImportError("embedding shards need pyarrow: pip install -e '.[ray]'") from error
     return pa, pq
 
 

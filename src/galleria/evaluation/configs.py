@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from galleria._validation import check_fraction, check_positive_int
+from galleria._validation import check_choice, check_fraction, check_positive_int
 from galleria.expansion import check_expansion_alpha
 from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
 
-__all__ = ["RetrievalConfig", "standard_configs"]
+__all__ = ["DEFAULT_POOL", "RetrievalConfig", "standard_configs"]
+
+#: Candidates re-ranked per query when nothing says otherwise: here, in every command's ``--pool`` and
+#: in ``galleria serve`` (the spec's benchmark pool).
+DEFAULT_POOL = 200
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,11 @@ class RetrievalConfig:
     rerank_params : dict
         The parameters of a method other than k-reciprocal (see :func:`galleria.rerank.make_reranker`);
         a parameter left out takes the re-ranker's default.
+    rerank_preset : {"paper", "adaptive"}
+        ``"paper"`` (the default here): the parameters above. ``"adaptive"``: the re-ranking
+        parameters are read from the gallery when the configuration meets a store
+        (:meth:`resolve`, :func:`galleria.rerank.adaptive.default_rerank_params`); the fields
+        above are then ignored.
 
     Examples
     --------
@@ -52,9 +61,10 @@ class RetrievalConfig:
     k1: int = 20
     k2: int = 6
     lambda_value: float = 0.3
-    pool: int = 200
+    pool: int = DEFAULT_POOL
     rerank_method: str = DEFAULT_METHOD
     rerank_params: dict[str, Any] = field(default_factory=dict)
+    rerank_preset: str = "paper"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -74,6 +84,26 @@ class RetrievalConfig:
             raise ValueError("k-reciprocal takes k1, k2 and lambda_value as fields, not in rerank_params")
         params = check_method_params(self.rerank_method, self.rerank_params)
         object.__setattr__(self, "rerank_params", {} if self.rerank_method == DEFAULT_METHOD else params)
+        check_choice("rerank_preset", self.rerank_preset, ("paper", "adaptive"))
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the re-ranking parameters are still to be read from a gallery (:meth:`resolve`)."""
+        return self.rerank and self.rerank_preset == "adaptive"
+
+    def resolve(self, store: Any) -> RetrievalConfig:
+        """This configuration with its re-ranking parameters read from ``store``'s gallery if adaptive.
+
+        A configuration that is not adaptive is returned as it is.
+        """
+        if not self.adaptive:
+            return self
+        from galleria.rerank.adaptive import default_rerank_params
+
+        params = default_rerank_params(store, self.rerank_method)
+        if self.rerank_method == DEFAULT_METHOD:
+            return replace(self, rerank_preset="paper", **params)
+        return replace(self, rerank_preset="paper", rerank_params=params)
 
     def reranker_params(self) -> dict[str, Any]:
         """The keyword arguments of :func:`galleria.rerank.make_reranker` for this configuration."""
@@ -88,7 +118,11 @@ class RetrievalConfig:
             result["expansion_alpha"] = self.expansion_alpha
             result["expansion_neighbors"] = self.expansion_neighbors
         result["rerank"] = self.rerank
-        if self.rerank and self.rerank_method == DEFAULT_METHOD:
+        if self.adaptive:
+            if self.rerank_method != DEFAULT_METHOD:
+                result["rerank_method"] = self.rerank_method
+            result.update(rerank_preset="adaptive", pool=self.pool)
+        elif self.rerank and self.rerank_method == DEFAULT_METHOD:
             result.update(k1=self.k1, k2=self.k2, lambda_value=self.lambda_value, pool=self.pool)
         elif self.rerank:
             result.update(rerank_method=self.rerank_method, **self.rerank_params, pool=self.pool)
@@ -100,7 +134,10 @@ class RetrievalConfig:
         parts: list[str] = []
         if self.query_expansion:
             parts.append(f"αQE (α={_shown(self.expansion_alpha)}, n={self.expansion_neighbors})")
-        if self.rerank and self.rerank_method == DEFAULT_METHOD:
+        if self.adaptive:
+            label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
+            parts.append(f"{label} (adaptive, pool={self.pool})")
+        elif self.rerank and self.rerank_method == DEFAULT_METHOD:
             parts.append(
                 f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={_shown(self.lambda_value)}, pool={self.pool})"
             )
@@ -134,16 +171,18 @@ def standard_configs(
     k1: int = 20,
     k2: int = 6,
     lambda_value: float = 0.3,
-    pool: int = 200,
+    pool: int = DEFAULT_POOL,
     rerank_method: str = DEFAULT_METHOD,
     rerank_params: dict[str, Any] | None = None,
+    rerank_preset: str = "paper",
 ) -> list[RetrievalConfig]:
     """The configurations of the benchmark table: plain, then αQE, then re-ranking.
 
     Plain retrieval is always first. ``expand`` adds ``"aqe"``; ``rerank`` adds the re-ranked
     configuration, on the expanded query's pool (``"aqe+rerank"``) when ``expand`` is on and on
     the plain query's pool (``"rerank"``) otherwise; ``rerank_method`` and ``rerank_params`` choose
-    another re-ranker than k-reciprocal.
+    another re-ranker than k-reciprocal, and ``rerank_preset="adaptive"`` reads its parameters from
+    the gallery.
 
     Examples
     --------
@@ -178,6 +217,7 @@ def standard_configs(
                 pool=pool,
                 rerank_method=rerank_method,
                 rerank_params=dict(rerank_params or {}),
+                rerank_preset=rerank_preset,
             )
         )
     return configs

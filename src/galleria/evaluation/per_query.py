@@ -1,6 +1,6 @@
 """Per-query results of an evaluation: each query's AP and first results, before and after re-ranking.
 
-``galleria evaluate`` and ``galleria demo`` write them as ``queries.json`` into their ``--out``
+``galleria evaluate`` and ``galleria demo`` write them as ``queries.json`` into their ``--report``
 folder; ``galleria serve --eval DIR`` reads them back to list the queries re-ranking changed most.
 The layout (schema ``galleria.queries/1``)::
 

@@ -70,6 +70,11 @@ class ConfigResult:
         }
 
 
+def _are_vectors(queries: Any) -> bool:
+    """Whether ``queries`` is a 2-D float array of query vectors (rather than images or paths)."""
+    return isinstance(queries, np.ndarray) and queries.ndim == 2 and queries.dtype.kind == "f"
+
+
 def _answer(
     store: InMemoryImageEmbeddingStore,
     reranker: Reranker | None,
@@ -78,8 +83,9 @@ def _answer(
     depth: int,
 ) -> list[list[Candidate]]:
     k = max(depth, config.pool) if config.rerank else depth
-    lists = store.retrieve_top_k_similar(
-        list(queries),
+    retrieve = store.retrieve_by_vector if _are_vectors(queries) else store.retrieve_top_k_similar
+    lists = retrieve(
+        queries if _are_vectors(queries) else list(queries),
         k,
         query_expansion=config.query_expansion,
         expansion_alpha=config.expansion_alpha,
@@ -116,7 +122,9 @@ def evaluate_retrieval(
     store : InMemoryImageEmbeddingStore
         A built store over the gallery; the query images must not be in it.
     queries : sequence
-        Query images in any form the store's ``retrieve_top_k_similar`` takes (paths, arrays...).
+        Query images in any form the store's ``retrieve_top_k_similar`` takes (paths, arrays...),
+        or a 2-D float array of query vectors in the store's space (answered by
+        ``retrieve_by_vector``: nothing is embedded).
     query_labels : sequence of hashable
         The label of each query.
     gallery_labels : mapping of str to hashable
@@ -155,9 +163,9 @@ def evaluate_retrieval(
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
         raise RuntimeError("store is not built; call store.build_store() before evaluating")
-    query_list = list(queries)
+    query_list: Any = queries if _are_vectors(queries) else list(queries)
     label_list = list(query_labels)
-    if not query_list:
+    if len(query_list) == 0:
         raise ValueError("queries must not be empty")
     if len(label_list) != len(query_list):
         raise ValueError(
@@ -195,6 +203,7 @@ def evaluate_retrieval(
 
     results: list[ConfigResult] = []
     for config in config_list:
+        config = config.resolve(store)  # adaptive re-ranking parameters are read from the gallery
         if on_config is not None:
             on_config(config)
         reranker = (

@@ -220,7 +220,7 @@ def pr_curve_figure(results: Sequence[ConfigResult], title: str) -> Figure:
         from matplotlib.figure import Figure
     except ImportError as error:  # pragma: no cover - the demo extra is installed in tests
         raise ImportError(
-            "the precision-recall plot needs matplotlib; install the demo extra: pip install 'galleria[demo]'"
+            "the precision-recall plot needs matplotlib; install the demo extra: pip install -e '.[demo]'"
         ) from error
     figure = Figure(figsize=(6.4, 4.8), dpi=100)
     FigureCanvasAgg(figure)  # attaches an Agg canvas without touching pyplot's global state

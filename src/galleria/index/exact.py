@@ -229,7 +229,9 @@ class ExactIndex:
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
         """Return a copy of the stored vectors of the given rows, shape (len(rows), dim)."""
         ids = check_rows(rows, self._size)  # integer indexing below copies
-        return self._buffer[ids] if self._dim is not None else np.zeros((ids.size, 0), np.float32)
+        if self._dim is None:
+            return np.zeros((ids.size, 0), np.float32)
+        return np.take(self._buffer, ids, axis=0)  # a copy; faster than fancy indexing
 
     def remove(self, rows: np.ndarray) -> None:
         """Delete the given rows (duplicates count once); the rest are renumbered compactly, order kept."""

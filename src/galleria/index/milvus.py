@@ -1,6 +1,6 @@
 """A search index held by Milvus (Milvus Lite in a local ``.db`` file, or a Milvus server or cluster).
 
-pymilvus is an optional dependency: ``pip install 'galleria[milvus]'`` (pymilvus and milvus-lite).
+pymilvus is an optional dependency: ``pip install -e '.[milvus]'`` (pymilvus and milvus-lite).
 """
 
 from __future__ import annotations
@@ -38,9 +38,7 @@ def _client_class() -> Any:
     try:
         from pymilvus import MilvusClient
     except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "MilvusIndex needs pymilvus and milvus-lite: pip install 'galleria[milvus]'"
-        ) from error
+        raise ImportError("MilvusIndex needs pymilvus and milvus-lite: pip install -e '.[milvus]'") from error
     return MilvusClient
 
 
@@ -162,7 +160,7 @@ class MilvusIndex:
     Raises
     ------
     ImportError
-        pymilvus is not installed (``pip install 'galleria[milvus]'``).
+        pymilvus is not installed (``pip install -e '.[milvus]'``).
     ValueError
         The uri cannot be reached, the collection is missing (``create=False``) or has another
         schema, dimension or metric.

@@ -1,5 +1,6 @@
 """Re-ranking: k-reciprocal encoding (Zhong et al., CVPR 2017), diffusion (Iscen et al., CVPR 2017),
-GNN re-ranking (Zhang et al. 2020) and database-side augmentation + αQE, behind one protocol.
+GNN re-ranking (Zhang et al. 2020), database-side augmentation + αQE and decoupled diffusion (Yang et
+al., AAAI 2019), behind one protocol.
 
 k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
 
@@ -14,16 +15,25 @@ k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
 The other re-rankers behind the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`):
-:class:`DiffusionReranker`, :class:`GnnReranker` and :class:`DBAReranker`, each with a full
+:class:`DiffusionReranker`, :class:`GnnReranker`, :class:`DBAReranker` and
+:class:`DecoupledDiffusionReranker` (whose offline part the store keeps), each with a full
 probe×gallery function. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
-one by name (:data:`RERANK_METHODS`).
+one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives every method's default
+parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
 """
 
 from __future__ import annotations
 
+from galleria.rerank.adaptive import default_rerank_params
 from galleria.rerank.base import Reranker
 from galleria.rerank.batched import rerank_pools
 from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
+from galleria.rerank.decoupled import (
+    DecoupledDiffusionReranker,
+    decoupled_diffusion_rerank_features,
+    offline_diffusion,
+    prepare_offline_diffusion,
+)
 from galleria.rerank.diffusion import DiffusionReranker, diffusion_rerank_features
 from galleria.rerank.full import (
     iter_k_reciprocal_rerank,
@@ -40,6 +50,7 @@ __all__ = [
     "DEFAULT_METHOD",
     "RERANK_METHODS",
     "DBAReranker",
+    "DecoupledDiffusionReranker",
     "DiffusionReranker",
     "GnnReranker",
     "KReciprocalReranker",
@@ -47,6 +58,8 @@ __all__ = [
     "augment_store",
     "database_augmentation",
     "dba_aqe_rerank_features",
+    "decoupled_diffusion_rerank_features",
+    "default_rerank_params",
     "diffusion_rerank_features",
     "gnn_rerank_features",
     "iter_k_reciprocal_rerank",
@@ -54,6 +67,8 @@ __all__ = [
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",
     "make_reranker",
+    "offline_diffusion",
+    "prepare_offline_diffusion",
     "rerank_pool",
     "rerank_pools",
     "scale_rows",

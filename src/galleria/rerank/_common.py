@@ -5,9 +5,13 @@ Everything here works on numpy arrays and knows nothing of stores or files.
 
 from __future__ import annotations
 
+import os
 import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import threadpoolctl
@@ -15,7 +19,10 @@ from threadpoolctl import ThreadpoolController
 
 from galleria._validation import check_choice, check_fraction, check_positive_int
 
+T = TypeVar("T")
+
 __all__ = [
+    "BLOCK_WORKERS",
     "MODES",
     "SPARSE_POOL_SIZE",
     "as_float_matrix",
@@ -25,6 +32,7 @@ __all__ = [
     "half_of",
     "one_blas_thread",
     "ordered_sum",
+    "parallel_blocks",
     "ranked_and_nearest",
     "ranked_members",
     "reciprocal_mask",
@@ -330,3 +338,49 @@ def one_blas_thread() -> _OneBlasThread:
     ...     product = np.ones((3, 2)) @ np.ones((2, 3))
     """
     return _ONE_BLAS_THREAD
+
+
+#: Threads that work through independent blocks of the full re-ranking (one per core, at most 4).
+BLOCK_WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+def parallel_blocks(
+    work: Callable[[int, Any], T],
+    starts: Sequence[int],
+    produce: Callable[[int], Any] | None = None,
+    workers: int = 0,
+) -> Iterator[T]:
+    """``work(start, produce(start))`` for every start, yielded in order, by up to ``workers`` threads.
+
+    ``produce`` (None: nothing, ``work`` gets None) runs in the calling thread, one start after
+    the other: it is where the BLAS products go, so they run exactly as they would without the
+    threads (OpenBLAS splits a product by its own thread count, and the split changes the last
+    bits of a float32 product). ``work`` runs on ``workers`` threads (0 means
+    :data:`BLOCK_WORKERS`), where numpy and scipy release the GIL in most of their array loops; it
+    must not call BLAS, and each block must be computed as it would be alone, so that the results
+    do not depend on the number of threads. At most ``workers`` blocks are in flight ahead of the
+    consumer, which bounds the memory.
+
+    Examples
+    --------
+    >>> list(parallel_blocks(lambda start, made: start + made, [0, 1, 2], lambda start: 10 * start, 2))
+    [0, 11, 22]
+    """
+    count = workers or BLOCK_WORKERS
+    make = produce if produce is not None else (lambda start: None)
+    if count <= 1:
+        for start in starts:
+            yield work(start, make(start))
+        return
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        pending: deque[Future[T]] = deque()
+        try:
+            for start in starts:
+                pending.append(pool.submit(work, start, make(start)))
+                if len(pending) > count:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()

@@ -38,6 +38,7 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     half_of,
+    parallel_blocks,
     reciprocal_mask,
     stable_smallest,
 )
@@ -367,18 +368,20 @@ def _row_step(size: int) -> int:
 
 
 def _scaled_rows(
-    source: _Source, start: int, stop: int, mode: str
+    source: _Source, start: int, stop: int, mode: str, raw: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``start:stop`` of the distances, ready for ranking, with their scales and probe→gallery part.
 
     Returns ``(block, peak, original)``: ``block`` ranks like the scaled rows (in paper mode on
     float32 input it is the floored row, not yet divided), ``peak`` the row scales, and
     ``original`` the scaled probe→gallery distances of the probe rows among them (float32, shape
-    (probe rows in the block, G)). Both passes call this, so their values agree bit for bit.
+    (probe rows in the block, G)). Both passes call this, so their values agree bit for bit; ``raw``
+    is ``source.rows(start, stop)`` when the caller computed it already (on its own thread).
     """
     size = source.size
     probes = source.probes
-    raw = source.rows(start, stop)
+    if raw is None:
+        raw = source.rows(start, stop)  # a fresh array, changed in place below
     rows = np.arange(start, stop)
     last = max(0, min(stop, probes) - start)
     original = np.empty((last, source.gallery), dtype=np.float32)
@@ -416,13 +419,20 @@ def _neighbour_lists(
     scale_dtype = np.float32 if mode == "reference" else np.float64
     scales = np.ones(size, dtype=scale_dtype)
     step = _row_step(size)
-    for start in range(0, size, step):
+
+    def raw_rows(start: int) -> np.ndarray:  # the products, on the calling thread
+        return source.rows(start, min(start + step, size))
+
+    def block_lists(start: int, raw: np.ndarray) -> None:  # disjoint rows: any order, any thread
         stop = min(start + step, size)
-        block, peak, original = _scaled_rows(source, start, stop, mode)
+        block, peak, original = _scaled_rows(source, start, stop, mode, raw)
         scales[start:stop] = peak
         ranking[start:stop] = stable_smallest(block, width)
         if out is not None and start < probes:
             out[start : start + len(original)] = original
+
+    for _ in parallel_blocks(block_lists, range(0, size, step), raw_rows):
+        pass
     return ranking, scales
 
 
@@ -522,10 +532,13 @@ class _Jaccard:
             low, high = probe_part.indptr[start], probe_part.indptr[stop]
             columns = probe_part.indices[low:high]
             counts = column_counts[columns]
-            offsets = np.repeat(inverted.indptr[columns] - (np.cumsum(counts) - counts), counts)
-            positions = np.arange(int(counts.sum())) + offsets
-            minima = np.minimum(np.repeat(probe_part.data[low:high], counts), inverted.data[positions])
-            keys = np.repeat(self.nnz_rows[low:high] - start, counts) * gallery + inverted.indices[positions]
+            # One repeat (numpy holds the GIL there); the rest are gathers, which release it.
+            owner = np.repeat(np.arange(high - low), counts)  # the probe non-zero of every triple
+            positions = (
+                np.arange(owner.size) + (inverted.indptr[columns] - (np.cumsum(counts) - counts))[owner]
+            )
+            minima = np.minimum(probe_part.data[low:high][owner], inverted.data[positions])
+            keys = ((self.nnz_rows[low:high] - start) * gallery)[owner] + inverted.indices[positions]
             smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
             shared = np.flatnonzero(smallest)
             low_sum = smallest[shared].astype(np.float64)
@@ -542,10 +555,12 @@ class _Jaccard:
                     1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0
                 )
             weight = self.lambda_value
-            original = out[start - first : stop - first].astype(np.float64).ravel()
-            final = (1.0 - weight) * 1.0 + weight * original
-            final[shared] = (1.0 - weight) * jaccard + weight * original[shared]
-            out[start - first : stop - first] = final.reshape(stop - start, gallery)
+            view = out[start - first : stop - first]
+            final = np.multiply(view, weight, dtype=np.float64).ravel()  # λ·d in float64
+            mixed = (1.0 - weight) * jaccard + final[shared]
+            final += (1.0 - weight) * 1.0  # (1 - λ)·1 + λ·d where no column is shared
+            final[shared] = mixed
+            view[...] = final.reshape(view.shape)
             start = stop
 
 
@@ -577,16 +592,28 @@ def _stream(
     """The re-ranked distances, one block of probes at a time (the first pass's own blocks)."""
     jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
     step = _row_step(source.size)
-    for start in range(0, source.probes, step):
+
+    def raw_rows(start: int) -> np.ndarray:  # the products, on the calling thread
+        return source.rows(start, min(start + step, source.size))
+
+    def block(start: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         stop = min(start + step, source.size)
-        _, _, original = _scaled_rows(source, start, stop, mode)
+        _, _, original = _scaled_rows(source, start, stop, mode, raw)
         jaccard.into(original, start)
-        yield np.arange(start, start + len(original)), original
+        return np.arange(start, start + len(original)), original
+
+    yield from parallel_blocks(block, range(0, source.probes, step), raw_rows)
 
 
 def _rerank(source: _Source, k1: int, k2: int, lambda_value: float, mode: str) -> np.ndarray:
     """Both modes on a validated source: the (P, G) float32 re-ranked distances."""
     out = np.empty((source.probes, source.gallery), dtype=np.float32)
     jaccard = _prepare(source, k1, k2, lambda_value, mode, out)
-    jaccard.into(out, 0)
+    step = max(1, _BLOCK_ELEMENTS // source.gallery)  # probes per task; every split gives the same values
+
+    def block(start: int, _: None) -> None:
+        jaccard.into(out[start : start + step], start)
+
+    for _ in parallel_blocks(block, range(0, source.probes, step)):
+        pass
     return out

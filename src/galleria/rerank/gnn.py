@@ -227,7 +227,7 @@ def _torch_device(device: Any) -> Any:
         import torch
     except ImportError as error:
         raise ImportError(
-            "gnn_rerank_features(device=...) needs torch; install it with: pip install 'galleria[timm]'"
+            "gnn_rerank_features(device=...) needs torch; install it with: pip install -e '.[timm]'"
         ) from error
     try:
         return torch.device(device)

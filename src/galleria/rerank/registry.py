@@ -20,6 +20,7 @@ from galleria.expansion import check_expansion_alpha
 from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker
+from galleria.rerank.decoupled import DecoupledDiffusionReranker, check_decoupled_params
 from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
 from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
 from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
@@ -79,12 +80,29 @@ def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+_DECOUPLED_PARAMS = ("k", "truncation", "query_k", "alpha", "gamma", "tol", "maxiter")
+
+
+def _check_decoupled(params: Mapping[str, Any]) -> dict[str, Any]:
+    values = check_decoupled_params(
+        params.get("k", 50),
+        params.get("truncation", 1000),
+        params.get("query_k", 10),
+        params.get("alpha", 0.99),
+        params.get("gamma", 3.0),
+        params.get("tol", 1e-6),
+        params.get("maxiter", 20),
+    )
+    return dict(zip(_DECOUPLED_PARAMS, values, strict=True))
+
+
 #: Every method by name, the default first.
 _METHODS: dict[str, _Method] = {
     "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
     "diffusion": _Method(_DIFFUSION_PARAMS, DiffusionReranker, _check_diffusion),
     "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
     "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
+    "decoupled-diffusion": _Method(_DECOUPLED_PARAMS, DecoupledDiffusionReranker, _check_decoupled),
 }
 
 #: The re-ranking methods :func:`make_reranker` knows, the default first.
@@ -101,7 +119,8 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
     ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
     ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
-    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba).
+    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
+    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion).
 
     Raises
     ------

@@ -38,16 +38,21 @@ class KReciprocalReranker:
         The store the candidates come from (not one on an ``ExternalSearchIndex``). The vectors are
         read by path at each call, so the re-ranker keeps working after ``add_images`` /
         ``remove_images``.
-    k1 : int, default 20
+    k1 : int, optional
         Neighbourhood size of the k-reciprocal sets (capped at the pool size).
-    k2 : int, default 6
+    k2 : int, optional
         Neighbourhood size of the local query expansion (``k2 <= k1``; 1 skips it).
-    lambda_value : float, default 0.3
+    lambda_value : float, optional
         Weight of the original distance in ``d*``, in [0, 1].
     mode : {"paper", "reference"}, default "paper"
         ``"reference"`` re-ranks each pool with the authors' published algorithm (see
         :func:`~galleria.rerank.rerank_pool`), so results equal torchreid's and fast-reid's on the
         same pool; it goes pool by pool.
+
+        With none of the three given, all three are read from the gallery
+        (:func:`galleria.rerank.adaptive.default_rerank_params`: reciprocal-neighbour statistics
+        of a sample of the store's items, recorded in the store when it was built). With some
+        given, the others take the paper's values (k1 = 20, k2 = 6, λ = 0.3), as before.
 
     Notes
     -----
@@ -84,9 +89,9 @@ class KReciprocalReranker:
         self,
         store: InMemoryImageEmbeddingStore,
         *,
-        k1: int = 20,
-        k2: int = 6,
-        lambda_value: float = 0.3,
+        k1: int | None = None,
+        k2: int | None = None,
+        lambda_value: float | None = None,
         mode: str = "paper",
     ) -> None:
         if not isinstance(store, InMemoryImageEmbeddingStore):
@@ -96,9 +101,23 @@ class KReciprocalReranker:
                 "store must not search an ExternalSearchIndex: its scores are not distances the "
                 "re-ranker can combine with the store's own"
             )
-        self._k1, self._k2, self._lambda = check_hyperparameters(k1, k2, lambda_value)
         self._mode = check_mode(mode)
         self._store = store
+        self._adaptive = k1 is None and k2 is None and lambda_value is None
+        self._k1, self._k2, self._lambda = check_hyperparameters(
+            20 if k1 is None else k1, 6 if k2 is None else k2, 0.3 if lambda_value is None else lambda_value
+        )
+        if self._adaptive and store.is_built:  # else on first use, once the store is built
+            self._resolve()
+
+    def _resolve(self) -> None:
+        """Read the parameters from the gallery, once (only when none was given)."""
+        if self._adaptive:
+            from galleria.rerank.adaptive import default_rerank_params
+
+            params = default_rerank_params(self._store, "k-reciprocal")
+            self._k1, self._k2, self._lambda = params["k1"], params["k2"], params["lambda_value"]
+            self._adaptive = False
 
     @property
     def store(self) -> InMemoryImageEmbeddingStore:
@@ -108,17 +127,26 @@ class KReciprocalReranker:
     @property
     def k1(self) -> int:
         """Neighbourhood size of the k-reciprocal sets."""
+        self._resolve_built()
         return self._k1
 
     @property
     def k2(self) -> int:
         """Neighbourhood size of the local query expansion."""
+        self._resolve_built()
         return self._k2
 
     @property
     def lambda_value(self) -> float:
         """Weight of the original distance in the final one."""
+        self._resolve_built()
         return self._lambda
+
+    def _resolve_built(self) -> None:
+        if self._adaptive:
+            if not self._store.is_built:
+                raise RuntimeError("the store is not built yet; the parameters are read from its gallery")
+            self._resolve()
 
     @property
     def mode(self) -> str:
@@ -127,6 +155,8 @@ class KReciprocalReranker:
 
     def __repr__(self) -> str:
         mode = "" if self._mode == "paper" else f"mode={self._mode!r}, "
+        if self._adaptive:
+            return f"KReciprocalReranker(adaptive, {mode}store={self._store!r})"
         return (
             f"KReciprocalReranker(k1={self._k1}, k2={self._k2}, lambda_value={self._lambda}, "
             f"{mode}store={self._store!r})"
@@ -199,6 +229,7 @@ class KReciprocalReranker:
         store = self._store
         if not store.is_built:
             raise RuntimeError("the store is not built yet; call build_store() first")
+        self._resolve()
         # Pools are taken by size, so that the candidates of each chunk lie next to each other.
         lengths = np.array([len(pool) for pool in pools], dtype=np.int64)
         by_size = np.argsort(lengths, kind="stable").tolist()
@@ -234,7 +265,9 @@ class KReciprocalReranker:
 
     def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
-        vectors = self._store.embeddings_of(paths)  # KeyError naming unknown paths
+        store = self._store
+        with store._lock.reading():  # the paths are checked candidates' own: no second path check
+            vectors = store._gallery_vectors(store._rows_of(paths))  # KeyError naming unknown paths
         if self._mode == "reference":
             return self._reference_finals(vectors, scores, count, length)
         if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)

@@ -15,6 +15,7 @@ from galleria.index import SearchIndex
 from galleria.store._checks import describe_paths
 from galleria.store._embedding import embed_files
 from galleria.store._rwlock import ReadWriteLock
+from galleria.store._state import OfflineDiffusion
 
 __all__ = ["StoreCore"]
 
@@ -35,6 +36,8 @@ class StoreCore:
     _skipped: list[str]
     _built: bool
     _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
+    _offline_diffusion: OfflineDiffusion | None  # set by galleria.rerank.decoupled; None once rows change
+    _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -51,6 +54,8 @@ class StoreCore:
         self._skipped = []
         self._built = False
         self._augmentation = None
+        self._offline_diffusion = None
+        self._rerank_statistics = None
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
@@ -69,7 +74,12 @@ class StoreCore:
         self._built = True
 
     def _embed_files(
-        self, paths: list[str], progress: bool, description: str, skip_errors: bool | None = None
+        self,
+        paths: list[str],
+        progress: bool,
+        description: str,
+        skip_errors: bool | None = None,
+        on_images: Any = None,
     ) -> tuple[list[str], np.ndarray, list[str]]:
         """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
         return embed_files(
@@ -82,6 +92,7 @@ class StoreCore:
             skip_errors=self._skip_errors if skip_errors is None else skip_errors,
             progress=progress,
             description=description,
+            on_images=on_images,
         )
 
     # ------------------------------------------------------------------ read-only views
@@ -182,7 +193,7 @@ class StoreCore:
     def _rows_of(self, paths: list[str]) -> np.ndarray:
         rows = self._rows
         try:
-            return np.fromiter((rows[path] for path in paths), dtype=np.int64, count=len(paths))
+            return np.fromiter(map(rows.__getitem__, paths), dtype=np.int64, count=len(paths))
         except KeyError:
             pass
         found = []

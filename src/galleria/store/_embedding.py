@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from galleria._progress import progress as progress_bar
 from galleria.distances import zero_rows
 from galleria.embedders.base import batch_size_of
 from galleria.store._checks import check_embedding_output
@@ -37,8 +37,13 @@ def embed_files(
     skip_errors: bool,
     progress: bool,
     description: str,
+    on_images: Any = None,
 ) -> tuple[list[str], np.ndarray, list[str]]:
-    """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
+    """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped.
+
+    Progress moves once per embedder batch: a bar (or, off a terminal, a line every few seconds)
+    when ``progress``, or ``on_images(count)`` when given (a caller's own bar spanning several calls).
+    """
     kept: list[str] = []
     chunks: list[np.ndarray] = []
     skipped: list[str] = []
@@ -50,7 +55,9 @@ def embed_files(
         skip_errors=skip_errors,
         reader=reader_for(embedder),
     )
-    with tqdm(total=len(paths), desc=description, unit="img", disable=None if progress else True) as bar:
+    bar = progress_bar(len(paths), description, "img", enabled=progress and on_images is None)
+    advance = on_images if on_images is not None else bar.update
+    with bar:
         try:
             for batch in batches:
                 skipped.extend(batch.skipped)
@@ -62,7 +69,7 @@ def embed_files(
                     dim = output.shape[1]
                     chunks.append(output)
                     kept.extend(batch.paths)
-                bar.update(len(batch.paths) + len(batch.skipped))
+                advance(len(batch.paths) + len(batch.skipped))
         finally:
             batches.close()
     vectors = np.concatenate(chunks) if chunks else np.zeros((0, dim or 0), dtype=np.float32)

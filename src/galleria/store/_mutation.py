@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from galleria._validation import check_bool, check_path_list
+from galleria._validation import check_bool, check_callback, check_path_list
 from galleria.distances import prepare_vectors
 from galleria.store._checks import absolute_paths, drop_duplicates
 from galleria.store._core import StoreCore
@@ -27,8 +27,11 @@ class MutationMixin(StoreCore):
         *,
         progress: bool = False,
         skip_errors: bool | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> None:
         """Embed and add more images to a built store (no rebuild of what is there).
+
+        ``progress`` and ``on_progress`` report as in :meth:`build_store`.
 
         Paths already in the store, or repeated, are dropped with a warning. Unreadable images
         follow ``skip_errors`` (None: the store's own setting) as in :meth:`build_store`; skipped
@@ -41,13 +44,14 @@ class MutationMixin(StoreCore):
         """
         new = absolute_paths(check_path_list("paths", paths))
         progress = check_bool("progress", progress)
+        check_callback("on_progress", on_progress)
         skip = None if skip_errors is None else check_bool("skip_errors", skip_errors)
         self._require_built()
         self._require_embedder("new images")
         new = drop_duplicates(new, "paths", known=self._rows)
         if not new:
             return
-        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip)
+        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip, on_progress)
         with self._lock.writing():
             fresh = [position for position, path in enumerate(kept) if path not in self._rows]
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
@@ -65,6 +69,8 @@ class MutationMixin(StoreCore):
                     rows_now[path] = len(paths_now)
                     paths_now.append(path)
                 self._paths, self._rows = paths_now, rows_now
+                self._offline_diffusion = None  # computed over the old rows
+                self._rerank_statistics = None  # the gallery changed: recomputed on next use
             self._skipped = self._skipped + skipped
 
     def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
@@ -90,3 +96,5 @@ class MutationMixin(StoreCore):
                 self._vectors = self._vectors[keep]
             self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
             self._rows = {path: row for row, path in enumerate(self._paths)}
+            self._offline_diffusion = None  # computed over the old rows
+            self._rerank_statistics = None  # the gallery changed: recomputed on next use

@@ -9,7 +9,26 @@ import numpy as np
 
 from galleria.index import SearchIndex
 
-__all__ = ["GalleryState", "add_rows"]
+__all__ = ["GalleryState", "OfflineDiffusion", "add_rows"]
+
+
+@dataclass(frozen=True)
+class OfflineDiffusion:
+    """The offline half of decoupled diffusion (:mod:`galleria.rerank.decoupled`) over a store's rows.
+
+    Attributes
+    ----------
+    params : dict
+        ``{"k", "truncation", "alpha", "gamma", "tol", "maxiter"}`` it was computed with.
+    positions : (n, T) int32 array
+        Row i: the gallery rows of item i's truncated diffusion, i itself first, all distinct.
+    values : (n, T) float32 array
+        Row i: the diffusion from item i at those rows.
+    """
+
+    params: dict[str, Any]
+    positions: np.ndarray
+    values: np.ndarray
 
 
 @dataclass
@@ -31,6 +50,11 @@ class GalleryState:
         Paths left out because they could not be read.
     augmentation : dict or None
         How the vectors were augmented on the database side (``galleria.rerank.dba``), if they were.
+    offline_diffusion : OfflineDiffusion or None
+        The offline part of decoupled diffusion over exactly these rows, if it was computed.
+    rerank_statistics : dict or None
+        The reciprocal-neighbour statistics the adaptive re-ranking defaults read
+        (:meth:`galleria.rerank.adaptive.GalleryStatistics.record`), if computed.
     """
 
     index: SearchIndex
@@ -39,6 +63,9 @@ class GalleryState:
     vectors: np.ndarray | None
     skipped: list[str]
     augmentation: dict[str, Any] | None = None
+    offline_diffusion: OfflineDiffusion | None = None
+    #: The gallery's re-ranking statistics record (galleria.rerank.adaptive), checked on load.
+    rerank_statistics: dict[str, Any] | None = None
 
 
 def add_rows(index: SearchIndex, vectors: np.ndarray, paths: list[str]) -> None:

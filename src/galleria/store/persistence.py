@@ -19,6 +19,15 @@ File layout (safetensors; readable by any safetensors reader):
   augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
   index's own, so the file keeps them and loading restores the record.
 
+  ``offline_diffusion`` is present only for a store that keeps the offline part of decoupled
+  diffusion (:mod:`galleria.rerank.decoupled`): ``{"k": int, "truncation": int, "alpha": float,
+  "gamma": float, "tol": float, "maxiter": int}`` with the tensors ``"diffusion_positions"`` ((n, T)
+  int32, row i starting with i, distinct rows in [0, n)) and ``"diffusion_values"`` ((n, T) finite
+  float32), ``T = min(truncation, n)`` (checked by :func:`_check_offline_diffusion`).
+  ``rerank_statistics`` (optional) holds the gallery's reciprocal-neighbour statistics the adaptive
+  re-ranking defaults read (:class:`galleria.rerank.adaptive.GalleryStatistics`: a version, two
+  counts and at most 8 numbers per list, each bounded; the counts must match the paths).
+
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
 * metadata key ``"galleria_sha256"`` — the SHA-256 of the header's canonical JSON form (sorted keys,
@@ -61,7 +70,7 @@ from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
 from galleria.index.registry import FAISS_BLOBS
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._state import GalleryState, add_rows
+from galleria.store._state import GalleryState, OfflineDiffusion, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
 
 __all__ = [
@@ -82,8 +91,10 @@ _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
     {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
-_OPTIONAL_KEYS = frozenset({"augmentation"})
-_TENSOR_NAMES = frozenset({"index", "vectors"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics"})
+#: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
+_DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
+_TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
@@ -160,6 +171,10 @@ def encode_store(
         tensors["index"] = packed
     elif blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
+    offline = state.offline_diffusion
+    if offline is not None:
+        tensors["diffusion_positions"] = offline.positions
+        tensors["diffusion_values"] = offline.values
     embedder = state.embedder
     header = {
         "format": FORMAT_NAME,
@@ -174,6 +189,10 @@ def encode_store(
     }
     if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
         header["augmentation"] = dict(state.augmentation)
+    if offline is not None:  # decoupled diffusion (galleria.rerank.decoupled)
+        header["offline_diffusion"] = dict(offline.params)
+    if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
+        header["rerank_statistics"] = dict(state.rerank_statistics)
     return tensors, header
 
 
@@ -181,10 +200,11 @@ def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: di
     """Write a store file atomically (temporary file beside it, then ``os.replace``), streaming every
     tensor from where it lies; the tensors' digests go into ``header`` as they are computed.
 
-    The vectors tensor (if any) is written first, then the index, so that both lie aligned for
-    their dtype (:mod:`galleria.store._tensorfile`)."""
+    The vectors tensor (if any) is written first, then the index, then the other tensors, so that
+    each lies aligned for its dtype (:mod:`galleria.store._tensorfile`)."""
+    first = [key for key in ("vectors", "index") if key in tensors]
     ordered: dict[str, np.ndarray | Packed] = {
-        key: tensors[key] for key in ("vectors", "index") if key in tensors
+        key: tensors[key] for key in first + sorted(set(tensors) - set(first))
     }
 
     def metadata_for(digests: dict[str, str]) -> dict[str, str]:
@@ -216,6 +236,92 @@ def _valid_augmentation(record: Any) -> bool:
         and math.isfinite(alpha)
         and 0 <= alpha <= MAX_EXPANSION_ALPHA
     )
+
+
+#: Bounds of the integer settings of a stored offline diffusion.
+_DIFFUSION_INTS = {"k": 1 << 20, "truncation": 1 << 20, "maxiter": 1 << 20}
+
+
+def _check_offline_diffusion(
+    name: str, record: Any, arrays: dict[str, np.ndarray], count: int
+) -> OfflineDiffusion | None:
+    """The stored offline diffusion, checked against its record and the store's ``count`` rows.
+
+    ``record`` is the header's ``offline_diffusion`` (None when absent); the two tensors must be
+    present exactly when it is. ValueError naming the file and what is wrong.
+    """
+    present = [key for key in _DIFFUSION_TENSORS if key in arrays]
+    if record is None:
+        if present:
+            raise ValueError(f"{name!r} holds tensors {present} but no header key 'offline_diffusion'")
+        return None
+    expected = {"k", "truncation", "alpha", "gamma", "tol", "maxiter"}
+    if not isinstance(record, dict) or set(record) != expected:
+        raise ValueError(
+            f"{name!r}: header key 'offline_diffusion' must have exactly the keys {sorted(expected)}"
+        )
+    for key, high in _DIFFUSION_INTS.items():
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ValueError(
+                f"{name!r}: offline_diffusion {key!r} must be an integer in [1, {high}], got {value!r}"
+            )
+    for key in ("alpha", "gamma", "tol"):
+        value = record[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ValueError(
+                f"{name!r}: offline_diffusion {key!r} must be a finite number >= 0, got {value!r}"
+            )
+    if record["alpha"] >= 1:
+        raise ValueError(f"{name!r}: offline_diffusion 'alpha' must be below 1, got {record['alpha']!r}")
+    if len(present) != len(_DIFFUSION_TENSORS):
+        raise ValueError(
+            f"{name!r}: header key 'offline_diffusion' needs the tensors {list(_DIFFUSION_TENSORS)}"
+        )
+    positions, values = arrays["diffusion_positions"], arrays["diffusion_values"]
+    shape = (count, min(record["truncation"], count))
+    if positions.dtype != np.int32 or positions.shape != shape:
+        raise ValueError(
+            f"{name!r}: tensor 'diffusion_positions' must be int32 of shape {shape}, got "
+            f"{positions.dtype} {positions.shape}"
+        )
+    if values.dtype != np.float32 or values.shape != shape:
+        raise ValueError(
+            f"{name!r}: tensor 'diffusion_values' must be float32 of shape {shape}, got "
+            f"{values.dtype} {values.shape}"
+        )
+    if count and (positions.min() < 0 or positions.max() >= count):
+        raise ValueError(f"{name!r}: tensor 'diffusion_positions' holds rows outside [0, {count})")
+    if count and not np.array_equal(positions[:, 0], np.arange(count)):
+        raise ValueError(f"{name!r}: row i of tensor 'diffusion_positions' must start with i")
+    if shape[1] > 1 and not (np.diff(np.sort(positions, axis=1), axis=1) > 0).all():
+        raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
+    return OfflineDiffusion(dict(record), positions, values)
+
+
+def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
+    """The ``rerank_statistics`` record: None if absent, else checked (for ``n_paths`` items)."""
+    if record is None:
+        return None
+    from galleria.rerank.adaptive import GalleryStatistics
+
+    try:
+        statistics = GalleryStatistics.from_record(record)
+    except ValueError as error:
+        raise ValueError(f"{name!r}: header key 'rerank_statistics' is invalid: {error}") from None
+    if n_paths is not None and statistics.n_items != n_paths:
+        raise ValueError(
+            f"{name!r}: header key 'rerank_statistics' describes {statistics.n_items} items, "
+            f"but the store holds {n_paths}"
+        )
+    return statistics.record()
 
 
 class _Header:
@@ -343,7 +449,9 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
             for entry in tensors.values()
         )
     ):
-        raise checked.fail("tensors", "must map 'index' / 'vectors' to {'sha256': hex digest}")
+        raise checked.fail(
+            "tensors", f"must map names among {sorted(_TENSOR_NAMES)} to {{'sha256': hex digest}}"
+        )
     return {
         "paths": paths,
         "space": space,
@@ -353,6 +461,8 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "skipped": skipped,
         "tensors": tensors,
         "augmentation": augmentation,
+        "offline_diffusion": header.get("offline_diffusion"),
+        "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
     }
 
 
@@ -386,6 +496,20 @@ def _read_vectors(
     if not all_finite(vectors):
         raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
     return vectors
+
+
+def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected: str) -> np.ndarray:
+    """A tensor read as it is (its dtype and shape, bounded by the bytes the layout checked), checksummed."""
+    dtype = span.numpy_dtype
+    if dtype is None:
+        raise ValueError(
+            f"{name!r}: tensor {key!r} has dtype {span.dtype!r}; store tensors are uint8, int32 or float32"
+        )
+    reader = TensorReader(file, span)
+    array = reader.read_array(key, dtype, span.shape)
+    if reader.hexdigest() != expected:
+        raise _checksum_error(name, key)
+    return array
 
 
 def _read_index_tensor(
@@ -582,7 +706,11 @@ def read_store(
                 raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
             elif TensorReader(file, span).hexdigest() != expected:  # checked, though not used
                 raise _checksum_error(name, "index")
+        for key in _DIFFUSION_TENSORS:
+            if key in layout.tensors:
+                arrays[key] = _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"])
         vectors = arrays.get("vectors")
+        offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
         index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
@@ -599,4 +727,7 @@ def read_store(
         add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    return GalleryState(index, loaded_embedder, paths, kept, skipped, augmentation)
+    statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
+    return GalleryState(
+        index, loaded_embedder, paths, kept, skipped, augmentation, offline, rerank_statistics=statistics
+    )

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from galleria._validation import check_bool, check_path_list, check_positive_int
+from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
+from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
 from galleria.store._checks import (
     absolute_paths,
@@ -141,7 +142,12 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._init_state(state.index, state.embedder)
         store._skipped = list(state.skipped)
         store._augmentation = None if state.augmentation is None else dict(state.augmentation)
+        store._offline_diffusion = state.offline_diffusion
         store._set_gallery(state.paths, state.vectors)
+        if state.rerank_statistics is not None:
+            from galleria.rerank.adaptive import GalleryStatistics
+
+            store._rerank_statistics = GalleryStatistics.from_record(state.rerank_statistics)
         return store
 
     # ------------------------------------------------------------------ construction from vectors
@@ -195,7 +201,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
 
     # ------------------------------------------------------------------ building
 
-    def build_store(self, progress: bool = True) -> None:
+    def build_store(self, progress: bool = True, *, on_progress: Callable[[int], None] | None = None) -> None:
         """Read, embed and index every gallery image (a no-op on a store that is already built).
 
         Images are decoded on ``num_workers`` threads, at most ``num_prefetch_batches`` batches
@@ -205,7 +211,11 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         Parameters
         ----------
         progress : bool
-            Show a tqdm progress bar (only when writing to a terminal).
+            Show progress: a tqdm bar on a terminal, a plain line every few seconds elsewhere
+            (it moves once per embedder batch).
+        on_progress : callable, optional
+            Called with the number of images done after each embedder batch, instead of the bar
+            (a caller's own progress display).
 
         Raises
         ------
@@ -222,9 +232,18 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             When none could be read (the store is then built and empty).
         """
         progress = check_bool("progress", progress)
+        check_callback("on_progress", on_progress)
         if self._built:
             return
-        paths, vectors, skipped = self._embed_files(self._pending, progress, "building gallery")
+        paths, vectors, skipped = self._embed_files(
+            self._pending, progress, "building gallery", on_images=on_progress
+        )
+        statistics = None
+        if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
+            from galleria.rerank.adaptive import gallery_statistics
+
+            space = self._index.space
+            statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)
         with self._lock.writing():
             if self._built:
                 return
@@ -238,6 +257,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 )
             self._skipped = skipped
             self._set_gallery(paths, vectors)
+            self._rerank_statistics = statistics
 
     # ------------------------------------------------------------------ persistence
 
@@ -262,8 +282,18 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         target = persistence.check_store_path(path)
         self._require_built()
         with self._lock.reading():
+            statistics = self._rerank_statistics
             snapshot = GalleryState(
-                self._index, self._embedder, self._paths, self._vectors, self._skipped, self._augmentation
+                self._index,
+                self._embedder,
+                self._paths,
+                self._vectors,
+                self._skipped,
+                self._augmentation,
+                self._offline_diffusion,
+                rerank_statistics=None
+                if statistics is None or statistics.n_items != len(self._paths)
+                else statistics.record(),
             )
             tensors, header = persistence.encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)

@@ -7,11 +7,20 @@ method (k-reciprocal, diffusion, GNN, DBA + αQE) with its parameters, with or w
 it — on those queries and scores it. Each method's defaults are tried first, then Optuna's TPE
 sampler (seeded) proposes more until the trial budget or the timeout is spent.
 
-The best setting is then compared with plain retrieval on ``n_splits`` validation splits (the
-tuning split and ``n_splits - 1`` more drawn with other seeds): the lift is the metric of the best
-setting minus that of plain retrieval, per split, with its mean and spread. When no setting beats
-plain retrieval on the tuning split, or its mean lift is not positive, the result says so and
-recommends plain retrieval.
+Each method's defaults are tried twice: the paper's values and the values read from the gallery
+(:mod:`galleria.rerank.adaptive`).
+
+The settings that beat plain retrieval on the tuning split are then checked, best first (at most
+:data:`MAX_CHECKED` of them), on ``n_splits`` validation splits (the tuning split and
+``n_splits - 1`` more drawn with other seeds). Per split, the *lift* is the metric of the setting
+minus that of plain retrieval and the *guard difference* its Recall@1 minus plain's. A setting is
+eligible when its mean lift is positive and, with the guard on (``guard="recall@1"``, the default),
+the lower end of its guard difference — mean minus standard deviation over the splits — is at least
+``-``:data:`GUARD_MARGIN`: it may not buy mAP with Recall@1. (Mean minus one spread rather than a
+bootstrap bound: the splits share the gallery, so their spread is the honest measure of how much a
+difference moves; a per-query bootstrap of 0/1 Recall@1 changes would refuse nearly everything at
+a few hundred queries.) The first eligible setting is recommended; when none is, the result says so
+and recommends plain retrieval. ``guard=None`` drops the Recall@1 condition.
 """
 
 from __future__ import annotations
@@ -30,7 +39,16 @@ from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_r
 from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
-__all__ = ["METRICS", "SEARCH_METHODS", "TuneResult", "score_lists", "tune"]
+__all__ = [
+    "GUARDS",
+    "GUARD_MARGIN",
+    "MAX_CHECKED",
+    "METRICS",
+    "SEARCH_METHODS",
+    "TuneResult",
+    "score_lists",
+    "tune",
+]
 
 #: Metrics the tuner can maximise.
 METRICS: tuple[str, ...] = ("map@100", "recall@1", "recall@5", "mrr", "map@r")
@@ -40,6 +58,12 @@ _DEPTH = 100
 _POOLS = (100, 200, 400)
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
 _DBA_MAX = 50
+#: Guard metrics: a recommended setting may not lower it (``None``: no guard).
+GUARDS: tuple[str, ...] = ("recall@1",)
+#: How far the lower end of the guard difference (mean − spread over the splits) may fall below 0.
+GUARD_MARGIN = 0.005
+#: Settings checked on every split, best first, before plain retrieval is recommended.
+MAX_CHECKED = 5
 
 
 def score_lists(
@@ -155,6 +179,18 @@ class TuneResult:
     validation: dict[str, Any]
     sampler: dict[str, Any]
     seconds: float
+    #: The guard metric (``None``: no guard) and, per split, ``best``'s guard metric minus plain's.
+    guard: str | None = None
+    guard_diffs: list[float] = field(default_factory=list)
+    #: Every setting checked on all splits, best first: title, settings, lifts, guard, eligible.
+    checked: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def guard_low(self) -> float:
+        """Lower end of the guard difference: its mean minus its spread over the splits (0 unguarded)."""
+        if not self.guard_diffs:
+            return 0.0
+        return float(np.mean(self.guard_diffs) - np.std(self.guard_diffs))
 
     @property
     def lift(self) -> float:
@@ -175,6 +211,14 @@ class TuneResult:
             "best": {"title": self.best.title, "settings": self.best.settings(), "value": self.best_value},
             "plain": {"value": self.plain_value},
             "lift": {"mean": round(self.lift, 6), "std": round(self.spread, 6), "per_split": self.lifts},
+            "guard": {
+                "metric": self.guard,
+                "margin": GUARD_MARGIN,
+                "rule": "eligible when mean - std over the splits of (setting - plain) >= -margin",
+                "per_split": self.guard_diffs,
+                "low": round(self.guard_low, 6),
+            },
+            "checked": self.checked,
             "validation": self.validation,
             "sampler": self.sampler,
             "n_trials": len(self.trials),
@@ -199,6 +243,14 @@ class TuneResult:
             f"best: {self.best.title}: {self.best_value:.4f}",
             f"lift over plain on {len(self.lifts)} split(s): {self.lift:+.4f}{spread} "
             f"(per split: {', '.join(f'{value:+.4f}' for value in self.lifts)})",
+        ]
+        if self.guard is not None and self.guard_diffs:
+            lines.append(
+                f"guard {self.guard}: change {np.mean(self.guard_diffs):+.4f}, "
+                f"lower end {self.guard_low:+.4f} (allowed: ≥ {-GUARD_MARGIN:+.4f}); "
+                f"{len(self.checked)} setting(s) checked"
+            )
+        lines += [
             self.message,
         ]
         return "\n".join(lines)
@@ -210,6 +262,19 @@ def _default_settings(method: str) -> dict[str, Any]:
     if method == "aqe":
         return {"query_expansion": True}
     return {"rerank": True, "rerank_method": method}
+
+
+def _adaptive_trial(family: str, store: InMemoryImageEmbeddingStore) -> dict[str, Any]:
+    """Optuna's parameters for ``family``'s adaptive defaults on ``store`` (empty for plain retrieval)."""
+    from galleria.rerank.adaptive import default_rerank_params
+
+    if family == "plain":
+        return {}
+    params = default_rerank_params(store, family)
+    if family == "aqe":
+        return {"aqe.alpha": params["expansion_alpha"], "aqe.n": params["expansion_neighbors"]}
+    names = {"lambda_value": "lambda"}
+    return {f"{family}.{names.get(key, key)}": value for key, value in params.items()}
 
 
 def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
@@ -239,6 +304,10 @@ def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
             "query_k": trial.suggest_int("diffusion.query_k", 1, 30, log=True),
             "alpha": trial.suggest_float("diffusion.alpha", 0.5, 0.99),
             "gamma": trial.suggest_float("diffusion.gamma", 1.0, 5.0),
+        }
+    elif method == "decoupled-diffusion":  # online settings only: the offline part is kept per store
+        options["rerank_params"] = {
+            "query_k": trial.suggest_int("decoupled-diffusion.query_k", 1, 30, log=True)
         }
     elif method == "gnn":
         k1 = trial.suggest_int("gnn.k1", 3, 60)
@@ -327,6 +396,7 @@ def tune(
     n_splits: int = 3,
     seed: int = 0,
     on_trial: Callable[[int, str, float], None] | None = None,
+    guard: str | None = "recall@1",
 ) -> TuneResult:
     """Search retrieval settings on validation splits of a labelled gallery store; see the module docstring.
 
@@ -353,6 +423,9 @@ def tune(
         Seeds the first split (split ``i`` uses ``seed + i``) and the TPE sampler.
     on_trial : callable, optional
         Called with ``(number, title, value)`` after each trial (progress reporting).
+    guard : {"recall@1", None}
+        The metric a recommended setting may not lower (see the module docstring); ``None`` (or
+        ``"none"``) maximises ``metric`` alone.
 
     Returns
     -------
@@ -361,7 +434,7 @@ def tune(
     Raises
     ------
     ImportError
-        Optuna is not installed (``pip install 'galleria[tune]'``).
+        Optuna is not installed (``pip install -e '.[tune]'``).
     TypeError, ValueError
         For bad arguments; a gallery too small to split.
     RuntimeError
@@ -370,14 +443,13 @@ def tune(
     try:
         import optuna
     except ImportError as error:
-        raise ImportError(
-            "galleria.tune needs optuna; install it with: pip install 'galleria[tune]'"
-        ) from error
+        raise ImportError("galleria.tune needs optuna; install it with: pip install -e '.[tune]'") from error
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
     chosen_metric = check_choice("metric", metric, METRICS)
+    guard_metric = None if guard is None or guard == "none" else check_choice("guard", guard, GUARDS)
     budget = check_positive_int("n_trials", n_trials)
     splits = check_positive_int("n_splits", n_splits)
     if splits > 10:
@@ -406,12 +478,14 @@ def tune(
 
     trials: list[dict[str, Any]] = []
     seen: dict[str, float] = {}
+    configs: dict[str, RetrievalConfig] = {}
 
     def measure(options: dict[str, Any]) -> tuple[RetrievalConfig, float]:
         config = RetrievalConfig("trial", **options)
         key = repr(sorted(config.settings().items()))
         if key not in seen:
             seen[key] = first.run(config)[chosen_metric]
+            configs[key] = config
             trials.append(
                 {
                     "number": len(trials),
@@ -425,14 +499,9 @@ def tune(
         return config, seen[key]
 
     plain_config, plain_value = measure({})
-    best_config, best_value = plain_config, plain_value
 
     def objective(trial: Any) -> float:
-        nonlocal best_config, best_value
-        config, value = measure(_suggest(trial, families))
-        if value > best_value:
-            best_config, best_value = config, value
-        return value
+        return measure(_suggest(trial, families))[1]
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=int(seed))
@@ -452,6 +521,7 @@ def tune(
                 "diffusion.gamma": 3.0,
             },
             "gnn": {"gnn.k1": 26, "gnn.k2": 7, "gnn.lambda": 0.3},
+            "decoupled-diffusion": {"decoupled-diffusion.query_k": 10},
             "dba": {
                 "dba.neighbors": 10,
                 "dba.alpha": 3.0,
@@ -461,27 +531,71 @@ def tune(
             "aqe": {"aqe.alpha": 3.0, "aqe.n": 50},
         }
         study.enqueue_trial({**params, **table.get(family, {})})
+        adaptive = _adaptive_trial(family, first.store)
+        if adaptive:  # the defaults read from the (validation) gallery
+            study.enqueue_trial({**params, **adaptive})
     remaining = max(0, budget - 1)  # plain retrieval was the first trial
     if remaining:
         left = None if timeout is None else max(0.0, float(timeout) - (time.perf_counter() - started))
         study.optimize(objective, n_trials=remaining, timeout=left)
 
-    lifts = [best_value - plain_value]
-    for number in range(1, splits):
-        other = _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)
-        if best_config.settings() == plain_config.settings():
-            lifts.append(0.0)
-            continue
-        values = other.run(best_config)[chosen_metric], other.run(plain_config)[chosen_metric]
-        lifts.append(values[0] - values[1])
-    lifts = [round(value, 6) for value in lifts]
+    others = [
+        _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)
+        for number in range(1, splits)
+    ]
+    every = [first, *others]
+    plain_runs = [split.run(plain_config) for split in every]
+    plain_key = repr(sorted(plain_config.settings().items()))
+    ranked = sorted(
+        (key for key in seen if key != plain_key and seen[key] > plain_value),
+        key=lambda key: -seen[key],  # stable: ties keep the trial order
+    )
+    checked: list[dict[str, Any]] = []
+    best_config, best_value = plain_config, plain_value
+    lifts, guard_diffs = [0.0] * splits, [0.0] * splits if guard_metric else []
+    beats = False
+    for key in ranked[:MAX_CHECKED]:
+        config = configs[key]
+        runs = [split.run(config) for split in every]
+        split_lifts = [
+            round(r[chosen_metric] - p[chosen_metric], 6) for r, p in zip(runs, plain_runs, strict=True)
+        ]
+        diffs = (
+            [round(r[guard_metric] - p[guard_metric], 6) for r, p in zip(runs, plain_runs, strict=True)]
+            if guard_metric
+            else []
+        )
+        low = float(np.mean(diffs) - np.std(diffs)) if diffs else 0.0
+        eligible = float(np.mean(split_lifts)) > 0 and (not diffs or low >= -GUARD_MARGIN - 1e-12)
+        checked.append(
+            {
+                "title": config.title,
+                "settings": config.settings(),
+                "value": round(seen[key], 6),
+                "lifts": split_lifts,
+                "guard": diffs,
+                "guard_low": round(low, 6),
+                "eligible": eligible,
+            }
+        )
+        if not checked[1:] or eligible:  # the best found is reported even when it is refused
+            best_config, best_value, lifts, guard_diffs = config, seen[key], split_lifts, diffs
+        if eligible:
+            beats = True
+            break
     mean_lift = float(np.mean(lifts))
-    beats = best_value > plain_value and mean_lift > 0
     if beats:
         recommended = RetrievalConfig("tuned", **_as_options(best_config.settings()))
         message = (
             f"recommended: {best_config.title} (mean lift {mean_lift:+.4f} {chosen_metric} over plain "
             f"retrieval on {len(lifts)} validation split(s))"
+        )
+    elif checked and guard_metric and any(float(np.mean(c["lifts"])) > 0 for c in checked):
+        recommended = RetrievalConfig("tuned")
+        message = (
+            f"every setting that beat plain retrieval on {chosen_metric} lowered {guard_metric} on the "
+            f"validation splits (by more than {GUARD_MARGIN} at the lower end); recommended: plain "
+            "retrieval, without αQE or re-ranking"
         )
     else:
         recommended = RetrievalConfig("tuned")
@@ -510,4 +624,7 @@ def tune(
         validation=validation,
         sampler={"name": "TPESampler", "seed": int(seed), "n_trials": budget, "timeout": timeout},
         seconds=time.perf_counter() - started,
+        guard=guard_metric,
+        guard_diffs=guard_diffs,
+        checked=checked,
     )

@@ -39,7 +39,15 @@ FORMAT_VERSION = 1
 #: Largest settings file read (a real one is a few kB, its trial history included).
 MAX_BYTES = 4 << 20
 
-_COMMON = {"query_expansion", "expansion_alpha", "expansion_neighbors", "rerank", "rerank_method", "pool"}
+_COMMON = {
+    "query_expansion",
+    "expansion_alpha",
+    "expansion_neighbors",
+    "rerank",
+    "rerank_method",
+    "rerank_preset",
+    "pool",
+}
 
 
 def config_from_settings(settings: Any, name: str = "tuned", where: str = "settings") -> RetrievalConfig:
@@ -70,7 +78,14 @@ def config_from_settings(settings: Any, name: str = "tuned", where: str = "setti
             raise TypeError(f"{where}: {flag} must be true or false, got {settings[flag]!r}")
     options: dict[str, Any] = {
         key: settings[key]
-        for key in ("query_expansion", "expansion_alpha", "expansion_neighbors", "rerank", "pool")
+        for key in (
+            "query_expansion",
+            "expansion_alpha",
+            "expansion_neighbors",
+            "rerank",
+            "pool",
+            "rerank_preset",
+        )
         if key in settings
     }
     params = {key: settings[key] for key in METHOD_PARAMS[method] if key in settings}

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from galleria.evaluation.configs import RetrievalConfig
+from galleria.evaluation.configs import DEFAULT_POOL, RetrievalConfig
 from galleria.rerank.registry import DEFAULT_METHOD
 
 __all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compare_search", "rank_changes"]
@@ -24,7 +24,6 @@ __all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compa
 MAX_RESULTS = 1000
 #: Results shown, and candidates re-ranked, when a request does not say.
 DEFAULT_K = 10
-DEFAULT_POOL = 100
 
 
 @dataclass(frozen=True)
@@ -199,7 +198,7 @@ class SearchSettings:
         Examples
         --------
         >>> SearchSettings.from_mapping({"k": "5", "rerank": "1", "lambda": "0.25"}).to_query()
-        {'k': '5', 'expand': '0', 'rerank': '1', 'k1': '20', 'k2': '6', 'lambda': '0.25', 'pool': '100'}
+        {'k': '5', 'expand': '0', 'rerank': '1', 'k1': '20', 'k2': '6', 'lambda': '0.25', 'pool': '200'}
         """
         config = self.config
         query = {"k": str(self.k), "expand": "1" if config.query_expansion else "0"}

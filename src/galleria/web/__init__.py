@@ -31,9 +31,19 @@ def create_app(store: Any, **options: Any) -> Any:
     return create(store, **options)
 
 
-def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run ``app`` with uvicorn until interrupted."""
+def serve(app: Any, *, host: str = "127.0.0.1", port: int = 8000, on_stop: Any = None) -> None:
+    """Run ``app`` with uvicorn until interrupted; ``on_stop()`` is called when a stop signal arrives."""
     _require_web()
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    if on_stop is not None:
+        handle_exit = server.handle_exit
+
+        def stopping(sig: int, frame: Any) -> None:
+            if not server.should_exit:
+                on_stop()
+            handle_exit(sig, frame)
+
+        server.handle_exit = stopping  # type: ignore[method-assign]
+    server.run()

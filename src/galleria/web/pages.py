@@ -307,7 +307,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
     def no_evaluation(request: Request) -> HTMLResponse:
         return form_error(
             request,
-            "no evaluation is loaded: start galleria serve with --eval DIR (an evaluate --out folder)",
+            "no evaluation is loaded: start galleria serve with --eval DIR (an evaluate --report folder)",
             404,
         )
 

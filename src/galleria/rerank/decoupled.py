@@ -1,0 +1,479 @@
+"""Decoupled diffusion (Yang et al., "Efficient Image Retrieval via Decoupling Diffusion into Online
+and Offline Processing", AAAI 2019).
+
+Diffusion ranks the gallery by ``f = (I - α S)^{-1} y`` (:mod:`galleria.rerank.diffusion` defines
+``S``, the symmetrically normalised mutual k-NN affinity ``a_ij = max(s_ij, 0) ** γ``, and the query
+vector ``y``). ``y`` is non-zero only on the query's ``query_k`` nearest gallery items, so ``f`` is a
+linear combination of ``query_k`` columns of ``L = (I - α S)^{-1}``, and those can be computed once,
+before any query:
+
+* **offline** (:func:`offline_diffusion`) — for every gallery item ``i``, with ``T(i)`` its
+  ``truncation`` nearest gallery items (itself first, then by cosine, ties to the lower row), the
+  system ``(I - α S)[T(i), T(i)] x = e_i`` is solved by conjugate gradient (from 0, stopped at a
+  relative residual ``tol`` or after ``maxiter`` iterations) and ``x`` is kept as item ``i``'s row.
+  The truncation is *late*: ``S`` is the normalised affinity of the whole gallery's graph (the
+  degrees are the full graph's), and only the system is cut down to ``T(i)``. With ``truncation``
+  at least the gallery size the row is exactly row ``i`` of ``(I - α S)^{-1}``.
+* **online** — a query with weights ``y_j = max(s(q, j), 0) ** γ`` on its ``query_k`` nearest gallery
+  items ``j`` scores item ``g`` by ``f(g) = Σ_j y_j F[j, g]``, ``F[j, ·]`` being item ``j``'s offline
+  row (zero outside ``T(j)``): ``query_k · truncation`` work, whatever the gallery's size.
+
+Defaults follow the paper and its authors' code: ``k = 50`` graph neighbours, ``truncation = 1000``,
+``query_k = 10``, ``α = 0.99``, ``γ = 3``, ``tol = 1e-6``, at most 20 iterations. The graph is built on
+the L2-normalised vectors (cosine similarities) in every space.
+
+* :class:`DecoupledDiffusionReranker` — re-ranks the candidates a store retrieved; the offline part
+  is computed on first use (or ahead, with :func:`prepare_offline_diffusion`) and kept in the store,
+  whose saved file keeps it (``offline_diffusion`` in :mod:`galleria.store.persistence`).
+* :func:`decoupled_diffusion_rerank_features` — the full probe×gallery setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
+from galleria.rerank._common import stable_smallest
+from galleria.rerank.base import check_features, check_store, similarities_from_distances, top_similar
+from galleria.rerank.diffusion import conjugate_gradient
+from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
+from galleria.store._state import OfflineDiffusion
+from galleria.store.candidate import Candidate
+from galleria.store.store import InMemoryImageEmbeddingStore
+
+__all__ = [
+    "DecoupledDiffusionReranker",
+    "check_decoupled_params",
+    "decoupled_diffusion_rerank_features",
+    "offline_diffusion",
+    "prepare_offline_diffusion",
+]
+
+#: Elements of one block of similarity rows while the neighbour lists are gathered (float32: 64 MB).
+_BLOCK_ELEMENTS = 1 << 24
+#: Unknowns of the truncated systems solved together (the items of a block times ``T``).
+_SYSTEM_ELEMENTS = 1 << 16
+#: The parameters of the offline part, in the order :func:`check_decoupled_params` returns them.
+OFFLINE_PARAMS = ("k", "truncation", "alpha", "gamma", "tol", "maxiter")
+
+
+def check_decoupled_params(
+    k: Any, truncation: Any, query_k: Any, alpha: Any, gamma: Any, tol: Any, maxiter: Any
+) -> tuple[int, int, int, float, float, float, int]:
+    """Validate the decoupled-diffusion parameters; errors name the parameter and the value.
+
+    ``k``, ``truncation``, ``query_k``, ``maxiter`` positive ints (``k``, ``truncation`` and
+    ``maxiter`` at most 2**20); ``alpha`` in [0, 1); ``gamma`` and ``tol`` finite and ≥ 0.
+    """
+    neighbours = check_positive_int("k", k)
+    size = check_positive_int("truncation", truncation)
+    query_neighbours = check_positive_int("query_k", query_k)
+    weight = check_fraction("alpha", alpha)
+    if weight >= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1) for the system to be solvable, got {alpha!r}")
+    power = check_nonnegative_float("gamma", gamma)
+    tolerance = check_nonnegative_float("tol", tol)
+    iterations = check_positive_int("maxiter", maxiter)
+    for name, value in (("k", neighbours), ("truncation", size), ("maxiter", iterations)):
+        if value > 1 << 20:
+            raise ValueError(f"{name} must be at most {1 << 20}, got {value!r}")
+    return neighbours, size, query_neighbours, weight, power, tolerance, iterations
+
+
+def _neighbour_lists(unit: np.ndarray, width: int, graph_k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Truncation lists and graph neighbours of every row (cosine; ties to the lower row).
+
+    Returns ``lists`` (n, width) int32 — the row itself, then its ``width - 1`` most similar other
+    rows — and the positions (n, graph_k) int32 and similarities (n, graph_k) float32 of its
+    ``graph_k`` most similar other rows.
+    """
+    size = unit.shape[0]
+    others = max(width - 1, graph_k)
+    lists = np.empty((size, width), dtype=np.int32)
+    lists[:, 0] = np.arange(size, dtype=np.int32)
+    graph = np.empty((size, graph_k), dtype=np.int32)
+    similarities = np.empty((size, graph_k), dtype=np.float32)
+    step = max(1, _BLOCK_ELEMENTS // max(1, size))
+    for start in range(0, size if others else 0, step):
+        block = unit[start : start + step] @ unit.T
+        rows = np.arange(block.shape[0])
+        block[rows, start + rows] = -np.inf
+        top = stable_smallest(-block, others)
+        lists[start : start + step, 1:] = top[:, : width - 1]
+        graph[start : start + step] = top[:, :graph_k]
+        similarities[start : start + step] = np.take_along_axis(block, top[:, :graph_k], axis=1)
+    return lists, graph, similarities
+
+
+def _normalised_affinity(positions: np.ndarray, similarities: np.ndarray, gamma: float) -> sp.csr_matrix:
+    """``S = D^{-1/2} A D^{-1/2}`` of the mutual k-NN graph given by each row's neighbour lists."""
+    size, count = positions.shape
+    rows = np.repeat(np.arange(size), count)
+    columns = positions.ravel().astype(np.int64)
+    weights = np.maximum(similarities.astype(np.float64).ravel(), 0.0) ** gamma
+    directed = sp.csr_matrix((weights, (rows, columns)), shape=(size, size))
+    marks = sp.csr_matrix((np.ones(rows.size), (rows, columns)), shape=(size, size))
+    mutual = directed.multiply(marks.T).tocsr()
+    affinity = ((mutual + mutual.T) * 0.5).tocsr()  # exactly symmetric despite block rounding
+    degree = np.asarray(affinity.sum(axis=1)).ravel()
+    scale = np.zeros_like(degree)
+    np.divide(1.0, np.sqrt(degree), out=scale, where=degree > 0)
+    normalised: sp.csr_matrix = (sp.diags(scale) @ affinity @ sp.diags(scale)).tocsr()
+    normalised.sort_indices()
+    return normalised
+
+
+def _truncated_rows(
+    normalised: sp.csr_matrix, lists: np.ndarray, alpha: float, tol: float, maxiter: int
+) -> np.ndarray:
+    """Solve ``(I - α S)[T(i), T(i)] x = e_first`` for every row ``T(i)`` of ``lists``; (n, T) float32.
+
+    A block of items is solved together as one block-diagonal system: the rows of ``S`` of every
+    member of every ``T(i)`` are read at once, and a per-item table maps a gallery row to its
+    position in ``T(i)`` (-1 outside), so entries leaving ``T(i)`` are dropped without a sort.
+    """
+    size, width = lists.shape
+    result = np.empty((size, width), dtype=np.float32)
+    block = max(1, _SYSTEM_ELEMENTS // width)
+    # (item, gallery row) -> the row's column in the block-diagonal system (item · T + position), or -1
+    local = np.full(min(block, size) * size, -1, dtype=np.int32)
+    for start in range(0, size, block):
+        ids = lists[start : start + block]
+        count = ids.shape[0]
+        items = np.arange(count, dtype=np.int64)
+        flat = (items * size)[:, None] + ids
+        local[flat] = np.arange(count * width, dtype=np.int32).reshape(count, width)
+        rows = normalised[ids.ravel()]  # CSR rows of every member, in block order
+        owner_of_entry = np.repeat(np.repeat(items * size, width), np.diff(rows.indptr))
+        targets = local[owner_of_entry + rows.indices]
+        kept = targets >= 0
+        csum = np.empty(kept.size + 1, dtype=np.int64)
+        csum[0] = 0
+        np.cumsum(kept, out=csum[1:])
+        matrix = sp.csr_matrix(
+            (rows.data[kept], targets[kept], csum[rows.indptr]), shape=(count * width, count * width)
+        )
+        local[flat] = -1
+        source = np.zeros((count, width), dtype=np.float64)
+        source[:, 0] = 1.0
+
+        def matvec(vectors: np.ndarray, matrix: sp.csr_matrix = matrix, count: int = count) -> np.ndarray:
+            product: np.ndarray = vectors - alpha * (matrix @ vectors.ravel()).reshape(count, width)
+            return product
+
+        result[start : start + count] = conjugate_gradient(matvec, source, tol=tol, maxiter=maxiter)
+    return result
+
+
+def offline_diffusion(
+    gallery_features: Any,
+    *,
+    k: int = 50,
+    truncation: int = 1000,
+    alpha: float = 0.99,
+    gamma: float = 3.0,
+    tol: float = 1e-6,
+    maxiter: int = 20,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The offline part of decoupled diffusion over a gallery (see the module docstring).
+
+    Parameters
+    ----------
+    gallery_features : array_like, shape (n, d)
+        The gallery vectors (L2-normalised here; compared by cosine).
+    k, truncation, alpha, gamma, tol, maxiter
+        Graph neighbours (capped at ``n - 1``), truncation size (capped at ``n``), the diffusion's
+        weight and exponent, conjugate gradient's relative tolerance and most iterations.
+
+    Returns
+    -------
+    (positions, values) : (n, T) int32 and (n, T) float32 arrays
+        Row i: item i's truncated list ``T(i)`` (i first) and its diffusion there.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad features or a parameter out of range (naming it).
+
+    Examples
+    --------
+    >>> positions, values = offline_diffusion(np.eye(3)[[0, 0, 1]] + 0.01, k=1, truncation=2)
+    >>> positions.tolist()
+    [[0, 1], [1, 0], [2, 0]]
+    """
+    neighbours, size, _, weight, power, tolerance, iterations = check_decoupled_params(
+        k, truncation, 1, alpha, gamma, tol, maxiter
+    )
+    unit = check_features("gallery_features", gallery_features)
+    return _offline(unit, neighbours, size, weight, power, tolerance, iterations)
+
+
+def _offline(
+    unit: np.ndarray, k: int, truncation: int, alpha: float, gamma: float, tol: float, maxiter: int
+) -> tuple[np.ndarray, np.ndarray]:
+    count = unit.shape[0]
+    width = min(truncation, count)
+    graph_k = min(k, count - 1)
+    lists, graph, similarities = _neighbour_lists(unit, width, graph_k)
+    normalised = _normalised_affinity(graph, similarities, gamma)
+    return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)
+
+
+def _offline_matrix(positions: np.ndarray, values: np.ndarray) -> sp.csr_matrix:
+    """The offline rows as an (n, n) CSR matrix ``F`` (sharing the arrays; indices unsorted)."""
+    count, width = positions.shape
+    indptr = np.arange(0, count * width + 1, width, dtype=np.int64)
+    return sp.csr_matrix((values.ravel(), positions.ravel(), indptr), shape=(count, count))
+
+
+def _query_weights(similarities: np.ndarray, gamma: float) -> np.ndarray:
+    weights: np.ndarray = np.maximum(np.asarray(similarities, dtype=np.float64), 0.0) ** gamma
+    return weights
+
+
+def decoupled_diffusion_rerank_features(
+    probe_features: Any,
+    gallery_features: Any,
+    *,
+    k: int = 50,
+    truncation: int = 1000,
+    query_k: int = 10,
+    alpha: float = 0.99,
+    gamma: float = 3.0,
+    tol: float = 1e-6,
+    maxiter: int = 20,
+) -> np.ndarray:
+    """Decoupled-diffusion distances ``-f`` of every probe to every gallery item (lower is closer).
+
+    The offline part is :func:`offline_diffusion` of the gallery; each probe combines the offline
+    rows of its ``query_k`` most similar gallery items (cosine, ties to the lower row).
+
+    Returns
+    -------
+    numpy.ndarray
+        (P, G) float64.
+
+    Examples
+    --------
+    >>> gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> distances = decoupled_diffusion_rerank_features([[1.0, 0.05]], gallery, k=1, query_k=1)
+    >>> np.argsort(distances[0], kind="stable")[:2].tolist()
+    [0, 1]
+    """
+    neighbours, size, query_neighbours, weight, power, tolerance, iterations = check_decoupled_params(
+        k, truncation, query_k, alpha, gamma, tol, maxiter
+    )
+    probes = check_features("probe_features", probe_features)
+    gallery = check_features("gallery_features", gallery_features, probes.shape[1])
+    positions, values = _offline(gallery, neighbours, size, weight, power, tolerance, iterations)
+    chosen, similarities = top_similar(probes, gallery, min(query_neighbours, gallery.shape[0]))
+    rows = np.repeat(np.arange(probes.shape[0]), chosen.shape[1])
+    query = sp.csr_matrix(
+        (_query_weights(similarities, power).ravel(), (rows, chosen.ravel())),
+        shape=(probes.shape[0], gallery.shape[0]),
+    )
+    offline = _offline_matrix(positions, values.astype(np.float64))
+    result: np.ndarray = -np.asarray((query @ offline).toarray(), dtype=np.float64)
+    return result
+
+
+def prepare_offline_diffusion(
+    store: InMemoryImageEmbeddingStore,
+    *,
+    k: int = 50,
+    truncation: int = 1000,
+    alpha: float = 0.99,
+    gamma: float = 3.0,
+    tol: float = 1e-6,
+    maxiter: int = 20,
+) -> OfflineDiffusion:
+    """Compute the offline part over ``store``'s rows (unless it holds it already) and keep it there.
+
+    The store keeps one offline diffusion: computing it with other parameters replaces the one it
+    held; ``add_images`` / ``remove_images`` drop it (it no longer matches the rows); its saved
+    file keeps it. Returns what the store now holds.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a store, a store on an ``ExternalSearchIndex``, a parameter out of range.
+    RuntimeError
+        The store is not built.
+    """
+    check_store(store, "decoupled diffusion")
+    neighbours, size, _, weight, power, tolerance, iterations = check_decoupled_params(
+        k, truncation, 1, alpha, gamma, tol, maxiter
+    )
+    params = dict(zip(OFFLINE_PARAMS, (neighbours, size, weight, power, tolerance, iterations), strict=True))
+    return _offline_of(store, params)
+
+
+def _offline_of(store: InMemoryImageEmbeddingStore, params: dict[str, Any]) -> OfflineDiffusion:
+    """The store's offline diffusion with ``params``, computed and kept if it holds no such one."""
+    if not store.is_built:
+        raise RuntimeError("the store is not built yet; call build_store() first")
+    held = store._offline_diffusion
+    if held is not None and held.params == params:
+        return held
+    with store._lock.reading():
+        rows = store._paths  # replaced (never changed in place) when the gallery changes
+        vectors = store._gallery_vectors(np.arange(len(rows), dtype=np.int64))
+    if not len(rows):
+        raise ValueError("decoupled diffusion needs a store with at least one image")
+    positions, values = _offline(
+        check_features("store vectors", vectors),
+        params["k"],
+        params["truncation"],
+        params["alpha"],
+        params["gamma"],
+        params["tol"],
+        params["maxiter"],
+    )
+    computed = OfflineDiffusion(dict(params), positions, values)
+    with store._lock.writing():
+        if store._paths is rows:  # the gallery did not change meanwhile
+            store._offline_diffusion = computed
+    return computed
+
+
+class DecoupledDiffusionReranker:
+    """Re-rank a store's retrieved candidates by decoupled diffusion (Yang et al., AAAI 2019).
+
+    A query is represented by its ``query_k`` best candidates (by the store's scores, turned into
+    similarities as in :mod:`galleria.rerank.base`); each candidate ``g`` is scored by ``-f(g)``
+    (lower is better), ``f`` the combination of those candidates' offline rows (module docstring).
+    Candidates outside every one of those rows score 0 and keep their order after the others.
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        The store the candidates come from (not one on an ``ExternalSearchIndex``). Its offline
+        diffusion is computed on the first call that needs it (a store loaded from a file that keeps
+        one with the same parameters reuses it) and kept in the store.
+    k : int, default 50
+        Neighbours per node of the gallery's mutual k-NN graph.
+    truncation : int, default 1000
+        Gallery items in each offline row.
+    query_k : int, default 10
+        Candidates that represent the query.
+    alpha : float, default 0.99
+    gamma : float, default 3.0
+    tol : float, default 1e-6
+    maxiter : int, default 20
+        As :func:`offline_diffusion`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not a store, a store on an ``ExternalSearchIndex``, a parameter out of range.
+
+    Examples
+    --------
+    >>> vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c", "d"], vectors)
+    >>> candidates = store.retrieve_by_vector([1.0, 0.05], k=4)[0]
+    >>> reranker = DecoupledDiffusionReranker(store, k=1, query_k=1)
+    >>> [c.path for c in reranker.rerank(candidates, top_k=2)]
+    ['a', 'b']
+    """
+
+    def __init__(
+        self,
+        store: InMemoryImageEmbeddingStore,
+        *,
+        k: int = 50,
+        truncation: int = 1000,
+        query_k: int = 10,
+        alpha: float = 0.99,
+        gamma: float = 3.0,
+        tol: float = 1e-6,
+        maxiter: int = 20,
+    ) -> None:
+        self._store = check_store(store, "decoupled diffusion")
+        values = check_decoupled_params(k, truncation, query_k, alpha, gamma, tol, maxiter)
+        self._query_k = values[2]
+        self._offline_params = dict(zip(OFFLINE_PARAMS, values[:2] + values[3:], strict=True))
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{name}={value}" for name, value in self.params().items())
+        return f"DecoupledDiffusionReranker({settings}, store={self._store!r})"
+
+    @property
+    def store(self) -> InMemoryImageEmbeddingStore:
+        """The store whose offline diffusion the candidates are re-ranked with."""
+        return self._store
+
+    def params(self) -> dict[str, Any]:
+        """The re-ranker's parameters, as its constructor takes them."""
+        held = self._offline_params
+        return {
+            "k": held["k"],
+            "truncation": held["truncation"],
+            "query_k": self._query_k,
+            "alpha": held["alpha"],
+            "gamma": held["gamma"],
+            "tol": held["tol"],
+            "maxiter": held["maxiter"],
+        }
+
+    def rerank(self, candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
+        """Re-rank one query's candidates and keep the best ``top_k`` (ascending ``-f``, ties in order).
+
+        Raises
+        ------
+        TypeError, ValueError, KeyError, RuntimeError
+            As :meth:`galleria.rerank.KReciprocalReranker.rerank`.
+        """
+        pool = _check_candidates("candidates", candidates, self._store.store_id)
+        count = check_positive_int("top_k", top_k)
+        return self._rerank_checked([pool], count)[0]
+
+    def rerank_batch(
+        self, candidate_lists: Sequence[Sequence[Candidate]], top_k: int
+    ) -> list[list[Candidate]]:
+        """Re-rank many queries' candidate lists; equal to :meth:`rerank` on each list."""
+        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
+        count = check_positive_int("top_k", top_k)
+        if not pools:
+            return []
+        return self._rerank_checked(pools, count)
+
+    def _rerank_checked(self, pools: list[list[Candidate]], top_k: int) -> list[list[Candidate]]:
+        store = self._store
+        if not store.is_built:
+            raise RuntimeError("the store is not built yet; call build_store() first")
+        with store._lock.reading():
+            rows = [store._rows_of([c.path for c in pool]) for pool in pools]  # KeyError for unknown
+        offline = _offline_of(store, self._offline_params)
+        gamma = float(self._offline_params["gamma"])
+        results = []
+        for pool, pool_rows in zip(pools, rows, strict=True):
+            scores = np.array([c.score for c in pool], dtype=np.float64)
+            similar = similarities_from_distances(scores, store.space)
+            chosen = stable_smallest(-similar[None, :], min(self._query_k, len(pool)))[0]
+            final = -_pool_diffusion(
+                offline, pool_rows, pool_rows[chosen], _query_weights(similar[chosen], gamma)
+            )
+            order = np.argsort(final, kind="stable")[:top_k]
+            results.append(
+                [Candidate._from_store(pool[i].path, float(final[i]), store.store_id) for i in order.tolist()]
+            )
+        return results
+
+
+def _pool_diffusion(
+    offline: OfflineDiffusion, candidates: np.ndarray, sources: np.ndarray, weights: np.ndarray
+) -> np.ndarray:
+    """``f`` at the gallery rows ``candidates``: ``Σ_j weights_j · F[sources_j, candidate]``."""
+    reached = offline.positions[sources].ravel()  # (query_k · T,) gallery rows
+    spread = (offline.values[sources].astype(np.float64) * weights[:, None]).ravel()
+    order = np.argsort(candidates, kind="stable")
+    ranked = candidates[order]
+    slots = np.minimum(np.searchsorted(ranked, reached), len(ranked) - 1)
+    hit = ranked[slots] == reached
+    result: np.ndarray = np.bincount(order[slots[hit]], weights=spread[hit], minlength=len(candidates))
+    return result

@@ -133,3 +133,62 @@ def test_cli_build_engine_ray(local_ray: None, gallery: list[str], tmp_path: Pat
     store = InMemoryImageEmbeddingStore.load_from_disk(out)
     assert store.paths == gallery
     assert read_shards(str(out) + ".shards")[0] == gallery
+
+
+def test_many_chunks_with_an_unreadable_image_match_the_threaded_builder(
+    local_ray: None, gallery: list[str], tmp_path: Path
+) -> None:
+    """Chunks of 5 rows (the embedder's batch), an unreadable image in the middle of one: same vectors."""
+    broken = write_corrupt(tmp_path / "broken.png")
+    images = [*gallery[:12], broken, *gallery[12:]]
+    embedder = PixelEmbedder(size=8, batch_size=5)
+    threaded = InMemoryImageEmbeddingStore(images, embedder, skip_errors=True)
+    with pytest.warns(RuntimeWarning):
+        threaded.build_store(progress=False)
+    with pytest.warns(RuntimeWarning, match=r"broken\.png"):
+        store = build_with_ray(
+            images, embedder, tmp_path / "s", num_actors=2, decode_batch_size=3, skip_errors=True
+        )
+    assert store.paths == threaded.paths == [*gallery[:12], *gallery[12:]]
+    assert store.skipped == [broken]
+    np.testing.assert_array_equal(store.embeddings, threaded.embeddings)
+
+
+class _FakeDataset:
+    def __init__(self, tables: list[Any]) -> None:
+        self.tables = tables
+
+    def iter_batches(self, **_: Any) -> Iterator[Any]:
+        return iter(self.tables)
+
+
+def _chunk(start: int, rows: int, dim: int = 2, errors: Sequence[str] = ()) -> Any:
+    import pyarrow as pa
+
+    messages = list(errors) or [""] * rows
+    kept = sum(1 for message in messages if not message)
+    vectors = np.full((kept, dim), float(start), dtype=np.float32)
+    return pa.table(
+        {
+            "start": pa.array([start], type=pa.int64()),
+            "errors": pa.array([messages], type=pa.list_(pa.string())),
+            "dim": pa.array([dim], type=pa.int64()),
+            "vectors": pa.array([vectors.tobytes()], type=pa.large_binary()),
+        }
+    )
+
+
+def test_collect_puts_chunks_in_order_and_refuses_lost_or_duplicated_ones() -> None:
+    from galleria.engines.ray_build import _collect
+
+    vectors, errors = _collect(
+        _FakeDataset([_chunk(4, 3, errors=["", "bad", ""]), _chunk(0, 4)]), count=7, chunk=4
+    )
+    assert errors == {5: "bad"}
+    np.testing.assert_array_equal(vectors[:, 0], [0, 0, 0, 0, 4, 4])
+    with pytest.raises(RuntimeError, match="twice"):
+        _collect(_FakeDataset([_chunk(0, 4), _chunk(0, 4), _chunk(4, 3)]), count=7, chunk=4)
+    with pytest.raises(RuntimeError, match="lost"):
+        _collect(_FakeDataset([_chunk(0, 4)]), count=7, chunk=4)
+    with pytest.raises(RuntimeError, match="damaged"):
+        _collect(_FakeDataset([_chunk(0, 3), _chunk(4, 3)]), count=7, chunk=4)

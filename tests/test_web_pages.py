@@ -418,3 +418,104 @@ def test_the_evaluation_of_the_cli_reads_back(
     client = TestClient(create_app(gallery[1], evaluation=results))
     assert client.get("/eval").status_code == 200
     assert all(client.get(f"/eval/{i}").status_code == 200 for i in range(9))
+
+
+# Re-ranking defaults read from the gallery (issue 17 §2) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def unclustered() -> InMemoryImageEmbeddingStore:
+    """A gallery whose neighbourhoods are unreliable: its adaptive defaults are not the paper's."""
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(1, 128)) + rng.normal(size=(300, 128))  # one diffuse cloud, off centre
+    paths = [f"/gallery/c{i % 3}/{i:03d}.png" for i in range(300)]
+    return InMemoryImageEmbeddingStore.from_embeddings(paths, vectors)
+
+
+def _field(html: str, name: str) -> str:
+    match = re.search(rf'name="{name}"[^>]* value="([^"]*)"', html)
+    assert match is not None, name
+    return match[1]
+
+
+def _box(html: str) -> tuple[str, str, str]:
+    """The re-rank box's k1, k2 and λ, as the form shows them."""
+    return _field(html, "k1"), _field(html, "k2"), _field(html, "lambda")
+
+
+def test_the_re_rank_box_takes_its_defaults_from_the_gallery(
+    unclustered: InMemoryImageEmbeddingStore,
+) -> None:
+    from galleria.rerank.adaptive import default_rerank_params
+
+    read = default_rerank_params(unclustered, "k-reciprocal")
+    paper = {"k1": 20, "k2": 6, "lambda_value": 0.3}
+    assert all(read[name] != paper[name] for name in paper)  # else this test could not tell them apart
+    client = TestClient(create_app(unclustered))
+    expected = {"k1": str(read["k1"]), "k2": str(read["k2"]), "lambda": repr(read["lambda_value"])}
+    for address in ("/", "/?path=c0/000.png", "/?path=c0/000.png&rerank=1&k=5"):
+        page = client.get(address)
+        assert page.status_code == 200, address
+        assert {name: _field(page.text, name) for name in expected} == expected, address
+        assert ">k1, k2, λ read from this gallery</span>" in page.text, address
+    # The result's address carries the values used: a reload reproduces the search.
+    posted = client.post("/", data={"path": "c0/000.png", "rerank": "1", "k": "5"}, follow_redirects=False)
+    assert posted.status_code == 303
+    params = _params(posted.headers["location"])
+    assert {name: params[name] for name in expected} == expected
+    again = client.get(posted.headers["location"])
+    assert {name: _field(again.text, name) for name in expected} == expected
+    heading = f"k1 {read['k1']} · k2 {read['k2']} · λ {read['lambda_value']!r}"
+    assert heading in again.text
+    # The API answers with the same values: nothing sent == the gallery's values sent.
+    unsent = client.post("/api/search", json={"path": "c0/000.png", "rerank": True, "k": 5}).json()
+    sent = client.post(
+        "/api/search",
+        json={
+            "path": "c0/000.png",
+            "rerank": True,
+            "k": 5,
+            "k1": read["k1"],
+            "k2": read["k2"],
+            "lambda": read["lambda_value"],
+        },
+    ).json()
+    assert unsent["reranked"] is not None
+    assert (unsent["plain"], unsent["reranked"]) == (sent["plain"], sent["reranked"])
+
+
+def test_sent_values_and_a_settings_file_win_over_the_gallery(
+    unclustered: InMemoryImageEmbeddingStore,
+) -> None:
+    from galleria.rerank.adaptive import default_rerank_params
+    from galleria.viewer import SearchSettings
+
+    read = default_rerank_params(unclustered, "k-reciprocal")
+    client = TestClient(create_app(unclustered))
+    page = client.get("/?path=c0/000.png&rerank=1&k=5&k1=5&k2=2&lambda=0.25")
+    assert page.status_code == 200
+    assert _box(page.text) == ("5", "2", "0.25")
+    assert "k1 5 · k2 2 · λ 0.25" in page.text
+    own = f"values read from this gallery: k1 {read['k1']}, k2 {read['k2']}, λ {read['lambda_value']!r}"
+    assert own in page.text
+    explicit = {"path": "c0/000.png", "rerank": True, "k": 5, "k1": 5, "k2": 2, "lambda": 0.25}
+    answer = client.post("/api/search", json=explicit).json()
+    settings = SearchSettings.from_mapping({"k": 5, "rerank": True, "k1": 5, "k2": 2, "lambda": 0.25})
+    from galleria.viewer import compare_search
+
+    expected = compare_search(unclustered, "/gallery/c0/000.png", settings, kind="path").to_dict()
+
+    def order(items: list[dict[str, Any]]) -> list[tuple[str, float]]:
+        return [(item["path"], item["score"]) for item in items]
+
+    assert order(answer["reranked"]) == order(expected["reranked"])
+    # A settings file (galleria serve --settings) gives the defaults: no note, its values shown.
+    tuned = RetrievalConfig("tuned", rerank=True, k1=7, k2=3, lambda_value=0.5, pool=30)
+    page = TestClient(create_app(unclustered, defaults=tuned)).get("/?path=c0/000.png")
+    assert _box(page.text) == ("7", "3", "0.5")
+    assert 'id="rerank-note"' not in page.text
+    # An adaptive settings file is read from the gallery too.
+    adaptive = RetrievalConfig("tuned", rerank=True, rerank_preset="adaptive", pool=30)
+    page = TestClient(create_app(unclustered, defaults=adaptive)).get("/?path=c0/000.png")
+    assert _field(page.text, "k1") == str(read["k1"]) and _field(page.text, "k2") == str(read["k2"])
+    assert ">k1, k2, λ read from this gallery</span>" in page.text

@@ -17,7 +17,7 @@ import numpy as np
 from galleria._validation import check_bool, check_positive_int
 from galleria.datasets.folder import IMAGE_EXTENSIONS
 from galleria.embedders import batch_size_of, embedder_config, embedder_from_config
-from galleria.engines.shards import ShardWriter, store_from_shards
+from galleria.engines.shards import ShardWriter
 from galleria.store.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
 
 __all__ = ["build_with_ray", "list_image_uris", "read_image_any"]
@@ -73,46 +73,128 @@ def list_image_uris(uri: str) -> list[str]:
     return sorted(prefix + path for path in found)
 
 
-def _decode_batch(batch: dict[str, np.ndarray], min_size: tuple[int, int] | None = None) -> dict[str, Any]:
-    """Ray task: decode a batch of paths; unreadable ones get an error message and no pixels."""
-    images: list[np.ndarray] = []
-    errors: list[str] = []
-    for path in batch["path"]:
-        try:
-            images.append(read_image_any(str(path), min_size))
-            errors.append("")
-        except ImageReadError as error:
-            images.append(np.zeros((1, 1, 3), dtype=np.uint8))
-            errors.append(str(error) or "unreadable")
-    pixels = np.empty(len(images), dtype=object)
-    pixels[:] = images
-    return {
-        "row": batch["row"],
-        "path": batch["path"],
-        "error": np.asarray(errors, dtype=object),
-        "pixels": pixels,
-    }
+# ------------------------------------------------------------------ packed chunks
+# Ray Data carries one row per *chunk* of images, never one per image: a chunk row holds its first
+# row number, its paths (an Arrow list), and then either its decoded pixels packed in one buffer or
+# its vectors packed in one buffer. The actors read those buffers through zero-copy numpy views.
+
+
+def _decode_chunks(table: Any, min_size: tuple[int, int] | None = None) -> Any:
+    """Ray task: decode each chunk's paths into one packed uint8 buffer (+ shapes, + error messages)."""
+    import pyarrow as pa
+
+    packed: list[bytes] = []
+    shapes: list[np.ndarray] = []
+    errors: list[list[str]] = []
+    for names in table.column("paths").to_pylist():
+        images: list[np.ndarray] = []
+        messages: list[str] = []
+        for name in names:
+            try:
+                images.append(np.ascontiguousarray(read_image_any(name, min_size)))
+                messages.append("")
+            except ImageReadError as error:
+                images.append(np.zeros((0, 0, 3), dtype=np.uint8))
+                messages.append(str(error) or "unreadable")
+        shapes.append(np.asarray([image.shape for image in images], dtype=np.int32).reshape(-1))
+        packed.append(b"".join(image.tobytes() for image in images))
+        errors.append(messages)
+    return pa.table(
+        {
+            "start": table.column("start"),
+            "shapes": pa.array(shapes, type=pa.list_(pa.int32())),
+            "pixels": pa.array(packed, type=pa.large_binary()),
+            "errors": pa.array(errors, type=pa.list_(pa.string())),
+        }
+    )
+
+
+def _unpack_pixels(buffer: Any, shapes: np.ndarray) -> list[np.ndarray]:
+    """Zero-copy (read-only) views of the images packed in ``buffer`` with ``(k, 3)`` ``shapes``."""
+    flat = np.frombuffer(buffer, dtype=np.uint8)
+    sizes = np.prod(shapes, axis=1)
+    ends = np.cumsum(sizes)
+    return [
+        flat[end - size : end].reshape(shape) for shape, size, end in zip(shapes, sizes, ends, strict=True)
+    ]
 
 
 class _EmbedActor:
-    """Ray actor: holds the embedder once (rebuilt from its config, or the object sent) and embeds batches."""
+    """Ray actor: holds the embedder once (rebuilt from its config, or the object sent) and embeds chunks.
+
+    Each chunk is embedded ``batch_size`` rows at a time, the batches of the threaded builder
+    (chunks start at multiples of ``batch_size``), unreadable rows left out of their batch.
+    """
 
     def __init__(self, config: dict[str, Any] | None, embedder: Any) -> None:
         self.embedder = embedder_from_config(config) if config is not None else embedder
+        self.batch_size = batch_size_of(self.embedder)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        keep = np.asarray([not error for error in batch["error"]], dtype=bool)
-        images = [batch["pixels"][i] for i in np.flatnonzero(keep)]
-        vectors = np.asarray(self.embedder.embed(images), dtype=np.float32) if images else None
-        dim = 0 if vectors is None else vectors.shape[1]
-        out = np.zeros((len(keep), dim), dtype=np.float32)
-        if vectors is not None:
-            if vectors.shape[0] != len(images) or not np.isfinite(vectors).all():
-                raise ValueError("the embedder returned the wrong number of rows or non-finite values")
-            out[keep] = vectors
-        column = np.empty(len(keep), dtype=object)
-        column[:] = list(out)
-        return {"row": batch["row"], "path": batch["path"], "error": batch["error"], "vector": column}
+    def __call__(self, table: Any) -> Any:
+        import pyarrow as pa
+
+        vectors_out: list[bytes] = []
+        dims: list[int] = []
+        for row in range(table.num_rows):
+            shapes = np.asarray(table.column("shapes")[row].values, dtype=np.int64).reshape(-1, 3)
+            images = _unpack_pixels(table.column("pixels")[row].as_buffer(), shapes)
+            keep = np.asarray([not error for error in table.column("errors")[row].as_py()], dtype=bool)
+            parts: list[np.ndarray] = []
+            for start in range(0, len(images), self.batch_size):
+                batch = [
+                    images[i] for i in range(start, min(start + self.batch_size, len(images))) if keep[i]
+                ]
+                if batch:
+                    output = np.asarray(self.embedder.embed(batch), dtype=np.float32)
+                    if output.ndim != 2 or output.shape[0] != len(batch) or not np.isfinite(output).all():
+                        raise ValueError(
+                            "the embedder returned the wrong number of rows or non-finite values"
+                        )
+                    parts.append(output)
+            block = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+            vectors_out.append(np.ascontiguousarray(block).tobytes())
+            dims.append(int(block.shape[1]))
+        return pa.table(
+            {
+                "start": table.column("start"),
+                "errors": table.column("errors"),
+                "dim": pa.array(dims, type=pa.int64()),
+                "vectors": pa.array(vectors_out, type=pa.large_binary()),
+            }
+        )
+
+
+def _collect(embedded: Any, count: int, chunk: int) -> tuple[np.ndarray, dict[int, str]]:
+    """Gather the actors' chunks in row order: the kept rows' (k, d) vectors and {row: error message}.
+
+    Every chunk must arrive exactly once (a retried task must not duplicate or lose rows).
+    """
+    blocks: dict[int, np.ndarray] = {}
+    errors: dict[int, str] = {}
+    dim = 0
+    for table in embedded.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for row in range(table.num_rows):
+            start = int(table.column("start")[row].as_py())
+            if start in blocks or start % chunk or not 0 <= start < count:
+                raise RuntimeError(f"Ray returned the chunk at row {start} twice or out of range")
+            width = int(table.column("dim")[row].as_py())
+            messages = table.column("errors")[row].as_py()
+            for offset, message in enumerate(messages):
+                if message:
+                    errors[start + offset] = message
+            flat = np.frombuffer(table.column("vectors")[row].as_buffer(), dtype=np.float32)
+            kept = len(messages) - sum(1 for message in messages if message)
+            if (kept and width and flat.size != kept * width) or len(messages) != min(chunk, count - start):
+                raise RuntimeError(f"Ray returned a damaged chunk at row {start}")
+            if kept and dim and width != dim:
+                raise ValueError(f"the embedder returned {width} dimensions, earlier batches {dim}")
+            dim = dim or width
+            blocks[start] = flat.reshape(kept, width) if kept else flat.reshape(0, width)
+    if len(blocks) != -(-count // chunk):
+        raise RuntimeError(f"Ray returned {len(blocks)} chunks for {count} images (rows lost)")
+    parts = [blocks[start] for start in sorted(blocks) if blocks[start].shape[0]]
+    vectors = np.concatenate(parts) if parts else np.zeros((0, dim), dtype=np.float32)
+    return vectors, errors
 
 
 def build_with_ray(
@@ -127,7 +209,7 @@ def build_with_ray(
     address: str | None = None,
     num_actors: int = 2,
     gpus_per_actor: float = 0.0,
-    decode_batch_size: int = 64,
+    decode_batch_size: int = 256,
     rows_per_shard: int = 65_536,
     num_cpus: int | None = None,
 ) -> Any:
@@ -153,6 +235,10 @@ def build_with_ray(
         instead of raising :class:`~galleria.store.reading.ImageReadError`.
     address : str, optional
         Ray cluster address; None starts (or reuses) a local Ray.
+    decode_batch_size : int
+        Images per Ray Data row (a chunk decoded by one task and embedded by one actor call),
+        rounded up to a multiple of the embedder's batch size; hundreds keep Ray's per-row
+        overhead small.
     num_cpus : int, optional
         CPUs of a local Ray started here (None: all).
 
@@ -162,6 +248,7 @@ def build_with_ray(
         Built, with the embedder attached.
     """
     from galleria.datasets import list_images
+    from galleria.store import InMemoryImageEmbeddingStore
     from galleria.store._checks import resolve_index
 
     skip_errors = check_bool("skip_errors", skip_errors)
@@ -190,52 +277,53 @@ def build_with_ray(
     context.enable_progress_bars = False
     batch_size = batch_size_of(embedder)
 
-    dataset = ray.data.from_items([{"row": row, "path": path} for row, path in enumerate(paths)])
-    decoded = dataset.map_batches(
-        _decode_batch,
+    # Chunks start at multiples of the embedder's batch size, so that the actors' batches are the
+    # threaded builder's batches (bit-identical vectors, whatever the model).
+    chunk = batch_size * max(1, -(-decode_batch_size // batch_size))
+    # One item per chunk, built on the driver (no remote task just to describe the input blocks).
+    dataset = ray.data.from_items(
+        [{"start": start, "paths": paths[start : start + chunk]} for start in range(0, len(paths), chunk)],
+        override_num_blocks=max(1, -(-len(paths) // chunk)),
+    )
+    dataset = dataset.map_batches(
+        _decode_chunks,
         fn_kwargs={"min_size": draft_size_for(embedder)},
-        batch_size=decode_batch_size,
+        batch_size=1,
+        batch_format="pyarrow",
+        zero_copy_batch=True,
         max_retries=-1,
     )
-    embedded = decoded.map_batches(
+    embedded = dataset.map_batches(
         _EmbedActor,
         fn_constructor_args=(config, None if config is not None else embedder),
-        batch_size=batch_size,
+        batch_size=1,
+        batch_format="pyarrow",
+        zero_copy_batch=True,
         # Grow to num_actors as CPUs allow: actors that took every CPU would starve the decode tasks.
         compute=ray.data.ActorPoolStrategy(min_size=1, max_size=num_actors),
         num_gpus=gpus_per_actor or None,
         max_restarts=-1,
         max_task_retries=-1,
     )
-    rows: list[np.ndarray] = []
-    kept_paths: list[str] = []
-    vectors: list[np.ndarray] = []
-    errors: dict[int, str] = {}
-    for batch in embedded.iter_batches(batch_size=None, batch_format="numpy"):
-        order = np.asarray(batch["row"], dtype=np.int64)
-        rows.append(order)
-        for row, path, error, vector in zip(
-            order, batch["path"], batch["error"], batch["vector"], strict=True
-        ):
-            if error:
-                errors[int(row)] = str(error)
-            else:
-                kept_paths.append(str(path))
-                vectors.append(np.asarray(vector, dtype=np.float32))
-    seen = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    if seen.size != len(paths) or not np.array_equal(np.sort(seen), np.arange(len(paths))):
-        raise RuntimeError(f"Ray returned {seen.size} rows for {len(paths)} images (rows lost or duplicated)")
+    vectors, errors = _collect(embedded, len(paths), chunk)
     if errors and not skip_errors:
-        first = min(errors)
-        raise ImageReadError(errors[first])
+        raise ImageReadError(errors[min(errors)])
     for row in sorted(errors):
         warnings.warn(f"skipping unreadable image: {errors[row]}", RuntimeWarning, stacklevel=2)
-    # Back to input order: rows came in whatever order the actors finished.
-    kept_rows = np.asarray(sorted(set(range(len(paths))) - set(errors)), dtype=np.int64)
-    position = {path: index for index, path in enumerate(kept_paths)}
+    kept_rows = np.setdiff1d(np.arange(len(paths)), np.fromiter(errors, dtype=np.int64, count=len(errors)))
     writer = ShardWriter(out_dir, rows_per_shard)
     for start in range(0, kept_rows.size, rows_per_shard):
-        chunk = [paths[row] for row in kept_rows[start : start + rows_per_shard]]
-        writer.write(chunk, np.stack([vectors[position[path]] for path in chunk]))
-    writer.close(skipped=[paths[row] for row in sorted(errors)], embedder=config)
-    return store_from_shards(out_dir, search_index, embedder=embedder, space=space, index_params=index_params)
+        rows = kept_rows[start : start + rows_per_shard]
+        writer.write([paths[row] for row in rows], vectors[start : start + rows.size])
+    skipped = [paths[row] for row in sorted(errors)]
+    writer.close(skipped=skipped, embedder=config)
+    # The store is built from the vectors in memory, equal to the shards' (no reading them back).
+    return InMemoryImageEmbeddingStore.from_embeddings(
+        [paths[row] for row in kept_rows],
+        vectors,
+        embedder,
+        search_index,
+        space=space,
+        index_params=index_params,
+        skipped=skipped,
+    )

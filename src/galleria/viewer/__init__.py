@@ -14,6 +14,7 @@ from galleria.viewer.compare import (
     SideBySide,
     compare_search,
     rank_changes,
+    search_defaults,
 )
 from galleria.viewer.thumbnails import ThumbnailCache, make_thumbnail
 from galleria.viewer.uploads import KeptUpload, UploadError, UploadStore, decode_upload
@@ -33,4 +34,5 @@ __all__ = [
     "decode_upload",
     "make_thumbnail",
     "rank_changes",
+    "search_defaults",
 ]

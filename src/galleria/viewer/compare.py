@@ -12,13 +12,21 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from galleria.evaluation.configs import DEFAULT_POOL, RetrievalConfig
 from galleria.rerank.registry import DEFAULT_METHOD
 
-__all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compare_search", "rank_changes"]
+__all__ = [
+    "GalleryLabels",
+    "RankedItem",
+    "SearchSettings",
+    "SideBySide",
+    "compare_search",
+    "rank_changes",
+    "search_defaults",
+]
 
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
 MAX_RESULTS = 1000
@@ -118,6 +126,9 @@ class SearchSettings:
 
     k: int = 10
     config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=DEFAULT_POOL))
+    #: The k-reciprocal parameters read from the gallery (``{"k1", "k2", "lambda_value"}``) when they
+    #: were the defaults of these settings (:meth:`from_mapping` with a ``store``); None otherwise.
+    gallery_params: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # The one bound on a request's work, wherever the settings come from (a form, the JSON API,
@@ -132,7 +143,11 @@ class SearchSettings:
 
     @classmethod
     def from_mapping(
-        cls, settings: Mapping[str, Any], defaults: RetrievalConfig | None = None
+        cls,
+        settings: Mapping[str, Any],
+        defaults: RetrievalConfig | None = None,
+        *,
+        store: Any = None,
     ) -> SearchSettings:
         """Read ``k``, ``expand``, ``alpha``, ``neighbors``, ``rerank``, ``k1``, ``k2``, ``lambda``, ``pool``.
 
@@ -142,8 +157,17 @@ class SearchSettings:
         written by ``galleria tune``) gives every absent setting, the two switches ``expand`` and
         ``rerank`` included, and the re-ranking method: with a method other than k-reciprocal, its
         tuned parameters are used and ``k1``, ``k2``, ``lambda`` only apply to k-reciprocal.
+
+        ``store`` (the served store) makes the re-ranking defaults the gallery's own: without
+        ``defaults``, and with ``defaults`` whose ``rerank_preset`` is ``"adaptive"``, the parameters
+        a request leaves out are :func:`galleria.rerank.adaptive.default_rerank_params` of ``store``
+        (cached on the store while its gallery is unchanged); :attr:`gallery_params` then holds
+        them. Without ``store`` the paper's values are the defaults.
         """
-        base = defaults if defaults is not None else RetrievalConfig("search", pool=DEFAULT_POOL)
+        base = search_defaults(store, defaults)
+        gallery_params = None
+        if base is not defaults and base.rerank_method == DEFAULT_METHOD and store is not None:
+            gallery_params = {"k1": base.k1, "k2": base.k2, "lambda_value": base.lambda_value}
         k = _number(settings, "k", DEFAULT_K, int)
         pool = _number(settings, "pool", base.pool, int)
         for name, value in (("k", k), ("pool", pool)):
@@ -170,7 +194,7 @@ class SearchSettings:
             )
         except (TypeError, ValueError) as error:
             raise ValueError(_as_sent(str(error), lambda_name)) from None
-        return cls(k=k, config=config)
+        return cls(k=k, config=config, gallery_params=gallery_params)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON (what the page's form fields hold)."""
@@ -210,6 +234,24 @@ class SearchSettings:
                 query.update(k1=str(config.k1), k2=str(config.k2), **{"lambda": repr(config.lambda_value)})
             query["pool"] = str(config.pool)
         return query
+
+
+def search_defaults(store: Any, defaults: RetrievalConfig | None = None) -> RetrievalConfig:
+    """The settings a search of ``store`` starts from: ``defaults`` with adaptive parameters read.
+
+    Without ``defaults`` (no settings file): plain search, re-ranking off, and the re-ranking
+    parameters read from ``store``'s gallery (the adaptive preset). ``defaults`` whose preset is
+    ``"paper"`` (a tuned settings file) are returned as they are; adaptive ones are resolved
+    against ``store``, whether re-ranking is switched on or not (the page's form shows the values).
+    With ``store`` None nothing is read: the paper's values (or ``defaults``) stand.
+    """
+    if defaults is None:
+        if store is None:
+            return RetrievalConfig("search", pool=DEFAULT_POOL)
+        defaults = RetrievalConfig("search", pool=DEFAULT_POOL, rerank_preset="adaptive")
+    if store is None or defaults.rerank_preset != "adaptive":
+        return defaults
+    return replace(replace(defaults, rerank=True).resolve(store), rerank=defaults.rerank)
 
 
 class GalleryLabels:

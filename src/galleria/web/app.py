@@ -116,7 +116,9 @@ def create_app(
 
     ``defaults`` (a ``RetrievalConfig``, as ``galleria.tune.read_settings`` returns) gives every
     setting a request leaves out, on the page and in the API alike, and the re-ranking method and
-    its parameters (``galleria serve --settings FILE``). ``evaluation`` (a
+    its parameters (``galleria serve --settings FILE``). Without ``defaults`` the re-ranking
+    parameters a request leaves out (``k1``, ``k2``, ``lambda``) are read from the gallery
+    (:func:`galleria.rerank.adaptive.default_rerank_params`), and the page says so. ``evaluation`` (a
     :class:`~galleria.evaluation.per_query.QueryResults`, ``galleria serve --eval DIR``) adds the
     evaluation pages. ``uploads`` keeps the uploaded query images (by default the last 32, within
     128 MB).
@@ -128,11 +130,14 @@ def create_app(
     these, ``localhost`` and IP addresses get a 400; None (the default) checks no ``Host``.
     ``max_pixels`` bounds the images decoded for uploads, thumbnails and ``/image``.
     """
-    initial = SearchSettings.from_mapping({}, defaults)  # the one validation, for the defaults too
+    # The one validation, for the defaults too. Without a settings file (or with an adaptive one)
+    # the re-ranking defaults are read from the served gallery, again for every request: the
+    # statistics behind them are cached on the store while its gallery stays the same.
+    initial = SearchSettings.from_mapping({}, defaults, store=store)
     uploads = UploadStore() if uploads is None else uploads
 
     def settings_from(values: dict[str, Any]) -> SearchSettings:
-        return SearchSettings.from_mapping(values, defaults)
+        return SearchSettings.from_mapping(values, defaults, store=store)
 
     files = GalleryFiles(store.paths, root)
     labels = GalleryLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))

@@ -107,6 +107,21 @@ def _method_heading(settings: SearchSettings) -> str:
     return f"re-ranked · {config.rerank_method}{' · ' + shown if shown else ''} · pool {config.pool}"
 
 
+def _gallery_note(settings: SearchSettings) -> str | None:
+    """The note by the re-rank box when its defaults were read from the gallery (None otherwise)."""
+    read = settings.gallery_params
+    if read is None or settings.config.rerank_method != "k-reciprocal":
+        return None
+    config = settings.config
+    if (config.k1, config.k2, config.lambda_value) == (read["k1"], read["k2"], read["lambda_value"]):
+        return "k1, k2, λ read from this gallery"
+    shown = ", ".join(f"{key} {_number_text(read[name])}" for key, name in _NOTE_NAMES)
+    return f"values read from this gallery: {shown}"
+
+
+_NOTE_NAMES = (("k1", "k1"), ("k2", "k2"), ("λ", "lambda_value"))
+
+
 def _search_heading(settings: SearchSettings) -> str:
     config = settings.config
     if not config.query_expansion:
@@ -148,6 +163,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
             "info": site.info(),
             "has_eval": evaluation is not None,
             "form": _form_values(settings, sent),
+            "gallery_note": _gallery_note(settings),
             "error": None,
             "query_text": "",
             "hidden_query": None,

@@ -1,0 +1,196 @@
+"""Ten million vectors on one machine: IVF-PQ built chunk by chunk, peak RSS, size, QPS, recall@10.
+
+Run ``nice .venv/bin/python benchmarks/bench_10m.py --rows 1000000`` first (minutes), then
+``--rows 10000000`` (long on 2 shared cores). The build runs in a child process so that its peak
+RSS (``ru_maxrss`` of the child) is the build's alone. The vectors are never held whole: the
+synthetic clustered mixture of ``benchmarks/bench_scale.py`` (1,000 centres in a 64-d subspace,
+unit norm, space ``ip``) is generated in seeded chunks of ``--chunk`` rows; the index is trained
+on a sample drawn from the first chunk and every chunk is then encoded by the index's parallel
+shard build (``build_workers`` processes; each chunk is split into shards whose inverted lists
+are merged). Exact neighbours of 1,000 sampled queries are computed in blocks over the same
+chunks (a running top-10), so recall@10 is against the true neighbours of all ``--rows`` vectors.
+
+It also measures what a store keeps per row besides its vectors: the paths list and the
+``{path: row}`` dict (tracemalloc, for paths of 29 characters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+LATENT = 64
+CENTRES = 1_000
+QUERIES = 1_000
+K = 10
+
+
+def chunks(count: int, dim: int, seed: int, chunk: int) -> Iterator[np.ndarray]:
+    """The clustered unit vectors, ``chunk`` rows at a time (float32; one chunk in memory at once)."""
+    basis_rng = np.random.default_rng(12345 + dim)
+    basis = np.linalg.qr(basis_rng.normal(size=(dim, LATENT)))[0].astype(np.float32)
+    centres = basis_rng.normal(size=(CENTRES, LATENT)).astype(np.float32) @ basis.T
+    spread = basis_rng.normal(size=(LATENT, LATENT)).astype(np.float32) / np.sqrt(LATENT)
+    for number, start in enumerate(range(0, count, chunk)):
+        rng = np.random.default_rng([seed, number])
+        size = min(chunk, count - start)
+        block = centres[rng.integers(0, CENTRES, size=size)]
+        block += 0.35 * (rng.normal(size=(size, LATENT)).astype(np.float32) @ spread) @ basis.T
+        block += 0.08 * rng.normal(size=(size, dim)).astype(np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        yield block
+
+
+def exact_top_k(queries: np.ndarray, count: int, dim: int, chunk: int) -> np.ndarray:
+    """Ids of the exact top-``K`` inner products over all rows, block by block (ties: lower row)."""
+    best_scores = np.full((queries.shape[0], K), -np.inf, dtype=np.float32)
+    best_ids = np.zeros((queries.shape[0], K), dtype=np.int64)
+    start = 0
+    step = 20_000  # scores of 1,000 queries × 20,000 rows: 80 MB at a time
+    for chunk_block in chunks(count, dim, seed=1, chunk=chunk):
+        for offset in range(0, chunk_block.shape[0], step):
+            block = chunk_block[offset : offset + step]
+            scores = queries @ block.T
+            top = np.argpartition(-scores, K - 1, axis=1)[:, :K]
+            merged_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, axis=1)], axis=1)
+            merged_ids = np.concatenate([best_ids, top + start], axis=1)
+            order = np.lexsort((merged_ids, -merged_scores), axis=1)[:, :K]
+            best_scores = np.take_along_axis(merged_scores, order, axis=1)
+            best_ids = np.take_along_axis(merged_ids, order, axis=1)
+            start += block.shape[0]
+    return best_ids
+
+
+def sample_queries(count: int, dim: int, chunk: int) -> np.ndarray:
+    """1,000 queries from the same mixture (another seed), as a user's images would be."""
+    return next(chunks(QUERIES, dim, seed=2, chunk=chunk))
+
+
+def child(args: dict[str, Any]) -> dict[str, Any]:
+    import faiss
+
+    from galleria.index import IvfPqIndex
+
+    rows, dim, chunk = args["rows"], args["dim"], args["chunk"]
+    index = IvfPqIndex("ip", **args["params"])
+    start = time.perf_counter()
+    for block in chunks(rows, dim, seed=1, chunk=chunk):
+        index.add(block)
+        del block
+    build = time.perf_counter() - start
+    size = int(faiss.serialize_index(index.faiss_index).size)
+    queries = sample_queries(QUERIES, dim, chunk)
+    index.search(queries[:10], K)
+    start = time.perf_counter()
+    found, _ = index.search(queries, K)
+    qps = QUERIES / (time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    np.save(args["found"], found)
+    return {"build_s": build, "index_bytes": size, "qps": qps, "peak_mb": peak, "len": len(index)}
+
+
+def bookkeeping_bytes_per_row(count: int = 200_000) -> float:
+    """Bytes per row of a store's paths list plus its {path: row} dict, for 29-character paths."""
+    tracemalloc.start()
+    paths = [f"/photos/{i // 1000:06d}/{i:09d}.jpg" for i in range(count)]
+    rows = {path: row for row, path in enumerate(paths)}
+    used, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(rows) == count
+    return used / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--chunk", type=int, default=500_000, help="rows generated and added at once")
+    parser.add_argument("--lists", type=int, default=None, help="default: 4·√rows rounded to a power of 2")
+    parser.add_argument("--subquantizers", type=int, default=None, help="default: dim/2 (8 bits each)")
+    parser.add_argument("--probe-lists", type=int, default=64)
+    parser.add_argument("--train-size", type=int, default=200_000)
+    parser.add_argument("--build-workers", type=int, default=2)
+    parser.add_argument(
+        "--rerank-candidates",
+        type=int,
+        default=0,
+        help="keep a float16 copy and re-score this many PQ candidates (0: PQ codes only)",
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        print(json.dumps(child(json.loads(options.child))))
+        return
+    lists = options.lists or 2 ** round(math.log2(4 * math.sqrt(options.rows)))
+    params = {
+        "lists": lists,
+        "subquantizers": options.subquantizers or options.dim // 2,
+        "probe_lists": options.probe_lists,
+        "train_size": options.train_size,
+        "build_workers": options.build_workers,
+        "num_threads": 1,
+    }
+    if options.rerank_candidates:
+        params.update(keep_vectors=True, rerank_candidates=options.rerank_candidates)
+    found = f"/tmp/bench_10m_found_{os.getpid()}.npy"
+    payload = {"rows": options.rows, "dim": options.dim, "chunk": options.chunk, "params": params}
+    payload["found"] = found
+    load_before = os.getloadavg()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(payload)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"the build failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    children_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    start = time.perf_counter()
+    truth = exact_top_k(
+        sample_queries(QUERIES, options.dim, options.chunk), options.rows, options.dim, options.chunk
+    )
+    truth_s = time.perf_counter() - start
+    approx = np.load(found)
+    os.remove(found)
+    recall = float(np.mean([len(set(a) & set(b)) / K for a, b in zip(approx, truth, strict=True)]))
+    per_row = bookkeeping_bytes_per_row()
+    kept = 2 * options.dim * result["len"] if options.rerank_candidates else 0  # the float16 copy
+    load_after = os.getloadavg()
+    print(
+        f"{options.rows:,} × {options.dim}, chunks of {options.chunk:,}; IVF-PQ {params} "
+        f"(explicit parameters); load average {load_before[0]:.1f} → {load_after[0]:.1f}"
+    )
+    print(
+        "| rows | build s | peak RSS of the build process (MB) | index bytes (faiss) + float16 copy "
+        "| bytes/vector | QPS (1 thread) "
+        "| recall@10 (1,000 queries, exact in blocks) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {result['len']:,} | {result['build_s']:.0f} | {max(result['peak_mb'], children_peak):,.0f} "
+        f"| {result['index_bytes'] / 1e6:,.0f} MB + {kept / 1e6:,.0f} MB kept copy "
+        f"| {(result['index_bytes'] + kept) / result['len']:.1f} "
+        f"| {result['qps']:,.0f} | {recall:.3f} |"
+    )
+    print(
+        f"exact neighbours in blocks: {truth_s:.0f} s; "
+        f"store bookkeeping (paths list + dict): {per_row:.0f} B/row"
+    )
+
+
+if __name__ == "__main__":
+    main()

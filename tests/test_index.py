@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import faiss
 import numpy as np
 import pytest
@@ -570,3 +572,30 @@ def test_external_rejections() -> None:
         ExternalSearchIndex.from_faiss_index(faiss.IndexFlatL2(4), name=3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="name"):
         ExternalSearchIndex.from_faiss_index(faiss.IndexFlatL2(4), name="")
+
+
+def test_hnsw_and_ivfpq_builds_run_on_every_thread_faiss_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With num_threads unset nothing lowers faiss's OpenMP threads while a store builds its index."""
+    from galleria import InMemoryImageEmbeddingStore
+
+    seen: list[int] = []
+    for cls in (faiss.IndexHNSWFlat, faiss.IndexIVFPQ):
+        original = cls.add_with_ids if cls is faiss.IndexIVFPQ else cls.add
+
+        def recording(self: object, *args: object, _original: object = original) -> object:
+            seen.append(faiss.omp_get_max_threads())
+            return _original(self, *args)  # type: ignore[operator]
+
+        monkeypatch.setattr(cls, "add_with_ids" if cls is faiss.IndexIVFPQ else "add", recording)
+    default = faiss.omp_get_max_threads()
+    if "OMP_NUM_THREADS" not in os.environ:
+        assert default == len(os.sched_getaffinity(0))  # faiss's own default: every usable core
+    vectors = RNG.normal(size=(1_200, 16)).astype(np.float32)
+    paths = [f"v{i}" for i in range(len(vectors))]
+    for name, params in (("hnsw", {}), ("ivfpq", {"lists": 8, "probe_lists": 8})):
+        InMemoryImageEmbeddingStore.from_embeddings(paths, vectors, search_index=name, index_params=params)
+    assert seen == [default, default]
+    # An explicit num_threads is what faiss gets during the add, and is restored afterwards.
+    seen.clear()
+    HnswIndex("l2", num_threads=1).add(vectors[:50])
+    assert seen == [1] and faiss.omp_get_max_threads() == default

@@ -4,8 +4,9 @@ queries/s for several ``search_candidates`` on the same graph, side by side.
 Run ``.venv/bin/python benchmarks/bench_hnsw.py --rows 1000000 --dim 128`` (add ``--graph-degree``
 / ``--build-candidates`` to try other graphs). Data: ``bench_scale.vectors`` (clustered unit
 vectors, space ip), 1,000 queries from the same mixture (another seed); exact top-10 by blocked
-inner products over the same array (no second copy). One process: peak RSS (``VmHWM``) includes
-the generated float32 input. The build uses every thread faiss is allowed (``num_threads`` None).
+inner products over the same array (no second copy). One process: the index's memory is the growth
+of RSS during the add; the peak includes the input and the exact neighbours' blocks. The build
+uses every thread faiss is allowed (``num_threads`` None).
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from bench_scale import vectors
 BLOCK = 100_000
 
 
-def vm_hwm_mb() -> float:
+def status_mb(field: str = "VmHWM") -> float:
+    """A memory figure of this process from /proc (VmHWM: peak RSS, VmRSS: current RSS), in MB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -70,18 +72,18 @@ def main() -> None:
         if value is not None
     }
     index = HnswIndex("ip", **params)
-    before = vm_hwm_mb()
+    before = status_mb("VmRSS")
     load = os.getloadavg()[0]
     threads = faiss.omp_get_max_threads()
     wall, cpu = time.perf_counter(), time.process_time()
     index.add(data)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    graph_mb = vm_hwm_mb() - before
+    graph_mb = status_mb("VmRSS") - before
     print(
         f"HNSW {index.params()}, {options.rows:,} × {options.dim}: build {wall:.0f} s wall, {cpu:.0f} s CPU "
         f"({cpu / wall:.2f} cores busy; faiss threads {threads}; load average {load:.1f} → "
-        f"{os.getloadavg()[0]:.1f}); peak RSS {vm_hwm_mb():.0f} MB (input {before:.0f} MB, index "
-        f"+{graph_mb:.0f} MB)",
+        f"{os.getloadavg()[0]:.1f}); peak RSS {status_mb():.0f} MB; the index adds {graph_mb:.0f} MB "
+        f"of RSS (vectors + graph; the input held besides: {data.nbytes / 1e6:.0f} MB)",
         flush=True,
     )
     print("\n| search_candidates | recall@10 | QPS (all threads) |\n|---:|---:|---:|")

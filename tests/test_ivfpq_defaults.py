@@ -46,6 +46,20 @@ def test_shape_follows_the_gallery_and_the_budget() -> None:
         choose_shape(1_000, 96, validate_ivfpq_params({"memory_budget": 8_000}))
 
 
+@pytest.mark.parametrize(("count", "dim", "lists"), [(200_000, 128, 1789), (1_000_000, 512, 2564)])
+def test_benchmarked_default_shapes_are_a_byte_per_dimension(count: int, dim: int, lists: int) -> None:
+    """The shapes measured in docs/benchmarks.md: one byte per dimension, so codes + ids + lists
+    stay near a quarter of the float32 vectors alone (22 % of the whole exact store, measured)."""
+    shape = choose_shape(count, dim, validate_ivfpq_params(None))
+    assert (shape.lists, shape.subquantizers, shape.bits) == (lists, dim, 8)
+    compressed = count * (shape.subquantizers + 8) + shape.lists * dim * 4
+    assert compressed <= 0.28 * count * 4 * dim
+    # Every explicit value is kept as given, whatever the gallery.
+    explicit = {"lists": 100, "subquantizers": dim // 4, "bits": 6, "memory_budget": 10**6}
+    kept = choose_shape(count, dim, validate_ivfpq_params(explicit))
+    assert (kept.lists, kept.subquantizers, kept.bits) == (100, dim // 4, 6)
+
+
 def test_recall_target_is_a_checked_parameter() -> None:
     assert validate_index_params("ivfpq", {"recall_target": 0.95})["recall_target"] == 0.95
     for bad, error in ((1.5, ValueError), ("high", TypeError), (True, TypeError), (float("nan"), ValueError)):

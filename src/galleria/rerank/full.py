@@ -506,7 +506,7 @@ def _chunked_lists(
         if mode == "reference":
             squared = np.square(one - similarity)
             return np.asarray(squared / scale)
-        return np.maximum(one - similarity, 0.0)
+        return np.asarray(np.maximum(one - similarity, 0.0))
 
     kept = width + _SPARE_CHUNKS
     order = np.argpartition(-maxima, kept, axis=1)

@@ -663,22 +663,27 @@ class _Jaccard:
             minima = np.minimum(probe_part.data[low:high][owner], inverted.data[positions])
             keys = ((self.nnz_rows[low:high] - start) * gallery)[owner] + inverted.indices[positions]
             smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
-            shared = np.flatnonzero(smallest)
-            low_sum = smallest[shared].astype(np.float64)
-            if self.mode == "reference":
-                jaccard = 1.0 - low_sum / (2.0 - low_sum)
-            else:
-                largest = (
-                    self.totals[start + shared // gallery]
-                    + self.totals[self.probes + shared % gallery]
-                    - low_sum
-                )
-                jaccard = np.ones_like(low_sum)
-                np.subtract(
-                    1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0
-                )
             weight = self.lambda_value
             view = out[start - first : stop - first]
+            if self.mode == "reference":
+                # 1 - m / (2 - m) is exactly 1 where m = 0 (no shared column), so the whole block
+                # takes the formula: the same values as a pass over the shared pairs only, fewer passes.
+                denominator = np.subtract(2.0, smallest)
+                np.divide(smallest, denominator, out=smallest)
+                np.subtract(1.0, smallest, out=smallest)  # Jaccard distance
+                np.multiply(smallest, 1.0 - weight, out=smallest)
+                np.multiply(view.ravel(), weight, out=denominator, dtype=np.float64)  # λ·d
+                np.add(smallest, denominator, out=smallest)
+                view[...] = smallest.reshape(view.shape)
+                start = stop
+                continue
+            shared = np.flatnonzero(smallest)
+            low_sum = smallest[shared]
+            largest = (
+                self.totals[start + shared // gallery] + self.totals[self.probes + shared % gallery] - low_sum
+            )
+            jaccard = np.ones_like(low_sum)
+            np.subtract(1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
             final = np.multiply(view, weight, dtype=np.float64).ravel()  # λ·d in float64
             mixed = (1.0 - weight) * jaccard + final[shared]
             final += (1.0 - weight) * 1.0  # (1 - λ)·1 + λ·d where no column is shared

@@ -663,6 +663,7 @@ class _Jaccard:
             minima = np.minimum(probe_part.data[low:high][owner], inverted.data[positions])
             keys = ((self.nnz_rows[low:high] - start) * gallery)[owner] + inverted.indices[positions]
             smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
+            smallest = smallest.astype(np.float64, copy=False)  # int64 when there is no triple
             weight = self.lambda_value
             view = out[start - first : stop - first]
             if self.mode == "reference":

@@ -38,6 +38,7 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     half_of,
+    one_blas_thread,
     parallel_blocks,
     reciprocal_mask,
     stable_smallest,
@@ -441,12 +442,10 @@ def _neighbour_lists(
         and -(-size // _CHUNK) > width + _SPARE_CHUNKS
     )
 
-    def raw_rows(start: int) -> np.ndarray:  # the products, on the calling thread
+    def block_lists(start: int, _: None) -> None:  # disjoint rows: any order, any thread
         stop = min(start + step, size)
-        return source.gram(start, stop) if chunked else source.rows(start, stop)  # type: ignore[union-attr]
-
-    def block_lists(start: int, raw: np.ndarray) -> None:  # disjoint rows: any order, any thread
-        stop = min(start + step, size)
+        with one_blas_thread():  # the product on this thread alone: the same bits on any thread
+            raw = source.gram(start, stop) if chunked else source.rows(start, stop)  # type: ignore[union-attr]
         if chunked:
             scales[start:stop], ranking[start:stop], original = _chunked_lists(
                 raw, start, size, probes, width, mode
@@ -460,7 +459,7 @@ def _neighbour_lists(
         if out is not None and start < probes:
             out[start : start + len(original)] = original
 
-    for _ in parallel_blocks(block_lists, range(0, size, step), raw_rows):
+    for _ in parallel_blocks(block_lists, range(0, size, step)):
         pass
     return ranking, scales
 
@@ -564,21 +563,25 @@ def _expanded_pairs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eqs. 3–4 on neighbour lists: the (row, column) pairs of every member's expanded set R*."""
     size = ranking.shape[0]
+    if size < 2**31:  # half the memory traffic in the (rows, k1, k1/2, k1) comparison below
+        ranking = ranking.astype(np.int32)
     near = ranking[:, :width]
     # R(i, k1) = near[i][reciprocal[i]]; R(q, k1/2) = near[q, :half][reciprocal_half[q]]
     reciprocal = reciprocal_mask(ranking, width, _BLOCK_ELEMENTS)
     reciprocal_half = reciprocal_mask(ranking, half_width, _BLOCK_ELEMENTS)
     half_sizes = reciprocal_half.sum(axis=1)
-    keys = [np.flatnonzero(reciprocal) // width * size + near[reciprocal]]
+    keys = [np.flatnonzero(reciprocal) // width * size + near[reciprocal].astype(np.int64)]
     step = max(1, _BLOCK_ELEMENTS // (width * half_width * width))
-    for start in range(0, size, step):
+
+    def expansion(start: int, _: None) -> np.ndarray:  # disjoint rows: any thread
         stop = min(start + step, size)
         heads = near[start:stop]  # q for every (i, a)
         members = ranking[heads, :half_width]  # (rows, width, half): candidates of R(q, k1/2)
         kept = reciprocal_half[heads]
         # |R(i, k1) ∩ R(q, k1/2)|: members of R(q, k1/2) found in R(i, k1).
-        found = (members[:, :, :, None] == heads[:, None, None, :]) & reciprocal[start:stop, None, None, :]
-        shared = (found.any(axis=3) & kept).sum(axis=2)
+        inside = np.where(reciprocal[start:stop], heads, -1)  # R(i, k1); -1 matches no member
+        found = (members[:, :, :, None] == inside[:, None, None, :]).any(axis=3)
+        shared = (found & kept).sum(axis=2)
         counts = half_sizes[heads]
         if mode == "reference":
             accepted = reciprocal[start:stop] & (3 * shared > 2 * counts)
@@ -586,7 +589,10 @@ def _expanded_pairs(
             accepted = reciprocal[start:stop] & (3 * shared >= 2 * counts)
         take = accepted[:, :, None] & kept
         row, _, _ = np.nonzero(take)
-        keys.append((row + start) * size + members[take])
+        found_keys: np.ndarray = (row + start).astype(np.int64) * size + members[take]
+        return found_keys
+
+    keys.extend(parallel_blocks(expansion, range(0, size, step)))
     unique = np.unique(np.concatenate(keys))
     return unique // size, unique % size
 
@@ -722,16 +728,15 @@ def _stream(
     jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
     step = _row_step(source.size)
 
-    def raw_rows(start: int) -> np.ndarray:  # the products, on the calling thread
-        return source.rows(start, min(start + step, source.size))
-
-    def block(start: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def block(start: int, _: None) -> tuple[np.ndarray, np.ndarray]:
         stop = min(start + step, source.size)
+        with one_blas_thread():  # as in the first pass: one BLAS thread per product
+            raw = source.rows(start, stop)
         _, _, original = _scaled_rows(source, start, stop, mode, raw)
         jaccard.into(original, start)
         return np.arange(start, start + len(original)), original
 
-    yield from parallel_blocks(block, range(0, source.probes, step), raw_rows)
+    yield from parallel_blocks(block, range(0, source.probes, step))
 
 
 def _rerank(source: _Source, k1: int, k2: int, lambda_value: float, mode: str) -> np.ndarray:

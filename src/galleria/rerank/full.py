@@ -573,7 +573,7 @@ def _expanded_pairs(
     keys = [np.flatnonzero(reciprocal) // width * size + near[reciprocal].astype(np.int64)]
     step = max(1, _BLOCK_ELEMENTS // (width * half_width * width))
 
-    def expansion(start: int, _: None) -> np.ndarray:  # disjoint rows: any thread
+    def expansion(start: int, nothing: None) -> np.ndarray:  # disjoint rows: any thread
         stop = min(start + step, size)
         heads = near[start:stop]  # q for every (i, a)
         members = ranking[heads, :half_width]  # (rows, width, half): candidates of R(q, k1/2)
@@ -728,7 +728,7 @@ def _stream(
     jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
     step = _row_step(source.size)
 
-    def block(start: int, _: None) -> tuple[np.ndarray, np.ndarray]:
+    def block(start: int, nothing: None) -> tuple[np.ndarray, np.ndarray]:
         stop = min(start + step, source.size)
         with one_blas_thread():  # as in the first pass: one BLAS thread per product
             raw = source.rows(start, stop)

@@ -276,15 +276,8 @@ def _mean_rows(
     picked = np.array(ranking[:, :, :widest])
     picked[~average, :, 0] = own[~average]
     if bool((counts == widest).all()):
-        # Equal counts: the running sum row by row, x_1 + x_2 + ... (equal to the product's 0 + 1·x_1
-        # + 1·x_2 + ... bit for bit: the rows hold no -0), without building the selector.
-        flat = picked.reshape(batch * members, widest)
-        running = np.take(rows, flat[:, 0], axis=0)
-        for slot in range(1, widest):
-            running += np.take(rows, flat[:, slot], axis=0)
-        mean = running.reshape(batch, members, -1)
-        mean /= counts[:, None, None]
-        return mean
+        indices = picked.reshape(-1)
+        indptr = np.arange(0, indices.size + 1, widest)
     else:
         indices = picked[
             np.broadcast_to(np.arange(widest)[None, None, :] < counts[:, None, None], picked.shape)

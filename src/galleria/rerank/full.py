@@ -56,7 +56,7 @@ METRICS: tuple[str, ...] = ("cosine", "euclidean")
 #: Elements per block of distance rows (float64: 32 MB).
 _BLOCK_ELEMENTS = 1 << 22
 #: Columns per strided chunk of the fast neighbour search on cosine features (see _chunked_lists).
-_CHUNK = 32
+_CHUNK = 16
 #: Chunks taken beyond the neighbour-list width (a margin that keeps the check of the cut passing).
 _SPARE_CHUNKS = 2
 #: Probe×gallery×column triples gathered at once for the Jaccard sums (about 100 bytes each of working

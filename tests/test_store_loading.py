@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
+from _store_support import stored_paths
 from galleria import InMemoryImageEmbeddingStore
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, _serial
 from galleria.index._faiss import deserialize
@@ -52,8 +53,9 @@ def test_the_file_is_plain_safetensors_holding_to_bytes(
     with safe_open(str(file), framework="numpy") as reader:
         header = json.loads(reader.metadata()["galleria"])
         blob = reader.get_tensor("index")
+        tensors = {key: reader.get_tensor(key) for key in ("path_bytes", "path_offsets")}
     assert blob.tobytes() == store.search_index.to_bytes()  # streamed parts == the joined bytes
-    assert header["paths"] == store.paths
+    assert header["rows"] == ROWS and stored_paths(tensors) == store.paths
     # The arrays of the container start aligned within it (a reader may map them in place).
     (length,) = np.frombuffer(blob[8:12].tobytes(), dtype="<u4")
     assert (12 + int(length)) % _serial.ALIGNMENT == 0

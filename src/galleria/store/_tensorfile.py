@@ -38,7 +38,12 @@ CHUNK = 1 << 20
 DATA_ALIGNMENT = 64
 #: Largest safetensors header galleria reads (the paths of tens of millions of images fit).
 MAX_HEADER = 1 << 31
-_DTYPES: dict[str, np.dtype[Any]] = {"U8": np.dtype(np.uint8), "I32": np.dtype("<i4"), "F32": np.dtype("<f4")}
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "U8": np.dtype(np.uint8),
+    "I32": np.dtype("<i4"),
+    "I64": np.dtype("<i8"),
+    "F32": np.dtype("<f4"),
+}
 _NAMES: dict[np.dtype[Any], str] = {dtype: name for name, dtype in _DTYPES.items()}
 _LENGTH = struct.Struct("<Q")
 
@@ -270,7 +275,7 @@ def _tensor_entry(value: np.ndarray | Packed) -> tuple[str, list[int], int]:
         return "U8", [value.nbytes], value.nbytes
     name = _NAMES.get(value.dtype)
     if name is None:
-        raise TypeError(f"store tensors are uint8, int32 or float32, got {value.dtype}")
+        raise TypeError(f"store tensors are uint8, int32, int64 or float32, got {value.dtype}")
     return name, list(value.shape), int(value.nbytes)
 
 

@@ -18,6 +18,7 @@ hash and a 32-bit row), against about 150 bytes per row for a list of str and a 
 from __future__ import annotations
 
 import codecs
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
@@ -26,9 +27,9 @@ import numpy as np
 __all__ = ["PathTable", "path_error", "read_path_table"]
 
 #: Rows hashed or decoded at a time (bounds the transient bytes objects of a pass over the table).
-_ROWS_PER_PASS = 1 << 16
+_ROWS_PER_PASS = 1 << 12
 #: Bytes checked at a time when validating UTF-8.
-_BYTES_PER_PASS = 1 << 20
+_BYTES_PER_PASS = 1 << 18
 #: In memory a path may hold any str (lone surrogates included); a file holds only valid UTF-8.
 _IN_MEMORY = "surrogatepass"
 _MASK = 0xFFFFFFFF
@@ -44,21 +45,31 @@ def _hash(key: bytes) -> int:
     return hash(key) & _MASK
 
 
-def _row_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """:func:`_hash` of every row, as uint32 (one pass, a chunk of rows at a time)."""
+def _sorted_lookup(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' :func:`_hash` values sorted, and the row of each (both uint32).
+
+    Each row's (hash, row) pair is packed into one 64-bit word, a chunk of rows at a time, and the
+    words are sorted in place: 8 bytes a row at the peak besides the two results.
+    """
     count = offsets.size - 1
-    hashes = np.empty(count, dtype=np.uint32)
+    if count > _MASK:
+        raise ValueError(f"a path table holds at most {_MASK} rows, got {count}")
+    packed = np.empty(count, dtype=np.uint64)
     for first in range(0, count, _ROWS_PER_PASS):
         last = min(count, first + _ROWS_PER_PASS)
         base = int(offsets[first])
         raw = data[base : int(offsets[last])].tobytes()
         bounds = (offsets[first : last + 1] - base).tolist()
-        hashes[first:last] = np.fromiter(
+        hashes = np.fromiter(
             (hash(raw[bounds[i] : bounds[i + 1]]) & _MASK for i in range(last - first)),
-            dtype=np.uint32,
+            dtype=np.uint64,
             count=last - first,
         )
-    return hashes
+        packed[first:last] = (hashes << np.uint64(32)) | np.arange(first, last, dtype=np.uint64)
+    packed.sort()
+    halves = packed.view(np.uint32).reshape(count, 2)  # (low, high) words of each pair
+    low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
+    return np.ascontiguousarray(halves[:, high]), np.ascontiguousarray(halves[:, low])
 
 
 class PathTable(Sequence[str]):
@@ -84,18 +95,9 @@ class PathTable(Sequence[str]):
         already checked; they are made read-only."""
         self._data = _frozen(data)
         self._offsets = _frozen(offsets)
-        hashes = _row_hashes(data, offsets)
-        if hashes.size <= _MASK:  # sort (hash, row) pairs packed in one word: 8 bytes a row at the peak
-            packed = hashes.astype(np.uint64) << np.uint64(32)
-            del hashes
-            packed |= np.arange(packed.size, dtype=np.uint64)
-            packed.sort()
-            self._sorted = _frozen((packed >> np.uint64(32)).astype(np.uint32))
-            self._order = _frozen((packed & np.uint64(_MASK)).astype(np.uint32))
-        else:
-            order = np.argsort(hashes, kind="stable")
-            self._sorted = _frozen(hashes[order])
-            self._order = _frozen(order)
+        hashes, rows = _sorted_lookup(data, offsets)
+        self._sorted = _frozen(hashes)
+        self._order = _frozen(rows)
 
     @classmethod
     def from_paths(cls, paths: Iterable[str]) -> PathTable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -116,7 +117,7 @@ def snapshot(store: InMemoryImageEmbeddingStore) -> dict[str, Any]:
 def stored_paths(tensors: dict[str, np.ndarray]) -> list[str]:
     """The gallery paths a store file (format version 3) holds in its path tensors, decoded by hand."""
     data, offsets = tensors["path_bytes"].tobytes(), tensors["path_offsets"].tolist()
-    return [data[begin:end].decode("utf-8") for begin, end in zip(offsets[:-1], offsets[1:], strict=True)]
+    return [data[begin:end].decode("utf-8") for begin, end in itertools.pairwise(offsets)]
 
 
 def as_old_format(

@@ -166,15 +166,19 @@ class LiveRows:
     def __init__(self, internal: np.ndarray, total: int) -> None:
         self.internal = np.ascontiguousarray(internal, dtype=np.int64)
         self.total = total
-        self._refresh()
+        self._position_of: np.ndarray | None = None
+        self._bitmap: np.ndarray | None = None
+        self._selector: Any = None
 
     @property
     def position_of(self) -> np.ndarray:
         """Per faiss id, its live position (-1 for a removed id)."""
-        if self._position_of is None:
-            self._position_of = np.full(self.total, -1, dtype=np.int64)
-            self._position_of[self.internal] = np.arange(self.internal.size, dtype=np.int64)
-        return self._position_of
+        made = self._position_of
+        if made is None:
+            made = np.full(self.total, -1, dtype=np.int64)
+            made[self.internal] = np.arange(self.internal.size, dtype=np.int64)
+            self._position_of = made
+        return made
 
     @classmethod
     def identity(cls, total: int) -> LiveRows:
@@ -187,9 +191,9 @@ class LiveRows:
         return self.total - self.internal.size
 
     def _refresh(self) -> None:
-        self._position_of: np.ndarray | None = None
-        self._bitmap: np.ndarray | None = None
-        self._selector: Any = None
+        self._position_of = None
+        self._bitmap = None
+        self._selector = None
 
     def selector(self) -> Any:
         """A faiss selector accepting the live internal ids (kept alive with its bitmap)."""

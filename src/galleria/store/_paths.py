@@ -199,9 +199,9 @@ class PathTable(Sequence[str]):
                 if self._bytes(row) == key:  # the common case: the first row of that hash
                     rows[number] = row
                     continue
-            row = self._find(key, int(hashes[number]))
-            if row is not None:
-                rows[number] = row
+            found_row = self._find(key, int(hashes[number]))
+            if found_row is not None:
+                rows[number] = found_row
         return rows
 
     def duplicate(self) -> str | None:
@@ -266,15 +266,17 @@ def path_error(table: PathTable) -> str | None:
     if empty.size:
         return f"path {int(empty[0])} is empty"
     bad = _utf8_error(data)
-    nul = np.flatnonzero(data == 0)
-    at = min(bad if bad is not None else data.size, int(nul[0]) if nul.size else data.size)
+    nul = data.size if data.all() else int(np.argmin(data))  # argmin: the first NUL byte
+    at = min(bad if bad is not None else data.size, nul)
     if at == data.size:
         return None
     row = int(np.searchsorted(offsets, at, side="right")) - 1
     return f"path {table[row]!r} holds a NUL or a character UTF-8 cannot encode"
 
 
-def read_path_table(name: str, data: np.ndarray, offsets: np.ndarray, rows: int, keys: tuple[str, str]) -> PathTable:
+def read_path_table(
+    name: str, data: np.ndarray, offsets: np.ndarray, rows: int, keys: tuple[str, str]
+) -> PathTable:
     """The table of a store file's path tensors, checked (ValueError naming the file and the tensor).
 
     ``data`` must be 1-D uint8 strict UTF-8 without NUL bytes; ``offsets`` 1-D int64 of ``rows + 1``

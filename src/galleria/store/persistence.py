@@ -534,7 +534,8 @@ def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected:
     dtype = span.numpy_dtype
     if dtype is None:
         raise ValueError(
-            f"{name!r}: tensor {key!r} has dtype {span.dtype!r}; store tensors are uint8, int32, int64 or float32"
+            f"{name!r}: tensor {key!r} has dtype {span.dtype!r}; store tensors are uint8, int32, int64 "
+            "or float32"
         )
     reader = TensorReader(file, span)
     array = reader.read_array(key, dtype, span.shape)

@@ -61,7 +61,7 @@ def _sorted_lookup(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, n
         raw = data[base : int(offsets[last])].tobytes()
         bounds = (offsets[first : last + 1] - base).tolist()
         hashes = np.fromiter(
-            (hash(raw[bounds[i] : bounds[i + 1]]) & _MASK for i in range(last - first)),
+            (_hash(raw[bounds[i] : bounds[i + 1]]) for i in range(last - first)),
             dtype=np.uint64,
             count=last - first,
         )

@@ -102,11 +102,19 @@ class PathTable(Sequence[str]):
     @classmethod
     def from_paths(cls, paths: Iterable[str]) -> PathTable:
         """A table of ``paths`` (str, in row order; uniqueness is :meth:`duplicate`'s to check)."""
-        encoded = [path.encode("utf-8", _IN_MEMORY) for path in paths]
-        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-        data = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
-        return cls(data, offsets)
+        listed = paths if isinstance(paths, list) else list(paths)
+        joined = "".join(listed)
+        if joined.isascii():  # the usual case: one byte per character, no bytes object per path
+            lengths = np.fromiter(map(len, listed), dtype=np.int64, count=len(listed))
+            raw = joined.encode("ascii")
+        else:
+            encoded = [path.encode("utf-8", _IN_MEMORY) for path in listed]
+            lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+            raw = b"".join(encoded)
+        del joined
+        offsets = np.zeros(len(listed) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(np.frombuffer(raw, dtype=np.uint8), offsets)
 
     # ------------------------------------------------------------------ the sequence
 

@@ -695,7 +695,7 @@ def read_store_header(path: Any) -> dict[str, Any]:
     >>> InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2)).save_to_disk(file)
     >>> header = read_store_header(file)
     >>> header["format_version"], header["dim"], header["index"]["name"]
-    (2, 2, 'exact')
+    (3, 2, 'exact')
     """
     name = check_regular_file(path)
     with open(name, "rb") as file:

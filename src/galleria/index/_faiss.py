@@ -135,7 +135,7 @@ def restore_precomputed_table(index: Any, file_bytes: int) -> None:
     :func:`~galleria.index._faiss_check.allocation_budget` of the file's size it stays off and
     searches compute the same distances per query instead. It also stays off when it would be
     larger than the file itself (an acceleration bigger than the data it speeds up; the build
-    makes the same choice, :func:`galleria.index._ivfpq_build.train_ivfpq`).
+    makes the same choice, :func:`galleria.index._ivfpq_train.train_ivfpq`).
     """
     try:
         ivf = faiss.downcast_index(faiss.extract_index_ivf(index))

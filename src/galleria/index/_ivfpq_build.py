@@ -1,4 +1,4 @@
-"""Building an IVF-PQ index: training, encoding shards in worker processes, and measuring its recall
+"""Building an IVF-PQ index: encoding shards in worker processes, and measuring its recall
 at build time to choose ``probe_lists`` (what :class:`~galleria.index.ivfpq.IvfPqIndex` trains and adds with).
 
 Recall is measured on the gallery itself: up to :data:`SAMPLE_QUERIES` of its vectors (a seeded
@@ -9,7 +9,7 @@ both lists, and recall@10 is the mean share of the exact ten the index finds.
 from __future__ import annotations
 
 import itertools
-import math
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -18,14 +18,19 @@ import faiss as _faiss
 import numpy as np
 
 from galleria._warnings import RecallTargetWarning
-from galleria.index._faiss import omp_threads
-from galleria.index._faiss_check import precomputed_table_bytes
-from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET, choose_shape
+from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET
 from galleria.index.exact import exact_search
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
 
-__all__ = ["MIN_MEASURED_ROWS", "SAMPLE_QUERIES", "add_parallel", "list_ids", "measure_recall", "tune_probes"]
+__all__ = [
+    "MIN_MEASURED_ROWS",
+    "SAMPLE_QUERIES",
+    "add_parallel",
+    "list_ids",
+    "measure_recall",
+    "tune_probes",
+]
 
 #: Gallery vectors searched to measure recall at build time.
 SAMPLE_QUERIES = 300
@@ -45,53 +50,11 @@ def list_ids(ivf: Any) -> np.ndarray:
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
 
 
-def train_ivfpq(vectors: np.ndarray, params: dict[str, Any], metric: int) -> tuple[Any, Any]:
-    """Create and train a faiss IVF-PQ (behind OPQ if asked) on a seeded sample of ``vectors``
-    (already prepared); the shape is chosen where ``params`` leaves it unset and written back into
-    them. Returns the index and its IVF part (a non-owning view)."""
-    count, dim = vectors.shape
-    shape = choose_shape(count, dim, params)
-    lists, bits, subquantizers = shape.lists, shape.bits, shape.subquantizers
-    if dim % subquantizers:
-        raise ValueError(f"index parameter 'subquantizers' ({subquantizers}) must divide the dimension {dim}")
-    needed = max(lists, 1 << bits)
-    sample_size = min(count, params["train_size"])
-    if sample_size < needed:
-        raise ValueError(
-            f"the ivfpq index trains on its first batch and needs at least max(lists, 2**bits) = "
-            f"{needed} vectors (lists={lists}, bits={bits}); got {sample_size} "
-            f"(train_size={params['train_size']}, batch of {count}). Add more vectors at once or "
-            "lower lists/bits"
-        )
-    rng = np.random.default_rng(params["seed"])
-    sample = (
-        vectors if sample_size == count else vectors[np.sort(rng.choice(count, sample_size, replace=False))]
-    )
-    description = f"IVF{lists},PQ{subquantizers}x{bits}"
-    if params["opq"]:
-        description = f"OPQ{subquantizers}," + description
-    index = faiss.index_factory(dim, description, metric)
-    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-    ivf.do_polysemous_training = False  # only serves Hamming pre-filtering, which is not used
-    codes = count * (math.ceil(subquantizers * bits / 8) + 8)
-    if precomputed_table_bytes(lists, subquantizers, bits) > codes:
-        # An L2 table (lists × M × 2**bits floats) bigger than the codes it speeds up: searches
-        # compute the same distances per query instead (faiss would build up to 2 GiB of it).
-        ivf.use_precomputed_table = -1
-    ivf.cp.seed = params["seed"]
-    ivf.cp.min_points_per_centroid = 1
-    ivf.pq.cp.seed = params["seed"] + 1
-    ivf.pq.cp.min_points_per_centroid = 1
-    with omp_threads(params["num_threads"]):
-        index.train(np.ascontiguousarray(sample))
-    params.update(lists=lists, subquantizers=subquantizers, bits=bits)
-    return index, ivf
-
-
 def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
     """Worker: encode ``vectors`` (ids from ``first_id``) into a copy of the trained index; its bytes."""
     faiss.omp_set_num_threads(1)
     index = faiss.deserialize_index(np.frombuffer(trained, dtype=np.uint8).copy())
+    faiss.downcast_index(faiss.extract_index_ivf(index)).pq.sync_transposed_centroids()
     ids = np.arange(first_id, first_id + vectors.shape[0], dtype=np.int64)
     index.add_with_ids(vectors, ids)
     return bytes(faiss.serialize_index(index))
@@ -180,23 +143,42 @@ def measure_recall(
 
 #: When no number of probes reaches the target, the fewest whose recall is within this of the best.
 PLATEAU = 0.005
+#: A doubling of probes that gains less recall than this means the codes cap it: stop probing more.
+PLATEAU_GAIN = 0.001
 
 
-def tune_probes(recall: Callable[[int], float], lists: int, target: float) -> tuple[int, float]:
+def tune_probes(
+    recall: Callable[[int], float], lists: int, target: float, stop_at_plateau: bool = True
+) -> tuple[int, float]:
     """The smallest power of two (or ``lists``) of probes whose recall reaches ``target``, with that
     recall. When none does, the codes cap the recall: the fewest probes within :data:`PLATEAU` of the
-    best recall measured (probing more would cost time for nothing)."""
+    best recall measured (probing more would cost time for nothing). With ``stop_at_plateau`` the
+    doubling stops once it gains less than :data:`PLATEAU_GAIN` (the cap is reached), instead of
+    going on to probe every list.
+
+    Examples
+    --------
+    >>> curve = {1: 0.5, 2: 0.7, 4: 0.8, 8: 0.8, 16: 0.8, 32: 0.8}
+    >>> tune_probes(curve.__getitem__, 32, 0.75)
+    (4, 0.8)
+    >>> calls = []
+    >>> tune_probes(lambda p: calls.append(p) or curve[p], 32, 0.95), calls
+    ((4, 0.8), [1, 2, 4, 8])
+    """
     measured: dict[int, float] = {}
     probes = 1
+    previous: float | None = None
     while True:
         probes = min(probes, lists)
-        measured[probes] = recall(probes)
-        if measured[probes] >= target:
-            return probes, measured[probes]
-        if probes == lists:
+        measured[probes] = value = recall(probes)
+        if value >= target:
+            return probes, value
+        capped = stop_at_plateau and previous is not None and value - previous < PLATEAU_GAIN
+        if probes == lists or capped:
             best = max(measured.values())
             fewest = min(p for p, value in measured.items() if value >= best - PLATEAU)
             return fewest, measured[fewest]
+        previous = value
         probes *= 2
 
 
@@ -206,6 +188,8 @@ def choose_probes(
     space: str,
     params: dict[str, Any],
     report: dict[str, Any],
+    seconds: dict[str, float] | None = None,
+    stop_at_plateau: bool = True,
 ) -> None:
     """After the first batch (``array``, as stored) is in the index ``search`` queries: measure
     recall@10 on a sample of it, set ``params["probe_lists"]`` (if unset) to meet the target, warn
@@ -220,12 +204,18 @@ def choose_probes(
         if automatic:
             params["probe_lists"] = params["lists"]  # a tiny gallery: probe every list
     else:
+        start = time.perf_counter()
         recall = measure_recall(search, array, 0, space, params["seed"])
+        if seconds is not None:
+            seconds["exact sample neighbours"] = time.perf_counter() - start
+        start = time.perf_counter()
         sample = min(array.shape[0], SAMPLE_QUERIES)
         if automatic:
-            params["probe_lists"], measured = tune_probes(recall, params["lists"], target)
+            params["probe_lists"], measured = tune_probes(recall, params["lists"], target, stop_at_plateau)
         else:
             measured = recall(params["probe_lists"])
+        if seconds is not None:
+            seconds["probe search"] = time.perf_counter() - start
         if measured < target:
             warnings.warn(
                 RecallTargetWarning(

@@ -14,6 +14,7 @@ saved with the index.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import faiss as _faiss
@@ -31,7 +32,7 @@ from galleria.index._faiss import (
     restore_precomputed_table,
     usable_threads,
 )
-from galleria.index._ivfpq_build import add_parallel, choose_probes, train_ivfpq
+from galleria.index._ivfpq_build import add_parallel, choose_probes
 from galleria.index._ivfpq_files import check_loaded, check_report, checked_kept
 from galleria.index._ivfpq_params import (
     IVFPQ_PARAMETERS,
@@ -39,6 +40,7 @@ from galleria.index._ivfpq_params import (
     default_subquantizers,
     validate_ivfpq_params,
 )
+from galleria.index._ivfpq_train import TrainingBudget, train_ivfpq
 from galleria.index.base import SPACES
 from galleria.index.exact import rescore_candidates
 
@@ -95,6 +97,8 @@ rerank_candidates, seed, build_workers, num_threads
     """
 
     name = "ivfpq"
+    #: How much work training does (sample sizes, k-means iterations); see :class:`TrainingBudget`.
+    training_budget = TrainingBudget()
     #: Scores are distances: lower is better.
     higher_is_better = False
 
@@ -143,6 +147,7 @@ rerank_candidates, seed, build_workers, num_threads
         self._kept = np.zeros((0, 0), dtype=self._params["vector_dtype"])
         self._kept_size = 0
         self._report: dict[str, Any] | None = None
+        self._seconds: dict[str, float] = {}
 
     def __repr__(self) -> str:
         settings = ", ".join(f"{key}={value!r}" for key, value in self.params().items())
@@ -192,6 +197,12 @@ rerank_candidates, seed, build_workers, num_threads
         ``probe_lists`` (None when not measured), and the ``recall_target``."""
         return None if self._report is None else dict(self._report)
 
+    @property
+    def build_seconds(self) -> dict[str, float]:
+        """Wall seconds of each phase of the first :meth:`add` in this process (not saved): OPQ
+        rotation, coarse k-means, PQ codebooks, encoding, exact sample neighbours, probe search."""
+        return dict(self._seconds)
+
     # ------------------------------------------------------------------ building
 
     def _metric(self) -> int:
@@ -201,7 +212,10 @@ rerank_candidates, seed, build_workers, num_threads
         """Create and train the faiss index on a seeded sample of ``vectors`` (already prepared)."""
         params = self._params
         chosen = [name for name in ("lists", "subquantizers", "bits", "probe_lists") if params[name] is None]
-        self._index, self._ivf = train_ivfpq(vectors, params, self._metric())
+        self._seconds = {}
+        self._index, self._ivf = train_ivfpq(
+            vectors, params, self._metric(), self.training_budget, self._seconds
+        )
         self._dim = vectors.shape[1]
         self._report = {"chosen": chosen}
 
@@ -219,6 +233,7 @@ rerank_candidates, seed, build_workers, num_threads
         if training:
             self._train(array)
         first = self._rows.total
+        start = time.perf_counter()
         # A file's params never choose more processes than this machine lets the process use.
         workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
         if workers > 1:
@@ -230,6 +245,7 @@ rerank_candidates, seed, build_workers, num_threads
             self._keep(array)
         self._rows.append(count)
         if training:
+            self._seconds["encoding"] = time.perf_counter() - start
             assert self._report is not None
             choose_probes(
                 lambda queries, k, probes: self.search(queries, k, probe_lists=probes)[0],
@@ -237,6 +253,8 @@ rerank_candidates, seed, build_workers, num_threads
                 self._space,
                 self._params,
                 self._report,
+                self._seconds,
+                self.training_budget.stop_at_plateau,
             )
 
     def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
@@ -395,6 +413,8 @@ rerank_candidates, seed, build_workers, num_threads
             int(dim),
         )
         restore_precomputed_table(loaded, len(data))
+        if cls.training_budget.transposed_codebooks:
+            index._ivf.pq.sync_transposed_centroids()  # later adds encode at the trained speed
         index._rows = LiveRows(live, int(total))
         index._report = check_report(meta.get("report"))
         if index._params["keep_vectors"]:

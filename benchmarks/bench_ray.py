@@ -48,7 +48,7 @@ class TreeCpu:
     a Ray worker that exits between two readings is counted up to its last sample.
     """
 
-    def __init__(self, interval: float = 0.25) -> None:
+    def __init__(self, interval: float = 1.0) -> None:
         self._seen: dict[tuple[int, int], float] = {}  # (pid, start time) -> CPU seconds
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -318,6 +318,8 @@ def run_startup(options: argparse.Namespace) -> None:
         paths, _ = write_pngs(Path(folder), 500)
         for rep in range(options.reps):
             for name, variant in STARTUP_VARIANTS.items():
+                if options.only and not any(part in name for part in options.only.split(",")):
+                    continue
                 host = None
                 if variant.get("join"):  # a Ray this process keeps running, which the child joins
                     import ray
@@ -366,6 +368,7 @@ def main() -> None:
     parser.add_argument("--lite0-count", type=int, default=5_000, help="the Lite0 gallery (default 5,000)")
     parser.add_argument("--startup", action="store_true", help="compare ray.init option sets instead")
     parser.add_argument("--reps", type=int, default=2, help="repetitions of each option set (--startup)")
+    parser.add_argument("--only", default="", help="--startup: option sets whose name contains one of these")
     parser.add_argument("--startup-child", default=None, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.startup_child:

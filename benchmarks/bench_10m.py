@@ -29,8 +29,8 @@ import json
 import os
 import resource
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Iterator

@@ -302,8 +302,8 @@ def main() -> None:
     )
     print(
         "| rows | build s (first chunk) | build CPU s (process + shard workers) "
-        "| peak RSS of the build process (MB) "
-        "| build process + shard workers, sampled peak (MB) "
+        "| peak RSS of the build process (MiB) "
+        "| build process + shard workers, sampled peak (MiB) "
         "| index bytes (faiss) + float16 copy | bytes/vector "
         "| QPS (1 thread) | recall@10 (1,000 queries, exact in blocks) |"
     )
@@ -318,7 +318,7 @@ def main() -> None:
     )
     print(
         f"child wall {wall:.0f} s; build process peak after writing the index file and searching: "
-        f"{result['peak_end_mb']:,.0f} MB; exact neighbours in blocks: {truth_note}; "
+        f"{result['peak_end_mb']:,.0f} MiB; exact neighbours in blocks: {truth_note}; "
         f"store bookkeeping (paths list + dict): {per_row:.0f} B/row"
     )
 

@@ -1,11 +1,13 @@
 """Benchmark peak memory of saving and loading store files: each tensor held once (issue 18 §2).
 
-Run ``.venv/bin/python benchmarks/bench_load.py`` (defaults: an exact 1M × 512 store, an IVF-PQ
-1M × 512 store with a float16 copy, an HNSW 100k × 128 store; a few minutes and about 5 GB on
-2 cores) or ``--quick`` for a small smoke run. Each store is built and saved in one fresh process
-and loaded in another (plain, then ``mmap=True`` for the exact one), so every peak belongs to that
-step alone. Peak RSS is the process's ``VmHWM`` (reset with ``/proc/self/clear_refs`` before a
-save) minus its RSS just before the step: ``ru_maxrss`` is not used, since Linux carries a parent's
+Run ``.venv/bin/python benchmarks/bench_load.py`` (defaults: an exact 1M × 512 store, IVF-PQ
+300k × 128 and 1M × 128 stores with a float16 copy, an HNSW 50k × 128 store and an exact 1M × 8
+store whose paths are most of the file; about 15 minutes and 5 GB on 2 cores) or ``--quick`` for a
+small run; ``--before /path/to/other/src`` builds and loads every store with that checkout too and
+prints both side by side. Each store is built and saved in one fresh process and loaded in another
+(plain, then ``mmap=True`` for a wide exact one), so every peak belongs to that step alone. Peak
+RSS is the process's ``VmHWM`` (reset with ``/proc/self/clear_refs`` before a save) minus its RSS
+just before the step: ``ru_maxrss`` is not used, since Linux carries a parent's
 RSS at fork time into a child's ``ru_maxrss`` across exec.
 
 Figures are printed side by side as a markdown table (load peak / file size is the target,
@@ -86,8 +88,8 @@ def stage_load(args: dict[str, Any]) -> dict[str, Any]:
     return {"load_s": seconds, "load_peak": peak, "rows": len(store)}
 
 
-def run_stage(stage: str, args: dict[str, Any]) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="2")
+def run_stage(stage: str, args: dict[str, Any], src: Path) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="2")
     command = [sys.executable, __file__, "--stage", stage, json.dumps(args)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -96,59 +98,67 @@ def run_stage(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+#: index:rows:dim of the default run: the issue-18 table's three stores, a 1M-row IVF-PQ store and
+#: a 1M-row exact store of 8 dimensions (what its paths cost is most of what it holds).
+DEFAULT_CONFIGS = "exact:1000000:512,ivfpq:300000:128,hnsw:50000:128,ivfpq:1000000:128,exact:1000000:8"
+QUICK_CONFIGS = "exact:50000:512,ivfpq:50000:128,hnsw:20000:128,exact:200000:8"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help=f"small stores ({QUICK_CONFIGS})")
     parser.add_argument("--stage")
     parser.add_argument("payload", nargs="?")
     parser.add_argument(
-        "--configs",
+        "--configs", default=None, help=f"comma-separated index:rows:dim (default {DEFAULT_CONFIGS})"
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
         default=None,
-        help="comma-separated index:rows:dim (default exact:1000000:512,ivfpq:1000000:512,hnsw:100000:128)",
+        help="the src/ folder of another checkout (e.g. main's): every store is also built and "
+        "loaded with it, and both rows are printed side by side",
     )
     options = parser.parse_args()
     if options.stage:
         stage = {"build": stage_build, "load": stage_load}[options.stage]
         print(json.dumps(stage(json.loads(options.payload))))
         return
-    big, small = (50_000, 20_000) if options.quick else (1_000_000, 100_000)
-    configs: list[tuple[str, int, int, dict[str, Any]]] = [
-        ("exact", big, 512, {}),
-        ("ivfpq", big, 512, {"keep_vectors": True, "lists": 1024 if big > 100_000 else 64}),
-        ("hnsw", small, 128, {}),
-    ]
-    if options.configs:
-        configs = []
-        for item in options.configs.split(","):
-            name, count, dim = item.split(":")
-            # The shape does not change what loading holds; a small one keeps the build short.
-            extra = {"keep_vectors": True, "lists": 256, "subquantizers": 32, "probe_lists": 8}
-            extra = extra if name == "ivfpq" else {}
-            configs.append((name, int(count), int(dim), extra))
+    chosen = options.configs or (QUICK_CONFIGS if options.quick else DEFAULT_CONFIGS)
+    configs: list[tuple[str, int, int, dict[str, Any]]] = []
+    for item in chosen.split(","):
+        name, count, dim = item.split(":")
+        # The shape does not change what loading holds; a small one keeps the build short.
+        extra = {"keep_vectors": True, "lists": 256, "subquantizers": 32, "probe_lists": 8}
+        configs.append((name, int(count), int(dim), extra if name == "ivfpq" else {}))
+    trees = [("this tree", ROOT / "src")]
+    if options.before is not None:
+        trees.insert(0, ("before", options.before.resolve()))
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-load-") as folder:
         for name, count, dim, params in configs:
-            file = str(Path(folder) / f"{name}.safetensors")
-            built = run_stage(
-                "build", {"index": name, "rows": count, "dim": dim, "params": params, "file": file}
-            )
-            size = os.path.getsize(file)
-            for mapped in (False, True) if name == "exact" else (False,):
-                loaded = run_stage("load", {"file": file, "mmap": mapped})
-                rows.append((name + (" (mmap=True)" if mapped else ""), count, dim, size, built, loaded))
-                print(rows[-1], file=sys.stderr, flush=True)
-            os.remove(file)
+            for label, src in trees:
+                file = str(Path(folder) / f"{name}.safetensors")
+                payload = {"index": name, "rows": count, "dim": dim, "params": params, "file": file}
+                built = run_stage("build", payload, src)
+                size = os.path.getsize(file)
+                for mapped in (False, True) if name == "exact" and dim >= 64 else (False,):
+                    loaded = run_stage("load", {"file": file, "mmap": mapped}, src)
+                    shown = name + (" (mmap=True)" if mapped else "")
+                    rows.append((label, shown, count, dim, size, built, loaded))
+                    print(rows[-1], file=sys.stderr, flush=True)
+                os.remove(file)
     print(f"load average: {os.getloadavg()}")
     print(
-        "| index | rows × dim | file (MB) | load peak (MB) | load peak / file | load (s) | "
-        "save extra (MB) | save (s) |"
+        "| code | index | rows × dim | file (MiB) | load peak (MiB) | load peak / file | load (s) | "
+        "save extra (MiB) | save (s) |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     mb = 2.0**20
-    for name, count, dim, size, built, loaded in rows:
+    for label, name, count, dim, size, built, loaded in rows:
         print(
-            f"| {name} | {count:,} × {dim} | {size / mb:,.0f} | {loaded['load_peak'] / mb:,.0f} | "
-            f"{loaded['load_peak'] / size:.2f} | {loaded['load_s']:.1f} | {built['save_extra'] / mb:,.0f} | "
+            f"| {label} | {name} | {count:,} × {dim} | {size / mb:,.1f} | {loaded['load_peak'] / mb:,.1f} | "
+            f"{loaded['load_peak'] / size:.2f} | {loaded['load_s']:.1f} | {built['save_extra'] / mb:,.1f} | "
             f"{built['save_s']:.1f} |"
         )
 

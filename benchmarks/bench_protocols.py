@@ -187,14 +187,14 @@ def _load() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
-def bench_reid(sizes: list[str]) -> dict[str, Any]:
+def bench_reid(sizes: list[str], kinds: tuple[str, ...] = ("streamed", "matrix")) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="bench_protocols_") as name:
             folder = Path(name)
             reid_data(size, folder)
             runs: dict[str, Any] = {}
-            for kind in ("streamed", "matrix"):
+            for kind in kinds:
                 before = _load()
                 command = [
                     sys.executable,
@@ -215,11 +215,13 @@ def bench_reid(sizes: list[str]) -> dict[str, Any]:
                     f"mAP {record['mAP']:.4f}  load {before:.1f}→{record['load_after']:.1f}",
                     flush=True,
                 )
-            streamed = np.load(folder / "figures_streamed.npz")
-            matrix = np.load(folder / "figures_matrix.npz")
-            same = all(
-                np.array_equal(streamed[key], matrix[key], equal_nan=True) for key in ("cmc", "ap", "inp")
-            )
+            same = None
+            if len(runs) == 2:
+                streamed = np.load(folder / "figures_streamed.npz")
+                matrix = np.load(folder / "figures_matrix.npz")
+                same = all(
+                    np.array_equal(streamed[key], matrix[key], equal_nan=True) for key in ("cmc", "ap", "inp")
+                )
             results[size] = {**SIZES[size], "runs": runs, "identical": same}
             print(f"{size}: streamed figures identical to the matrix run's: {same}", flush=True)
     return results
@@ -331,8 +333,7 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
         ]
         for size, entry in reid.items():
             label = f"{size} ({entry['probes']:,} × {entry['gallery']:,})"
-            for kind in ("streamed", "matrix"):
-                run = entry["runs"][kind]
+            for kind, run in entry["runs"].items():
                 rerank = "–" if np.isnan(run["rerank_seconds"]) else f"{run['rerank_seconds']:.1f}"
                 lines.append(
                     f"| {label} | {kind} | {run['seconds']:.1f} | {run['cpu_seconds']:.1f} | {rerank} | "
@@ -342,6 +343,8 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
                 )
         lines.append("")
         for size, entry in reid.items():
+            if entry["identical"] is None:
+                continue
             streamed, matrix = entry["runs"]["streamed"], entry["runs"]["matrix"]
             lines.append(
                 f"- {size}: streamed peak RSS {streamed['peak_mb']:.0f} MB vs {matrix['peak_mb']:.0f} MB "
@@ -351,12 +354,13 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
         lines += [
             "",
             "Targets (quiet machine): MSMT17 size, streamed re-ranking + `reid_evaluate` ≤ 2 GB peak RSS and "
-            "≤ 150 s; Market-1501 size ≤ 3 s. A time measured under load is an upper bound of the quiet one.",
+            "≤ 60 s on both kinds of features; Market-1501 size ≤ 3 s. A time measured under load is an "
+            "upper bound of the quiet one.",
             "",
         ]
-        goals = {"msmt17": (2048.0, 150.0), "market1501": (None, 3.0)}
+        goals = {"msmt17": (2048.0, 60.0), "msmt17-noisy": (2048.0, 60.0), "market1501": (None, 3.0)}
         for size, (memory_goal, time_goal) in goals.items():
-            if size not in reid:
+            if size not in reid or "streamed" not in reid[size]["runs"]:
                 continue
             run = reid[size]["runs"]["streamed"]
             verdicts = []
@@ -365,10 +369,11 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
                 verdicts.append(f"memory {met} ({run['peak_mb']:.0f} MB ≤ {memory_goal:.0f} MB)")
             if run["seconds"] <= time_goal:
                 verdicts.append(f"time met even under load ({run['seconds']:.1f} s ≤ {time_goal:g} s)")
-            elif run["cpu_seconds"] <= time_goal:
+            elif run["cpu_seconds"] <= 2 * time_goal:
                 verdicts.append(
                     f"time not shown: {run['seconds']:.1f} s under load, but "
-                    f"{run['cpu_seconds']:.1f} s of CPU ≤ {time_goal:g} s, so a quiet machine should meet it"
+                    f"{run['cpu_seconds']:.1f} s of CPU ≤ 2 × {time_goal:g} s, so a quiet 2-core machine "
+                    "could meet it"
                 )
             else:
                 verdicts.append(
@@ -413,6 +418,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--part", choices=("reid", "metric-learning"), default=None)
     parser.add_argument("--sizes", nargs="+", default=None, choices=tuple(SIZES))
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=["streamed", "matrix"],
+        choices=("streamed", "matrix"),
+        help="runs per size",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ml-child", default=None, help=argparse.SUPPRESS)
@@ -427,7 +439,7 @@ def main() -> None:
         return
     default = ["market1501", "msmt17", "market1501-noisy", "msmt17-noisy"]
     sizes = args.sizes or (["quick", "quick-noisy"] if args.quick else default)
-    reid = bench_reid(sizes) if args.part in (None, "reid") else None
+    reid = bench_reid(sizes, tuple(args.kinds)) if args.part in (None, "reid") else None
     learning = bench_metric_learning(args.quick) if args.part in (None, "metric-learning") else None
     text = write_report(reid, learning, args.quick)
     print(text)

@@ -16,7 +16,9 @@ and 15,913 gallery items, 256-d unit features around 1,501 identities (σ = 1.2)
 in its own child process that loads the features from ``.npy`` files, so its peak RSS (``VmHWM``,
 read as soon as the function returns, before the mAP check) is its own: ``diffusion_rerank_features``,
 ``gnn_rerank_features`` (scipy.sparse) and ``dba_aqe_rerank_features`` (``--full-methods`` adds
-``k_reciprocal_rerank_features``, whose figures ``bench_rerank.py`` reports). mAP of each against the
+``k_reciprocal_rerank_features``, whose figures ``bench_rerank.py`` reports; ``gnn-reference`` the
+authors' pure-PyTorch GNN on the same features, dense (P + G)² matrices — about 8 GB at this size —
+compared with ``gnn`` on the same queries). mAP of each against the
 identities is printed beside its time, as a sanity check (synthetic data: not a quality claim).
 
 ``--part gnn`` — GNN pool re-ranking beside the authors' algorithm as they publish it in pure
@@ -92,19 +94,33 @@ from galleria import rerank
 name, folder = sys.argv[1], sys.argv[2]
 probes = np.load(folder + "/probes.npy"); gallery = np.load(folder + "/gallery.npy")
 probe_ids = np.load(folder + "/probe_ids.npy"); gallery_ids = np.load(folder + "/gallery_ids.npy")
-function = {"k-reciprocal": rerank.k_reciprocal_rerank_features,
-            "diffusion": rerank.diffusion_rerank_features,
-            "gnn": rerank.gnn_rerank_features, "dba+aqe": rerank.dba_aqe_rerank_features}[name]
+if name == "gnn-reference":  # the authors' full setting in pure PyTorch (dense (P + G)² matrices)
+    import torch
+    sys.path.insert(0, sys.argv[3])
+    from bench_rerank_methods import _reference_gnn_full
+    def function(p, g):
+        with torch.no_grad():
+            return _reference_gnn_full(torch.from_numpy(p), torch.from_numpy(g), 26, 7, 0.3).numpy()
+else:
+    function = {"k-reciprocal": rerank.k_reciprocal_rerank_features,
+                "diffusion": rerank.diffusion_rerank_features,
+                "gnn": rerank.gnn_rerank_features, "dba+aqe": rerank.dba_aqe_rerank_features}[name]
+probes, gallery = probes.astype(np.float32), gallery.astype(np.float32)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu = usage.ru_utime + usage.ru_stime
 started = time.perf_counter()
 distances = function(probes, gallery)
 seconds = time.perf_counter() - started
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu = usage.ru_utime + usage.ru_stime - cpu
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+np.save(folder + "/distances_" + name + ".npy", distances.astype(np.float32))
 order = np.argsort(distances, axis=1, kind="stable")
 hits = gallery_ids[order] == probe_ids[:, None]
 ranks = np.arange(1, hits.shape[1] + 1)
 precision = np.cumsum(hits, axis=1) / ranks
 ap = (precision * hits).sum(axis=1) / np.maximum(hits.sum(axis=1), 1)
-print(json.dumps({"seconds": seconds, "peak_mb": peak / 1024, "map": float(ap.mean()),
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak / 1024, "map": float(ap.mean()),
                   "top1": float(hits[:, 0].mean())}))
 """
 
@@ -132,23 +148,48 @@ def part_full(quick: bool, methods: list[str]) -> list[dict[str, Any]]:
         rows.append({"method": "plain (cosine)", "map": plain_map, "top1": float(hits[:, 0].mean())})
         for name in methods:
             process = subprocess.run(
-                [sys.executable, "-c", _CHILD, name, folder], capture_output=True, text=True, check=False
+                [sys.executable, "-c", _CHILD, name, folder, str(Path(__file__).resolve().parent)],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if process.returncode != 0:
                 rows.append({"method": name, "error": process.stderr.strip().splitlines()[-1]})
             else:
                 rows.append({"method": name, **json.loads(process.stdout)})
             print(f"full {rows[-1]}", file=sys.stderr)
+        if "gnn" in methods and "gnn-reference" in methods:  # the same queries, side by side
+            ours = np.load(os.path.join(folder, "distances_gnn.npy"))
+            theirs = np.load(os.path.join(folder, "distances_gnn-reference.npy"))
+            top = 10
+            mine = np.argsort(ours, axis=1, kind="stable")[:, :top]
+            reference = np.argsort(theirs, axis=1, kind="stable")[:, :top]
+            rows.append(
+                {
+                    "method": "gnn vs gnn-reference",
+                    "max_abs_diff": float(np.abs(ours - theirs).max()),
+                    "same_top10": float(
+                        np.mean([set(a) == set(b) for a, b in zip(mine, reference, strict=True)])
+                    ),
+                }
+            )
+            print(f"full {rows[-1]}", file=sys.stderr)
     return rows
 
 
 def _reference_gnn(probe: Any, candidates: Any, k1: int, k2: int, lamb: float) -> Any:
-    """GNN re-ranking of one pool as the authors publish it (pure PyTorch), transcribed step by step.
+    """GNN re-ranking of one pool as the authors publish it (pure PyTorch): :func:`_reference_gnn_full`
+    with the probe as the one probe. Returns the candidates' distances (1 - similarity)."""
+    return _reference_gnn_full(probe, candidates, k1, k2, lamb)[0]
 
-    The set is the probe then its candidates (unit features); ``topk`` ranking lists; ``A`` the k1
+
+def _reference_gnn_full(probe: Any, candidates: Any, k1: int, k2: int, lamb: float) -> Any:
+    """GNN re-ranking as the authors publish it (pure PyTorch, dense), transcribed step by step.
+
+    The set is the probes then the candidates (unit features); ``topk`` ranking lists; ``A`` the k1
     adjacency; ``S`` the squared top similarities; two rounds of ``A ← A + Aᵀ``, ``A_i ← Σ_j
     S_ij A_{rank_ij}`` over the k2 nearest, L2 row normalisation; the final similarity
-    ``(1 - λ) A_q · A_g + λ cos(q, g)``. Returns the candidates' distances (1 - similarity).
+    ``(1 - λ) A_q · A_g + λ cos(q, g)``. Returns the (probes, candidates) distances (1 - similarity).
     """
     import torch
 
@@ -168,8 +209,9 @@ def _reference_gnn(probe: Any, candidates: Any, k1: int, k2: int, lamb: float) -
                 propagated.addcmul_(weights[:, j : j + 1], adjacency.index_select(0, rank[:, j]))
             adjacency = propagated
             adjacency = adjacency / torch.norm(adjacency, p=2, dim=1, keepdim=True)
-    similarity = (1 - lamb) * (adjacency[:1] @ adjacency[1:].T) + lamb * original
-    return 1.0 - similarity[0]
+    count = probe.shape[0]
+    similarity = (1 - lamb) * (adjacency[:count] @ adjacency[count:].T) + lamb * original
+    return 1.0 - similarity
 
 
 def part_gnn(quick: bool) -> list[dict[str, Any]]:

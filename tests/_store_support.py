@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -111,3 +112,23 @@ def snapshot(store: InMemoryImageEmbeddingStore) -> dict[str, Any]:
         vector = np.ones(store.dim or 1, dtype=np.float32)
         state["results"] = [(c.path, c.score) for c in store.retrieve_by_vector(vector, k=len(store))[0]]
     return state
+
+
+def stored_paths(tensors: dict[str, np.ndarray]) -> list[str]:
+    """The gallery paths a store file (format version 3) holds in its path tensors, decoded by hand."""
+    data, offsets = tensors["path_bytes"].tobytes(), tensors["path_offsets"].tolist()
+    return [data[begin:end].decode("utf-8") for begin, end in itertools.pairwise(offsets)]
+
+
+def as_old_format(
+    header: dict[str, Any], tensors: dict[str, np.ndarray], version: int = 2
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A version-3 store file's header and tensors rewritten the way versions 1 and 2 held them: the
+    paths listed in the header, no path tensors (what galleria wrote before issue 18)."""
+    old = {key: value for key, value in header.items() if key != "rows"}
+    old["paths"] = stored_paths(tensors)
+    old["format_version"] = version
+    kept = {key: value for key, value in tensors.items() if key not in ("path_bytes", "path_offsets")}
+    if "tensors" in old:
+        old["tensors"] = {key: value for key, value in old["tensors"].items() if key in kept}
+    return old, kept

@@ -271,6 +271,55 @@ def _row_header(folder: Path, scale: int, tally: Tally) -> None:
             _judge_store(f"{kind} {key}={value!r:.30}", tally, target)
 
 
+#: Bytes that break UTF-8 or paths when written into a path: NUL, a lone continuation byte, lead
+#: bytes of overlong / surrogate / out-of-range forms, never-valid bytes; and a harmless "/".
+HOSTILE_PATH_BYTES = [0x00, 0x80, 0xBF, 0xC0, 0xC3, 0xE0, 0xED, 0xF4, 0xF8, 0xFF, ord("/")]
+
+
+def _row_paths(folder: Path, scale: int, tally: Tally) -> None:
+    """The path tensors (format 3): hostile offsets and bytes, the row count, every digest resealed."""
+    rng = np.random.default_rng(14)
+    for kind, source in _stores(folder).items():
+        header, tensors = _read(source)
+        data, offsets = tensors["path_bytes"], tensors["path_offsets"]
+        for number in range(10 * scale):
+            changed, new_data, new_offsets = json.loads(json.dumps(header)), data.copy(), offsets.copy()
+            choice = rng.random()
+            if choice < 0.35:  # an offset set to a hostile value
+                new_offsets[int(rng.integers(0, new_offsets.size))] = HOSTILE_INTS[
+                    int(rng.integers(0, len(HOSTILE_INTS)))
+                ]
+            elif choice < 0.6:  # a byte of some path set to a hostile byte
+                new_data[int(rng.integers(0, new_data.size))] = HOSTILE_PATH_BYTES[
+                    int(rng.integers(0, len(HOSTILE_PATH_BYTES)))
+                ]
+            elif choice < 0.7:  # one path copied over another of the same length
+                first, second = (int(value) for value in rng.integers(0, offsets.size - 1, 2))
+                begin, end = int(offsets[second]), int(offsets[second + 1])
+                length = min(end - begin, int(offsets[first + 1] - offsets[first]))
+                new_data[begin : begin + length] = data[int(offsets[first]) : int(offsets[first]) + length]
+            elif choice < 0.8:  # offsets or bytes cut short or grown
+                cut = int(rng.integers(1, 4))
+                if rng.random() < 0.5:
+                    new_offsets = (
+                        np.concatenate([offsets, offsets[-cut:]]) if rng.random() < 0.5 else offsets[:-cut]
+                    )
+                else:
+                    new_data = (
+                        data[:-cut].copy() if rng.random() < 0.5 else np.concatenate([data, data[:cut]])
+                    )
+            elif choice < 0.9:  # the header's row count
+                changed["rows"] = int(header["rows"]) + int(rng.choice([-2, -1, 1, 2]))
+            else:  # a path tensor of another dtype
+                if rng.random() < 0.5:
+                    new_offsets = offsets.astype(np.int32)
+                else:
+                    new_data = data.astype(np.int32)
+            target = folder / "case.safetensors"
+            _seal(target, changed, {**tensors, "path_bytes": new_data, "path_offsets": new_offsets})
+            _judge_store(f"{kind} paths #{number}", tally, target)
+
+
 def _row_faiss(folder: Path, scale: int, tally: Tally, kinds: tuple[str, ...]) -> None:
     rng = np.random.default_rng(13)
     stores = _stores(folder)
@@ -492,6 +541,7 @@ ROWS: dict[str, Callable[[Path, int, Tally], None]] = {
     "store file: random byte flips": lambda f, s, t: _row_store_bytes(f, s, t, "flip"),
     "store file: truncations": lambda f, s, t: _row_store_bytes(f, s, t, "cut"),
     "store header: hostile values, digests resealed": _row_header,
+    "store path tensors: hostile offsets/bytes/rows, resealed": _row_paths,
     "HNSW graph stream: hostile ids/offsets/levels, resealed": lambda f, s, t: _row_faiss(f, s, t, ("hnsw",)),
     "IVF-PQ stream (removed rows): hostile fields, resealed": lambda f, s, t: _row_faiss(f, s, t, ("ivfpq",)),
     "IVF-flat + direct map (external): hostile fields, resealed": lambda f, s, t: _row_faiss(

@@ -69,7 +69,11 @@ def milvus_store(tmp_path: Path, uri: str) -> Path:
     params = {"uri": uri, "collection": "photos", "index_type": "FLAT", "index_params": {}}
     meta = {"space": "cosine", "dim": 2, "params": params, "total": 2}
     blob = _serial.pack("milvus", meta, {"live": np.arange(2, dtype=np.int64)})
-    tensors = {"index": np.frombuffer(blob, dtype=np.uint8), "vectors": np.eye(2, dtype=np.float32)}
+    tensors = {
+        **{key: tensors[key] for key in ("path_bytes", "path_offsets")},  # the paths, kept
+        "index": np.frombuffer(blob, dtype=np.uint8),
+        "vectors": np.eye(2, dtype=np.float32),
+    }
     header["index"] = {"name": "milvus", "params": params}
     return write_sealed(tmp_path / "crafted.safetensors", header, tensors)
 

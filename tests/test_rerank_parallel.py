@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -67,3 +69,37 @@ def test_threads_do_not_change_a_bit(monkeypatch: pytest.MonkeyPatch, mode: str,
         for one, many in zip(results[1], results[workers], strict=True):
             assert one.tobytes() == many.tobytes()
     assert results[1][0].tobytes() == results[1][1].tobytes()
+
+
+@pytest.mark.parametrize("mode", ["paper", "reference"])
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_chunked_neighbour_search_equals_whole_rows(
+    monkeypatch: pytest.MonkeyPatch, mode: str, duplicates: bool
+) -> None:
+    """The strided-chunk search on cosine Gram blocks ranks exactly as the whole scaled rows do."""
+    probe, gallery = _features(3, 30, 260, dim=6)
+    if duplicates:  # exact ties everywhere: rows whose cut is unsure are ranked whole
+        gallery[1::2] = gallery[::2][: len(gallery[1::2])]
+        probe[::3] = gallery[: len(probe[::3])]
+    monkeypatch.setattr(full, "_BLOCK_ELEMENTS", 4000)
+    results = {}
+    calls: list[int] = []
+    original = full._chunked_lists
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(full, "_chunked_lists", counted)
+    for chunk in (3, 4, 7, 10_000):  # 10,000: no chunked search
+        monkeypatch.setattr(full, "_CHUNK", chunk)
+        calls.clear()
+        matrix = k_reciprocal_rerank_features(probe, gallery, k1=9, k2=4, mode=mode)
+        streamed = np.concatenate(
+            [block for _, block in iter_k_reciprocal_rerank_features(probe, gallery, k1=9, k2=4, mode=mode)]
+        )
+        assert matrix.tobytes() == streamed.tobytes()
+        assert bool(calls) == (chunk != 10_000)
+        results[chunk] = matrix
+    for chunk in (3, 4, 7):
+        assert results[chunk].tobytes() == results[10_000].tobytes()

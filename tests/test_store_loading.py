@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
+from _store_support import stored_paths
 from galleria import InMemoryImageEmbeddingStore
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, _serial
 from galleria.index._faiss import deserialize
@@ -52,8 +53,9 @@ def test_the_file_is_plain_safetensors_holding_to_bytes(
     with safe_open(str(file), framework="numpy") as reader:
         header = json.loads(reader.metadata()["galleria"])
         blob = reader.get_tensor("index")
+        tensors = {key: reader.get_tensor(key) for key in ("path_bytes", "path_offsets")}
     assert blob.tobytes() == store.search_index.to_bytes()  # streamed parts == the joined bytes
-    assert header["paths"] == store.paths
+    assert header["rows"] == ROWS and stored_paths(tensors) == store.paths
     # The arrays of the container start aligned within it (a reader may map them in place).
     (length,) = np.frombuffer(blob[8:12].tobytes(), dtype="<u4")
     assert (12 + int(length)) % _serial.ALIGNMENT == 0
@@ -185,14 +187,19 @@ _PEAK = textwrap.dedent(
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
-@pytest.mark.parametrize("kind", ["exact", "hnsw"])
+@pytest.mark.parametrize("kind", ["exact", "hnsw", "ivfpq"])
+@pytest.mark.filterwarnings("ignore:the ivfpq index reaches recall")  # random vectors, few codes: fine here
 def test_loading_and_saving_hold_each_tensor_once(tmp_path: Path, kind: str) -> None:
-    """Peak memory of loading (in a fresh process) stays near the file size (one copy, not three);
-    saving it again adds next to nothing."""
+    """Peak memory of loading (in a fresh process) stays within 15 % of the file size (one copy of
+    each tensor, not three; the paths as compact as in the file); saving it again adds next to nothing."""
     rows, dim = 40_000, 128
-    index = make_index(kind)
+    index = (
+        IvfPqIndex("l2", lists=8, bits=6, subquantizers=16, keep_vectors=True)
+        if kind == "ivfpq"
+        else make_index(kind)
+    )
     store = InMemoryImageEmbeddingStore.from_embeddings(
-        [f"{i}" for i in range(rows)], gallery_vectors(rows, dim), search_index=index
+        [f"gallery/{i:08d}.jpg" for i in range(rows)], gallery_vectors(rows, dim), search_index=index
     )
     file = tmp_path / "big.safetensors"
     store.save_to_disk(file)
@@ -204,8 +211,9 @@ def test_loading_and_saving_hold_each_tensor_once(tmp_path: Path, kind: str) -> 
         )
         loading, saving, count = (int(value) for value in done.stdout.split())
         assert count == rows
-        # The old loader peaked at about three copies; one copy plus the header's paths is the bound.
-        assert loading <= 1.15 * size + 16 * 2**20, (kind, mapped, loading, size)
+        # The old loader peaked at about three copies, then 1.4-1.5 times the file for HNSW and IVF-PQ
+        # (one str per path, a {path: row} dict); the small constant is the allocator's and faiss's.
+        assert loading <= 1.15 * size + 2 * 2**20, (kind, mapped, loading, size)
         # Saving streams the arrays and faiss's bytes into the file: no copy of them is made.
-        assert saving <= 0.15 * size + 16 * 2**20, (kind, mapped, saving, size)
+        assert saving <= 0.05 * size + 2 * 2**20, (kind, mapped, saving, size)
         assert Path(f"{file}.again").read_bytes() == file.read_bytes()

@@ -14,7 +14,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-from _store_support import FakeEmbedder, make_images, pixel_embedder
+from _store_support import FakeEmbedder, as_old_format, make_images, pixel_embedder, stored_paths
 from galleria import ExternalSearchIndex, HnswIndex, InMemoryImageEmbeddingStore, PixelEmbedder
 from galleria.store.persistence import FORMAT_VERSION
 
@@ -91,9 +91,10 @@ def test_file_is_plain_safetensors_with_a_json_header(gallery: list[str], tmp_pa
     store.save_to_disk(file)
     with safe_open(str(file), framework="numpy") as reader:
         header = json.loads(reader.metadata()["galleria"])
-        assert set(reader.keys()) == {"index"}
+        assert set(reader.keys()) == {"index", "path_bytes", "path_offsets"}
+        tensors = {key: reader.get_tensor(key) for key in reader.keys()}
     assert header["format_version"] == FORMAT_VERSION
-    assert header["paths"] == gallery[:5]
+    assert header["rows"] == 5 and stored_paths(tensors) == gallery[:5]
     assert header["space"] == "cosine" and header["dim"] == 192
     assert header["index"] == {"name": "exact", "params": {}}
     assert header["embedder"]["config"]["type"] == "pixel"
@@ -204,7 +205,7 @@ def test_external_index_without_vectors_needs_vectors_to_save(tmp_path: Path) ->
     with pytest.raises(ValueError, match="shape"):
         store.save_to_disk(file, vectors=vectors[:3])
     store.save_to_disk(file, vectors=vectors)
-    assert set(load_file(str(file))) == {"index", "vectors"}
+    assert set(load_file(str(file))) == {"index", "vectors", "path_bytes", "path_offsets"}
     loaded = InMemoryImageEmbeddingStore.load_from_disk(file)
     np.testing.assert_array_equal(loaded.embeddings, vectors)
     assert results(loaded, vectors[:4]) == results(store, vectors[:4])
@@ -230,7 +231,7 @@ def test_unserialisable_external_index_must_be_passed_back(
     monkeypatch.setattr(ExternalSearchIndex, "to_bytes", cannot)
     file = tmp_path / "noindex.safetensors"
     store.save_to_disk(file, vectors=vectors)
-    assert set(load_file(str(file))) == {"vectors"}
+    assert set(load_file(str(file))) == {"vectors", "path_bytes", "path_offsets"}
     with pytest.raises(ValueError, match="search_index="):
         InMemoryImageEmbeddingStore.load_from_disk(file)
     # Passed back full, or empty (filled from the saved vectors).
@@ -269,17 +270,26 @@ def seal(header: Any) -> str:
 
 
 def rewrite(
-    source: Path, target: Path, edit_header: Any = None, edit_tensors: Any = None, *, reseal: bool = True
+    source: Path,
+    target: Path,
+    edit_header: Any = None,
+    edit_tensors: Any = None,
+    *,
+    reseal: bool = True,
+    old: bool = False,
 ) -> Path:
     """Copy a store file, changing its header and/or tensors (a tamperer with a safetensors writer).
 
     With ``reseal`` the tamperer also recomputes the header digest, so the loader's own checks of
-    each key are what refuses the file.
+    each key are what refuses the file; with ``old`` the file is first rewritten in format version
+    2 (paths in the header).
     """
     with safe_open(str(source), framework="numpy") as reader:
         metadata = reader.metadata()
         header = json.loads(metadata["galleria"])
         tensors = {key: reader.get_tensor(key) for key in reader.keys()}
+    if old:
+        header, tensors = as_old_format(header, tensors)
     if edit_header:
         edit_header(header)
     if edit_tensors:
@@ -331,6 +341,13 @@ def test_foreign_safetensors_file(tmp_path: Path) -> None:
         InMemoryImageEmbeddingStore.load_from_disk(other)
 
 
+def _digest(tensor: str, value: str) -> Any:
+    def edit(header: dict[str, Any]) -> None:
+        header["tensors"][tensor] = {"sha256": value}
+
+    return edit
+
+
 def _set(key: str, value: Any) -> Any:
     def edit(header: dict[str, Any]) -> None:
         header[key] = value
@@ -344,9 +361,10 @@ def _set(key: str, value: Any) -> Any:
         (_set("format_version", FORMAT_VERSION + 1), "newer"),
         (_set("format_version", "1"), "format_version"),
         (_set("format", "something-else"), "not a galleria store"),
-        (_set("paths", ["a"] * 8), "twice"),
-        (_set("paths", ["a", "b"]), "rows|match"),
-        (_set("paths", "abc"), "paths"),
+        (_set("rows", 7), "'path_offsets' must be int64 of shape \\(8,\\)"),
+        (_set("rows", -1), "'rows' must be an integer"),
+        (_set("rows", "abc"), "'rows' must be an integer"),
+        (_set("paths", ["a", "b"]), "unknown header key"),
         (_set("space", "manhattan"), "space"),
         (_set("dim", 7), "dim"),
         (_set("dim", -1), "dim"),
@@ -357,14 +375,39 @@ def _set(key: str, value: Any) -> Any:
         (_set("embedder", {"config": {"type": "pixel", "size": -3}}), "embedder"),
         (_set("embedder", "pixel"), "embedder"),
         (_set("skipped", [1]), "skipped"),
-        (_set("tensors", {"index": {"sha256": "0" * 64}}), "checksum"),
+        (_digest("index", "0" * 64), "'index' does not match its checksum"),
+        (_digest("path_bytes", "0" * 64), "'path_bytes' does not match its checksum"),
+        (_digest("path_offsets", "0" * 64), "'path_offsets' does not match its checksum"),
         (_set("tensors", {}), "tensors"),
     ],
 )
 def test_tampered_header(saved: Path, tmp_path: Path, edit: Any, pattern: str) -> None:
+    before = saved.read_bytes()
     bad = rewrite(saved, tmp_path / "tampered.safetensors", edit_header=edit)
     with pytest.raises(ValueError, match=pattern):
         InMemoryImageEmbeddingStore.load_from_disk(bad)
+    assert saved.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "pattern"),
+    [
+        (_set("paths", ["a"] * 8), "twice"),
+        (_set("paths", ["a", "b"]), "rows|match"),
+        (_set("paths", "abc"), "paths"),
+        (_set("paths", ["a", "b\x00"] + [f"p{i}" for i in range(6)]), "paths"),
+        (_set("rows", 8), "unknown header key"),
+        (_set("format_version", 3), r"unknown header key\(s\) \['paths'\]"),
+    ],
+)
+def test_tampered_header_of_a_version_2_file(saved: Path, tmp_path: Path, edit: Any, pattern: str) -> None:
+    """Files written before the paths became tensors keep every check of their header's paths."""
+    bad = rewrite(saved, tmp_path / "tampered.safetensors", edit_header=edit, old=True)
+    with pytest.raises(ValueError, match=pattern):
+        InMemoryImageEmbeddingStore.load_from_disk(bad)
+    good = rewrite(saved, tmp_path / "v2.safetensors", old=True)
+    loaded, current = (InMemoryImageEmbeddingStore.load_from_disk(file) for file in (good, saved))
+    assert loaded.paths == current.paths and len(loaded) == 8
 
 
 def test_header_that_is_not_json(saved: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from _store_support import make_images, pixel_embedder
+from _store_support import as_old_format, make_images, pixel_embedder
 from galleria import InMemoryImageEmbeddingStore
 from galleria.index import _serial
 from galleria.index._faiss_check import check_faiss_bytes
@@ -125,7 +125,7 @@ def test_header_of_the_wrong_shape(saved: Path, tmp_path: Path, header: Any) -> 
         InMemoryImageEmbeddingStore.load_from_disk(bad)
 
 
-@pytest.mark.parametrize("key", ["dim", "embedder", "skipped", "paths", "space", "index", "tensors"])
+@pytest.mark.parametrize("key", ["dim", "embedder", "skipped", "rows", "space", "index", "tensors"])
 def test_missing_header_key_is_named(saved: Path, tmp_path: Path, key: str) -> None:
     header, tensors = read_parts(saved)
     del header[key]
@@ -147,7 +147,7 @@ def test_header_edit_without_resealing_is_refused(saved: Path, tmp_path: Path) -
     header, tensors = read_parts(saved)
     with safe_open(str(saved), framework="numpy") as reader:
         old_digest = reader.metadata()["galleria_sha256"]
-    header["paths"][3] = header["paths"][3].replace("img_003", "jmg_003")
+    header["rows"] += 1
     bad = tmp_path / "renamed.safetensors"
     save_file(tensors, str(bad), metadata={"galleria": json.dumps(header), "galleria_sha256": old_digest})
     with pytest.raises(ValueError, match="header does not match its checksum"):
@@ -156,16 +156,18 @@ def test_header_edit_without_resealing_is_refused(saved: Path, tmp_path: Path) -
 
 def test_version_2_file_without_digest_is_refused(saved: Path, tmp_path: Path) -> None:
     header, tensors = read_parts(saved)
-    assert header["format_version"] == FORMAT_VERSION == 2
-    bad = tmp_path / "nodigest.safetensors"
-    save_file(tensors, str(bad), metadata={"galleria": json.dumps(header)})
-    with pytest.raises(ValueError, match="digest"):
-        InMemoryImageEmbeddingStore.load_from_disk(bad)
+    assert header["format_version"] == FORMAT_VERSION == 3
+    for version in (2, 3):
+        if version == 2:
+            header, tensors = as_old_format(header, tensors)
+        bad = tmp_path / "nodigest.safetensors"
+        save_file(tensors, str(bad), metadata={"galleria": json.dumps(header)})
+        with pytest.raises(ValueError, match="digest"):
+            InMemoryImageEmbeddingStore.load_from_disk(bad)
 
 
 def test_version_1_file_still_loads(saved: Path, tmp_path: Path) -> None:
-    header, tensors = read_parts(saved)
-    header["format_version"] = 1
+    header, tensors = as_old_format(*read_parts(saved), version=1)
     old = tmp_path / "v1.safetensors"
     save_file(tensors, str(old), metadata={"galleria": json.dumps(header)})
     assert observable(InMemoryImageEmbeddingStore.load_from_disk(old)) == observable(
@@ -185,7 +187,7 @@ def _external_store(tmp_path: Path, faiss_bytes: np.ndarray, rows: int, dim: int
     tensors = {"index": np.frombuffer(payload, dtype=np.uint8)}
     header = {
         "format": "galleria-store",
-        "format_version": FORMAT_VERSION,
+        "format_version": 2,  # the paths in the header
         "paths": [f"/gallery/{i}.png" for i in range(rows)],
         "space": space,
         "dim": dim,
@@ -332,7 +334,7 @@ def test_threads_are_capped_at_the_cpu_count(tmp_path: Path) -> None:
 
 
 def test_declared_sizes_that_disagree_with_the_data_are_refused(saved: Path, tmp_path: Path) -> None:
-    header, tensors = read_parts(saved)
+    header, tensors = as_old_format(*read_parts(saved))
     header["dim"] = 1 << 16
     header["paths"] = [f"/p/{i}" for i in range(5000)]
     bad = write_sealed(tmp_path / "big.safetensors", header, tensors)

@@ -10,8 +10,8 @@ from galleria._validation import check_positive_int
 
 __all__ = ["all_finite", "check_k", "check_rows", "check_vectors", "empty_result"]
 
-#: Elements checked at a time by :func:`all_finite` (bounds its temporary to a few MiB).
-_FINITE_BLOCK = 1 << 22
+#: Elements checked at a time by :func:`all_finite` (its temporary: 256 KiB, small beside what loading holds).
+_FINITE_BLOCK = 1 << 18
 
 
 def all_finite(array: np.ndarray) -> bool:

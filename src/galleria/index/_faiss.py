@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
@@ -149,18 +150,35 @@ def restore_precomputed_table(index: Any, file_bytes: int) -> None:
         ivf.precompute_table()
 
 
+_SELECTOR_LOCK = threading.Lock()
+
+
 class LiveRows:
     """Maps the live rows (positions ``0 .. n - 1``) of an index to faiss's internal ids.
 
     faiss indexes such as HNSW cannot delete; removed rows stay inside faiss, masked. ``internal``
     lists, per live position, the faiss id; ``position_of`` is its inverse (-1 for removed ids); the
-    bitmap marks live ids for a faiss ``IDSelectorBitmap``.
+    bitmap marks live ids for a faiss ``IDSelectorBitmap``. The inverse and the bitmap are only
+    made once a row was removed (until then every id is its own position): 8 bytes a row saved
+    for an index fresh from a build or a file.
     """
 
     def __init__(self, internal: np.ndarray, total: int) -> None:
         self.internal = np.ascontiguousarray(internal, dtype=np.int64)
         self.total = total
-        self._refresh()
+        self._position_of: np.ndarray | None = None
+        self._bitmap: np.ndarray | None = None
+        self._selector: Any = None
+
+    @property
+    def position_of(self) -> np.ndarray:
+        """Per faiss id, its live position (-1 for a removed id)."""
+        made = self._position_of
+        if made is None:
+            made = np.full(self.total, -1, dtype=np.int64)
+            made[self.internal] = np.arange(self.internal.size, dtype=np.int64)
+            self._position_of = made
+        return made
 
     @classmethod
     def identity(cls, total: int) -> LiveRows:
@@ -173,18 +191,19 @@ class LiveRows:
         return self.total - self.internal.size
 
     def _refresh(self) -> None:
-        self.position_of = np.full(self.total, -1, dtype=np.int64)
-        self.position_of[self.internal] = np.arange(self.internal.size, dtype=np.int64)
-        alive = np.zeros(self.total, dtype=bool)
-        alive[self.internal] = True
-        self._bitmap = np.packbits(alive, bitorder="little")
-        self._selector: Any = None
+        self._position_of = None
+        self._bitmap = None
+        self._selector = None
 
     def selector(self) -> Any:
         """A faiss selector accepting the live internal ids (kept alive with its bitmap)."""
-        if self._selector is None:
-            self._selector = faiss.IDSelectorBitmap(self._bitmap.size, faiss.swig_ptr(self._bitmap))
-        return self._selector
+        with _SELECTOR_LOCK:  # searches run side by side: one selector, made once
+            if self._selector is None:
+                alive = np.zeros(self.total, dtype=bool)
+                alive[self.internal] = True
+                self._bitmap = np.packbits(alive, bitorder="little")
+                self._selector = faiss.IDSelectorBitmap(self._bitmap.size, faiss.swig_ptr(self._bitmap))
+            return self._selector
 
     def append(self, count: int) -> None:
         """Record ``count`` ids appended to faiss (they become the last live positions)."""

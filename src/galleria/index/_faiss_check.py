@@ -171,14 +171,29 @@ class _Shape:
 # ---------------------------------------------------------------------------------- reusable checks
 
 
-def check_unique_ids(ids: np.ndarray, limit: int, what: str) -> None:
-    """Raise ValueError unless every id lies in ``[0, limit)`` and none appears twice."""
-    if ids.size == 0:
+def check_unique_ids(ids: np.ndarray | list[np.ndarray], limit: int, what: str) -> None:
+    """Raise ValueError unless every id lies in ``[0, limit)`` and none appears twice.
+
+    ``ids`` is one array or several (an IVF's lists), checked without joining them: duplicates are
+    found with one flag per possible id when that costs at most a byte per id given (the usual
+    case: ``limit`` is the row count), else by sorting a joined copy.
+    """
+    parts = [ids] if isinstance(ids, np.ndarray) else [part for part in ids if part.size]
+    count = sum(int(part.size) for part in parts)
+    if count == 0:
         return
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= limit:
-        raise ValueError(f"{what} holds id {low if low < 0 else high}, outside [0, {limit})")
-    if np.unique(ids).size != ids.size:
+    for part in parts:
+        low, high = int(part.min()), int(part.max())
+        if low < 0 or high >= limit:
+            raise ValueError(f"{what} holds id {low if low < 0 else high}, outside [0, {limit})")
+    if limit <= 8 * count + (1 << 16):
+        seen = np.zeros(limit, dtype=bool)
+        for part in parts:
+            seen[part] = True
+        unique = int(np.count_nonzero(seen))
+    else:
+        unique = int(np.unique(np.concatenate(parts)).size)
+    if unique != count:
         raise ValueError(f"{what} holds an id twice")
 
 
@@ -441,8 +456,7 @@ def _ivf_lists(
 ) -> None:
     list_ids = _inverted_lists(reader, lists, code_size, shape.total, float_codes=float_codes)
     try:
-        every = np.concatenate(list_ids) if list_ids else np.zeros(0, dtype=np.int64)
-        check_unique_ids(every, limit, "IVF inverted lists")
+        check_unique_ids(list_ids, limit, "IVF inverted lists")
         check_direct_map(direct[0], direct[1], list_ids, limit)
     except ValueError as error:
         raise _Refused(str(error)) from None

@@ -10,7 +10,6 @@ import faiss as _faiss
 import numpy as np
 
 from galleria.index._checks import all_finite
-from galleria.index._ivfpq_build import list_ids
 from galleria.index._ivfpq_params import IVFPQ_PARAMETERS
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
@@ -56,8 +55,24 @@ def check_loaded(loaded: Any, dim: int, live: np.ndarray, params: dict[str, Any]
         or (params["subquantizers"] is not None and inner.pq.M != params["subquantizers"])
     ):
         raise ValueError("serialised ivfpq index header does not match its faiss index")
-    if inner.ntotal != live.size or not np.array_equal(np.sort(list_ids(inner)), live):
+    if inner.ntotal != live.size or not _lists_hold_exactly(inner, live):
         raise ValueError("serialised ivfpq index: the ids in its inverted lists do not match its live rows")
+
+
+def _lists_hold_exactly(ivf: Any, live: np.ndarray) -> bool:
+    """Whether the inverted lists of ``ivf`` hold each id of ``live`` (strictly rising) exactly once,
+    and nothing else: one flag per id, each list read in place (no joined or sorted copy)."""
+    waiting = np.zeros(int(live[-1]) + 1 if live.size else 0, dtype=bool)
+    waiting[live] = True
+    lists = ivf.invlists
+    for number in range(ivf.nlist):
+        size = lists.list_size(number)
+        if size:
+            ids = faiss.rev_swig_ptr(lists.get_ids(number), size)
+            if int(ids.min()) < 0 or int(ids.max()) >= waiting.size or not waiting[ids].all():
+                return False
+            waiting[ids] = False
+    return not waiting.any()
 
 
 def checked_kept(kept: np.ndarray | None, dim: int, count: int, vector_dtype: str) -> np.ndarray:

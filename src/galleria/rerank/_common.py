@@ -353,13 +353,13 @@ def parallel_blocks(
     """``work(start, produce(start))`` for every start, yielded in order, by up to ``workers`` threads.
 
     ``produce`` (None: nothing, ``work`` gets None) runs in the calling thread, one start after
-    the other: it is where the BLAS products go, so they run exactly as they would without the
-    threads (OpenBLAS splits a product by its own thread count, and the split changes the last
-    bits of a float32 product). ``work`` runs on ``workers`` threads (0 means
-    :data:`BLOCK_WORKERS`), where numpy and scipy release the GIL in most of their array loops; it
-    must not call BLAS, and each block must be computed as it would be alone, so that the results
-    do not depend on the number of threads. At most ``workers`` blocks are in flight ahead of the
-    consumer, which bounds the memory.
+    the other. ``work`` runs on ``workers`` threads (0 means :data:`BLOCK_WORKERS`), where numpy
+    and scipy release the GIL in most of their array loops; each block must be computed as it
+    would be alone, so that the results do not depend on the number of threads. A BLAS product in
+    ``work`` must run under :func:`one_blas_thread` (OpenBLAS splits a product by its own thread
+    count, and the split changes the last bits of a float32 product; one thread per product also
+    keeps BLAS's spinning threads from competing with the workers for the cores). At most
+    ``workers`` blocks are in flight ahead of the consumer, which bounds the memory.
 
     Examples
     --------

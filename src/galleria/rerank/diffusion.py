@@ -266,7 +266,7 @@ _GRAPH_BLOCK_ELEMENTS = 1 << 22
 class _GalleryGraph(NamedTuple):
     """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""
 
-    rows: dict[str, int]  # the store's path -> row map this graph was built from (identity = version)
+    rows: object  # the store's path table this graph was built from (identity = version)
     neighbours: np.ndarray  # (n, m) int32, rows sorted ascending within each row
     others: int  # m requested (capped at n - 1)
 
@@ -280,7 +280,7 @@ _GRAPHS_LOCK = threading.Lock()
 def _build_gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
     """The gallery's k-NN lists in the store's space, in row blocks (memory O(n·others) + one block)."""
     with store._lock.reading():
-        rows = store._rows
+        rows = store._paths
         vectors = store._gallery_vectors(np.arange(len(store._paths), dtype=np.int64))
     size = vectors.shape[0]
     wanted = min(others, size - 1)
@@ -303,7 +303,7 @@ def gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGr
     keeps its gallery (adding or removing images makes a new one on next use)."""
     with _GRAPHS_LOCK:
         graph = _GRAPHS.get(store, {}).get(others)
-    if graph is not None and graph.rows is store._rows:
+    if graph is not None and graph.rows is store._paths:
         return graph
     graph = _build_gallery_graph(store, others)
     with _GRAPHS_LOCK:
@@ -430,7 +430,7 @@ class DiffusionReranker(PoolReranker):
         store = self._store
         graph = gallery_graph(store, graph_neighbours(self._k, self._count_self))
         rows = store._rows_of(paths).reshape(probe.shape)
-        if graph.rows is not store._rows:  # the gallery changed meanwhile: its graph is rebuilt
+        if graph.rows is not store._paths:  # the gallery changed meanwhile: its graph is rebuilt
             graph = gallery_graph(store, graph.others)
         among = pairwise_distances_batched(vectors, vectors, store.space)
         return self._diffuse(

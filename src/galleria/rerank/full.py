@@ -38,6 +38,7 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     half_of,
+    one_blas_thread,
     parallel_blocks,
     reciprocal_mask,
     stable_smallest,
@@ -54,6 +55,10 @@ METRICS: tuple[str, ...] = ("cosine", "euclidean")
 
 #: Elements per block of distance rows (float64: 32 MB).
 _BLOCK_ELEMENTS = 1 << 22
+#: Columns per strided chunk of the fast neighbour search on cosine features (see _chunked_lists).
+_CHUNK = 16
+#: Chunks taken beyond the neighbour-list width (a margin that keeps the check of the cut passing).
+_SPARE_CHUNKS = 2
 #: Probe×gallery×column triples gathered at once for the Jaccard sums (about 100 bytes each of working
 #: memory; 2M keeps that near 200 MB and was faster than 8M on a 2-core machine, 10k × 9k, 64-d).
 _TRIPLES = 1 << 21
@@ -319,14 +324,25 @@ class _FeatureSource:
         self.gallery = gallery.shape[0]
         self.size = self.probes + self.gallery
 
+    def gram(self, start: int, stop: int) -> np.ndarray:
+        """Cosine rows ``start:stop`` as a float32 Gram block, padded with ``-inf`` to ``_CHUNK`` columns.
+
+        The product is written into the first ``size`` columns of the padded block (BLAS's output
+        stride only): its values are those of :meth:`rows`' product bit for bit.
+        """
+        padded = np.empty((stop - start, -(-self.size // _CHUNK) * _CHUNK), dtype=np.float32)
+        padded[:, self.size :] = -np.inf
+        np.matmul(self.features[start:stop], self.features.T, out=padded[:, : self.size])
+        return padded
+
     def rows(self, start: int, stop: int) -> np.ndarray:
-        block = self.features[start:stop]
         if self.metric == "cosine":
             # 1 - cos in place on the Gram block (the same float32 arithmetic as pairwise_distances,
             # without a second block-sized array).
-            gram: np.ndarray = block @ self.features.T
+            gram: np.ndarray = self.features[start:stop] @ self.features.T
             np.subtract(np.float32(1.0), gram, out=gram)
             return gram
+        block = self.features[start:stop]
         squared = pairwise_distances(block, self.features, "l2")
         return squared if self.squared else np.asarray(np.sqrt(squared))
 
@@ -420,20 +436,126 @@ def _neighbour_lists(
     scales = np.ones(size, dtype=scale_dtype)
     step = _row_step(size)
 
-    def raw_rows(start: int) -> np.ndarray:  # the products, on the calling thread
-        return source.rows(start, min(start + step, size))
+    chunked = (
+        isinstance(source, _FeatureSource)
+        and source.metric == "cosine"
+        and -(-size // _CHUNK) > width + _SPARE_CHUNKS
+    )
 
-    def block_lists(start: int, raw: np.ndarray) -> None:  # disjoint rows: any order, any thread
+    def block_lists(start: int, _: None) -> None:  # disjoint rows: any order, any thread
         stop = min(start + step, size)
+        with one_blas_thread():  # the product on this thread alone: the same bits on any thread
+            raw = source.gram(start, stop) if chunked else source.rows(start, stop)  # type: ignore[union-attr]
+        if chunked:
+            scales[start:stop], ranking[start:stop], original = _chunked_lists(
+                raw, start, size, probes, width, mode
+            )
+            if out is not None and start < probes:
+                out[start : start + len(original)] = original
+            return
         block, peak, original = _scaled_rows(source, start, stop, mode, raw)
         scales[start:stop] = peak
         ranking[start:stop] = stable_smallest(block, width)
         if out is not None and start < probes:
             out[start : start + len(original)] = original
 
-    for _ in parallel_blocks(block_lists, range(0, size, step), raw_rows):
+    for _ in parallel_blocks(block_lists, range(0, size, step)):
         pass
     return ranking, scales
+
+
+def _chunked_lists(
+    gram: np.ndarray, start: int, size: int, probes: int, width: int, mode: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_scaled_rows` + :func:`~galleria.rerank._common.stable_smallest` from a cosine Gram block.
+
+    Equal bit for bit to ranking the distances ``1 - gram`` transformed and scaled as
+    :func:`_scaled_rows` does, without transforming the whole block. The ranking key of every mode
+    (reference: ``(1 - g)² / peak`` in float32; paper: ``max(1 - g, 0)``, the diagonal 0) never
+    increases with the similarity ``g`` while ``g ≤ 1``, and the row scale is the key's value at the
+    row's smallest or largest ``g``. Each row is cut into ``_CHUNK`` strided chunks (columns ``q``,
+    ``q + m``, ``q + 2m``, … with ``m`` = padded size / ``_CHUNK``, the padding ``-inf``); the
+    ``width + _SPARE_CHUNKS`` chunks of largest maximum hold the ``width`` first ranked members
+    whenever the ``width``-th key among their entries is below the key of the best chunk left out
+    (every entry left out then has a larger key). Only those entries are transformed and ranked,
+    by (key, column); rows where the check fails are ranked from the whole row. Returns
+    ``(peak, ranking, original)`` as
+    :func:`_neighbour_lists` stores them (``original``: the probe rows' scaled probe→gallery part).
+    """
+    rows, padded = gram.shape
+    chunk = _CHUNK
+    stride = padded // chunk  # chunk q: columns q, q + stride, q + 2·stride, …
+    local = np.arange(rows)
+    members = start + local
+    one = np.float32(1.0)
+    if mode == "paper":
+        saved = gram[local, members].copy()
+        gram[local, members] = np.inf  # the diagonal: key 0 (1 - inf floored), chosen first
+    maxima = gram.reshape(rows, chunk, stride).max(axis=1)  # (rows, stride): maximum of each chunk
+    lowest = gram[:, :size].min(axis=1)
+    if mode == "reference":
+        highest = maxima.max(axis=1)
+        peak = np.maximum(np.square(one - lowest), np.square(one - highest))
+        peak[peak <= 0] = 1
+    else:
+        peak = np.maximum(one - lowest, 0.0).astype(np.float64)
+        peak[peak <= 0] = 1
+
+    def key(similarity: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        if mode == "reference":
+            squared = np.square(one - similarity)
+            return np.asarray(squared / scale)
+        return np.asarray(np.maximum(one - similarity, 0.0))
+
+    kept = width + _SPARE_CHUNKS
+    order = np.argpartition(-maxima, kept, axis=1)
+    chosen = np.sort(order[:, :kept], axis=1)
+    left_out = maxima[local, order[:, kept]]  # the best chunk maximum left out
+    # Columns of the chosen chunks in increasing order (part-major: part·stride + q, q < stride).
+    columns = (chosen[:, None, :] + stride * np.arange(chunk)[None, :, None]).reshape(rows, -1)
+    keys = key(gram.reshape(-1)[(local * padded)[:, None] + columns], peak[:, None])  # padding: +inf
+    ranking, last_key, tied = _first_in_order(keys, columns, width)
+    sound = ~tied & (last_key < key(left_out, peak))
+    if mode == "reference":
+        sound &= left_out <= one  # the key grows again above g = 1
+    if mode == "paper":
+        gram[local, members] = saved
+    redo = np.flatnonzero(~sound)
+    if redo.size:  # near-ties at the cut: rank those rows whole, as _scaled_rows does
+        whole = np.subtract(one, gram[redo, :size])
+        if mode == "reference":
+            np.square(whole, out=whole)
+            whole /= peak[redo, None]
+        else:
+            np.maximum(whole, 0.0, out=whole)
+            whole[np.arange(redo.size), members[redo]] = 0.0
+        ranking[redo] = stable_smallest(whole, width)
+    last = max(0, min(start + rows, probes) - start)
+    part = gram[:last, probes:size]
+    if mode == "reference":
+        original = np.asarray(np.square(one - part) / peak[:last, None], dtype=np.float32)
+    else:
+        original = np.asarray(np.maximum(one - part, 0.0) / peak[:last, None], dtype=np.float32)
+    return peak, ranking, original
+
+
+def _first_in_order(
+    keys: np.ndarray, columns: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``width`` smallest keys of every row, ordered by (key, column), and a flag for unsure rows.
+
+    Returns ``(ranked columns, width-th key, tied)``; ``tied`` marks rows whose ``width``-th and
+    ``width + 1``-th keys are equal (the choice among equal keys outside the partition is not known
+    to be the lowest columns): those rows' first two results are not to be used.
+    """
+    rows = np.arange(keys.shape[0])[:, None]
+    part = np.argpartition(keys, width, axis=1)[:, : width + 1]
+    values = keys[rows, part]
+    where = columns[rows, part]
+    order = np.lexsort((where, values), axis=-1)
+    values = values[rows, order]
+    tied = values[:, width - 1] == values[:, width]
+    return np.ascontiguousarray(where[rows, order[:, :width]]), values[:, width - 1], tied
 
 
 def _expanded_pairs(
@@ -441,21 +563,25 @@ def _expanded_pairs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Eqs. 3–4 on neighbour lists: the (row, column) pairs of every member's expanded set R*."""
     size = ranking.shape[0]
+    if size < 2**31:  # half the memory traffic in the (rows, k1, k1/2, k1) comparison below
+        ranking = ranking.astype(np.int32)
     near = ranking[:, :width]
     # R(i, k1) = near[i][reciprocal[i]]; R(q, k1/2) = near[q, :half][reciprocal_half[q]]
     reciprocal = reciprocal_mask(ranking, width, _BLOCK_ELEMENTS)
     reciprocal_half = reciprocal_mask(ranking, half_width, _BLOCK_ELEMENTS)
     half_sizes = reciprocal_half.sum(axis=1)
-    keys = [np.flatnonzero(reciprocal) // width * size + near[reciprocal]]
+    keys = [np.flatnonzero(reciprocal) // width * size + near[reciprocal].astype(np.int64)]
     step = max(1, _BLOCK_ELEMENTS // (width * half_width * width))
-    for start in range(0, size, step):
+
+    def expansion(start: int, nothing: None) -> np.ndarray:  # disjoint rows: any thread
         stop = min(start + step, size)
         heads = near[start:stop]  # q for every (i, a)
         members = ranking[heads, :half_width]  # (rows, width, half): candidates of R(q, k1/2)
         kept = reciprocal_half[heads]
         # |R(i, k1) ∩ R(q, k1/2)|: members of R(q, k1/2) found in R(i, k1).
-        found = (members[:, :, :, None] == heads[:, None, None, :]) & reciprocal[start:stop, None, None, :]
-        shared = (found.any(axis=3) & kept).sum(axis=2)
+        inside = np.where(reciprocal[start:stop], heads, -1)  # R(i, k1); -1 matches no member
+        found = (members[:, :, :, None] == inside[:, None, None, :]).any(axis=3)
+        shared = (found & kept).sum(axis=2)
         counts = half_sizes[heads]
         if mode == "reference":
             accepted = reciprocal[start:stop] & (3 * shared > 2 * counts)
@@ -463,7 +589,10 @@ def _expanded_pairs(
             accepted = reciprocal[start:stop] & (3 * shared >= 2 * counts)
         take = accepted[:, :, None] & kept
         row, _, _ = np.nonzero(take)
-        keys.append((row + start) * size + members[take])
+        found_keys: np.ndarray = (row + start).astype(np.int64) * size + members[take]
+        return found_keys
+
+    keys.extend(parallel_blocks(expansion, range(0, size, step)))
     unique = np.unique(np.concatenate(keys))
     return unique // size, unique % size
 
@@ -540,22 +669,28 @@ class _Jaccard:
             minima = np.minimum(probe_part.data[low:high][owner], inverted.data[positions])
             keys = ((self.nnz_rows[low:high] - start) * gallery)[owner] + inverted.indices[positions]
             smallest = np.bincount(keys, weights=minima, minlength=(stop - start) * gallery)
-            shared = np.flatnonzero(smallest)
-            low_sum = smallest[shared].astype(np.float64)
-            if self.mode == "reference":
-                jaccard = 1.0 - low_sum / (2.0 - low_sum)
-            else:
-                largest = (
-                    self.totals[start + shared // gallery]
-                    + self.totals[self.probes + shared % gallery]
-                    - low_sum
-                )
-                jaccard = np.ones_like(low_sum)
-                np.subtract(
-                    1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0
-                )
+            smallest = smallest.astype(np.float64, copy=False)  # int64 when there is no triple
             weight = self.lambda_value
             view = out[start - first : stop - first]
+            if self.mode == "reference":
+                # 1 - m / (2 - m) is exactly 1 where m = 0 (no shared column), so the whole block
+                # takes the formula: the same values as a pass over the shared pairs only, fewer passes.
+                denominator = np.subtract(2.0, smallest)
+                np.divide(smallest, denominator, out=smallest)
+                np.subtract(1.0, smallest, out=smallest)  # Jaccard distance
+                np.multiply(smallest, 1.0 - weight, out=smallest)
+                np.multiply(view.ravel(), weight, out=denominator, dtype=np.float64)  # λ·d
+                np.add(smallest, denominator, out=smallest)
+                view[...] = smallest.reshape(view.shape)
+                start = stop
+                continue
+            shared = np.flatnonzero(smallest)
+            low_sum = smallest[shared]
+            largest = (
+                self.totals[start + shared // gallery] + self.totals[self.probes + shared % gallery] - low_sum
+            )
+            jaccard = np.ones_like(low_sum)
+            np.subtract(1.0, low_sum / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
             final = np.multiply(view, weight, dtype=np.float64).ravel()  # λ·d in float64
             mixed = (1.0 - weight) * jaccard + final[shared]
             final += (1.0 - weight) * 1.0  # (1 - λ)·1 + λ·d where no column is shared
@@ -593,16 +728,15 @@ def _stream(
     jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
     step = _row_step(source.size)
 
-    def raw_rows(start: int) -> np.ndarray:  # the products, on the calling thread
-        return source.rows(start, min(start + step, source.size))
-
-    def block(start: int, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def block(start: int, nothing: None) -> tuple[np.ndarray, np.ndarray]:
         stop = min(start + step, source.size)
+        with one_blas_thread():  # as in the first pass: one BLAS thread per product
+            raw = source.rows(start, stop)
         _, _, original = _scaled_rows(source, start, stop, mode, raw)
         jaccard.into(original, start)
         return np.arange(start, start + len(original)), original
 
-    yield from parallel_blocks(block, range(0, source.probes, step), raw_rows)
+    yield from parallel_blocks(block, range(0, source.probes, step))
 
 
 def _rerank(source: _Source, k1: int, k2: int, lambda_value: float, mode: str) -> np.ndarray:

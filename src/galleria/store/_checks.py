@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Container
 from typing import Any
 
 import numpy as np
@@ -150,7 +151,7 @@ def describe_paths(paths: list[str], shown: int = 5) -> str:
     return listed + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
-def drop_duplicates(paths: list[str], name: str, known: set[str] | dict[str, int] | None = None) -> list[str]:
+def drop_duplicates(paths: list[str], name: str, known: Container[str] | None = None) -> list[str]:
     """Keep the first occurrence of every path (and drop those in ``known``), warning about any dropped."""
     seen: set[str] = set()
     kept: list[str] = []

@@ -14,6 +14,7 @@ from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
 from galleria.store._checks import describe_paths
 from galleria.store._embedding import embed_files
+from galleria.store._paths import PathTable
 from galleria.store._rwlock import ReadWriteLock
 from galleria.store._state import OfflineDiffusion
 
@@ -30,8 +31,7 @@ class StoreCore:
     _index: SearchIndex
     _embedder: Any
     _pending: list[str]  # paths build_store will read
-    _paths: list[str]  # gallery paths in row order
-    _rows: dict[str, int]  # path -> row
+    _paths: PathTable  # gallery paths in row order, with path -> row lookup (replaced, never changed)
     _vectors: np.ndarray | None  # a copy, kept only when the index cannot reconstruct
     _skipped: list[str]
     _built: bool
@@ -49,8 +49,7 @@ class StoreCore:
         self._index = index
         self._embedder = embedder
         self._pending = []
-        self._paths = []
-        self._rows = {}
+        self._paths = PathTable.from_paths([])
         self._vectors = None
         self._skipped = []
         self._built = False
@@ -64,10 +63,9 @@ class StoreCore:
         self._lock = ReadWriteLock()
         self._id = uuid.uuid4().hex
 
-    def _set_gallery(self, paths: list[str], vectors: np.ndarray | None) -> None:
+    def _set_gallery(self, paths: Sequence[str], vectors: np.ndarray | None) -> None:
         """Adopt ``paths`` (the filled index's row order); keep ``vectors`` if the index can't give them."""
-        self._paths = list(paths)
-        self._rows = {path: row for row, path in enumerate(self._paths)}
+        self._paths = paths if isinstance(paths, PathTable) else PathTable.from_paths(paths)
         if vectors is not None and not self._index.can_reconstruct:
             stored = prepare_vectors(vectors, self._index.space)
             # Never a view of the caller's array: changing it later must not change the store.
@@ -153,12 +151,12 @@ class StoreCore:
         return len(self._paths)
 
     def __contains__(self, path: object) -> bool:
-        """Whether ``path`` (str or os.PathLike) is in the gallery; O(1)."""
+        """Whether ``path`` (str or os.PathLike) is in the gallery; O(log n)."""
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
         if not isinstance(path, str):
             return False
-        rows = self._rows
+        rows = self._paths
         return path in rows or (bool(path) and os.path.abspath(path) in rows)
 
     def __repr__(self) -> str:
@@ -194,24 +192,19 @@ class StoreCore:
             return self._gallery_vectors(self._rows_of(wanted))
 
     def _rows_of(self, paths: list[str]) -> np.ndarray:
-        rows = self._rows
-        try:
-            return np.fromiter(map(rows.__getitem__, paths), dtype=np.int64, count=len(paths))
-        except KeyError:
-            pass
-        found = []
+        table = self._paths
+        rows = table.rows_of(paths)
         unknown = []
-        for path in paths:  # the relative spelling of an absolute gallery path
-            row = rows.get(path)
-            if row is None and path:
-                row = rows.get(os.path.abspath(path))
+        for number in np.flatnonzero(rows < 0).tolist():  # the relative spelling of an absolute gallery path
+            path = paths[number]
+            row = table.row(os.path.abspath(path)) if path else None
             if row is None:
                 unknown.append(path)
             else:
-                found.append(row)
+                rows[number] = row
         if unknown:
             raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
-        return np.asarray(found, dtype=np.int64)
+        return rows
 
     def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:
         if self._vectors is not None:

@@ -48,12 +48,12 @@ class MutationMixin(StoreCore):
         skip = None if skip_errors is None else check_bool("skip_errors", skip_errors)
         self._require_built()
         self._require_embedder("new images")
-        new = drop_duplicates(new, "paths", known=self._rows)
+        new = drop_duplicates(new, "paths", known=self._known(new))
         if not new:
             return
         kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip, on_progress)
         with self._lock.writing():
-            fresh = [position for position, path in enumerate(kept) if path not in self._rows]
+            fresh = np.flatnonzero(self._paths.rows_of(kept) < 0).tolist()
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
                 kept, vectors = [kept[position] for position in fresh], vectors[fresh]
             if kept:
@@ -63,15 +63,15 @@ class MutationMixin(StoreCore):
                     self._vectors = (
                         stored if self._vectors is None else np.concatenate([self._vectors, stored])
                     )
-                paths_now = list(self._paths)
-                rows_now = dict(self._rows)
-                for path in kept:
-                    rows_now[path] = len(paths_now)
-                    paths_now.append(path)
-                self._paths, self._rows = paths_now, rows_now
+                self._paths = self._paths.extended(kept)
                 self._offline_diffusion = None  # computed over the old rows
                 self._rerank_statistics = None  # the gallery changed: recomputed on next use
             self._skipped = self._skipped + skipped
+
+    def _known(self, paths: list[str]) -> set[str]:
+        """Those of ``paths`` the gallery holds (one bulk lookup)."""
+        found = self._paths.rows_of(paths) >= 0
+        return {path for path, held in zip(paths, found.tolist(), strict=True) if held}
 
     def remove_images(self, paths: Sequence[str | os.PathLike[str]]) -> None:
         """Remove images from the store; they never appear in results, embeddings or saved files.
@@ -94,7 +94,6 @@ class MutationMixin(StoreCore):
             keep[rows] = False
             if self._vectors is not None:
                 self._vectors = self._vectors[keep]
-            self._paths = [path for path, kept in zip(self._paths, keep.tolist(), strict=True) if kept]
-            self._rows = {path: row for row, path in enumerate(self._paths)}
+            self._paths = self._paths.select(keep)
             self._offline_diffusion = None  # computed over the old rows
             self._rerank_statistics = None  # the gallery changed: recomputed on next use

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +42,9 @@ class GalleryState:
         Holds exactly ``len(paths)`` rows, row i being ``paths[i]``.
     embedder : object or None
         The embedder for image / text queries.
-    paths : list of str
-        Unique gallery paths in row order.
+    paths : sequence of str
+        Unique gallery paths in row order: a list, or the compact
+        :class:`~galleria.store._paths.PathTable` a loaded store keeps.
     vectors : (len(paths), d) float32 array or None
         The store's own copy of the vectors, as the index's space stores them; only kept where the
         index cannot give its vectors back.
@@ -59,7 +61,7 @@ class GalleryState:
 
     index: SearchIndex
     embedder: Any
-    paths: list[str]
+    paths: Sequence[str]
     vectors: np.ndarray | None
     skipped: list[str]
     augmentation: dict[str, Any] | None = None
@@ -68,7 +70,7 @@ class GalleryState:
     rerank_statistics: dict[str, Any] | None = None
 
 
-def add_rows(index: SearchIndex, vectors: np.ndarray, paths: list[str]) -> None:
+def add_rows(index: SearchIndex, vectors: np.ndarray, paths: Sequence[str]) -> None:
     """Append ``vectors`` to ``index`` as the rows of ``paths`` (one per vector, as the store spells
     them); an index that keeps each row's path beside it (``stores_paths``: a
     :class:`~galleria.index.MilvusIndex`, whose collection other services read) is given them."""

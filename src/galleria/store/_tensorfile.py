@@ -33,12 +33,17 @@ from galleria.index._serial import Packed
 __all__ = ["CHUNK", "FileBlob", "Layout", "TensorReader", "TensorSpan", "read_layout", "write_tensors"]
 
 #: Bytes hashed (and re-checked before faiss reads them) at a time.
-CHUNK = 1 << 20
+CHUNK = 1 << 18
 #: The data section starts at a multiple of this (the header is padded with spaces, as safetensors allows).
 DATA_ALIGNMENT = 64
 #: Largest safetensors header galleria reads (the paths of tens of millions of images fit).
 MAX_HEADER = 1 << 31
-_DTYPES: dict[str, np.dtype[Any]] = {"U8": np.dtype(np.uint8), "I32": np.dtype("<i4"), "F32": np.dtype("<f4")}
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "U8": np.dtype(np.uint8),
+    "I32": np.dtype("<i4"),
+    "I64": np.dtype("<i8"),
+    "F32": np.dtype("<f4"),
+}
 _NAMES: dict[np.dtype[Any], str] = {dtype: name for name, dtype in _DTYPES.items()}
 _LENGTH = struct.Struct("<Q")
 
@@ -237,9 +242,11 @@ class FileBlob:
 
         faiss: Any = _faiss  # its bundled stubs miss the callback readers
 
-        state: dict[str, Any] = {"number": 0, "chunk": memoryview(b""), "used": 0}
+        state: dict[str, Any] = {"number": 0, "chunk": b"", "used": 0}
 
         def callback(size: int) -> bytes:
+            # faiss asks for at most CHUNK bytes at a time (the reader's block size) and copies them
+            # into its own arrays; a whole checked chunk is handed over as it was read, not copied.
             pieces = []
             while size > 0:
                 chunk, used = state["chunk"], state["used"]
@@ -248,18 +255,20 @@ class FileBlob:
                     begin = number * CHUNK
                     if begin >= self.nbytes:
                         break
-                    buffer = bytearray(min(CHUNK, self.nbytes - begin))
-                    _pread_exact(self._file.fileno(), memoryview(buffer), self._start + begin)
-                    self._check(number, buffer)
-                    chunk, used = memoryview(buffer), 0
+                    want = min(CHUNK, self.nbytes - begin)
+                    chunk = os.pread(self._file.fileno(), want, self._start + begin)
+                    if len(chunk) != want:
+                        raise ValueError("the store file ended early (changed while it was being read)")
+                    self._check(number, chunk)
+                    used = 0
                     state.update(number=number + 1, chunk=chunk, used=0)
                 take = min(size, len(chunk) - used)
-                pieces.append(bytes(chunk[used : used + take]))
+                pieces.append(chunk if take == len(chunk) else chunk[used : used + take])
                 state["used"] = used + take
                 size -= take
             return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-        return faiss.PyCallbackIOReader(callback)
+        return faiss.PyCallbackIOReader(callback, CHUNK)
 
 
 # ---------------------------------------------------------------------------------------------- writing
@@ -270,7 +279,7 @@ def _tensor_entry(value: np.ndarray | Packed) -> tuple[str, list[int], int]:
         return "U8", [value.nbytes], value.nbytes
     name = _NAMES.get(value.dtype)
     if name is None:
-        raise TypeError(f"store tensors are uint8, int32 or float32, got {value.dtype}")
+        raise TypeError(f"store tensors are uint8, int32, int64 or float32, got {value.dtype}")
     return name, list(value.shape), int(value.nbytes)
 
 

@@ -8,9 +8,15 @@ File layout (safetensors; readable by any safetensors reader):
   written a second time. Left out when the index cannot be serialised (some external indexes).
 * tensor ``"vectors"`` — the (n, d) float32 gallery vectors in row order, written when the index
   cannot give them back (an external index) or when ``vectors=`` is passed to ``save_to_disk``.
+* tensors ``"path_bytes"`` and ``"path_offsets"`` — the gallery paths in row order: their UTF-8
+  bytes back to back (1-D uint8) and ``rows + 1`` int64 offsets, path ``i`` being
+  ``path_bytes[path_offsets[i]:path_offsets[i + 1]]`` (format version 3; loading reads them
+  straight into the store's :class:`~galleria.store._paths.PathTable`, no Python str per row).
+  Checked on load: offsets from 0 to the bytes' length, rising strictly (no empty path), each at
+  the start of a character; strict UTF-8 without NUL bytes; no path twice.
 * metadata key ``"galleria"`` — a JSON header::
 
-      {"format": "galleria-store", "format_version": 2, "paths": [...], "space": "cosine",
+      {"format": "galleria-store", "format_version": 3, "rows": 1000, "space": "cosine",
        "dim": 512, "index": {"name": "hnsw", "params": {...}}, "embedder": {"config": {...}} | null,
        "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}},
        "augmentation": {"method": "dba", "neighbors": 10, "alpha": 3.0}}
@@ -34,6 +40,9 @@ File layout (safetensors; readable by any safetensors reader):
   no spaces), so the header is covered like the tensors (format version 2; version-1 files, which
   lack it, still load).
 
+Versions 1 and 2 kept the paths in the header (``"paths": [...]`` instead of ``"rows"`` and the
+two path tensors); such files still load, with the same checks on the paths.
+
 Reading validates everything before it builds anything (:func:`read_store` returns one checked
 :class:`~galleria.store._state.GalleryState`): the file must be a regular file; the header digest and
 every tensor's SHA-256 must match; every key of the header must be present with the right type
@@ -56,6 +65,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -70,6 +80,7 @@ from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
 from galleria.index.registry import FAISS_BLOBS
 from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
+from galleria.store._paths import PathTable, path_error, read_path_table
 from galleria.store._state import GalleryState, OfflineDiffusion, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
 
@@ -85,16 +96,22 @@ __all__ = [
 ]
 
 FORMAT_NAME = "galleria-store"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: The first format version whose paths are tensors (earlier ones list them in the header).
+_PATH_TENSORS_VERSION = 3
 _HEADER_KEY = "galleria"
 _DIGEST_KEY = "galleria_sha256"
 _HEADER_KEYS = frozenset(
-    {"format", "format_version", "paths", "space", "dim", "index", "embedder", "skipped", "tensors"}
+    {"format", "format_version", "rows", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
+#: Version 1 and 2 headers list the paths instead of counting the rows.
+_OLD_HEADER_KEYS = _HEADER_KEYS - {"rows"} | {"paths"}
+#: The tensors holding the gallery paths (format version 3).
+_PATH_TENSORS = ("path_bytes", "path_offsets")
 _OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics"})
 #: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
 _DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
-_TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS})
+_TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS, *_PATH_TENSORS})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
@@ -141,7 +158,11 @@ def encode_store(
 
     The header's ``tensors`` digests are filled in by :func:`write_store` as it writes them."""
     index = state.index
-    count = len(state.paths)
+    paths = state.paths if isinstance(state.paths, PathTable) else PathTable.from_paths(state.paths)
+    problem = path_error(paths)
+    if problem is not None:
+        raise ValueError(f"the store cannot be saved: {problem}")
+    count = len(paths)
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
     tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:
@@ -171,6 +192,8 @@ def encode_store(
         tensors["index"] = packed
     elif blob is not None:
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
+    tensors["path_offsets"] = paths.offsets
+    tensors["path_bytes"] = paths.data
     offline = state.offline_diffusion
     if offline is not None:
         tensors["diffusion_positions"] = offline.positions
@@ -179,7 +202,7 @@ def encode_store(
     header = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "paths": list(state.paths),
+        "rows": count,
         "space": index.space,
         "dim": dim,
         "index": {"name": index.name, "params": index.params()},
@@ -200,9 +223,9 @@ def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: di
     """Write a store file atomically (temporary file beside it, then ``os.replace``), streaming every
     tensor from where it lies; the tensors' digests go into ``header`` as they are computed.
 
-    The vectors tensor (if any) is written first, then the index, then the other tensors, so that
-    each lies aligned for its dtype (:mod:`galleria.store._tensorfile`)."""
-    first = [key for key in ("vectors", "index") if key in tensors]
+    The vectors tensor (if any) is written first, then the index, then the other tensors (the
+    vectors lie aligned for memory-mapping, :mod:`galleria.store._tensorfile`)."""
+    first = [key for key in ("vectors", "index", "path_offsets") if key in tensors]
     ordered: dict[str, np.ndarray | Packed] = {
         key: tensors[key] for key in first + sorted(set(tensors) - set(first))
     }
@@ -396,24 +419,31 @@ def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
 def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[str, Any]:
     """Check every key of a header; return the values the loader uses."""
     checked = _Header(name, header)
-    unknown = sorted(map(str, set(header) - _HEADER_KEYS - _OPTIONAL_KEYS))
+    old = header["format_version"] < _PATH_TENSORS_VERSION  # the paths are in the header
+    unknown = sorted(map(str, set(header) - (_OLD_HEADER_KEYS if old else _HEADER_KEYS) - _OPTIONAL_KEYS))
     if unknown:
         raise ValueError(f"{name!r}: unknown header key(s) {unknown}")
-    paths = checked.path_list("paths")
-    if len(set(paths)) != len(paths):
-        raise checked.fail("paths", "lists a path twice")
+    paths: list[str] | None = None
+    if old:
+        paths = checked.path_list("paths")
+        if len(set(paths)) != len(paths):
+            raise checked.fail("paths", "lists a path twice")
+        rows = len(paths)
+    else:
+        rows = checked.integer(checked.get("rows"), "rows", 0, file_size)
     space = checked.get("space")
     if space not in SPACES:
         raise checked.fail("space", f"must be one of {SPACES}, got {space!r}")
     dim = checked.get("dim")
     if dim is not None:
         dim = checked.integer(dim, "dim", 1, MAX_DIM)
-    elif paths:
+    elif rows:
         raise checked.fail("dim", "is null, but the store holds paths")
     skipped = checked.path_list("skipped")
-    if len(paths) + len(skipped) > file_size:  # every path takes bytes of the file
+    if rows + len(skipped) > file_size:  # every path takes bytes of the file
         raise checked.fail(
-            "paths", f"declares {len(paths)} rows, more than the file of {file_size} bytes holds"
+            "paths" if old else "rows",
+            f"declares {rows} rows, more than the file of {file_size} bytes holds",
         )
     index = checked.get("index")
     if not isinstance(index, dict) or set(index) != {"name", "params"}:
@@ -454,6 +484,7 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         )
     return {
         "paths": paths,
+        "rows": rows,
         "space": space,
         "dim": dim,
         "index": index,
@@ -503,7 +534,8 @@ def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected:
     dtype = span.numpy_dtype
     if dtype is None:
         raise ValueError(
-            f"{name!r}: tensor {key!r} has dtype {span.dtype!r}; store tensors are uint8, int32 or float32"
+            f"{name!r}: tensor {key!r} has dtype {span.dtype!r}; store tensors are uint8, int32, int64 "
+            "or float32"
         )
     reader = TensorReader(file, span)
     array = reader.read_array(key, dtype, span.shape)
@@ -532,7 +564,25 @@ def _read_index_tensor(
     return unpacked
 
 
-def _reanchor(paths: list[str], root: Any) -> tuple[str, str] | None:
+def _read_paths(name: str, file: BinaryIO, layout: Layout, header: dict[str, Any]) -> PathTable:
+    """The gallery paths of a checked header: the path tensors read straight into a table (format
+    version 3), or the header's list (versions 1 and 2) put in one."""
+    present = [key for key in _PATH_TENSORS if key in layout.tensors]
+    if header["paths"] is not None:
+        if present:
+            raise ValueError(f"{name!r}: a version-{header['format_version']} file holds tensors {present}")
+        return PathTable.from_paths(header["paths"])
+    if len(present) != len(_PATH_TENSORS):
+        missing = sorted(set(_PATH_TENSORS) - set(present))
+        raise ValueError(f"{name!r} lacks the tensor(s) {missing} that hold its paths")
+    recorded = header["tensors"]
+    data, offsets = (
+        _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"]) for key in _PATH_TENSORS
+    )
+    return read_path_table(name, data, offsets, header["rows"], _PATH_TENSORS)
+
+
+def _reanchor(paths: Sequence[str], root: Any) -> tuple[str, str] | None:
     """(old prefix, new prefix) that moves the gallery's common folder to ``root``."""
     if root is None or not paths:
         return None
@@ -563,22 +613,22 @@ def _restore_index(
 ) -> tuple[SearchIndex, bool]:
     """The store's index: the one passed in (maybe to fill from the vectors) or the saved one
     (``arrays["index"]`` is the container already read from the file, its faiss data still there)."""
-    paths, space, vectors = header["paths"], header["space"], arrays.get("vectors")
+    rows, space, vectors = header["rows"], header["space"], arrays.get("vectors")
     if search_index is not None:
         if search_index.space != space:
             raise ValueError(
                 f"search_index has space {search_index.space!r}, but the store was saved in {space!r}"
             )
-        if len(search_index) == 0 and paths:
+        if len(search_index) == 0 and rows:
             if vectors is None:
                 raise ValueError(
                     f"{name!r} holds no vectors to fill the empty search_index; pass an index that holds "
-                    f"the store's {len(paths)} rows"
+                    f"the store's {rows} rows"
                 )
             return search_index, True
-        if len(search_index) == len(paths):
+        if len(search_index) == rows:
             return search_index, False
-        raise ValueError(f"search_index holds {len(search_index)} rows, but the store has {len(paths)} paths")
+        raise ValueError(f"search_index holds {len(search_index)} rows, but the store has {rows} paths")
     if "index" not in arrays:
         raise ValueError(
             f"{name!r} was saved with a {header['index']['name']!r} index that could not be serialised; "
@@ -596,7 +646,7 @@ def _restore_index(
         index = index_from_bytes(header["index"]["name"], arrays["index"])
     except (TypeError, ValueError, RuntimeError) as error:
         raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
-    if len(index) != len(paths) or index.space != space:
+    if len(index) != rows or index.space != space:
         raise ValueError(f"{name!r}: the saved index does not match the header (rows or space)")
     return index, False
 
@@ -645,7 +695,7 @@ def read_store_header(path: Any) -> dict[str, Any]:
     >>> InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2)).save_to_disk(file)
     >>> header = read_store_header(file)
     >>> header["format_version"], header["dim"], header["index"]["name"]
-    (2, 2, 'exact')
+    (3, 2, 'exact')
     """
     name = check_regular_file(path)
     with open(name, "rb") as file:
@@ -690,12 +740,13 @@ def read_store(
             raise ValueError(
                 f"{name!r} holds tensors {sorted(layout.tensors)}, but its header lists {sorted(recorded)}"
             )
-        paths: list[str] = header["paths"]
+        rows: int = header["rows"]
+        paths = _read_paths(name, file, layout, header)  # first: sorting its lookup needs scratch memory
         dim: int | None = header["dim"]
         arrays: dict[str, Any] = {}
         if "vectors" in layout.tensors:
             expected = recorded["vectors"]["sha256"]
-            shape = (len(paths), dim if dim is not None else 0)
+            shape = (rows, dim if dim is not None else 0)
             arrays["vectors"] = _read_vectors(name, file, layout.tensors["vectors"], expected, shape, mmap)
         if "index" in layout.tensors:
             span, expected = layout.tensors["index"], recorded["index"]["sha256"]
@@ -710,24 +761,24 @@ def read_store(
             if key in layout.tensors:
                 arrays[key] = _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"])
         vectors = arrays.get("vectors")
-        offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, len(paths))
+        offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, rows)
         index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
     loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]
-    if anchor is not None:
-        paths = [_moved(path, anchor) for path in paths]
+    if anchor is not None:  # the one step of loading that makes a str per row
+        paths = PathTable.from_paths([_moved(path, anchor) for path in paths])
         skipped = [_moved(path, anchor) for path in skipped]
-        if len(set(paths)) != len(paths):
+        if paths.duplicate() is not None:
             raise ValueError(f"root={root!r} maps two gallery paths onto one")
     if fill:
         assert vectors is not None
         add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    statistics = _statistics_record(name, header["rerank_statistics"], len(paths))
+    statistics = _statistics_record(name, header["rerank_statistics"], rows)
     return GalleryState(
         index, loaded_embedder, paths, kept, skipped, augmentation, offline, rerank_statistics=statistics
     )

@@ -2,30 +2,39 @@
 
 Run ``nice .venv/bin/python benchmarks/bench_10m.py --rows 1000000`` first (minutes), then
 ``--rows 10000000`` (long on 2 shared cores). The build runs in a child process so that its peak
-RSS (``ru_maxrss`` of the child) is the build's alone. The vectors are never held whole: the
-synthetic clustered mixture of ``benchmarks/bench_scale.py`` (1,000 centres in a 64-d subspace,
-unit norm, space ``ip``) is generated in seeded chunks of ``--chunk`` rows; the index is trained
-on a sample drawn from the first chunk and every chunk is then encoded by the index's parallel
-shard build (``build_workers`` processes; each chunk is split into shards whose inverted lists
-are merged). Exact neighbours of 1,000 sampled queries are computed in blocks over the same
-chunks (a running top-10), so recall@10 is against the true neighbours of all ``--rows`` vectors.
+RSS (``VmHWM`` of the child; the shard workers' peak beside it) is the build's alone. The vectors
+are never held whole: the synthetic clustered mixture of ``benchmarks/bench_scale.py`` (1,000
+centres in a 64-d subspace, unit norm, space ``ip``) is generated in seeded chunks of ``--chunk``
+rows and added one chunk at a time, each encoded by the index's parallel shard build
+(``build_workers`` processes; each chunk is split into shards whose inverted lists are merged).
 
-It also measures what a store keeps per row besides its vectors: the paths list and the
-``{path: row}`` dict (tracemalloc, for paths of 29 characters).
+By default the index is built at **its defaults**: no lists, sub-quantizers, bits or probes are
+given, so the index chooses its shape from the first chunk and tunes ``probe_lists`` on a sample
+of it, as it would for a user's first ``add``. ``--memory-budget`` is a budget for the codes and
+ids of *all* ``--rows`` rows; it reaches the index (whose budget is for its first batch) scaled to
+the first chunk. Giving ``--lists`` / ``--subquantizers`` / ``--probe-lists`` / ``--bits`` builds
+with those values instead (reported as explicit).
+
+Exact neighbours of 1,000 sampled queries are computed in blocks over the same chunks (a running
+top-10) by the parent process while the child builds (``--truth-cache`` keeps them for a rerun),
+so recall@10 is against the true neighbours of all ``--rows`` vectors. It also measures
+what a store keeps per row besides its vectors: the paths list and the ``{path: row}`` dict
+(tracemalloc, for paths of 29 characters).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -77,6 +86,60 @@ def sample_queries(count: int, dim: int, chunk: int) -> np.ndarray:
     return next(chunks(QUERIES, dim, seed=2, chunk=chunk))
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set (``VmHWM``), in MB."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # pragma: no cover
+
+
+class TreeRss:
+    """The peak, over samples every ``interval`` seconds, of the summed resident set of this process
+    and its descendants (the shard workers), in MB. (A spawned worker's ``ru_maxrss`` would include
+    the parent's resident set at fork time, so it is not used.)"""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        import threading
+
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> float:
+        parents: dict[int, int] = {}
+        rss: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            rss[int(entry)] = int(fields[21])  # pages
+        me, total = os.getpid(), 0
+        for pid, pages in rss.items():
+            ancestor = pid
+            while ancestor > 1 and ancestor != me:
+                ancestor = parents.get(ancestor, 0)
+            if ancestor == me:
+                total += pages
+        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.peak_mb = max(self.peak_mb, self._sample())
+
+    def close(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_mb
+
+
 def child(args: dict[str, Any]) -> dict[str, Any]:
     import faiss
 
@@ -84,20 +147,46 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
 
     rows, dim, chunk = args["rows"], args["dim"], args["chunk"]
     index = IvfPqIndex("ip", **args["params"])
+    tree = TreeRss()
     start = time.perf_counter()
+    first_s = 0.0
     for block in chunks(rows, dim, seed=1, chunk=chunk):
         index.add(block)
         del block
+        if not first_s:
+            first_s = time.perf_counter() - start  # training, first chunk's codes, probe tuning
+            print(
+                json.dumps({"first_chunk_s": first_s, "params": index.params()}), file=sys.stderr, flush=True
+            )
     build = time.perf_counter() - start
-    size = int(faiss.serialize_index(index.faiss_index).size)
+    tree_peak = tree.close()
+    build_peak = peak_rss_mb()  # before anything below allocates
+    # The faiss file's size, written to disk (faiss.serialize_index would hold a second copy in memory).
+    with tempfile.TemporaryDirectory(prefix="bench_10m_") as folder:
+        faiss.write_index(index.faiss_index, os.path.join(folder, "index.faiss"))
+        size = os.path.getsize(os.path.join(folder, "index.faiss"))
     queries = sample_queries(QUERIES, dim, chunk)
     index.search(queries[:10], K)
     start = time.perf_counter()
     found, _ = index.search(queries, K)
     qps = QUERIES / (time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     np.save(args["found"], found)
-    return {"build_s": build, "index_bytes": size, "qps": qps, "peak_mb": peak, "len": len(index)}
+    chosen = {name: index.params()[name] for name in ("lists", "subquantizers", "bits", "probe_lists")}
+    return {
+        "build_s": build,
+        "first_chunk_s": first_s,
+        "index_bytes": size,
+        "qps": qps,
+        "peak_mb": build_peak,
+        "peak_end_mb": peak_rss_mb(),
+        "tree_peak_mb": tree_peak,
+        "len": len(index),
+        "chosen": chosen,
+        "report": index.build_report,
+        "cpu_s": time.process_time(),
+        "workers_cpu_s": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime,
+    }
 
 
 def bookkeeping_bytes_per_row(count: int = 200_000) -> float:
@@ -111,15 +200,40 @@ def bookkeeping_bytes_per_row(count: int = 200_000) -> float:
     return used / count
 
 
+def index_params(options: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    """The IVF-PQ parameters of the run, and whether any part of the shape was given explicitly."""
+    params: dict[str, Any] = {"build_workers": options.build_workers, "num_threads": 1}
+    explicit = False
+    for name in ("lists", "subquantizers", "bits", "probe_lists", "train_size"):
+        value = getattr(options, name)
+        if value is not None:
+            params[name] = value
+            explicit = explicit or name != "train_size"
+    if options.memory_budget is not None:  # a budget for all rows, scaled to the first chunk's rows
+        first = min(options.chunk, options.rows)
+        params["memory_budget"] = max(1, options.memory_budget * first // options.rows)
+    if options.rerank_candidates:
+        params.update(keep_vectors=True, rerank_candidates=options.rerank_candidates)
+        explicit = True
+    return params, explicit
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--chunk", type=int, default=500_000, help="rows generated and added at once")
-    parser.add_argument("--lists", type=int, default=None, help="default: 4·√rows rounded to a power of 2")
-    parser.add_argument("--subquantizers", type=int, default=None, help="default: dim/2 (8 bits each)")
-    parser.add_argument("--probe-lists", type=int, default=64)
-    parser.add_argument("--train-size", type=int, default=200_000)
+    parser.add_argument("--lists", type=int, default=None, help="default: the index's own choice")
+    parser.add_argument("--subquantizers", type=int, default=None, help="default: the index's own choice")
+    parser.add_argument("--bits", type=int, default=None, help="default: the index's own choice")
+    parser.add_argument("--probe-lists", type=int, default=None, help="default: tuned by the index")
+    parser.add_argument("--train-size", type=int, default=None, help="default: the index's default")
+    parser.add_argument(
+        "--memory-budget",
+        type=float,
+        default=None,
+        help="bytes for the codes and ids of all rows (e.g. 1.4e9); scaled to the first chunk",
+    )
     parser.add_argument("--build-workers", type=int, default=2)
     parser.add_argument(
         "--rerank-candidates",
@@ -127,67 +241,84 @@ def main() -> None:
         default=0,
         help="keep a float16 copy and re-score this many PQ candidates (0: PQ codes only)",
     )
+    parser.add_argument(
+        "--truth-cache", default=None, help="folder keeping the exact neighbours between runs (default: none)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         print(json.dumps(child(json.loads(options.child))))
         return
-    lists = options.lists or 2 ** round(math.log2(4 * math.sqrt(options.rows)))
-    params = {
-        "lists": lists,
-        "subquantizers": options.subquantizers or options.dim // 2,
-        "probe_lists": options.probe_lists,
-        "train_size": options.train_size,
-        "build_workers": options.build_workers,
-        "num_threads": 1,
-    }
-    if options.rerank_candidates:
-        params.update(keep_vectors=True, rerank_candidates=options.rerank_candidates)
+    if options.memory_budget is not None:
+        options.memory_budget = int(options.memory_budget)
+    params, explicit = index_params(options)
     found = f"/tmp/bench_10m_found_{os.getpid()}.npy"
     payload = {"rows": options.rows, "dim": options.dim, "chunk": options.chunk, "params": params}
     payload["found"] = found
     load_before = os.getloadavg()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(payload)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+    wall = time.perf_counter()
+    # The build runs in a child; the exact neighbours (independent of the index) are computed here
+    # meanwhile, or read from --truth-cache when an earlier run of the same rows left them.
+    build = subprocess.Popen(
+        [sys.executable, __file__, "--child", json.dumps(payload)], env=env, stdout=subprocess.PIPE, text=True
     )
-    if done.returncode:
-        raise SystemExit(f"the build failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    children_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
     start = time.perf_counter()
-    truth = exact_top_k(
-        sample_queries(QUERIES, options.dim, options.chunk), options.rows, options.dim, options.chunk
-    )
-    truth_s = time.perf_counter() - start
+    cached = None
+    if options.truth_cache:
+        cached = Path(options.truth_cache) / f"truth_{options.rows}_{options.dim}_{options.chunk}.npy"
+    if cached is not None and cached.is_file():
+        truth = np.load(cached, allow_pickle=False)
+        truth_note = f"read from {cached}"
+    else:
+        truth = exact_top_k(
+            sample_queries(QUERIES, options.dim, options.chunk), options.rows, options.dim, options.chunk
+        )
+        truth_note = f"{time.perf_counter() - start:.0f} s, beside the build"
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            np.save(cached, truth, allow_pickle=False)
+    stdout, _ = build.communicate()
+    wall = time.perf_counter() - wall
+    if build.returncode:
+        raise SystemExit(f"the build failed (exit status {build.returncode})")
+    result = json.loads(stdout.strip().splitlines()[-1])
+    load_mid = os.getloadavg()
     approx = np.load(found)
     os.remove(found)
     recall = float(np.mean([len(set(a) & set(b)) / K for a, b in zip(approx, truth, strict=True)]))
     per_row = bookkeeping_bytes_per_row()
     kept = 2 * options.dim * result["len"] if options.rerank_candidates else 0  # the float16 copy
     load_after = os.getloadavg()
+    chosen = result["chosen"]
+    report = result["report"] or {}
     print(
-        f"{options.rows:,} × {options.dim}, chunks of {options.chunk:,}; IVF-PQ {params} "
-        f"(explicit parameters); load average {load_before[0]:.1f} → {load_after[0]:.1f}"
+        f"{options.rows:,} × {options.dim}, chunks of {options.chunk:,}; IVF-PQ given {params} "
+        f"({'explicit shape' if explicit else 'defaults'}); chosen: {chosen['lists']} lists, "
+        f"{chosen['subquantizers']}×{chosen['bits']} bits, {chosen['probe_lists']} probes "
+        f"(build-time recall@10 {report.get('recall_at_10')} on {report.get('sample_queries')} "
+        f"sampled vectors of the first chunk); load average {load_before[0]:.1f} → "
+        f"{load_mid[0]:.1f} (after the build and the exact neighbours) → {load_after[0]:.1f}"
     )
     print(
-        "| rows | build s | peak RSS of the build process (MB) | index bytes (faiss) + float16 copy "
-        "| bytes/vector | QPS (1 thread) "
-        "| recall@10 (1,000 queries, exact in blocks) |"
+        "| rows | build s (first chunk) | build CPU s (process + shard workers) "
+        "| peak RSS of the build process (MiB) "
+        "| build process + shard workers, sampled peak (MiB) "
+        "| index bytes (faiss) + float16 copy | bytes/vector "
+        "| QPS (1 thread) | recall@10 (1,000 queries, exact in blocks) |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print(
-        f"| {result['len']:,} | {result['build_s']:.0f} | {max(result['peak_mb'], children_peak):,.0f} "
+        f"| {result['len']:,} | {result['build_s']:.0f} ({result['first_chunk_s']:.0f}) "
+        f"| {result['cpu_s']:.0f} + {result['workers_cpu_s']:.0f} | {result['peak_mb']:,.0f} "
+        f"| {result['tree_peak_mb']:,.0f} "
         f"| {result['index_bytes'] / 1e6:,.0f} MB + {kept / 1e6:,.0f} MB kept copy "
         f"| {(result['index_bytes'] + kept) / result['len']:.1f} "
         f"| {result['qps']:,.0f} | {recall:.3f} |"
     )
     print(
-        f"exact neighbours in blocks: {truth_s:.0f} s; "
+        f"child wall {wall:.0f} s; build process peak after writing the index file and searching: "
+        f"{result['peak_end_mb']:,.0f} MiB; exact neighbours in blocks: {truth_note}; "
         f"store bookkeeping (paths list + dict): {per_row:.0f} B/row"
     )
 

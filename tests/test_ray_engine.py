@@ -36,6 +36,21 @@ class DiesOnceEmbedder:
         return np.asarray(self.inner.embed(images))
 
 
+class RecordsACheckpoint:
+    """A pixel embedder whose config records a local checkpoint file (as a TimmEmbedder's or a
+    ClipEmbedder's built from a file does): rebuilt from that config alone it would fail."""
+
+    def __init__(self) -> None:
+        self.inner = PixelEmbedder(size=8, batch_size=5)
+        self.batch_size = 5
+
+    def embed(self, images: Sequence[Any]) -> np.ndarray:
+        return np.asarray(self.inner.embed(images))
+
+    def config(self) -> dict[str, Any]:
+        return {**self.inner.config(), "checkpoint_name": "weights.pth", "checkpoint_sha256": "0" * 64}
+
+
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
     # The test module's classes travel to the workers by value (the workers cannot import tests/).
@@ -111,6 +126,21 @@ def test_a_killed_worker_is_retried_without_losing_or_duplicating_rows(
     reference = InMemoryImageEmbeddingStore(gallery, PixelEmbedder(size=8))
     reference.build_store(progress=False)
     np.testing.assert_array_equal(store.embeddings, reference.embeddings)
+
+
+def test_an_embedder_whose_config_names_a_checkpoint_travels_as_itself(
+    local_ray: None, gallery: list[str], tmp_path: Path
+) -> None:
+    embedder = RecordsACheckpoint()
+    with pytest.raises(ValueError):  # what an actor rebuilding it from its config would meet
+        from galleria.embedders import embedder_from_config
+
+        embedder_from_config(embedder.config())
+    store = build_with_ray(gallery, embedder, tmp_path / "shards", num_actors=2)
+    threaded = InMemoryImageEmbeddingStore(gallery, embedder)
+    threaded.build_store(progress=False)
+    assert store.paths == threaded.paths
+    np.testing.assert_array_equal(store.embeddings, threaded.embeddings)
 
 
 def test_argument_errors(gallery: list[str], tmp_path: Path) -> None:

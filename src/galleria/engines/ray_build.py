@@ -20,7 +20,13 @@ from galleria.embedders import batch_size_of, embedder_config, embedder_from_con
 from galleria.engines.shards import ShardWriter
 from galleria.store.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
 
-__all__ = ["build_with_ray", "list_image_uris", "read_image_any"]
+__all__ = ["LOCAL_RAY_OPTIONS", "build_with_ray", "init_local_ray", "list_image_uris", "read_image_any"]
+
+#: The options of a local Ray that galleria starts itself (never of a cluster it joins). Ray's
+#: start-up is its processes starting (GCS, raylet, dashboard and agents, workers: each a Python
+#: interpreter importing Ray); ``benchmarks/bench_ray.py --startup`` measured the other options
+#: (``log_to_driver``, metrics collection, object store size, worker prestart) and none changed it.
+LOCAL_RAY_OPTIONS: dict[str, Any] = {"include_dashboard": False}
 
 
 def _ray() -> Any:
@@ -30,6 +36,22 @@ def _ray() -> Any:
     except ImportError as error:  # pragma: no cover - exercised only without the extra
         raise ImportError("the Ray engine needs Ray Data: pip install -e '.[ray]'") from error
     return ray
+
+
+def init_local_ray(num_cpus: int | None = None, num_gpus: int | None = 0) -> None:
+    """Start a local Ray with :data:`LOCAL_RAY_OPTIONS` (what ``build_with_ray`` does when Ray is not
+    running and no ``address`` is given); starting it once ahead keeps its start-up out of the builds.
+
+    ``num_cpus`` None uses every CPU; ``num_gpus`` 0 skips probing for GPUs (None: detect them).
+    """
+    if num_cpus is not None:
+        num_cpus = check_positive_int("num_cpus", num_cpus)
+    if num_gpus is not None and (not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 0):
+        raise ValueError(f"num_gpus must be None or an integer >= 0, got {num_gpus!r}")
+    ray = _ray()
+    if ray.is_initialized():
+        raise RuntimeError("Ray is already running in this process")
+    ray.init(num_cpus=num_cpus, num_gpus=num_gpus, **LOCAL_RAY_OPTIONS)
 
 
 def _is_uri(path: str) -> bool:
@@ -127,7 +149,11 @@ class _EmbedActor:
     """
 
     def __init__(self, config: dict[str, Any] | None, embedder: Any) -> None:
-        self.embedder = embedder_from_config(config) if config is not None else embedder
+        if embedder is None:
+            if config is None:
+                raise ValueError("an embedding actor needs the embedder or its config")
+            embedder = embedder_from_config(config)
+        self.embedder = embedder
         self.batch_size = batch_size_of(self.embedder)
 
     def __call__(self, table: Any) -> Any:
@@ -227,14 +253,16 @@ def build_with_ray(
     images : folder, filesystem URI (``s3://bucket/photos``) or sequence of paths/URIs
         The gallery. A folder is listed like ``galleria build`` does; URIs go through pyarrow.
     embedder : Embedder
-        Rebuilt in each actor from its ``config()`` when it has one, otherwise sent as it is.
+        Rebuilt in each actor from its ``config()`` when it has one that names no local checkpoint
+        file, otherwise sent as it is (pickled by Ray).
     out_dir : str or os.PathLike
         Folder for ``part-NNNNN.parquet`` shards and ``manifest.json``.
     skip_errors : bool
         Leave unreadable images out (listed in ``store.skipped`` and the manifest, with a warning)
         instead of raising :class:`~galleria.store.reading.ImageReadError`.
     address : str, optional
-        Ray cluster address; None starts (or reuses) a local Ray.
+        Ray cluster address, joined with the cluster's own settings; None reuses the Ray this
+        process runs, or starts a local one with :data:`LOCAL_RAY_OPTIONS` (:func:`init_local_ray`).
     decode_batch_size : int
         Images per Ray Data row (a chunk decoded by one task and embedded by one actor call),
         rounded up to a multiple of the embedder's batch size; hundreds keep Ray's per-row
@@ -270,9 +298,15 @@ def build_with_ray(
         raise ValueError("images lists a path twice")
     resolve_index(search_index, space, index_params)  # checks the index arguments before any work
     config = embedder_config(embedder)
+    # A config that records a local checkpoint names a file only this machine is known to have
+    # (and rebuilding from it needs the file): such an embedder travels to the actors as itself.
+    portable = config is not None and "checkpoint_sha256" not in config
     ray = _ray()
     if not ray.is_initialized():
-        ray.init(address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False)
+        if address is None:
+            init_local_ray(num_cpus, None if gpus_per_actor else 0)
+        else:  # a cluster's own settings apply: nothing of galleria's is imposed on it
+            ray.init(address=address)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     batch_size = batch_size_of(embedder)
@@ -291,19 +325,16 @@ def build_with_ray(
         batch_size=1,
         batch_format="pyarrow",
         zero_copy_batch=True,
-        max_retries=-1,
-    )
+    )  # (Ray Data retries a failed task without limit, and restarts a dead actor: its defaults)
     embedded = dataset.map_batches(
         _EmbedActor,
-        fn_constructor_args=(config, None if config is not None else embedder),
+        fn_constructor_args=(config, None if portable else embedder),
         batch_size=1,
         batch_format="pyarrow",
         zero_copy_batch=True,
         # Grow to num_actors as CPUs allow: actors that took every CPU would starve the decode tasks.
         compute=ray.data.ActorPoolStrategy(min_size=1, max_size=num_actors),
         num_gpus=gpus_per_actor or None,
-        max_restarts=-1,
-        max_task_retries=-1,
     )
     vectors, errors = _collect(embedded, len(paths), chunk)
     if errors and not skip_errors:

@@ -12,8 +12,7 @@ the gallery (:func:`galleria.rerank.adaptive.default_rerank_params`, what ``--re
 the setting ``galleria.tune`` recommends when it searches plain retrieval and that method (Recall@1
 guard on; validation splits of the gallery only, never the test queries). A last row is ``galleria
 tune`` over all methods. Every row gives Recall@1 and mAP@100 on the test queries and their change
-from plain
-retrieval with a paired 95 % bootstrap interval over the queries (2,000 resamples, seed 0).
+from plain retrieval with a paired 95 % bootstrap interval over the queries (2,000 resamples, seed 0).
 """
 
 from __future__ import annotations
@@ -102,7 +101,7 @@ def config_of(method: str, params: dict[str, Any], name: str) -> RetrievalConfig
     return RetrievalConfig(name, rerank=True, rerank_method=method, rerank_params=params, pool=POOL)
 
 
-def bench(gallery: _real_data.Gallery, args: argparse.Namespace) -> dict[str, Any]:
+def bench(gallery: _real_data.Gallery, args: argparse.Namespace, save: Any = None) -> dict[str, Any]:
     paths = [f"gallery/{row:05d}" for row in range(len(gallery.gallery))]
     store = InMemoryImageEmbeddingStore.from_embeddings(paths, gallery.gallery, search_index="exact")
     labels = dict(zip(paths, gallery.gallery_labels, strict=True))
@@ -129,6 +128,8 @@ def bench(gallery: _real_data.Gallery, args: argparse.Namespace) -> dict[str, An
             "note": note,
         }
         rows.append(entry)
+        if save is not None:  # a long run keeps what it measured so far
+            save(result())
         print(
             f"  {method:12s} {preset:8s} R@1 {entry['recall@1']:.4f} ({entry['d_recall@1']:+.4f}) "
             f"mAP {entry['map@100']:.4f} ({entry['d_map@100']:+.4f})  {entry['title']}",
@@ -152,6 +153,24 @@ def bench(gallery: _real_data.Gallery, args: argparse.Namespace) -> dict[str, An
         row(label, "tuned", result.config, note)
 
     plain_entry = {"recall@1": float(plain[:, 0].mean()), "map@100": float(plain[:, 1].mean())}
+
+    def result() -> dict[str, Any]:
+        return {
+            "gallery": gallery.name,
+            "embedder": gallery.embedder,
+            "n_queries": len(gallery.queries),
+            "n_gallery": len(paths),
+            "n_classes": len(set(gallery.gallery_labels)),
+            "dim": int(gallery.gallery.shape[1]),
+            "statistics": stats.record(),
+            "plain": plain_entry,
+            "rows": rows,
+            "trials": args.trials,
+            "validation_queries": args.validation_queries,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load": os.getloadavg()[0],
+        }
+
     for method in args.methods:
         row(method, "paper", config_of(method, PAPER_PARAMS[method], "paper"))
         row(method, "adaptive", config_of(method, default_rerank_params(store, method), "adaptive"))
@@ -159,21 +178,7 @@ def bench(gallery: _real_data.Gallery, args: argparse.Namespace) -> dict[str, An
             tuned(["plain", method], method)
     if args.trials and args.tune_all:
         tuned(["plain", *METHODS], "all methods")
-    return {
-        "gallery": gallery.name,
-        "embedder": gallery.embedder,
-        "n_queries": len(gallery.queries),
-        "n_gallery": len(paths),
-        "n_classes": len(set(gallery.gallery_labels)),
-        "dim": int(gallery.gallery.shape[1]),
-        "statistics": stats.record(),
-        "plain": plain_entry,
-        "rows": rows,
-        "trials": args.trials,
-        "validation_queries": args.validation_queries,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "load": os.getloadavg()[0],
-    }
+    return result()
 
 
 def _change(row: dict[str, Any], key: str) -> str:
@@ -292,8 +297,12 @@ def main() -> None:
             sizes = tuple(int(v) for v in size.split("x"))
             print(f"[{name} × {embedder}]", file=sys.stderr, flush=True)
             gallery = _real_data.load(name, embedder, Path(args.cache), fashion_sizes=(sizes[0], sizes[1]))
-            result = bench(gallery, args)
-            (RESULTS / f"{name}-{embedder}.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+            target = RESULTS / f"{name}-{embedder}.json"
+
+            def save(result: dict[str, Any], target: Path = target) -> None:
+                target.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+            save(bench(gallery, args, save))
     saved = [
         RESULTS / f"{name}-{embedder}.json"
         for name in _real_data.GALLERIES

@@ -204,20 +204,18 @@ def run(args: argparse.Namespace) -> int:
         os.remove(partial)
     skipped = [str(item) for item in store.skipped]
     if args.json:
-        print_json(
-            {
-                "store": out,
-                "indexed": len(store),
-                "resumed": resumed,
-                "skipped": skipped,
-                "embedder": args.embedder,
-                "index": args.index,
-                "space": args.space,
-                "precomputed": None
-                if precomputed is None
-                else {"method": args.precompute_rerank, "params": precomputed},
-            }
-        )
+        summary: dict[str, Any] = {
+            "store": out,
+            "indexed": len(store),
+            "resumed": resumed,
+            "skipped": skipped,
+            "embedder": args.embedder,
+            "index": args.index,
+            "space": args.space,
+        }
+        if precomputed is not None:
+            summary["precomputed"] = {"method": args.precompute_rerank, "params": precomputed}
+        print_json(summary)
     else:
         print(f"indexed {len(store)} image(s), skipped {len(skipped)} → {out}")
         if precomputed is not None:

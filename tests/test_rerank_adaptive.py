@@ -22,7 +22,7 @@ from galleria.rerank.adaptive import (
     params_from_statistics,
     store_statistics,
 )
-from galleria.rerank.registry import check_method_params
+from galleria.rerank.registry import check_method_params, make_reranker
 from galleria.store import InMemoryImageEmbeddingStore
 from test_store_persistence import seal
 
@@ -106,7 +106,7 @@ def test_rules_give_valid_bounded_parameters(share: float, median: float) -> Non
     )
     params = params_from_statistics(stats)
     assert set(params) == set(PAPER_PARAMS)
-    for method in ("k-reciprocal", "diffusion", "gnn", "dba"):
+    for method in ("k-reciprocal", "diffusion", "decoupled-diffusion", "gnn", "dba"):
         assert check_method_params(method, params[method]) == check_method_params(method, params[method])
         assert set(params[method]) == set(PAPER_PARAMS[method])
     kr = params["k-reciprocal"]
@@ -193,6 +193,62 @@ def test_a_flat_gallery_is_not_reordered() -> None:
     lists = store.retrieve_by_vector(rng.normal(size=(4, 64)), k=50)
     for plain, reranked in zip(lists, reranker.rerank_batch(lists, top_k=50), strict=True):
         assert [c.path for c in reranked] == [c.path for c in plain]
+
+
+@pytest.mark.parametrize("method", ["k-reciprocal", "diffusion", "decoupled-diffusion", "gnn"])
+def test_a_flat_gallery_keeps_the_plain_order_with_every_method(method: str) -> None:
+    rng = np.random.default_rng(4)
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"n{i}" for i in range(300)], hubbed(300))
+    params = default_rerank_params(store, method)
+    reranker = make_reranker(method, store, **params)
+    lists = store.retrieve_by_vector(rng.normal(size=(6, 64)), k=60)
+    for plain, reranked in zip(lists, reranker.rerank_batch(lists, top_k=60), strict=True):
+        assert [c.path for c in reranked] == [c.path for c in plain]
+
+
+def test_dba_off_is_the_plain_order_without_near_copies() -> None:
+    """Below a majority of mutual neighbours DBA's weights are cos ** 1000: nothing moves."""
+    rng = np.random.default_rng(5)
+    vectors = 1.0 + np.geomspace(0.3, 3.0, 300)[:, None] * rng.normal(size=(300, 64))  # hubs, cos < 0.96
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"r{i}" for i in range(300)], vectors)
+    stats = store_statistics(store)
+    assert stats.at(20)[0] < 0.5
+    params = default_rerank_params(store, "dba")
+    assert params["alpha"] == 1000.0 and params["neighbors"] == params["aqe_neighbors"] == 1
+    reranker = make_reranker("dba", store, **params)
+    queries = rng.normal(size=(8, 64))
+    plain = store.retrieve_by_vector(queries, k=40)
+    lists = reranker.store.retrieve_by_vector(queries, k=40)
+    assert [[c.path for c in x] for x in lists] == [[c.path for c in x] for x in plain]
+    reranked = reranker.rerank_batch(lists, top_k=40)
+    assert [x[0].path for x in reranked] == [x[0].path for x in plain]  # αQE of one match keeps it
+
+
+def _stats(share: float, median: float) -> GalleryStatistics:
+    return GalleryStatistics(1000, 200, (5, 10, 20), (share,) * 3, (min(median, 5), median / 2, median))
+
+
+@pytest.mark.parametrize("share", [0.0, 0.2, 0.3, 0.45, 0.5, 0.6, 0.8, 1.0])
+@pytest.mark.parametrize("median", [0.0, 1.0, 3.0, 7.0, 14.0, 20.0])
+def test_every_rule_keeps_the_first_result_or_falls_back(share: float, median: float) -> None:
+    """The properties the rules promise, on every statistics grid point (pure function)."""
+    params = params_from_statistics(_stats(share, median))
+    flat = median < 2 or share < 0.25
+    majority = not flat and share >= 0.5
+    for method in ("diffusion", "decoupled-diffusion"):
+        assert params[method]["query_k"] == 1  # the best match alone represents the query
+        assert params[method]["alpha"] == (0.0 if flat else 0.9)  # α = 0: the original order
+        assert 10 <= params[method]["k"] <= 30
+    assert params["aqe"]["expansion_neighbors"] == (1 if flat else 2)
+    gnn, dba = params["gnn"], params["dba"]
+    assert gnn["lambda_value"] == (
+        1.0 if flat else params["k-reciprocal"]["lambda_value"] if majority else 0.9
+    )
+    assert (dba["alpha"] == 10.0) == majority and (dba["alpha"] == 1000.0) == (not majority)
+    if not majority:
+        assert dba["neighbors"] == dba["aqe_neighbors"] == 1
+    more = params_from_statistics(_stats(share, min(20.0, median + 4)))
+    assert more["diffusion"]["k"] >= params["diffusion"]["k"]  # larger classes, larger graphs
 
 
 def test_an_unbuilt_store_is_read_on_first_use(tmp_path: Path) -> None:

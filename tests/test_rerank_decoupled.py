@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from galleria.rerank import (
     prepare_offline_diffusion,
 )
 from galleria.rerank import decoupled as decoupled_module
-from galleria.rerank.registry import RERANK_METHODS, check_method_params
+from galleria.rerank.registry import RERANK_METHODS, check_method_params, precompute_rerank
 
 # ------------------------------------------------------------------------------ the dense transcription
 
@@ -349,3 +350,59 @@ def test_single_item_gallery_and_other_stores_candidates() -> None:
     other = _store(np.eye(2))
     with pytest.raises(ValueError):
         DecoupledDiffusionReranker(store).rerank(other.retrieve_by_vector([1.0, 0.0], k=1)[0], top_k=1)
+
+
+def test_build_precomputes_the_offline_part_and_search_reuses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from PIL import Image
+    from safetensors import safe_open
+
+    from galleria.cli import main
+    from galleria.cli._options import PRECOMPUTE_RERANK_CHOICES
+    from galleria.rerank.adaptive import default_rerank_params
+    from galleria.rerank.registry import PRECOMPUTED_METHODS
+
+    assert PRECOMPUTE_RERANK_CHOICES == PRECOMPUTED_METHODS
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "photos"
+    for label, colour in {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200)}.items():
+        (folder / label).mkdir(parents=True)
+        for i in range(8):
+            pixels = np.clip(np.array(colour) + rng.normal(0, 40, (12, 12, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(folder / label / f"{label}{i}.png")
+    out = tmp_path / "g.safetensors"
+    args = ["build", str(folder), "--out", str(out), "--embedder", "pixel:8", "--json"]
+    assert main([*args, "--precompute-rerank", "decoupled-diffusion"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["precomputed"]["method"] == "decoupled-diffusion"
+    with safe_open(str(out), framework="numpy") as reader:
+        header = json.loads(reader.metadata()["galleria"])
+        assert {"diffusion_positions", "diffusion_values"} <= set(reader.keys())
+        positions = reader.get_tensor("diffusion_positions")
+    assert positions.shape == (24, 24)  # truncation 1000 capped at the gallery
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(out)
+    wanted = check_method_params("decoupled-diffusion", default_rerank_params(loaded, "decoupled-diffusion"))
+    assert header["offline_diffusion"] == {key: wanted[key] for key in decoupled_module.OFFLINE_PARAMS}
+    assert summary["precomputed"]["params"] == wanted
+
+    calls: list[Any] = []
+    original = decoupled_module._offline
+    monkeypatch.setattr(decoupled_module, "_offline", lambda *a: calls.append(a) or original(*a))
+    query = str(folder / "red" / "red0.png")
+    search = ["search", str(out), "--image", query, "-k", "5", "--json", "--rerank"]
+    search += ["--rerank-method", "decoupled-diffusion"]
+    assert main(search) == 0
+    results = json.loads(capsys.readouterr().out)["queries"][0]["results"]
+    assert len(results) == 5 and calls == []  # the stored part was used, nothing recomputed
+    plain_out = tmp_path / "plain.safetensors"
+    assert main(["build", str(folder), "--out", str(plain_out), "--embedder", "pixel:8", "--json"]) == 0
+    capsys.readouterr()
+    assert main([*search[:1], str(plain_out), *search[2:]]) == 0
+    again = json.loads(capsys.readouterr().out)["queries"][0]["results"]
+    assert len(calls) == 1  # without --precompute-rerank the first search computes it
+    assert [r["path"] for r in again] == [r["path"] for r in results]
+    with pytest.raises(SystemExit):
+        main([*args[:-1], "--precompute-rerank", "diffusion", "--overwrite"])
+    with pytest.raises(ValueError, match="precompute_rerank"):
+        precompute_rerank(loaded, "diffusion")

@@ -265,3 +265,42 @@ def test_the_gnn_search_space_includes_lambda() -> None:
     options = _suggest(trial, ["gnn"])
     assert options["rerank_params"] == {"k1": 9, "k2": 3, "lambda_value": 0.0}
     RetrievalConfig("t", **options)  # a valid configuration
+
+
+def test_decoupled_diffusion_is_searched_with_its_offline_settings() -> None:
+    """The search space covers decoupled diffusion's k and α (a few values each) and αQE before it."""
+    import optuna
+
+    from galleria.tune.search import _choices, _suggest
+
+    choices = _choices({"decoupled-diffusion.k": 28, "decoupled-diffusion.alpha": 0.9})
+    assert 28 in choices["decoupled-diffusion.k"] and 50 in choices["decoupled-diffusion.k"]
+    assert choices["decoupled-diffusion.alpha"] == (0.0, 0.9, 0.99)
+    seen = set()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(40):
+        trial = study.ask()
+        options = _suggest(trial, ["decoupled-diffusion"], choices)
+        study.tell(trial, 0.0)
+        config = RetrievalConfig("t", **options)  # every proposal is a valid configuration
+        params = config.rerank_params
+        assert config.rerank_method == "decoupled-diffusion" and params["truncation"] == 1000
+        assert params["k"] in choices["decoupled-diffusion.k"]
+        assert params["alpha"] in choices["decoupled-diffusion.alpha"]
+        seen.add((params["k"], params["alpha"], config.query_expansion))
+    assert len({k for k, _, _ in seen}) > 2 and {True, False} <= {e for _, _, e in seen}
+
+
+def test_tuning_decoupled_diffusion_tries_its_adaptive_defaults() -> None:
+    from galleria.rerank.adaptive import default_rerank_params
+    from galleria.tune.search import _labels_of, _make_split
+
+    store, labels = _clustered(0.6, per_class=20)
+    result = tune(
+        store, labels, n_trials=4, validation_queries=20, n_splits=1, methods=["decoupled-diffusion"]
+    )
+    first = _make_split(store, store.embeddings, _labels_of(store, labels), 0, 20, "map@100")
+    adaptive = default_rerank_params(first.store, "decoupled-diffusion")
+    tried = [trial["settings"] for trial in result.trials]
+    assert tried[1]["rerank_method"] == "decoupled-diffusion" and tried[1]["alpha"] == 0.99  # the paper's
+    assert {key: tried[2][key] for key in adaptive} == adaptive  # then the gallery's

@@ -23,6 +23,8 @@ from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
 RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba", "decoupled-diffusion")
+#: The values of ``build --precompute-rerank`` (galleria.rerank.registry.PRECOMPUTED_METHODS).
+PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = ("decoupled-diffusion",)
 
 __all__ = [
     "DEFAULT_POOL",

@@ -18,6 +18,7 @@ from typing import Any
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import file_stat, save_with_manifest
 from galleria.cli._options import (
+    PRECOMPUTE_RERANK_CHOICES,
     add_store_options,
     check_existing_folder,
     embedder_settings,
@@ -44,6 +45,7 @@ _EXAMPLES = """\
   galleria build photos/ --out photos-clip.safetensors --embedder clip:ViT-B-32:openai --device cuda
   galleria build photos/ --out tiny.safetensors --embedder pixel:16:gray
   galleria build photos/ --out photos.safetensors --engine ray --shards photos-shards/ --index ivfpq
+  galleria build photos/ --out photos.safetensors --precompute-rerank decoupled-diffusion
 """
 
 
@@ -84,6 +86,15 @@ def add_parser(subparsers: Any) -> None:
         metavar="SECONDS",
         help="seconds between two checkpoints of a running build; 0 saves after every chunk "
         "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--precompute-rerank",
+        default=None,
+        choices=PRECOMPUTE_RERANK_CHOICES,
+        metavar="METHOD",
+        help="compute METHOD's offline part now and keep it in STORE, so that `search --rerank "
+        "--rerank-method METHOD` starts at once: decoupled-diffusion (its parameters read from the "
+        "gallery, as --rerank reads them)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     engine = parser.add_argument_group("engine (the ray extra: pip install -e '.[ray]')")
@@ -180,24 +191,36 @@ def run(args: argparse.Namespace) -> int:
         store, resumed = _build_with_threads(args, paths, embedder, partial, workers, every)
     if len(store) == 0:
         raise CliError(f"no image under {image_dir!r} could be read; nothing to save")
+    precomputed = None
+    if args.precompute_rerank is not None:
+        from galleria.rerank.registry import precompute_rerank
+
+        try:
+            precomputed = precompute_rerank(store, args.precompute_rerank)
+        except (TypeError, ValueError) as error:
+            raise CliError(f"--precompute-rerank {args.precompute_rerank}: {error}") from None
     save_with_manifest(store, out, stats)
     if os.path.exists(partial):
         os.remove(partial)
     skipped = [str(item) for item in store.skipped]
     if args.json:
-        print_json(
-            {
-                "store": out,
-                "indexed": len(store),
-                "resumed": resumed,
-                "skipped": skipped,
-                "embedder": args.embedder,
-                "index": args.index,
-                "space": args.space,
-            }
-        )
+        summary: dict[str, Any] = {
+            "store": out,
+            "indexed": len(store),
+            "resumed": resumed,
+            "skipped": skipped,
+            "embedder": args.embedder,
+            "index": args.index,
+            "space": args.space,
+        }
+        if precomputed is not None:
+            summary["precomputed"] = {"method": args.precompute_rerank, "params": precomputed}
+        print_json(summary)
     else:
         print(f"indexed {len(store)} image(s), skipped {len(skipped)} → {out}")
+        if precomputed is not None:
+            settings_text = ", ".join(f"{key}={value}" for key, value in precomputed.items())
+            print(f"kept {args.precompute_rerank}'s offline part in the store ({settings_text})")
     return 0
 
 

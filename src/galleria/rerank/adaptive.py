@@ -13,7 +13,13 @@ alone, how large and how trustworthy a neighbourhood is, and turns the estimate 
    neighbours (how reliable a neighbourhood of size k is) and the median count (how many same-class
    images a query can lean on).
 2. :func:`params_from_statistics` maps the statistics to every method's parameters; the rules and
-   their reasoning are in its docstring and in ``docs/reranking.md``.
+   their reasoning are in its docstring and in ``docs/reranking.md``. In short: every method has
+   one parameter that mixes its re-ranking with the original order (λ, the diffusions' α, the
+   expansion weights' exponent); it is set from the mutual share, neighbourhood sizes from the
+   mutual count, methods that move vectors (DBA, the GNN's aggregation) act only where a majority
+   of neighbours are mutual, and a gallery without reciprocal structure gets (nearly) the plain
+   order back. The targets, measured on real galleries without labels reaching the rules
+   (``benchmarks/bench_real.py``): Recall@1 not lower by more than 0.01, mAP@100 not lower.
 
 Both are pure functions on arrays and records; :func:`default_rerank_params` is the shell that reads
 (or computes and caches) the statistics of a store. A store records its statistics when it is built
@@ -59,9 +65,8 @@ PAPER_PARAMS: dict[str, dict[str, Any]] = {
     "diffusion": {"k": 50, "query_k": 10, "alpha": 0.99, "gamma": 3.0},
     "gnn": {"k1": 26, "k2": 7, "lambda_value": 0.3},
     "dba": {"neighbors": 10, "alpha": 3.0, "aqe_neighbors": 10, "aqe_alpha": 3.0},
+    "decoupled-diffusion": {"k": 50, "truncation": 1000, "query_k": 10, "alpha": 0.99, "gamma": 3.0},
 }
-#: Methods without rules here: they keep their own defaults (the registry sits above this module).
-_OWN_DEFAULTS: tuple[str, ...] = ("decoupled-diffusion",)
 _MAX_ITEMS = 1 << 40
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -214,10 +219,24 @@ def gallery_statistics(
 
 
 #: Below this median count of mutual neighbours among the first 20, a gallery has no neighbourhood
-#: structure to lean on, and the defaults do not re-rank (λ = 1, αQE n = 1...).
+#: structure to lean on, and the defaults do not re-rank (λ = 1, diffusion α = 0...).
 MIN_MUTUAL = 2.0
 #: Below this share of mutual neighbours, likewise.
 MIN_SHARE = 0.25
+#: The share of mutual neighbours from which a neighbourhood is trusted to *move vectors*: a majority
+#: of an item's first 20 are mutual. DBA (which rewrites the gallery) and the GNN's aggregation
+#: (which averages neighbours' similarity rows) change only by small amounts below it.
+MAJORITY = 0.5
+#: The diffusions' α (weight of the walk against the query's own similarities) when they diffuse.
+DIFFUSION_ALPHA = 0.9
+#: DBA's exponent of the neighbour weights ``cos ** α`` when it augments (the paper's 3 moves an
+#: item by half a neighbour at cos 0.8; 10 by a tenth).
+DBA_ALPHA = 10.0
+#: DBA's exponent where the gallery does not support augmentation: every weight ``cos ** 1000`` is
+#: negligible unless the neighbour is a near copy (0.37 at cos 0.999, 4e-5 at 0.99).
+DBA_OFF_ALPHA = 1000.0
+#: The GNN's weight of the original similarity below :data:`MAJORITY`.
+GNN_MINORITY_LAMBDA = 0.9
 
 
 def _clip(value: float, low: int, high: int) -> int:
@@ -229,7 +248,12 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
 
     With ``m`` the median number of mutual neighbours among a sampled item's first 20 (an estimate,
     capped at 20, of how many same-class images a query finds near it) and ``s`` their mean share
-    (how far its neighbourhood can be trusted):
+    (how far its neighbourhood can be trusted). Each method has one *mixing* parameter that sets how
+    much of the original ranking it keeps — k-reciprocal's and the GNN's ``λ``, the diffusions' ``α``,
+    DBA's and αQE's weight exponent and neighbour count — and the rules set it from ``s``; the
+    neighbourhood sizes follow ``m``. The three guarantees the rules aim at, in order: do nothing
+    where the gallery shows no structure; never move the first result on the strength of one
+    neighbourhood; spend the rest of the lift only where neighbourhoods are reciprocal.
 
     * k-reciprocal: ``k1 = clip(2m, 4, 20)`` — the reciprocal sets must be able to hold the
       same-class images but no more: with ``k1`` far above the class size the sets fill with other
@@ -239,22 +263,42 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
       was measured to be worse than 2 on unreliable galleries);
       ``λ = clip(1.3 − 1.4·s, 0.3, 0.9)`` — the less reciprocal the neighbourhoods, the more of the
       original distance is kept (the paper's 0.3 from ``s ≈ 0.71``).
-    * αQE: ``n = clip(m·s / 2, 1, 50)``, ``α = 3``: only the matches likely to share the class.
-    * diffusion: ``k = clip(2m, 5, 50)`` graph neighbours, ``query_k = clip(m / 2, 1, 10)``,
-      ``α = 0.99``, ``γ = 3``. GNN: ``k1 = clip(2m, 4, 26)``, ``k2 = clip(m·s / 2, 1, 7)`` and
-      k-reciprocal's ``λ`` (its blend with the original similarity).
-      DBA + αQE: ``neighbors = aqe_neighbors = clip(m·s / 2, 1, 10)``, both ``α = 3``.
+    * αQE: ``n = 2``, ``α = 3``. With at most two matches the first result cannot be overtaken by
+      the second (its weight is no smaller), and the expanded query stays within the query's own
+      nearest pair; larger ``n`` pulled queries into a dominant class on the stamps.
+    * diffusion and decoupled diffusion: ``query_k = 1`` — the query is represented by its best
+      match alone; the walk starts there with weight 1 and passes less than that to any other item
+      unless it is a hub, so the first result (nearly always) stays where it was and the rest are
+      re-ordered by how well they connect to it (the paper's
+      ``query_k = 10`` mixes ten sources, and a hub reached from several of them overtakes the
+      best match: −0.10 to −0.25 Recall@1 on the stamps and the Lite0 digits);
+      ``k = clip(2m, 10, 30)`` graph neighbours (enough to connect a class of ``m`` mutual
+      neighbours, few enough not to join classes); ``α = 0.9`` (``0.99`` spreads the walk to the
+      graph's hubs; ``0.9`` keeps it near its source), ``γ = 3``; truncation as the paper (1000).
+    * GNN: ``k1 = clip(2m, 4, 26)``; at a majority of mutual neighbours (``s ≥`` :data:`MAJORITY`)
+      ``k2 = clip(m·s / 2, 1, 7)`` and k-reciprocal's ``λ``; below it the aggregation averages
+      neighbours that are mostly not mutual, so it only corrects the original similarity:
+      ``k2 = 2``, ``λ =`` :data:`GNN_MINORITY_LAMBDA`.
+    * DBA + αQE rewrites the gallery itself, so a wrong neighbourhood moves an item for every query:
+      it augments only at a majority of mutual neighbours, ``neighbors = aqe_neighbors =
+      clip(m·s / 3, 1, 10)`` with ``α =`` :data:`DBA_ALPHA` (weights ``cos ** 10``: a tenth of a
+      neighbour at cos 0.8); below it, one neighbour with ``α =`` :data:`DBA_OFF_ALPHA`, whose weight
+      is negligible unless the neighbour is a near copy, and the αQE of one match (which keeps the
+      first result).
 
     Where the gallery shows no neighbourhood structure (fewer than 3 items, ``m <`` :data:`MIN_MUTUAL`
-    or ``s <`` :data:`MIN_SHARE`), k-reciprocal gets ``λ = 1`` (it then returns the candidates in
-    their original order) and the others their smallest neighbourhoods: a default that does nothing
-    is better than one that hurts.
+    or ``s <`` :data:`MIN_SHARE`), every method falls back to (nearly) the plain order: k-reciprocal
+    and the GNN get ``λ = 1`` (the candidates in their original order), the diffusions ``α = 0``
+    (the walk stays at the query's own similarities: the original order), αQE one match, DBA the
+    weights of :data:`DBA_OFF_ALPHA`. A default that does nothing is better than one that hurts.
 
     Examples
     --------
     >>> stats = GalleryStatistics(1000, 200, (5, 10, 20), (0.6, 0.62, 0.65), (3.0, 6.0, 14.0))
     >>> params_from_statistics(stats)["k-reciprocal"]
     {'k1': 20, 'k2': 5, 'lambda_value': 0.39}
+    >>> params_from_statistics(stats)["diffusion"]
+    {'k': 28, 'query_k': 1, 'alpha': 0.9, 'gamma': 3.0}
     >>> params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["k-reciprocal"]["lambda_value"]
     1.0
     """
@@ -263,27 +307,34 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     else:
         share, mutual = stats.at(20)
     flat = mutual < MIN_MUTUAL or share < MIN_SHARE
+    majority = not flat and share >= MAJORITY
     reach = mutual * share / 2.0
     lam = 1.0 if flat else round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)
     k1 = _clip(2 * mutual, 4, 20)
+    graph_k = _clip(2 * mutual, 10, 30)
+    walk = 0.0 if flat else DIFFUSION_ALPHA
+    dba_n = _clip(mutual * share / 3.0, 1, 10) if majority else 1
+    gnn_k1 = _clip(2 * mutual, 4, 26)
     return {
         "k-reciprocal": {"k1": k1, "k2": min(k1, _clip(reach, 2, 6)), "lambda_value": lam},
-        "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 1 if flat else _clip(reach, 1, 50)},
-        "diffusion": {
-            "k": 5 if flat else _clip(2 * mutual, 5, 50),
-            "query_k": 1 if flat else _clip(mutual / 2, 1, 10),
-            "alpha": 0.99,
+        "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 1 if flat else 2},
+        "diffusion": {"k": graph_k, "query_k": 1, "alpha": walk, "gamma": 3.0},
+        "decoupled-diffusion": {
+            "k": graph_k,
+            "truncation": 1000,
+            "query_k": 1,
+            "alpha": walk,
             "gamma": 3.0,
         },
         "gnn": {
-            "k1": 4 if flat else _clip(2 * mutual, 4, 26),
-            "k2": 1 if flat else _clip(reach, 1, 7),
-            "lambda_value": lam,
+            "k1": gnn_k1,
+            "k2": min(gnn_k1, _clip(reach, 1, 7)) if majority else 2,
+            "lambda_value": lam if majority or flat else GNN_MINORITY_LAMBDA,
         },
         "dba": {
-            "neighbors": 1 if flat else _clip(reach, 1, 10),
-            "alpha": 3.0,
-            "aqe_neighbors": 1 if flat else _clip(reach, 1, 10),
+            "neighbors": dba_n,
+            "alpha": DBA_ALPHA if majority else DBA_OFF_ALPHA,
+            "aqe_neighbors": dba_n,
             "aqe_alpha": 3.0,
         },
     }
@@ -316,9 +367,8 @@ def default_rerank_params(
     store : InMemoryImageEmbeddingStore
         A built store (its vectors are sampled once; the result is cached on the store).
     method : str
-        ``"k-reciprocal"``, ``"diffusion"``, ``"gnn"``, ``"dba"`` or ``"aqe"``; another method of
-        :data:`galleria.rerank.registry.RERANK_METHODS` (``"decoupled-diffusion"``) gets ``{}``: its own
-        defaults.
+        ``"k-reciprocal"``, ``"diffusion"``, ``"decoupled-diffusion"``, ``"gnn"``, ``"dba"`` or
+        ``"aqe"``.
     preset : {"adaptive", "paper"}
         ``"paper"`` returns :data:`PAPER_PARAMS` for the method.
 
@@ -329,10 +379,8 @@ def default_rerank_params(
     >>> default_rerank_params(store, preset="paper")
     {'k1': 20, 'k2': 6, 'lambda_value': 0.3}
     """
-    name = check_choice("method", method, (*PAPER_PARAMS, *_OWN_DEFAULTS))
+    name = check_choice("method", method, tuple(PAPER_PARAMS))
     chosen = check_choice("preset", preset, PRESETS)
-    if name not in PAPER_PARAMS:  # a method without rules here takes its own defaults
-        return {}
     if chosen == "paper":
         return dict(PAPER_PARAMS[name])
     return dict(params_from_statistics(store_statistics(store))[name])

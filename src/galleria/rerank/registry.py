@@ -6,7 +6,9 @@ one entry in :data:`_METHODS` — its parameter names, its constructor and its s
 * :data:`RERANK_METHODS` — the names :func:`make_reranker` knows, the default first;
 * :data:`METHOD_PARAMS` — the keyword parameters each method takes (besides the store);
 * :func:`make_reranker` — build a method's re-ranker on a store;
-* :func:`check_method_params` — validate a method's parameters without a store, defaults filled in.
+* :func:`check_method_params` — validate a method's parameters without a store, defaults filled in;
+* :data:`PRECOMPUTED_METHODS` / :func:`precompute_rerank` — the methods with an offline part a store
+  can keep (``galleria build --precompute-rerank``), and the call that computes it into the store.
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from galleria.expansion import check_expansion_alpha
 from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker
-from galleria.rerank.decoupled import DecoupledDiffusionReranker, check_decoupled_params
+from galleria.rerank.decoupled import (
+    OFFLINE_PARAMS,
+    DecoupledDiffusionReranker,
+    check_decoupled_params,
+    prepare_offline_diffusion,
+)
 from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
 from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
 from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
@@ -28,7 +35,16 @@ from galleria.rerank.gnn import GnnReranker, check_gnn_params
 from galleria.rerank.reranker import KReciprocalReranker
 from galleria.store.store import InMemoryImageEmbeddingStore
 
-__all__ = ["DEFAULT_METHOD", "METHOD_PARAMS", "RERANK_METHODS", "check_method_params", "make_reranker"]
+__all__ = [
+    "DEFAULT_METHOD",
+    "METHOD_PARAMS",
+    "PRECOMPUTED_METHODS",
+    "RERANK_METHODS",
+    "check_method_params",
+    "check_precompute_method",
+    "make_reranker",
+    "precompute_rerank",
+]
 
 
 @dataclass(frozen=True)
@@ -156,3 +172,46 @@ def check_method_params(method: Any, params: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown {name} parameter(s) {unknown}; it takes {list(entry.params)}")
     return entry.check(params)
+
+
+#: The methods whose offline part a store can keep, computed at build time (``--precompute-rerank``).
+PRECOMPUTED_METHODS: tuple[str, ...] = ("decoupled-diffusion",)
+
+
+def check_precompute_method(method: Any) -> str:
+    """The one check of ``--precompute-rerank`` / :func:`precompute_rerank`'s method (a name of
+    :data:`PRECOMPUTED_METHODS`); raises TypeError / ValueError naming ``precompute_rerank``."""
+    return check_choice("precompute_rerank", method, PRECOMPUTED_METHODS)
+
+
+def precompute_rerank(
+    store: InMemoryImageEmbeddingStore, method: str = "decoupled-diffusion", preset: str = "adaptive"
+) -> dict[str, Any]:
+    """Compute ``method``'s offline part over ``store`` now and keep it there (and in its saved file).
+
+    The parameters are the ones a later ``--rerank --rerank-method METHOD`` (or
+    :func:`galleria.rerank.adaptive.default_rerank_params` with the same ``preset``) hands the
+    re-ranker, so that re-ranking finds the part ready and does not compute it again. Returns those
+    parameters.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A method without an offline part, an unknown preset, a store the method cannot use.
+    RuntimeError
+        The store is not built.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], np.eye(3))
+    >>> params = precompute_rerank(store)
+    >>> params["query_k"], params["truncation"]
+    (1, 1000)
+    """
+    from galleria.rerank.adaptive import default_rerank_params
+
+    name = check_precompute_method(method)
+    params = check_method_params(name, default_rerank_params(store, name, preset))
+    prepare_offline_diffusion(store, **{key: params[key] for key in OFFLINE_PARAMS})
+    return params

@@ -3,9 +3,11 @@
 The gallery's images (never any test query) are split, stratified by label and seeded, into
 validation queries and a validation gallery; both reuse the vectors the store already holds, so
 nothing is embedded again. Every trial runs one setting — plain retrieval, αQE, or a re-ranking
-method (k-reciprocal, diffusion, GNN, DBA + αQE) with its parameters, with or without αQE before
-it — on those queries and scores it. Each method's defaults are tried first, then Optuna's TPE
-sampler (seeded) proposes more until the trial budget or the timeout is spent.
+method (k-reciprocal, diffusion, decoupled diffusion, GNN, DBA + αQE) with its parameters, with or
+without αQE before it — on those queries and scores it. Each method's defaults are tried first,
+then Optuna's TPE sampler (seeded) proposes more until the trial budget or the timeout is spent.
+Decoupled diffusion is searched over its online ``query_k`` and a few graph sizes and walk weights
+(each pair is one offline part, kept per split while the trials reuse it), alone or after αQE.
 
 Each method's defaults are tried twice: the paper's values and the values read from the gallery
 (:mod:`galleria.rerank.adaptive`).
@@ -58,6 +60,11 @@ _DEPTH = 100
 _POOLS = (100, 200, 400)
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
 _DBA_MAX = 50
+#: Decoupled diffusion's graph sizes and walk weights searched (each pair is one offline part).
+_DECOUPLED_KS = (10, 20, 30, 50)
+_DECOUPLED_ALPHAS = (0.0, 0.9, 0.99)
+#: The families that can run after αQE (the expanded query's candidates re-ranked).
+_WITH_AQE = ("k-reciprocal", "diffusion", "decoupled-diffusion", "gnn")
 #: Guard metrics: a recommended setting may not lower it (``None``: no guard).
 GUARDS: tuple[str, ...] = ("recall@1",)
 #: How far the lower end of the guard difference (mean − spread over the splits) may fall below 0.
@@ -277,14 +284,21 @@ def _adaptive_trial(family: str, store: InMemoryImageEmbeddingStore) -> dict[str
     return {f"{family}.{names.get(key, key)}": value for key, value in params.items()}
 
 
-def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
+def _choices(adaptive: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """The categorical choices of the search: the fixed ones plus the adaptive trial's values."""
+    ks = set(_DECOUPLED_KS) | {adaptive.get("decoupled-diffusion.k", _DECOUPLED_KS[0])}
+    alphas = set(_DECOUPLED_ALPHAS) | {adaptive.get("decoupled-diffusion.alpha", _DECOUPLED_ALPHAS[0])}
+    return {"decoupled-diffusion.k": tuple(sorted(ks)), "decoupled-diffusion.alpha": tuple(sorted(alphas))}
+
+
+def _suggest(
+    trial: Any, methods: Sequence[str], choices: Mapping[str, tuple[Any, ...]] | None = None
+) -> dict[str, Any]:
     """Optuna's proposal for one trial, as ``RetrievalConfig`` keyword arguments."""
+    choices = _choices({}) if choices is None else choices
     method = trial.suggest_categorical("method", list(methods))
     options: dict[str, Any] = {}
-    if method == "aqe" or (
-        method in ("k-reciprocal", "diffusion", "gnn")
-        and trial.suggest_categorical(f"{method}.aqe", [False, True])
-    ):
+    if method == "aqe" or (method in _WITH_AQE and trial.suggest_categorical(f"{method}.aqe", [False, True])):
         options["query_expansion"] = True
         options["expansion_alpha"] = trial.suggest_float("aqe.alpha", 0.0, 5.0)
         options["expansion_neighbors"] = trial.suggest_int("aqe.n", 1, 50, log=True)
@@ -305,9 +319,15 @@ def _suggest(trial: Any, methods: Sequence[str]) -> dict[str, Any]:
             "alpha": trial.suggest_float("diffusion.alpha", 0.5, 0.99),
             "gamma": trial.suggest_float("diffusion.gamma", 1.0, 5.0),
         }
-    elif method == "decoupled-diffusion":  # online settings only: the offline part is kept per store
+    elif method == "decoupled-diffusion":
+        # The offline part (kept per split's store) depends on k and α: a few values each, so that
+        # trials come back to an offline part already computed; query_k is online and free.
         options["rerank_params"] = {
-            "query_k": trial.suggest_int("decoupled-diffusion.query_k", 1, 30, log=True)
+            "k": trial.suggest_categorical("decoupled-diffusion.k", list(choices["decoupled-diffusion.k"])),
+            "query_k": trial.suggest_int("decoupled-diffusion.query_k", 1, 30, log=True),
+            "alpha": trial.suggest_categorical(
+                "decoupled-diffusion.alpha", list(choices["decoupled-diffusion.alpha"])
+            ),
         }
     elif method == "gnn":
         k1 = trial.suggest_int("gnn.k1", 3, 60)
@@ -500,15 +520,18 @@ def tune(
 
     plain_config, plain_value = measure({})
 
+    adaptive_trials = {family: _adaptive_trial(family, first.store) for family in families}
+    choices = _choices(adaptive_trials.get("decoupled-diffusion", {}))
+
     def objective(trial: Any) -> float:
-        return measure(_suggest(trial, families))[1]
+        return measure(_suggest(trial, families, choices))[1]
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=int(seed))
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for family in families:  # each family's defaults first
         params: dict[str, Any] = {"method": family}
-        if family in ("k-reciprocal", "diffusion", "gnn"):
+        if family in _WITH_AQE:
             params[f"{family}.aqe"] = False
         if family in RERANK_METHODS:
             params[f"{family}.pool"] = 200
@@ -521,7 +544,11 @@ def tune(
                 "diffusion.gamma": 3.0,
             },
             "gnn": {"gnn.k1": 26, "gnn.k2": 7, "gnn.lambda": 0.3},
-            "decoupled-diffusion": {"decoupled-diffusion.query_k": 10},
+            "decoupled-diffusion": {
+                "decoupled-diffusion.k": 50,
+                "decoupled-diffusion.query_k": 10,
+                "decoupled-diffusion.alpha": 0.99,
+            },
             "dba": {
                 "dba.neighbors": 10,
                 "dba.alpha": 3.0,
@@ -531,7 +558,7 @@ def tune(
             "aqe": {"aqe.alpha": 3.0, "aqe.n": 50},
         }
         study.enqueue_trial({**params, **table.get(family, {})})
-        adaptive = _adaptive_trial(family, first.store)
+        adaptive = adaptive_trials[family]
         if adaptive:  # the defaults read from the (validation) gallery
             study.enqueue_trial({**params, **adaptive})
     remaining = max(0, budget - 1)  # plain retrieval was the first trial

@@ -5,8 +5,9 @@ Run ``nice .venv/bin/python benchmarks/bench_10m.py --rows 1000000`` first (minu
 RSS (``VmHWM`` of the child; the shard workers' peak beside it) is the build's alone. The vectors
 are never held whole: the synthetic clustered mixture of ``benchmarks/bench_scale.py`` (1,000
 centres in a 64-d subspace, unit norm, space ``ip``) is generated in seeded chunks of ``--chunk``
-rows and added one chunk at a time, each encoded by the index's parallel shard build
-(``build_workers`` processes; each chunk is split into shards whose inverted lists are merged).
+rows and added one chunk at a time, encoded in the build process (the index's default
+``build_workers=1``) or, with ``--build-workers N``, by the index's parallel shard build (N
+processes; each chunk is split into shards whose inverted lists are merged).
 
 By default the index is built at **its defaults**: no lists, sub-quantizers, bits or probes are
 given, so the index chooses its shape from the first chunk and tunes ``probe_lists`` on a sample
@@ -234,7 +235,7 @@ def main() -> None:
         default=None,
         help="bytes for the codes and ids of all rows (e.g. 1.4e9); scaled to the first chunk",
     )
-    parser.add_argument("--build-workers", type=int, default=2)
+    parser.add_argument("--build-workers", type=int, default=1, help="the index's default: 1")
     parser.add_argument(
         "--rerank-candidates",
         type=int,

@@ -406,3 +406,14 @@ def test_build_precomputes_the_offline_part_and_search_reuses_it(
         main([*args[:-1], "--precompute-rerank", "diffusion", "--overwrite"])
     with pytest.raises(ValueError, match="precompute_rerank"):
         precompute_rerank(loaded, "diffusion")
+
+    # galleria info says what each file keeps for re-ranking
+    assert main(["info", str(out), "--json"]) == 0
+    kept = json.loads(capsys.readouterr().out)["rerank"]
+    assert kept["precomputed"] == {"method": "decoupled-diffusion", "params": header["offline_diffusion"]}
+    assert kept["statistics"]["n_items"] == 24
+    assert main(["info", str(plain_out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rerank"]["precomputed"] is None
+    assert main(["info", str(out)]) == 0
+    line = [row for row in capsys.readouterr().out.splitlines() if row.startswith("re-ranking:")]
+    assert len(line) == 1 and "decoupled-diffusion offline part kept (k=" in line[0]

@@ -1,4 +1,4 @@
-"""``galleria info``: what a store file holds — embedder, index, space, size, skipped files."""
+"""``galleria info``: what a store file holds — embedder, index, space, size, re-ranking parts, skips."""
 
 from __future__ import annotations
 
@@ -71,7 +71,37 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "embedder": config,
         "text_queries": isinstance(config, dict) and config.get("type") == "clip",
         "skipped": store.skipped,
+        "rerank": _rerank_record(store),
     }
+
+
+def _rerank_record(store: Any) -> dict[str, Any]:
+    """What the store keeps for re-ranking: a precomputed offline part and the gallery statistics.
+
+    Both were checked when the file was loaded; ``None`` when the file holds none.
+    """
+    offline = getattr(store, "_offline_diffusion", None)
+    statistics = getattr(store, "_rerank_statistics", None)
+    return {
+        "precomputed": (
+            None if offline is None else {"method": "decoupled-diffusion", "params": dict(offline.params)}
+        ),
+        "statistics": None if statistics is None else statistics.record(),
+    }
+
+
+def _rerank_text(record: dict[str, Any]) -> str:
+    parts = []
+    if record["precomputed"] is not None:
+        params = ", ".join(f"{key}={value}" for key, value in record["precomputed"]["params"].items())
+        parts.append(f"{record['precomputed']['method']} offline part kept ({params})")
+    statistics = record["statistics"]
+    if statistics is not None:
+        pairs = ", ".join(
+            f"{share:.2f} at k={k}" for k, share in zip(statistics["ks"], statistics["share"], strict=False)
+        )
+        parts.append(f"mutual-neighbour share {pairs or '–'} ({statistics['n_sample']} sampled items)")
+    return "; ".join(parts) if parts else "nothing kept (computed on first use)"
 
 
 def _embedder_text(config: dict[str, Any] | None) -> str:
@@ -131,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         f"text queries:   {'yes' if info['text_queries'] else 'no'}",
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
+        f"re-ranking:     {_rerank_text(info['rerank'])}",
         f"skipped files:  {len(info['skipped'])}",
         *(f"  {path}" for path in info["skipped"]),
     ]

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from _proctree import tree_stat_fields
+
 LATENT = 64
 CENTRES = 1_000
 QUERIES = 1_000
@@ -110,26 +112,8 @@ class TreeRss:
         self._thread.start()
 
     def _sample(self) -> float:
-        parents: dict[int, int] = {}
-        rss: dict[int, int] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry)] = int(fields[1])
-            rss[int(entry)] = int(fields[21])  # pages
-        me, total = os.getpid(), 0
-        for pid, pages in rss.items():
-            ancestor = pid
-            while ancestor > 1 and ancestor != me:
-                ancestor = parents.get(ancestor, 0)
-            if ancestor == me:
-                total += pages
-        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+        pages = sum(int(fields[21]) for fields in tree_stat_fields().values())
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
     def _run(self, interval: float) -> None:
         while not self._stop.wait(interval):

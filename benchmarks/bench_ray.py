@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from _proctree import tree_stat_fields
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -56,26 +58,10 @@ class TreeCpu:
         self._thread.start()
 
     def _sample(self) -> None:
-        parents: dict[int, int] = {}
-        readings: dict[int, tuple[int, float]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            parents[int(entry)] = int(fields[1])
-            readings[int(entry)] = (int(fields[19]), (int(fields[11]) + int(fields[12])) / _TICK)
-        me = os.getpid()
+        readings = tree_stat_fields()
         with self._lock:
-            for pid, (started, cpu) in readings.items():
-                ancestor = pid
-                while ancestor > 1 and ancestor != me:
-                    ancestor = parents.get(ancestor, 0)
-                if ancestor == me:
-                    self._seen[(pid, started)] = cpu
+            for pid, fields in readings.items():
+                self._seen[(pid, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / _TICK
 
     def _run(self, interval: float) -> None:
         while not self._stop.wait(interval):

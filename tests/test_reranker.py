@@ -246,6 +246,46 @@ def test_works_after_adding_and_removing_images(tmp_path: Path) -> None:
     assert [c.path for c in reranker.rerank(fresh, top_k=12)] == paths
 
 
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("k-reciprocal", {"k1": 5, "k2": 2}),
+        ("diffusion", {"k": 4, "query_k": 2}),
+        ("decoupled-diffusion", {"k": 4, "query_k": 2, "truncation": 20}),
+        ("gnn", {"k1": 5, "k2": 2}),
+    ],
+)
+def test_candidates_from_before_a_removal_are_placed_by_path(method: str, params: dict[str, object]) -> None:
+    """Candidates carry the row their store found them in; once the gallery changes (rows shift),
+    those rows are stale and the re-ranker finds the candidates by path instead."""
+    from galleria.rerank import make_reranker
+
+    store = vector_store(count=50, seed=4)
+    old = query(store, 3, 20)
+    old_rows = [c._where[1] for c in old]
+    assert old_rows == [store.paths.index(c.path) for c in old]  # the rows the store found them in
+    gone = [p for p in store.paths[:10] if p not in {c.path for c in old}][:4]
+    store.remove_images(gone)  # every later row moves up
+    kept = [c for c in old if c.path not in gone]
+    assert any(store.paths.index(c.path) != row for c, row in zip(kept, old_rows, strict=False))
+    by_hand = [Candidate(c.path, c.score) for c in kept]  # no row at all
+    reranker = make_reranker(method, store, **params)
+    expected = reranker.rerank(by_hand, top_k=len(kept))
+    stale = reranker.rerank(kept, top_k=len(kept))
+    assert [(c.path, c.score) for c in stale] == [(c.path, c.score) for c in expected]
+    fresh = store.retrieve_by_vector(store.embeddings_of([kept[0].path]), k=12)[0]
+    assert [c._where[1] for c in fresh] == [store.paths.index(c.path) for c in fresh]
+    assert [c._where for c in reranker.rerank(fresh, top_k=12)] != [(0, -1)] * 12  # rows kept
+
+
+def test_path_tables_have_unique_tokens() -> None:
+    from galleria.store._paths import PathTable
+
+    first = PathTable.from_paths(["a", "b"])
+    tokens = {first.token, first.extended(["c"]).token, first.select(np.array([True, False])).token}
+    assert len(tokens) == 3 and 0 not in tokens
+
+
 # ---------------------------------------------------------------------------- end to end
 
 

@@ -167,11 +167,13 @@ class PoolReranker:
                 chunk = members[start : start + count]
                 start += count
                 chunk_pools = [pools[position] for position in chunk]
-                paths = [candidate.path for pool in chunk_pools for candidate in pool]
-                vectors = store.embeddings_of(paths).reshape(count, length, -1)  # KeyError for unknown
+                flat = [candidate for pool in chunk_pools for candidate in pool]
+                with store._lock.reading():
+                    rows = store._candidate_rows(flat)  # KeyError naming unknown paths
+                    vectors = store._gallery_vectors(rows).reshape(count, length, -1)
                 scores = np.array([[c.score for c in pool] for pool in chunk_pools], dtype=np.float64)
                 final = self._scores_for_pools(
-                    similarities_from_distances(scores, store.space), vectors, paths
+                    similarities_from_distances(scores, store.space), vectors, rows.reshape(count, length)
                 )
                 order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                 best = np.take_along_axis(final, order, axis=1)
@@ -179,13 +181,13 @@ class PoolReranker:
                     chunk, chunk_pools, order.tolist(), best.tolist(), strict=True
                 ):
                     results[position] = [
-                        Candidate._from_store(pool[i].path, float(v), store.store_id)
+                        Candidate._from_store(pool[i].path, float(v), store.store_id, pool[i]._where)
                         for i, v in zip(picked, values, strict=True)
                     ]
         return results
 
-    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, paths: list[str]) -> np.ndarray:
-        """Scores of ``B`` pools given their candidates' ``paths`` too (B·N, pool by pool)."""
+    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Scores of ``B`` pools given their candidates' gallery ``rows`` too (B, N), pool by pool."""
         return self._scores_from_vectors(probe, vectors)
 
     def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:

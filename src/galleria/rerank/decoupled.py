@@ -447,7 +447,7 @@ class DecoupledDiffusionReranker:
         if not store.is_built:
             raise RuntimeError("the store is not built yet; call build_store() first")
         with store._lock.reading():
-            rows = [store._rows_of([c.path for c in pool]) for pool in pools]  # KeyError for unknown
+            rows = [store._candidate_rows(pool) for pool in pools]  # KeyError for unknown paths
         offline = _offline_of(store, self._offline_params)
         gamma = float(self._offline_params["gamma"])
         results = []
@@ -460,7 +460,10 @@ class DecoupledDiffusionReranker:
             )
             order = np.argsort(final, kind="stable")[:top_k]
             results.append(
-                [Candidate._from_store(pool[i].path, float(final[i]), store.store_id) for i in order.tolist()]
+                [
+                    Candidate._from_store(pool[i].path, float(final[i]), store.store_id, pool[i]._where)
+                    for i in order.tolist()
+                ]
             )
         return results
 

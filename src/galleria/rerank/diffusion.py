@@ -424,12 +424,11 @@ class DiffusionReranker(PoolReranker):
             "graph": self._graph,
         }
 
-    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, paths: list[str]) -> np.ndarray:
+    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
         if self._graph == "pool":
             return self._scores_from_vectors(probe, vectors)
         store = self._store
         graph = gallery_graph(store, graph_neighbours(self._k, self._count_self))
-        rows = store._rows_of(paths).reshape(probe.shape)
         if graph.rows is not store._paths:  # the gallery changed meanwhile: its graph is rebuilt
             graph = gallery_graph(store, graph.others)
         among = pairwise_distances_batched(vectors, vectors, store.space)

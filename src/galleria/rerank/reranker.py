@@ -234,10 +234,8 @@ class KReciprocalReranker:
         lengths = np.array([len(pool) for pool in pools], dtype=np.int64)
         by_size = np.argsort(lengths, kind="stable").tolist()
         ordered = [pools[position] for position in by_size]
-        paths = [candidate.path for pool in ordered for candidate in pool]
-        scores = np.fromiter(
-            (candidate.score for pool in ordered for candidate in pool), np.float64, len(paths)
-        )
+        flat = [candidate for pool in ordered for candidate in pool]
+        scores = np.fromiter((candidate.score for candidate in flat), np.float64, len(flat))
         results: list[list[Candidate]] = [[] for _ in pools]
         make, store_id = Candidate._from_store, store.store_id
         first = start = 0
@@ -248,7 +246,7 @@ class KReciprocalReranker:
                 large = length >= _common.SPARSE_POOL_SIZE  # large pools go one by one
                 for count in [1] * int(total) if large else chunk_counts(int(total), int(length) + 1):
                     end = start + count * int(length)
-                    final = self._chunk_finals(paths[start:end], scores[start:end], count, int(length))
+                    final = self._chunk_finals(flat[start:end], scores[start:end], count, int(length))
                     order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                     best = np.take_along_axis(final, order, axis=1)
                     for position, picked, values in zip(
@@ -256,18 +254,20 @@ class KReciprocalReranker:
                     ):
                         pool = pools[position]
                         results[position] = [
-                            make(pool[i].path, value, store_id)
+                            make(pool[i].path, value, store_id, pool[i]._where)
                             for i, value in zip(picked, values, strict=True)
                         ]
                     first += count
                     start = end
         return results
 
-    def _chunk_finals(self, paths: list[str], scores: np.ndarray, count: int, length: int) -> np.ndarray:
+    def _chunk_finals(
+        self, candidates: list[Candidate], scores: np.ndarray, count: int, length: int
+    ) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
         store = self._store
-        with store._lock.reading():  # the paths are checked candidates' own: no second path check
-            vectors = store._gallery_vectors(store._rows_of(paths))  # KeyError naming unknown paths
+        with store._lock.reading():  # checked candidates: no second path check
+            vectors = store._gallery_vectors(store._candidate_rows(candidates))  # KeyError: unknown paths
         if self._mode == "reference":
             return self._reference_finals(vectors, scores, count, length)
         if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from galleria.store._embedding import embed_files
 from galleria.store._paths import PathTable
 from galleria.store._rwlock import ReadWriteLock
 from galleria.store._state import OfflineDiffusion
+
+if TYPE_CHECKING:
+    from galleria.store.candidate import Candidate
 
 __all__ = ["StoreCore"]
 
@@ -204,6 +207,18 @@ class StoreCore:
                 rows[number] = row
         if unknown:
             raise KeyError(f"{len(unknown)} path(s) not in the store: {describe_paths(unknown)}")
+        return rows
+
+    def _candidate_rows(self, candidates: Sequence[Candidate]) -> np.ndarray:
+        """The rows of checked candidates (call it holding the reading lock): the row a candidate
+        carries when this store's current path table placed it, else its path's (KeyError naming
+        the paths that are not in the store)."""
+        token = self._paths.token
+        places = np.array([candidate._where for candidate in candidates], dtype=np.int64).reshape(-1, 2)
+        rows: np.ndarray = places[:, 1].copy()
+        stale = np.flatnonzero(places[:, 0] != token)
+        if stale.size:  # made by hand, or retrieved before the gallery changed
+            rows[stale] = self._rows_of([candidates[number].path for number in stale.tolist()])
         return rows
 
     def _gallery_vectors(self, rows: np.ndarray) -> np.ndarray:

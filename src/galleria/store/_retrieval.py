@@ -139,9 +139,13 @@ class RetrievalMixin(StoreCore):
                 )
             ids, scores = self._index.search(queries, k)
             paths = self._paths
-        make, token = Candidate._from_store, self._id
+        make, token, table = Candidate._from_store, self._id, paths.token
         return [
-            [make(paths[row], score, token) for row, score in zip(id_row, score_row, strict=True) if row >= 0]
+            [
+                make(paths[row], score, token, (table, row))
+                for row, score in zip(id_row, score_row, strict=True)
+                if row >= 0
+            ]
             for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
         ]
 

@@ -50,6 +50,8 @@ class Candidate:
     score: float
     _buffer: list[np.ndarray] = field(default_factory=list, init=False, repr=False, compare=False, hash=False)
     _store_id: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    #: (path table token, row) where the store found it; (0, -1) for a candidate made by hand.
+    _where: tuple[int, int] = field(default=(0, -1), init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         path: Any = self.path
@@ -64,13 +66,17 @@ class Candidate:
         object.__setattr__(self, "score", float(score))
 
     @classmethod
-    def _from_store(cls, path: str, score: float, store_id: str | None) -> Candidate:
-        """A candidate from trusted parts (a str path, a Python float), tagged with a store identity."""
+    def _from_store(
+        cls, path: str, score: float, store_id: str | None, where: tuple[int, int] = (0, -1)
+    ) -> Candidate:
+        """A candidate from trusted parts (a str path, a Python float), tagged with a store identity
+        and, when known, ``where``: the token of the store's path table and the row it holds it in."""
         candidate = object.__new__(cls)
         object.__setattr__(candidate, "path", path)
         object.__setattr__(candidate, "score", score)
         object.__setattr__(candidate, "_buffer", [])
         object.__setattr__(candidate, "_store_id", store_id)
+        object.__setattr__(candidate, "_where", where)
         return candidate
 
     @property

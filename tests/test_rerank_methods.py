@@ -467,6 +467,66 @@ def test_dba_pool_rescoring_equals_a_second_search_of_the_augmented_store() -> N
         np.testing.assert_allclose(row[[int(c.path[1:]) for c in want]], [c.score for c in want], atol=1e-5)
 
 
+@pytest.mark.parametrize("method", ["diffusion", "decoupled-diffusion"])
+def test_a_diffusion_on_the_augmented_gallery_equals_one_run_on_augment_store(method: str) -> None:
+    from galleria.rerank.registry import check_method_params
+
+    rng = np.random.default_rng(11)
+    centres = rng.normal(size=(4, 12))
+    gallery = np.repeat(centres, 15, axis=0) + 0.6 * rng.normal(size=(60, 12))
+    paths = [f"g{i:02d}" for i in range(60)]
+    store = InMemoryImageEmbeddingStore.from_embeddings(paths, gallery)
+    params = {"k": 6, "query_k": 3, **({"truncation": 30} if method == "decoupled-diffusion" else {})}
+    reranker = make_reranker(method, store, **params, dba_neighbors=4, dba_alpha=2.0)
+    assert reranker.store.augmentation == {"method": "dba", "neighbors": 4, "alpha": 2.0}
+    assert store.augmentation is None  # the original is untouched
+    by_hand = make_reranker(method, augment_store(store, neighbors=4, alpha=2.0), **params)
+    queries = rng.normal(size=(5, 12))
+    pools = reranker.store.retrieve_by_vector(queries, k=40)
+    got = reranker.rerank_batch(pools, top_k=40)
+    want = by_hand.rerank_batch(by_hand.store.retrieve_by_vector(queries, k=40), top_k=40)
+    assert [[(c.path, c.score) for c in pool] for pool in got] == [
+        [(c.path, c.score) for c in pool] for pool in want
+    ]
+    plain = make_reranker(method, store, **params).rerank_batch(store.retrieve_by_vector(queries, k=40), 40)
+    assert [[c.path for c in pool] for pool in plain] != [[c.path for c in pool] for pool in got]
+    # An augmented store is used as it is when its settings match, refused when they do not.
+    assert (
+        make_reranker(method, reranker.store, **params, dba_neighbors=4, dba_alpha=2.0).store
+        is reranker.store
+    )
+    with pytest.raises(ValueError, match="augmented with"):
+        make_reranker(method, reranker.store, **params, dba_neighbors=3, dba_alpha=2.0)
+    # Settings: off (0) is left out, so a setting without DBA reads as it did; bad values are named.
+    assert "dba_neighbors" not in check_method_params(method, {"dba_neighbors": 0})
+    checked = check_method_params(method, {"dba_neighbors": 5})
+    assert (checked["dba_neighbors"], checked["dba_alpha"]) == (5, 3.0)
+    with pytest.raises(ValueError, match="dba_neighbors"):
+        check_method_params(method, {"dba_neighbors": -1})
+    with pytest.raises(TypeError, match="dba_neighbors"):
+        check_method_params(method, {"dba_neighbors": "5"})
+    with pytest.raises(ValueError, match="dba_alpha"):
+        check_method_params(method, {"dba_neighbors": 5, "dba_alpha": -1.0})
+    with pytest.raises(TypeError, match="dba_neighbors"):
+        make_reranker(method, store, dba_neighbors=2.5)
+    l2 = InMemoryImageEmbeddingStore.from_embeddings(paths, gallery, space="l2")
+    with pytest.raises(ValueError, match="cosine"):
+        make_reranker(method, l2, **params, dba_neighbors=4)
+    assert make_reranker(method, l2, **params).store is l2
+
+
+def test_dba_before_diffusion_round_trips_through_a_settings_file(tmp_path: Path) -> None:
+    from galleria.evaluation import RetrievalConfig
+    from galleria.tune.settings import read_settings, write_settings
+
+    config = RetrievalConfig(
+        "t", rerank=True, rerank_method="diffusion", rerank_params={"k": 9, "dba_neighbors": 5}, pool=1000
+    )
+    assert "dba_neighbors=5" in config.title and "dba_alpha=3" in config.title
+    write_settings(tmp_path / "s.json", config)
+    assert read_settings(tmp_path / "s.json").settings() == config.settings()
+
+
 def test_aqe_pools_without_positive_matches_keeps_the_order() -> None:
     probe = np.array([[-0.5, -0.25]])
     among = np.array([[[1.0, 0.0], [0.0, 1.0]]])

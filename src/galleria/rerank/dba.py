@@ -49,6 +49,7 @@ __all__ = [
     "DBAReranker",
     "aqe_pools",
     "augment_store",
+    "augmented_store_for",
     "database_augmentation",
     "dba_aqe_rerank_features",
 ]
@@ -158,6 +159,21 @@ def augment_store(
     return result
 
 
+def augmented_store_for(
+    store: InMemoryImageEmbeddingStore, neighbors: int, alpha: float, what: str
+) -> InMemoryImageEmbeddingStore:
+    """``store`` augmented with ``neighbors`` and ``alpha`` (checked): ``store`` itself when it already
+    is (a saved augmented store), else its augmented copy (:func:`augment_store`). ``what`` names the
+    method in the errors; ValueError for a store augmented with other settings."""
+    check_store(store, what)
+    record = store.augmentation
+    if record is None:
+        return augment_store(store, neighbors=neighbors, alpha=alpha)
+    if record == {"method": "dba", "neighbors": neighbors, "alpha": alpha}:
+        return store
+    raise ValueError(f"store is augmented with {record}, not with neighbors={neighbors}, alpha={alpha}")
+
+
 def aqe_pools(probe: np.ndarray, among: np.ndarray, *, neighbors: int, alpha: float) -> np.ndarray:
     """Cosine distances of every candidate to the αQE-expanded query, for ``B`` pools (see the module).
 
@@ -236,15 +252,7 @@ class DBAReranker(PoolReranker):
         self._alpha = check_expansion_alpha("alpha", alpha)
         self._aqe_neighbors = check_positive_int("aqe_neighbors", aqe_neighbors)
         self._aqe_alpha = check_expansion_alpha("aqe_alpha", aqe_alpha)
-        record = store.augmentation
-        if record is None:
-            self._store = augment_store(store, neighbors=self._neighbors, alpha=self._alpha)
-        elif record == {"method": "dba", "neighbors": self._neighbors, "alpha": self._alpha}:
-            self._store = store
-        else:
-            raise ValueError(
-                f"store is augmented with {record}, not with neighbors={self._neighbors}, alpha={self._alpha}"
-            )
+        self._store = augmented_store_for(store, self._neighbors, self._alpha, "DBA + αQE")
 
     def __repr__(self) -> str:
         return (

@@ -7,6 +7,11 @@ one entry in :data:`_METHODS` — its parameter names, its constructor and its s
 * :data:`METHOD_PARAMS` — the keyword parameters each method takes (besides the store);
 * :func:`make_reranker` — build a method's re-ranker on a store;
 * :func:`check_method_params` — validate a method's parameters without a store, defaults filled in;
+* :data:`AUGMENTABLE_METHODS` — the methods that can run on the DBA-augmented gallery
+  (``dba_neighbors`` > 0, ``dba_alpha``): the store is augmented as for the ``dba`` method
+  (:func:`~galleria.rerank.dba.augment_store`) and the method re-ranks on it, so candidates are
+  retrieved from the re-ranker's :attr:`store`, the augmented one (Radenović et al.'s DBA, then
+  diffusion). ``dba_neighbors`` 0, the default, is the plain gallery and is left out of the settings;
 * :data:`PRECOMPUTED_METHODS` / :func:`precompute_rerank` — the methods with an offline part a store
   can keep (``galleria build --precompute-rerank``), and the call that computes it into the store.
 """
@@ -17,11 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from galleria._validation import check_bool, check_choice, check_positive_int
+from galleria._validation import check_bool, check_choice, check_positive_int, is_int
 from galleria.expansion import check_expansion_alpha
 from galleria.rerank._common import check_hyperparameters
 from galleria.rerank.base import Reranker
-from galleria.rerank.dba import DBAReranker
+from galleria.rerank.dba import DBAReranker, augmented_store_for
 from galleria.rerank.decoupled import (
     OFFLINE_PARAMS,
     DecoupledDiffusionReranker,
@@ -36,6 +41,7 @@ from galleria.rerank.reranker import KReciprocalReranker
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "AUGMENTABLE_METHODS",
     "DEFAULT_METHOD",
     "METHOD_PARAMS",
     "PRECOMPUTED_METHODS",
@@ -63,6 +69,22 @@ def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"k1": k1, "k2": k2, "lambda_value": lam}
 
 
+#: The parameters of a method that can run on the DBA-augmented gallery.
+_AUGMENT_PARAMS = ("dba_neighbors", "dba_alpha")
+
+
+def _check_augmentation(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``dba_neighbors`` (a non-negative int; 0: the gallery as it is) and ``dba_alpha`` — both
+    left out when there is no augmentation, so that a setting without it reads as before."""
+    neighbors = params.get("dba_neighbors", 0)
+    if not is_int(neighbors):
+        raise TypeError(f"dba_neighbors must be an int, got {neighbors!r} ({type(neighbors).__name__})")
+    if neighbors < 0:
+        raise ValueError(f"dba_neighbors must be >= 0 (0: no augmentation), got {neighbors!r}")
+    alpha = check_expansion_alpha("dba_alpha", params.get("dba_alpha", 3.0))
+    return {"dba_neighbors": int(neighbors), "dba_alpha": alpha} if neighbors else {}
+
+
 _DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter", "count_self", "graph")
 
 
@@ -77,7 +99,10 @@ def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
     )
     count_self = check_bool("count_self", params.get("count_self", True))
     graph = check_choice("graph", params.get("graph", "gallery"), DIFFUSION_GRAPHS)
-    return dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True))
+    return {
+        **dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True)),
+        **_check_augmentation(params),
+    }
 
 
 def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,17 +134,24 @@ def _check_decoupled(params: Mapping[str, Any]) -> dict[str, Any]:
         params.get("tol", 1e-6),
         params.get("maxiter", 20),
     )
-    return dict(zip(_DECOUPLED_PARAMS, values, strict=True))
+    return {**dict(zip(_DECOUPLED_PARAMS, values, strict=True)), **_check_augmentation(params)}
 
 
 #: Every method by name, the default first.
 _METHODS: dict[str, _Method] = {
     "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
-    "diffusion": _Method(_DIFFUSION_PARAMS, DiffusionReranker, _check_diffusion),
+    "diffusion": _Method(_DIFFUSION_PARAMS + _AUGMENT_PARAMS, DiffusionReranker, _check_diffusion),
     "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
     "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
-    "decoupled-diffusion": _Method(_DECOUPLED_PARAMS, DecoupledDiffusionReranker, _check_decoupled),
+    "decoupled-diffusion": _Method(
+        _DECOUPLED_PARAMS + _AUGMENT_PARAMS, DecoupledDiffusionReranker, _check_decoupled
+    ),
 }
+
+#: The methods that can re-rank on the DBA-augmented gallery (``dba_neighbors``, ``dba_alpha``).
+AUGMENTABLE_METHODS: tuple[str, ...] = tuple(
+    name for name, method in _METHODS.items() if "dba_neighbors" in method.params
+)
 
 #: The re-ranking methods :func:`make_reranker` knows, the default first.
 RERANK_METHODS: tuple[str, ...] = tuple(_METHODS)
@@ -136,7 +168,9 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
     ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
     ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
-    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion).
+    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion; and
+    ``dba_neighbors``, ``dba_alpha`` for the :data:`AUGMENTABLE_METHODS`, which then re-rank on the
+    DBA-augmented copy of ``store``: retrieve the candidates from the re-ranker's ``store``).
 
     Raises
     ------
@@ -151,6 +185,14 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     'DiffusionReranker'
     """
     name = check_choice("method", method, RERANK_METHODS)
+    if name in AUGMENTABLE_METHODS:
+        extra = sorted(set(params) - set(_METHODS[name].params))
+        if extra:
+            raise TypeError(f"unknown {name} parameter(s) {extra}; it takes {list(_METHODS[name].params)}")
+        augmentation = _check_augmentation(params)
+        params = {key: value for key, value in params.items() if key not in _AUGMENT_PARAMS}
+        if augmentation:
+            store = augmented_store_for(store, augmentation["dba_neighbors"], augmentation["dba_alpha"], name)
     return _METHODS[name].build(store, **params)
 
 

@@ -7,7 +7,14 @@ method (k-reciprocal, diffusion, decoupled diffusion, GNN, DBA + αQE) with its 
 without αQE before it — on those queries and scores it. Each method's defaults are tried first,
 then Optuna's TPE sampler (seeded) proposes more until the trial budget or the timeout is spent.
 Decoupled diffusion is searched over its online ``query_k`` and a few graph sizes and walk weights
-(each pair is one offline part, kept per split while the trials reuse it), alone or after αQE.
+(each pair is one offline part, kept per split while the trials reuse it), alone or after αQE. Both
+diffusions are also searched on the DBA-augmented gallery (``dba_neighbors``, ``dba_alpha``: a few
+values each, the augmented copies kept per split), and over pools up to 1,000 candidates: a class
+of thousands of images needs a pool that reaches past the first hundreds.
+
+With the guard on, the sampler is told which trials lowered Recall@1 on the tuning split by more
+than :data:`GUARD_MARGIN` (Optuna's constrained TPE), so that it proposes more where the guard
+holds; those trials are checked on the other splits after the ones that kept it.
 
 Each method's defaults are tried twice: the paper's values and the values read from the gallery
 (:mod:`galleria.rerank.adaptive`).
@@ -38,7 +45,7 @@ from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.datasets.folder import stratified_split
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_rank, ranked_relevance
-from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
+from galleria.rerank.registry import AUGMENTABLE_METHODS, DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -57,12 +64,17 @@ METRICS: tuple[str, ...] = ("map@100", "recall@1", "recall@5", "mrr", "map@r")
 #: The settings families searched: plain retrieval, αQE alone, and every re-ranking method.
 SEARCH_METHODS: tuple[str, ...] = ("plain", "aqe", *RERANK_METHODS)
 _DEPTH = 100
-_POOLS = (100, 200, 400)
+_POOLS = (100, 200, 400, 1000)
+#: DBA before a diffusion: the neighbourhoods and weights searched (each pair one augmented copy).
+_AUGMENT_NEIGHBORS = (2, 5, 10)
+_AUGMENT_ALPHAS = (1.0, 3.0)
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
 _DBA_MAX = 50
 #: Decoupled diffusion's graph sizes and walk weights searched (each pair is one offline part).
 _DECOUPLED_KS = (10, 20, 30, 50)
 _DECOUPLED_ALPHAS = (0.0, 0.9, 0.99)
+#: The families also searched on the DBA-augmented gallery (and over pools up to 1,000).
+_AUGMENTED = AUGMENTABLE_METHODS
 #: The families that can run after αQE (the expanded query's candidates re-ranked).
 _WITH_AQE = ("k-reciprocal", "diffusion", "decoupled-diffusion", "gnn")
 #: Guard metrics: a recommended setting may not lower it (``None``: no guard).
@@ -137,9 +149,11 @@ class _Split:
         store = self.store
         reranker = None
         if config.rerank:
+            params = config.rerank_params
             if config.rerank_method == "dba":
-                params = config.rerank_params
                 store = self._augmented(int(params.get("neighbors", 10)), float(params.get("alpha", 3.0)))
+            elif params.get("dba_neighbors"):  # a diffusion on the augmented gallery
+                store = self._augmented(int(params["dba_neighbors"]), float(params["dba_alpha"]))
             reranker = make_reranker(config.rerank_method, store, **config.reranker_params())
             store = reranker.store
         k = min(max(self.depth, config.pool) if config.rerank else self.depth, len(store))
@@ -306,7 +320,8 @@ def _suggest(
         return options
     options["rerank"] = True
     options["rerank_method"] = method
-    options["pool"] = trial.suggest_categorical(f"{method}.pool", list(_POOLS))
+    pools = _POOLS if method in _AUGMENTED else _POOLS[:-1]  # the pool methods stop at 400
+    options["pool"] = trial.suggest_categorical(f"{method}.pool", list(pools))
     if method == "k-reciprocal":
         k1 = trial.suggest_int("k-reciprocal.k1", 4, 60)
         options["k1"] = k1
@@ -343,6 +358,13 @@ def _suggest(
             "aqe_neighbors": trial.suggest_int("dba.aqe_neighbors", 1, 50, log=True),
             "aqe_alpha": trial.suggest_float("dba.aqe_alpha", 0.0, 5.0),
         }
+    if method in _AUGMENTED and trial.suggest_categorical(f"{method}.dba", [False, True]):
+        options["rerank_params"]["dba_neighbors"] = trial.suggest_categorical(
+            f"{method}.dba_neighbors", list(_AUGMENT_NEIGHBORS)
+        )
+        options["rerank_params"]["dba_alpha"] = trial.suggest_categorical(
+            f"{method}.dba_alpha", list(_AUGMENT_ALPHAS)
+        )
     return options
 
 
@@ -498,13 +520,16 @@ def tune(
 
     trials: list[dict[str, Any]] = []
     seen: dict[str, float] = {}
+    guarded: dict[str, float] = {}  # the guard metric on the tuning split
     configs: dict[str, RetrievalConfig] = {}
 
     def measure(options: dict[str, Any]) -> tuple[RetrievalConfig, float]:
         config = RetrievalConfig("trial", **options)
         key = repr(sorted(config.settings().items()))
         if key not in seen:
-            seen[key] = first.run(config)[chosen_metric]
+            values = first.run(config)
+            seen[key] = values[chosen_metric]
+            guarded[key] = values[guard_metric] if guard_metric else 0.0
             configs[key] = config
             trials.append(
                 {
@@ -519,20 +544,41 @@ def tune(
         return config, seen[key]
 
     plain_config, plain_value = measure({})
+    plain_guard = guarded[repr(sorted(plain_config.settings().items()))]
+
+    def short_of_guard(key: str) -> float:
+        """How far ``key``'s guard metric fell below plain's on the tuning split, beyond the margin
+        (≤ 0: within it)."""
+        return plain_guard - guarded[key] - GUARD_MARGIN if guard_metric else 0.0
 
     adaptive_trials = {family: _adaptive_trial(family, first.store) for family in families}
     choices = _choices(adaptive_trials.get("decoupled-diffusion", {}))
 
+    # Optuna 5 reads a trial's constraints from ``Trial.set_constraint``; older ones from a function.
+    native = hasattr(optuna.trial.Trial, "set_constraint")
+
     def objective(trial: Any) -> float:
-        return measure(_suggest(trial, families, choices))[1]
+        config, value = measure(_suggest(trial, families, choices))
+        short = short_of_guard(repr(sorted(config.settings().items())))
+        if native and guard_metric:
+            trial.set_constraint("guard", short)
+        trial.set_user_attr("short_of_guard", short)
+        return value
+
+    def constraints(trial: Any) -> tuple[float]:
+        return (float(trial.user_attrs.get("short_of_guard", 0.0)),)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=int(seed))
+    sampler = optuna.samplers.TPESampler(
+        seed=int(seed), constraints_func=constraints if guard_metric and not native else None
+    )
     study = optuna.create_study(direction="maximize", sampler=sampler)
     for family in families:  # each family's defaults first
         params: dict[str, Any] = {"method": family}
         if family in _WITH_AQE:
             params[f"{family}.aqe"] = False
+        if family in _AUGMENTED:
+            params[f"{family}.dba"] = False
         if family in RERANK_METHODS:
             params[f"{family}.pool"] = 200
         table: dict[str, dict[str, Any]] = {
@@ -573,9 +619,9 @@ def tune(
     every = [first, *others]
     plain_runs = [split.run(plain_config) for split in every]
     plain_key = repr(sorted(plain_config.settings().items()))
-    ranked = sorted(
+    ranked = sorted(  # those that kept the guard on the tuning split first, then the best value
         (key for key in seen if key != plain_key and seen[key] > plain_value),
-        key=lambda key: -seen[key],  # stable: ties keep the trial order
+        key=lambda key: (short_of_guard(key) > 0, -seen[key]),  # stable: ties keep the trial order
     )
     checked: list[dict[str, Any]] = []
     best_config, best_value = plain_config, plain_value

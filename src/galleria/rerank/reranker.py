@@ -306,6 +306,21 @@ def _fits(score: float) -> bool:
     return -MAX_SCORE <= score <= MAX_SCORE  # False for NaN and ±inf as well
 
 
+def _plainly_valid(pool: list[Any], store_id: str) -> bool:
+    """True when every entry is a ``Candidate`` of this store (or made by hand) with a float score in
+    the float32 range and no path repeats: the common case, checked a column at a time."""
+    if not all(type(candidate) is Candidate for candidate in pool):
+        return False
+    scores = [candidate.score for candidate in pool]
+    if not all(type(score) is float for score in scores):
+        return False
+    if not {candidate._store_id for candidate in pool} <= {None, store_id}:
+        return False
+    if not bool(np.all(np.abs(np.array(scores)) <= MAX_SCORE)):  # False for NaN and ±inf as well
+        return False
+    return len({candidate.path for candidate in pool}) == len(pool)
+
+
 def _check_candidate_lists(candidate_lists: Any, store_id: str) -> list[list[Candidate]]:
     """Validate the argument of ``rerank_batch``: a sequence of candidate lists, each checked."""
     if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
@@ -325,13 +340,7 @@ def _check_candidates(name: str, candidates: Any, store_id: str) -> list[Candida
     if len(candidates) == 0:
         raise ValueError(f"{name} must not be empty")
     pool = list(candidates)
-    if all(
-        type(candidate) is Candidate
-        and type(candidate.score) is float
-        and _fits(candidate.score)
-        and candidate.store_id in (None, store_id)
-        for candidate in pool
-    ) and len({candidate.path for candidate in pool}) == len(pool):
+    if _plainly_valid(pool, store_id):
         return pool  # the common case, checked fast
     seen: set[str] = set()
     for position, candidate in enumerate(pool):

@@ -314,7 +314,7 @@ def test_tuning_decoupled_diffusion_tries_its_adaptive_defaults() -> None:
     assert {key: tried[2][key] for key in adaptive} == adaptive  # then the gallery's
 
 
-def test_the_diffusions_are_searched_on_the_augmented_gallery_too() -> None:
+def test_the_diffusions_are_searched_on_the_prepared_gallery_too() -> None:
     import optuna
 
     from galleria.rerank import make_reranker
@@ -328,6 +328,8 @@ def test_the_diffusions_are_searched_on_the_augmented_gallery_too() -> None:
         "diffusion.query_k": 2,
         "diffusion.alpha": 0.9,
         "diffusion.gamma": 3.0,
+        "diffusion.vector_power": 0.5,
+        "diffusion.centre": True,
         "diffusion.dba": True,
         "diffusion.dba_neighbors": 5,
         "diffusion.dba_alpha": 1.0,
@@ -335,11 +337,14 @@ def test_the_diffusions_are_searched_on_the_augmented_gallery_too() -> None:
     options = _suggest(optuna.trial.FixedTrial(fixed), ["diffusion"])
     assert options["pool"] == 1000
     assert options["rerank_params"]["dba_neighbors"] == 5 and options["rerank_params"]["dba_alpha"] == 1.0
+    assert options["rerank_params"]["vector_power"] == 0.5 and options["rerank_params"]["centre"] is True
     store, labels = _clustered(0.8, per_class=20)
     split = _make_split(store, store.embeddings, _labels_of(store, labels), 0, 20, "map@100")
     config = RetrievalConfig("t", **options)
     measured = split.run(config)
-    assert list(split.augmented) == [(5, 1.0)]  # the split's augmented copy, kept for the next trials
+    assert list(split.normalised) == [(0.5, True)]  # the split's prepared copies, kept for later trials
+    assert list(split.augmented) == [(0.5, True, 5, 1.0)]
+    assert split.augmented[(0.5, True, 5, 1.0)].vector_transform == {"vector_power": 0.5, "centre": True}
     reranker = make_reranker("diffusion", split.store, **config.reranker_params())
     lists = reranker.store.retrieve_by_vector(split.queries, k=len(split.store))
     by_hand = reranker.rerank_batch(lists, top_k=len(split.store))

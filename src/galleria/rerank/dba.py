@@ -156,6 +156,7 @@ def augment_store(
         index_params=index.params() or None,
     )
     result._augmentation = {"method": "dba", "neighbors": count, "alpha": power}
+    result._query_transform = store._query_transform  # a normalised view stays one, queries and all
     return result
 
 

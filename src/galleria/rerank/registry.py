@@ -7,11 +7,12 @@ one entry in :data:`_METHODS` — its parameter names, its constructor and its s
 * :data:`METHOD_PARAMS` — the keyword parameters each method takes (besides the store);
 * :func:`make_reranker` — build a method's re-ranker on a store;
 * :func:`check_method_params` — validate a method's parameters without a store, defaults filled in;
-* :data:`AUGMENTABLE_METHODS` — the methods that can run on the DBA-augmented gallery
-  (``dba_neighbors`` > 0, ``dba_alpha``): the store is augmented as for the ``dba`` method
-  (:func:`~galleria.rerank.dba.augment_store`) and the method re-ranks on it, so candidates are
-  retrieved from the re-ranker's :attr:`store`, the augmented one (Radenović et al.'s DBA, then
-  diffusion). ``dba_neighbors`` 0, the default, is the plain gallery and is left out of the settings;
+* :data:`AUGMENTABLE_METHODS` — the methods that can run on a prepared gallery: power-normalised
+  and centred vectors (``vector_power`` < 1, ``centre``; :mod:`galleria.rerank.normalise`), then
+  DBA-augmented ones (``dba_neighbors`` > 0, ``dba_alpha``; as for the ``dba`` method,
+  :func:`~galleria.rerank.dba.augment_store`). The method re-ranks on that derived store, so
+  candidates are retrieved from the re-ranker's :attr:`store`. The defaults (power 1, no centring,
+  ``dba_neighbors`` 0) are the gallery as it is and are left out of the settings;
 * :data:`PRECOMPUTED_METHODS` / :func:`precompute_rerank` — the methods with an offline part a store
   can keep (``galleria build --precompute-rerank``), and the call that computes it into the store.
 """
@@ -37,6 +38,7 @@ from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
 from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
 from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
 from galleria.rerank.gnn import GnnReranker, check_gnn_params
+from galleria.rerank.normalise import check_vector_power, normalised_store
 from galleria.rerank.reranker import KReciprocalReranker
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -50,6 +52,7 @@ __all__ = [
     "check_precompute_method",
     "make_reranker",
     "precompute_rerank",
+    "prepared_store",
 ]
 
 
@@ -69,20 +72,48 @@ def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"k1": k1, "k2": k2, "lambda_value": lam}
 
 
-#: The parameters of a method that can run on the DBA-augmented gallery.
-_AUGMENT_PARAMS = ("dba_neighbors", "dba_alpha")
+#: The parameters of a method that can run on a prepared gallery (normalised, then augmented).
+_AUGMENT_PARAMS = ("vector_power", "centre", "dba_neighbors", "dba_alpha")
 
 
 def _check_augmentation(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``dba_neighbors`` (a non-negative int; 0: the gallery as it is) and ``dba_alpha`` — both
-    left out when there is no augmentation, so that a setting without it reads as before."""
+    """``vector_power`` (in (0, 1]; 1: none), ``centre`` (bool), ``dba_neighbors`` (a non-negative
+    int; 0: no augmentation) and ``dba_alpha`` — each left out at its no-op value, so that a
+    setting without them reads as before."""
+    result: dict[str, Any] = {}
+    power = check_vector_power(params.get("vector_power", 1.0))
+    if power != 1.0:
+        result["vector_power"] = power
+    if check_bool("centre", params.get("centre", False)):
+        result["centre"] = True
     neighbors = params.get("dba_neighbors", 0)
     if not is_int(neighbors):
         raise TypeError(f"dba_neighbors must be an int, got {neighbors!r} ({type(neighbors).__name__})")
     if neighbors < 0:
         raise ValueError(f"dba_neighbors must be >= 0 (0: no augmentation), got {neighbors!r}")
     alpha = check_expansion_alpha("dba_alpha", params.get("dba_alpha", 3.0))
-    return {"dba_neighbors": int(neighbors), "dba_alpha": alpha} if neighbors else {}
+    if neighbors:
+        result.update(dba_neighbors=int(neighbors), dba_alpha=alpha)
+    return result
+
+
+def prepared_store(
+    store: InMemoryImageEmbeddingStore, preparation: Mapping[str, Any]
+) -> InMemoryImageEmbeddingStore:
+    """``store`` prepared as :func:`_check_augmentation`'s ``preparation`` says: normalised (a
+    read-only view) when asked, then DBA-augmented when asked. A store already prepared so (a saved
+    augmented store, a caller's normalised view) is used as it is."""
+    wanted = {
+        "vector_power": preparation.get("vector_power", 1.0),
+        "centre": preparation.get("centre", False),
+    }
+    if wanted != {"vector_power": 1.0, "centre": False} and store.vector_transform != wanted:
+        store = normalised_store(store, **wanted)
+    if "dba_neighbors" in preparation:
+        store = augmented_store_for(
+            store, preparation["dba_neighbors"], preparation["dba_alpha"], "database-side augmentation"
+        )
+    return store
 
 
 _DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter", "count_self", "graph")
@@ -169,8 +200,9 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
     ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
     ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion; and
-    ``dba_neighbors``, ``dba_alpha`` for the :data:`AUGMENTABLE_METHODS`, which then re-rank on the
-    DBA-augmented copy of ``store``: retrieve the candidates from the re-ranker's ``store``).
+    ``vector_power``, ``centre``, ``dba_neighbors``, ``dba_alpha`` for the
+    :data:`AUGMENTABLE_METHODS`, which then re-rank on the normalised and/or DBA-augmented copy of
+    ``store``: retrieve the candidates from the re-ranker's ``store``).
 
     Raises
     ------
@@ -189,10 +221,9 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
         extra = sorted(set(params) - set(_METHODS[name].params))
         if extra:
             raise TypeError(f"unknown {name} parameter(s) {extra}; it takes {list(_METHODS[name].params)}")
-        augmentation = _check_augmentation(params)
+        preparation = _check_augmentation(params)
         params = {key: value for key, value in params.items() if key not in _AUGMENT_PARAMS}
-        if augmentation:
-            store = augmented_store_for(store, augmentation["dba_neighbors"], augmentation["dba_alpha"], name)
+        store = prepared_store(store, preparation)
     return _METHODS[name].build(store, **params)
 
 

@@ -39,6 +39,7 @@ class StoreCore:
     _skipped: list[str]
     _built: bool
     _augmentation: dict[str, Any] | None  # set by galleria.rerank.dba.augment_store
+    _query_transform: Any  # galleria.rerank.normalise.QueryTransform of a normalised view, or None
     _offline_diffusion: OfflineDiffusion | None  # set by galleria.rerank.decoupled; None once rows change
     _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
     _skip_errors: bool
@@ -57,6 +58,7 @@ class StoreCore:
         self._skipped = []
         self._built = False
         self._augmentation = None
+        self._query_transform = None
         self._offline_diffusion = None
         self._rerank_statistics = None
         self._skip_errors = False
@@ -133,6 +135,21 @@ class StoreCore:
     def augmentation(self) -> dict[str, Any] | None:
         """How the stored vectors were augmented (``{"method": "dba", ...}``); None for plain ones."""
         return None if self._augmentation is None else dict(self._augmentation)
+
+    @property
+    def vector_transform(self) -> dict[str, Any] | None:
+        """``{"vector_power": p, "centre": bool}`` for a normalised view
+        (:func:`galleria.rerank.normalise.normalised_store`), which applies them to every query and
+        is read-only; None for a store of its own."""
+        return None if self._query_transform is None else dict(self._query_transform.record())
+
+    def _require_own(self, action: str) -> None:
+        """Refuse ``action`` on a normalised view: its rows are the original store's, transformed."""
+        if self._query_transform is not None:
+            raise ValueError(
+                f"cannot {action}: this store is a read-only normalised view ({self.vector_transform}) of "
+                "another store; change or save the original store"
+            )
 
     @property
     def is_built(self) -> bool:

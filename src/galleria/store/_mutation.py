@@ -47,6 +47,7 @@ class MutationMixin(StoreCore):
         check_callback("on_progress", on_progress)
         skip = None if skip_errors is None else check_bool("skip_errors", skip_errors)
         self._require_built()
+        self._require_own("add images")
         self._require_embedder("new images")
         new = drop_duplicates(new, "paths", known=self._known(new))
         if not new:
@@ -85,6 +86,7 @@ class MutationMixin(StoreCore):
         """
         gone = check_path_list("paths", paths, allow_empty=True)
         self._require_built()
+        self._require_own("remove images")
         with self._lock.writing():
             rows = np.unique(self._rows_of(gone))
             if len(rows) == 0:

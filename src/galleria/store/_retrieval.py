@@ -126,6 +126,8 @@ class RetrievalMixin(StoreCore):
         self, queries: np.ndarray, k: int, alpha: float, neighbors: int, expand: bool
     ) -> list[list[Candidate]]:
         """Search (q, d) float32 queries, optionally after αQE, and turn rows into candidates."""
+        if self._query_transform is not None:  # a normalised view: the queries as its gallery
+            queries = self._query_transform(queries)
         with self._lock.reading():
             size = len(self._paths)
             if size == 0:

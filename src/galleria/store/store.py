@@ -283,6 +283,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
 
         target = persistence.check_store_path(path)
         self._require_built()
+        self._require_own("save it")
         with self._lock.reading():
             statistics = self._rerank_statistics
             snapshot = GalleryState(

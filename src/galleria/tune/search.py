@@ -68,6 +68,8 @@ _POOLS = (100, 200, 400, 1000)
 #: DBA before a diffusion: the neighbourhoods and weights searched (each pair one augmented copy).
 _AUGMENT_NEIGHBORS = (2, 5, 10)
 _AUGMENT_ALPHAS = (1.0, 3.0)
+#: The diffusions' power normalisations searched (1: none), each with and without centring.
+_VECTOR_POWERS = (1.0, 0.5)
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
 _DBA_MAX = 50
 #: Decoupled diffusion's graph sizes and walk weights searched (each pair is one offline part).
@@ -123,25 +125,40 @@ class _Split:
     query_labels: list[Hashable]
     gallery_labels: dict[str, Hashable]
     depth: int
-    augmented: dict[tuple[int, float], InMemoryImageEmbeddingStore] = field(default_factory=dict)
-    neighbour_lists: np.ndarray | None = None
+    #: Prepared copies of the validation gallery, by (vector_power, centre[, neighbors, alpha]).
+    normalised: dict[tuple[Any, ...], InMemoryImageEmbeddingStore] = field(default_factory=dict)
+    augmented: dict[tuple[Any, ...], InMemoryImageEmbeddingStore] = field(default_factory=dict)
+    neighbour_lists: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
     searches: dict[tuple[Any, ...], list[list[Candidate]]] = field(default_factory=dict)
 
-    def _augmented(self, neighbors: int, alpha: float) -> InMemoryImageEmbeddingStore:
+    def _prepared(
+        self, power: float = 1.0, centre: bool = False, neighbors: int = 0, alpha: float = 3.0
+    ) -> InMemoryImageEmbeddingStore:
+        """The validation gallery normalised and/or DBA-augmented (a few copies kept for later trials)."""
         from galleria.rerank.base import top_similar
         from galleria.rerank.dba import augment_store
+        from galleria.rerank.normalise import normalised_store
 
-        key = (neighbors, alpha)
+        base_key: tuple[Any, ...] = (power, centre)
+        base = self.store
+        if base_key != (1.0, False):
+            if base_key not in self.normalised:
+                _make_room(self.normalised, 2)
+                self.normalised[base_key] = normalised_store(self.store, vector_power=power, centre=centre)
+            base = self.normalised[base_key]
+        if not neighbors:
+            return base
+        key = (*base_key, neighbors, alpha)
         if key not in self.augmented:
-            if self.neighbour_lists is None:  # once per split, for the largest DBA neighbourhood searched
-                unit = self.store.embeddings
-                self.neighbour_lists = top_similar(
+            if base_key not in self.neighbour_lists:  # once per gallery, for the largest neighbourhood
+                unit = base.embeddings
+                _make_room(self.neighbour_lists, 2)
+                self.neighbour_lists[base_key] = top_similar(
                     unit, unit, min(_DBA_MAX, len(unit) - 1), exclude_self=True
                 )[0]
-            if len(self.augmented) >= 2:
-                self.augmented.pop(next(iter(self.augmented)))
+            _make_room(self.augmented, 2)
             self.augmented[key] = augment_store(
-                self.store, neighbors=neighbors, alpha=alpha, neighbour_lists=self.neighbour_lists
+                base, neighbors=neighbors, alpha=alpha, neighbour_lists=self.neighbour_lists[base_key]
             )
         return self.augmented[key]
 
@@ -151,9 +168,15 @@ class _Split:
         if config.rerank:
             params = config.rerank_params
             if config.rerank_method == "dba":
-                store = self._augmented(int(params.get("neighbors", 10)), float(params.get("alpha", 3.0)))
-            elif params.get("dba_neighbors"):  # a diffusion on the augmented gallery
-                store = self._augmented(int(params["dba_neighbors"]), float(params["dba_alpha"]))
+                neighbors, alpha = int(params.get("neighbors", 10)), float(params.get("alpha", 3.0))
+                store = self._prepared(neighbors=neighbors, alpha=alpha)
+            elif config.rerank_method in _AUGMENTED:  # a diffusion on a prepared gallery
+                store = self._prepared(
+                    float(params.get("vector_power", 1.0)),
+                    bool(params.get("centre", False)),
+                    int(params.get("dba_neighbors", 0)),
+                    float(params.get("dba_alpha", 3.0)),
+                )
             reranker = make_reranker(config.rerank_method, store, **config.reranker_params())
             store = reranker.store
         k = min(max(self.depth, config.pool) if config.rerank else self.depth, len(store))
@@ -176,6 +199,12 @@ class _Split:
                 head + candidates[config.pool :] for head, candidates in zip(reranked, lists, strict=True)
             ]
         return score_lists(lists, self.query_labels, self.gallery_labels)
+
+
+def _make_room(kept: dict[Any, Any], most: int) -> None:
+    """Drop the oldest entries of ``kept`` until one more fits within ``most``."""
+    while len(kept) >= most:
+        kept.pop(next(iter(kept)))
 
 
 @dataclass(frozen=True)
@@ -358,6 +387,12 @@ def _suggest(
             "aqe_neighbors": trial.suggest_int("dba.aqe_neighbors", 1, 50, log=True),
             "aqe_alpha": trial.suggest_float("dba.aqe_alpha", 0.0, 5.0),
         }
+    if method in _AUGMENTED:
+        power = trial.suggest_categorical(f"{method}.vector_power", list(_VECTOR_POWERS))
+        if power != 1.0:
+            options["rerank_params"]["vector_power"] = power
+        if trial.suggest_categorical(f"{method}.centre", [False, True]):
+            options["rerank_params"]["centre"] = True
     if method in _AUGMENTED and trial.suggest_categorical(f"{method}.dba", [False, True]):
         options["rerank_params"]["dba_neighbors"] = trial.suggest_categorical(
             f"{method}.dba_neighbors", list(_AUGMENT_NEIGHBORS)
@@ -578,7 +613,7 @@ def tune(
         if family in _WITH_AQE:
             params[f"{family}.aqe"] = False
         if family in _AUGMENTED:
-            params[f"{family}.dba"] = False
+            params.update({f"{family}.dba": False, f"{family}.vector_power": 1.0, f"{family}.centre": False})
         if family in RERANK_METHODS:
             params[f"{family}.pool"] = 200
         table: dict[str, dict[str, Any]] = {

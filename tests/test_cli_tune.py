@@ -284,3 +284,41 @@ def test_tune_records_its_guard(
     assert isinstance(document["checked"], list)
     if guard != "none" and document["checked"]:
         assert len(document["guard"]["per_split"]) == 2
+
+
+def test_settings_with_a_prepared_diffusion_run_in_evaluate_and_search(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tuned setting may normalise and augment the gallery before a diffusion: the CLI runs it as
+    the API does (candidates from the re-ranker's prepared store, queries transformed)."""
+    from galleria import InMemoryImageEmbeddingStore
+    from galleria.evaluation import RetrievalConfig
+    from galleria.rerank import make_reranker
+    from galleria.tune.settings import write_settings
+
+    params = {"k": 5, "query_k": 2, "vector_power": 0.5, "centre": True, "dba_neighbors": 3, "dba_alpha": 1.0}
+    config = RetrievalConfig("tuned", rerank=True, rerank_method="diffusion", rerank_params=params, pool=20)
+    settings = tmp_path / "prepared.json"
+    write_settings(settings, config)
+    code, stdout, stderr = _run(
+        capsys, "evaluate", str(folder), "--settings", str(settings), "--json", "--workers", "1"
+    )
+    assert code == 0, stderr
+    tuned = json.loads(stdout)["configurations"][1]
+    assert tuned["settings"]["vector_power"] == 0.5 and tuned["settings"]["dba_neighbors"] == 3
+    store_file = tmp_path / "s.safetensors"
+    assert main(["build", str(folder), "--out", str(store_file), "--workers", "1"]) == 0
+    query = str(next((folder / "green").iterdir()))
+    code, stdout, stderr = _run(
+        capsys, "search", str(store_file), "--image", query, "--settings", str(settings), "--json", "-k", "8"
+    )
+    assert code == 0, stderr
+    got = [(r["path"], r["score"]) for r in json.loads(stdout)["queries"][0]["results"]]
+    store = InMemoryImageEmbeddingStore.load_from_disk(str(store_file))
+    reranker = make_reranker("diffusion", store, **params)
+    pool = reranker.store.retrieve_top_k_similar([query], k=20)[0]
+    want = [(c.path, c.score) for c in reranker.rerank(pool, top_k=8)]
+    assert [p for p, _ in got] == [p for p, _ in want]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=1e-6)
+    plain = [c.path for c in store.retrieve_top_k_similar([query], k=8)[0]]
+    assert store.vector_transform is None and len(plain) == 8

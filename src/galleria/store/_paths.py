@@ -18,7 +18,7 @@ hash and a 32-bit row), against about 150 bytes per row for a list of str and a 
 from __future__ import annotations
 
 import codecs
-import itertools
+import secrets
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
@@ -34,8 +34,6 @@ _BYTES_PER_PASS = 1 << 18
 #: In memory a path may hold any str (lone surrogates included); a file holds only valid UTF-8.
 _IN_MEMORY = "surrogatepass"
 _MASK = 0xFFFFFFFF
-#: Source of :attr:`PathTable.token` (starts at 1: 0 means "no table").
-_TOKENS = itertools.count(1)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -101,9 +99,10 @@ class PathTable(Sequence[str]):
         hashes, rows = _sorted_lookup(data, offsets)
         self._sorted = _frozen(hashes)
         self._order = _frozen(rows)
-        #: This table's identity, unique in the process (tables are immutable): a candidate that
-        #: carries it with its row can be placed without looking its path up.
-        self.token = next(_TOKENS)
+        #: This table's identity (tables are immutable): a candidate that carries it with its row can
+        #: be placed without looking its path up. Random 63 bits, never 0 ("no table"), so that a
+        #: table copied into another process cannot share it with one made there.
+        self.token = secrets.randbits(63) | 1
 
     @classmethod
     def from_paths(cls, paths: Iterable[str]) -> PathTable:

@@ -8,9 +8,10 @@ without αQE before it — on those queries and scores it. Each method's default
 then Optuna's TPE sampler (seeded) proposes more until the trial budget or the timeout is spent.
 Decoupled diffusion is searched over its online ``query_k`` and a few graph sizes and walk weights
 (each pair is one offline part, kept per split while the trials reuse it), alone or after αQE. Both
-diffusions are also searched on the DBA-augmented gallery (``dba_neighbors``, ``dba_alpha``: a few
-values each, the augmented copies kept per split), and over pools up to 1,000 candidates: a class
-of thousands of images needs a pool that reaches past the first hundreds.
+diffusions are also searched on a prepared gallery — power-normalised and/or centred
+(``vector_power``, ``centre``), then DBA-augmented (``dba_neighbors``, ``dba_alpha``); a few values
+each, the prepared copies kept per split — and over pools up to 1,000 candidates: a class of
+thousands of images needs a pool that reaches past the first hundreds.
 
 With the guard on, the sampler is told which trials lowered Recall@1 on the tuning split by more
 than :data:`GUARD_MARGIN` (Optuna's constrained TPE), so that it proposes more where the guard

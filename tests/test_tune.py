@@ -263,6 +263,23 @@ def test_adaptive_defaults_are_among_the_first_trials() -> None:
         assert settings[2] == {"query_expansion": False, "rerank": True, **adaptive, "pool": 200}
 
 
+def test_the_diffusions_paper_values_are_also_tried_on_the_normalised_gallery() -> None:
+    store, labels = _clustered(0.6, per_class=20)
+    result = tune(store, labels, n_trials=4, validation_queries=20, n_splits=1, methods=["diffusion"])
+    settings = [trial["settings"] for trial in result.trials]
+    paper = {"k": 50, "query_k": 10, "alpha": 0.99, "gamma": 3.0, "tol": 1e-6, "maxiter": 20}
+    assert settings[1] == {
+        "query_expansion": False,
+        "rerank": True,
+        "rerank_method": "diffusion",
+        **paper,
+        "count_self": True,
+        "graph": "gallery",
+        "pool": 200,
+    }
+    assert {**settings[1], "vector_power": 0.5, "centre": True, "pool": 1000} in settings[2:4]
+
+
 def test_the_gnn_search_space_includes_lambda() -> None:
     optuna = pytest.importorskip("optuna")
     from galleria.tune.search import _suggest

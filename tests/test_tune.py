@@ -20,6 +20,7 @@ from galleria.tune import (
     tune,
     write_settings,
 )
+from galleria.tune.search import MAX_CHECKED
 from galleria.tune.settings import MAX_BYTES
 
 
@@ -237,6 +238,28 @@ def test_the_guard_refuses_settings_that_trade_recall_for_map(monkeypatch: pytes
         tune(store, labels, **options, guard="map@100")
 
 
+def test_a_setting_that_keeps_the_first_places_is_checked_when_the_best_fail(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, labels = _clustered(1.0)
+    noisy = [-0.004, -0.02, -0.03]  # within the margin on the tuning split only
+    effects = {"gnn": (0.08, noisy), "diffusion": (0.07, noisy), "k-reciprocal": (0.03, 0.0)}
+    _fake_runs(monkeypatch, effects)
+    result = tune(
+        store,
+        labels,
+        n_trials=14,
+        validation_queries=10,
+        n_splits=3,
+        methods=["gnn", "diffusion", "k-reciprocal"],
+    )
+    *refused, accepted = result.checked
+    assert len(refused) >= 5 and not any(entry["eligible"] for entry in refused)
+    assert {entry["settings"].get("rerank_method") for entry in refused} <= {"gnn", "diffusion"}
+    assert accepted["eligible"] and result.config.rerank and result.config.rerank_method == "k-reciprocal"
+    assert len(result.checked) <= MAX_CHECKED
+
+
 def test_plain_wins_when_every_lift_costs_recall(monkeypatch: pytest.MonkeyPatch) -> None:
     store, labels = _clustered(1.0)
     _fake_runs(
@@ -245,7 +268,7 @@ def test_plain_wins_when_every_lift_costs_recall(monkeypatch: pytest.MonkeyPatch
     result = tune(store, labels, n_trials=12, validation_queries=10, n_splits=2)
     assert not result.beats_plain and result.config.settings() == {"query_expansion": False, "rerank": False}
     assert "lowered recall@1" in result.message
-    assert 1 <= len(result.checked) <= 5 and not any(entry["eligible"] for entry in result.checked)
+    assert 1 <= len(result.checked) <= MAX_CHECKED and not any(entry["eligible"] for entry in result.checked)
 
 
 def test_adaptive_defaults_are_among_the_first_trials() -> None:

@@ -205,7 +205,13 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, 
             recall = recall[self.seed]
         wobble = 0.001 * (self.seed % 2)  # the splits differ a little
         base = {"map@100": 0.5, "recall@1": 0.8, "recall@5": 0.9, "mrr": 0.85, "map@r": 0.4}
-        return {**base, "map@100": 0.5 + lift + wobble, "recall@1": 0.8 + recall - wobble}
+        moved = 0.0 if recall == 0 else 0.1  # a setting that changes Recall@1 moves first places
+        return {
+            **base,
+            "map@100": 0.5 + lift + wobble,
+            "recall@1": 0.8 + recall - wobble,
+            "first_changed": moved,
+        }
 
     monkeypatch.setattr(search._Split, "run", run)
 
@@ -391,3 +397,20 @@ def test_the_diffusions_are_searched_on_the_prepared_gallery_too() -> None:
     from galleria.tune.search import score_lists
 
     assert measured == score_lists(by_hand, split.query_labels, split.gallery_labels)
+
+
+def test_a_split_counts_the_first_results_a_setting_changes() -> None:
+    from galleria.tune.search import _labels_of, _make_split
+
+    store, labels = _clustered(0.5, per_class=20)
+    split = _make_split(store, store.embeddings, _labels_of(store, labels), 0, 20, "map@100")
+    assert split.run(RetrievalConfig("plain"))["first_changed"] == 0.0
+    expanded = split.run(
+        RetrievalConfig("q", query_expansion=True, expansion_neighbors=8, expansion_alpha=0.0)
+    )
+    lists = split.store.retrieve_by_vector(
+        split.queries, k=100, query_expansion=True, expansion_neighbors=8, expansion_alpha=0.0
+    )
+    plain = split.store.retrieve_by_vector(split.queries, k=100)
+    moved = sum(a[0].path != b[0].path for a, b in zip(lists, plain, strict=True)) / len(plain)
+    assert expanded["first_changed"] == moved and 0 < moved < 1

@@ -24,17 +24,18 @@ the usual normalisation of non-negative features (signed square root and centrin
 
 The settings that beat plain retrieval on the tuning split are then checked (at most
 :data:`MAX_CHECKED` of them) on ``n_splits`` validation splits (the tuning split and
-``n_splits - 1`` more drawn with other seeds): with the guard on, the five best that kept Recall@1
-within the margin on the tuning split, then the best of the others that did not lower it there at
-all, then the rest. Per split, the *lift* is the metric of the setting
-minus that of plain retrieval and the *guard difference* its Recall@1 minus plain's. A setting is
-eligible when its mean lift is positive and, with the guard on (``guard="recall@1"``, the default),
-the lower end of its guard difference — mean minus standard deviation over the splits — is at least
-``-``:data:`GUARD_MARGIN`: it may not buy mAP with Recall@1. (Mean minus one spread rather than a
-bootstrap bound: the splits share the gallery, so their spread is the honest measure of how much a
-difference moves; a per-query bootstrap of 0/1 Recall@1 changes would refuse nearly everything at
-a few hundred queries.) The first eligible setting is recommended; when none is, the result says so
-and recommends plain retrieval. ``guard=None`` drops the Recall@1 condition.
+``n_splits - 1`` more drawn with other seeds): with the guard on, the five best that kept Recall@1 within the
+margin on the tuning split, then the best of the others that changed the first result of at most 1 %
+of its queries (whose Recall@1 cannot move much on any split), then the rest. Per split, the *lift*
+is the metric of the setting minus that of plain retrieval and the *guard difference* its Recall@1
+minus plain's. A setting is eligible when its mean lift is positive and, with the guard on
+(``guard="recall@1"``, the default), the lower end of its guard difference — mean minus standard
+deviation over the splits — is at least ``-``:data:`GUARD_MARGIN`: it may not buy mAP with Recall@1.
+(Mean minus one spread rather than a bootstrap bound: the splits share the gallery, so their spread
+is the honest measure of how much a difference moves; a per-query bootstrap of 0/1 Recall@1 changes
+would refuse nearly everything at a few hundred queries.) The first eligible setting is recommended;
+when none is, the result says so and recommends plain retrieval. ``guard=None`` drops the Recall@1
+condition.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ GUARD_MARGIN = 0.005
 #: Settings checked on every split, best first, before plain retrieval is recommended.
 MAX_CHECKED = 8
 #: With the guard on, how many of the best settings that kept it on the tuning split are checked
-#: before the best ones that did not lower it there at all.
+#: before the best *steady* ones: those that changed the first result of at most
+#: :data:`_STEADY_SHARE` of the tuning split's queries.
 _FIRST_CHECKED = 5
+_STEADY_SHARE = 0.01
 
 
 def score_lists(
@@ -138,6 +141,8 @@ class _Split:
     augmented: dict[tuple[Any, ...], InMemoryImageEmbeddingStore] = field(default_factory=dict)
     neighbour_lists: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
     searches: dict[tuple[Any, ...], list[list[Candidate]]] = field(default_factory=dict)
+    #: Plain retrieval's first result per validation query (set by its run).
+    plain_firsts: list[str | None] | None = None
 
     def _prepared(
         self, power: float = 1.0, centre: bool = False, neighbors: int = 0, alpha: float = 3.0
@@ -206,7 +211,14 @@ class _Split:
             lists = [
                 head + candidates[config.pool :] for head, candidates in zip(reranked, lists, strict=True)
             ]
-        return score_lists(lists, self.query_labels, self.gallery_labels)
+        scores = score_lists(lists, self.query_labels, self.gallery_labels)
+        firsts = [candidates[0].path if candidates else None for candidates in lists]
+        if not config.rerank and not config.query_expansion:
+            self.plain_firsts = firsts
+        if self.plain_firsts is not None:  # the share of queries whose first result is not plain's
+            moved = sum(a != b for a, b in zip(firsts, self.plain_firsts, strict=True))
+            scores["first_changed"] = moved / max(1, len(firsts))
+        return scores
 
 
 def _make_room(kept: dict[Any, Any], most: int) -> None:
@@ -564,6 +576,7 @@ def tune(
     trials: list[dict[str, Any]] = []
     seen: dict[str, float] = {}
     guarded: dict[str, float] = {}  # the guard metric on the tuning split
+    moved: dict[str, float] = {}  # the share of first results that differ from plain's there
     configs: dict[str, RetrievalConfig] = {}
 
     def measure(options: dict[str, Any]) -> tuple[RetrievalConfig, float]:
@@ -573,6 +586,7 @@ def tune(
             values = first.run(config)
             seen[key] = values[chosen_metric]
             guarded[key] = values[guard_metric] if guard_metric else 0.0
+            moved[key] = values.get("first_changed", 0.0)
             configs[key] = config
             trials.append(
                 {
@@ -669,11 +683,11 @@ def tune(
         (key for key in seen if key != plain_key and seen[key] > plain_value),
         key=lambda key: (short_of_guard(key) > 0, -seen[key]),  # stable: ties keep the trial order
     )
-    if guard_metric:  # after the best few that kept it: the best that did not lower it at all
+    if guard_metric:  # after the best few that kept it: the best that keep the first places
         kept = [key for key in ranked if short_of_guard(key) <= 0]
         leading = kept[:_FIRST_CHECKED]
-        untouched = [key for key in kept[_FIRST_CHECKED:] if guarded[key] >= plain_guard]
-        ranked = leading + untouched + [key for key in ranked if key not in leading and key not in untouched]
+        steady = [key for key in kept[_FIRST_CHECKED:] if moved[key] <= _STEADY_SHARE]
+        ranked = leading + steady + [key for key in ranked if key not in leading and key not in steady]
     checked: list[dict[str, Any]] = []
     best_config, best_value = plain_config, plain_value
     lifts, guard_diffs = [0.0] * splits, [0.0] * splits if guard_metric else []

@@ -169,7 +169,13 @@ def bench(
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "load": os.getloadavg()[0],
             }
-            return {**kept, "rows": rows, "trials": args.trials, "tuned": tuned_at}
+            return {
+                **kept,
+                "rows": rows,
+                "trials": args.trials,
+                "validation_queries": args.validation_queries,
+                "tuned": tuned_at,
+            }
         return {
             "gallery": gallery.name,
             "embedder": gallery.embedder,

@@ -700,6 +700,6 @@ def test_the_registry_sits_above_the_implementations() -> None:
     assert package.DEFAULT_METHOD == registry.DEFAULT_METHOD == RERANK_METHODS[0]
     for method in RERANK_METHODS:
         defaults = registry.check_method_params(method, {})
-        optional = registry._AUGMENT_PARAMS if method in registry.AUGMENTABLE_METHODS else ()
+        optional = registry._PREPARE_PARAMS if method in registry.AUGMENTABLE_METHODS else ()
         assert tuple(defaults) + optional == registry.METHOD_PARAMS[method]  # no DBA unless asked
         assert type(make_reranker(method, _store(), **defaults)).__name__.endswith("Reranker")

@@ -73,10 +73,10 @@ def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: The parameters of a method that can run on a prepared gallery (normalised, then augmented).
-_AUGMENT_PARAMS = ("vector_power", "centre", "dba_neighbors", "dba_alpha")
+_PREPARE_PARAMS = ("vector_power", "centre", "dba_neighbors", "dba_alpha")
 
 
-def _check_augmentation(params: Mapping[str, Any]) -> dict[str, Any]:
+def _check_preparation(params: Mapping[str, Any]) -> dict[str, Any]:
     """``vector_power`` (in (0, 1]; 1: none), ``centre`` (bool), ``dba_neighbors`` (a non-negative
     int; 0: no augmentation) and ``dba_alpha`` — each left out at its no-op value, so that a
     setting without them reads as before."""
@@ -100,7 +100,7 @@ def _check_augmentation(params: Mapping[str, Any]) -> dict[str, Any]:
 def prepared_store(
     store: InMemoryImageEmbeddingStore, preparation: Mapping[str, Any]
 ) -> InMemoryImageEmbeddingStore:
-    """``store`` prepared as :func:`_check_augmentation`'s ``preparation`` says: normalised (a
+    """``store`` prepared as :func:`_check_preparation`'s ``preparation`` says: normalised (a
     read-only view) when asked, then DBA-augmented when asked. A store already prepared so (a saved
     augmented store, a caller's normalised view) is used as it is."""
     wanted = {
@@ -132,7 +132,7 @@ def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
     graph = check_choice("graph", params.get("graph", "gallery"), DIFFUSION_GRAPHS)
     return {
         **dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True)),
-        **_check_augmentation(params),
+        **_check_preparation(params),
     }
 
 
@@ -165,17 +165,17 @@ def _check_decoupled(params: Mapping[str, Any]) -> dict[str, Any]:
         params.get("tol", 1e-6),
         params.get("maxiter", 20),
     )
-    return {**dict(zip(_DECOUPLED_PARAMS, values, strict=True)), **_check_augmentation(params)}
+    return {**dict(zip(_DECOUPLED_PARAMS, values, strict=True)), **_check_preparation(params)}
 
 
 #: Every method by name, the default first.
 _METHODS: dict[str, _Method] = {
     "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
-    "diffusion": _Method(_DIFFUSION_PARAMS + _AUGMENT_PARAMS, DiffusionReranker, _check_diffusion),
+    "diffusion": _Method(_DIFFUSION_PARAMS + _PREPARE_PARAMS, DiffusionReranker, _check_diffusion),
     "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
     "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
     "decoupled-diffusion": _Method(
-        _DECOUPLED_PARAMS + _AUGMENT_PARAMS, DecoupledDiffusionReranker, _check_decoupled
+        _DECOUPLED_PARAMS + _PREPARE_PARAMS, DecoupledDiffusionReranker, _check_decoupled
     ),
 }
 
@@ -221,8 +221,8 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
         extra = sorted(set(params) - set(_METHODS[name].params))
         if extra:
             raise TypeError(f"unknown {name} parameter(s) {extra}; it takes {list(_METHODS[name].params)}")
-        preparation = _check_augmentation(params)
-        params = {key: value for key, value in params.items() if key not in _AUGMENT_PARAMS}
+        preparation = _check_preparation(params)
+        params = {key: value for key, value in params.items() if key not in _PREPARE_PARAMS}
         store = prepared_store(store, preparation)
     return _METHODS[name].build(store, **params)
 

@@ -57,6 +57,8 @@ def test_the_store_records_its_labels_root_and_keeps_it(
     store_file = _build(capsys, gallery, tmp_path / "s.safetensors")
     store = InMemoryImageEmbeddingStore.load_from_disk(store_file)
     assert store.labels_root == str(gallery)
+    code, out, _ = _run(capsys, "info", str(store_file), "--json")
+    assert code == 0 and json.loads(out)["labels_root"] == str(gallery)
     store.save_to_disk(tmp_path / "copy.safetensors")
     assert InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "copy.safetensors").labels_root == str(
         gallery

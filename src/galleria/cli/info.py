@@ -72,6 +72,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "text_queries": isinstance(config, dict) and config.get("type") == "clip",
         "skipped": store.skipped,
         "rerank": _rerank_record(store),
+        "labels_root": store.labels_root,
     }
 
 
@@ -162,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",
+        f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
         f"skipped files:  {len(info['skipped'])}",
         *(f"  {path}" for path in info["skipped"]),
     ]

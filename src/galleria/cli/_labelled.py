@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,29 +114,6 @@ def add_labels_root_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _readable(paths: list[str], labels: list[str], workers: int) -> tuple[list[str], list[str], list[str]]:
-    """The readable images of ``paths`` with their labels, and the unreadable ones (each reported)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from galleria.store.reading import ImageReadError, read_rgb
-
-    def problem(path: str) -> str | None:
-        try:
-            read_rgb(path)
-        except ImageReadError as error:
-            return str(error.reason or error)
-        return None
-
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        problems = list(pool.map(problem, paths))
-    kept = [(path, label) for path, label, bad in zip(paths, labels, problems, strict=True) if bad is None]
-    unreadable = [path for path, bad in zip(paths, problems, strict=True) if bad is not None]
-    for path, bad in zip(paths, problems, strict=True):
-        if bad is not None:
-            print(f"skipped {path}: {bad}", file=sys.stderr)
-    return [path for path, _ in kept], [label for _, label in kept], unreadable
-
-
 def _open_folder(args: argparse.Namespace, source: str) -> LabelledSource:
     from galleria.datasets import load_image_folder
 
@@ -149,8 +125,11 @@ def _open_folder(args: argparse.Namespace, source: str) -> LabelledSource:
     paths, labels = list(dataset.paths), list(dataset.labels)
     unreadable: list[str] = []
     if getattr(args, "skip_errors", False):
-        workers = parse_int("--workers", getattr(args, "workers", "4"))
-        paths, labels, unreadable = _readable(paths, labels, workers)
+        from galleria.cli._edits import readable
+
+        label_of = dict(zip(paths, labels, strict=True))
+        paths, unreadable = readable(paths, parse_int("--workers", getattr(args, "workers", "4")))
+        labels = [label_of[path] for path in paths]
         if not paths:
             raise CliError(f"no image under {source!r} could be read; nothing to evaluate")
     return LabelledSource("folder", source, dataset.root, paths, labels, unreadable=unreadable)

@@ -178,3 +178,20 @@ def test_label_checks_against_their_definitions() -> None:
 def test_the_tuner_prints_numbers_rounded_for_reading() -> None:
     assert rounded_for_reading("λ=0.123456789, k=50, alpha 3.0") == "λ=0.1235, k=50, alpha 3.0"
     assert rounded_for_reading("lift +0.0123 (0.99999999)") == "lift +0.0123 (1)"
+
+
+def test_search_keeps_the_label_folder_and_file_name_readable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / ("a-long-folder-name-" * 3) / "photos"
+    _classes(deep, {"tabby-cat": 3, "dog": 3})
+    store_file = _build(capsys, deep, tmp_path / "s.safetensors")
+    monkeypatch.setenv("COLUMNS", "50")
+    code, out, err = _run(
+        capsys, "search", str(store_file), "--image", str(deep / "dog" / "00.png"), "-k", "3"
+    )
+    assert code == 0, err
+    results = [line for line in out.splitlines() if line.startswith("  ")]
+    assert len(results) == 3 and all(len(line) <= 49 for line in results)
+    assert results[0].endswith("…/dog/00.png") or results[0].endswith("/photos/dog/00.png")
+    assert all("/dog/" in line or "/tabby-cat/" in line for line in results)

@@ -30,6 +30,7 @@ the L2-normalised vectors (cosine similarities) in every space.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,13 @@ import scipy.sparse as sp
 
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import stable_smallest
+from galleria.rerank._consistent import (
+    GallerySnapshot,
+    Prepared,
+    gallery_state,
+    read_candidates,
+    take_snapshot,
+)
 from galleria.rerank.base import check_features, check_store, similarities_from_distances, top_similar
 from galleria.rerank.diffusion import conjugate_gradient
 from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
@@ -309,23 +317,26 @@ def prepare_offline_diffusion(
         k, truncation, 1, alpha, gamma, tol, maxiter
     )
     params = dict(zip(OFFLINE_PARAMS, (neighbours, size, weight, power, tolerance, iterations), strict=True))
-    return _offline_of(store, params)
+    return _offline_of(store, params).value
 
 
-def _offline_of(store: InMemoryImageEmbeddingStore, params: dict[str, Any]) -> OfflineDiffusion:
-    """The store's offline diffusion with ``params``, computed and kept if it holds no such one."""
+def _offline_of(
+    store: InMemoryImageEmbeddingStore, params: dict[str, Any], snapshot: GallerySnapshot | None = None
+) -> Prepared[OfflineDiffusion]:
+    """The store's offline diffusion with ``params`` and the gallery state it belongs to: the one the
+    store holds when it matches (``snapshot``: for exactly that state), else computed and kept."""
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    held = store._offline_diffusion
-    if held is not None and held.params == params:
-        return held
-    with store._lock.reading():
-        rows = store._paths  # replaced (never changed in place) when the gallery changes
-        vectors = store._gallery_vectors(np.arange(len(rows), dtype=np.int64))
-    if not len(rows):
+    with store._lock.reading():  # the held table and the state it was kept for, together
+        held, state = store._offline_diffusion, gallery_state(store)
+    wanted = state if snapshot is None else snapshot.state
+    if held is not None and held.params == params and state == wanted:
+        return Prepared(state, held)
+    source = take_snapshot(store) if snapshot is None else snapshot
+    if not len(source.paths):
         raise ValueError("decoupled diffusion needs a store with at least one image")
     positions, values = _offline(
-        check_features("store vectors", vectors),
+        check_features("store vectors", source.vectors),
         params["k"],
         params["truncation"],
         params["alpha"],
@@ -335,9 +346,9 @@ def _offline_of(store: InMemoryImageEmbeddingStore, params: dict[str, Any]) -> O
     )
     computed = OfflineDiffusion(dict(params), positions, values)
     with store._lock.writing():
-        if store._paths is rows:  # the gallery did not change meanwhile
+        if gallery_state(store) == source.state:  # the gallery did not change meanwhile
             store._offline_diffusion = computed
-    return computed
+    return Prepared(source.state, computed)
 
 
 class DecoupledDiffusionReranker:
@@ -442,13 +453,20 @@ class DecoupledDiffusionReranker:
             return []
         return self._rerank_checked(pools, count)
 
+    def _prepare_offline(
+        self, store: InMemoryImageEmbeddingStore, snapshot: GallerySnapshot | None
+    ) -> Prepared[OfflineDiffusion]:
+        return _offline_of(store, self._offline_params, snapshot)
+
     def _rerank_checked(self, pools: list[list[Candidate]], top_k: int) -> list[list[Candidate]]:
         store = self._store
         if not store.is_built:
             raise RuntimeError("the store is not built yet; call build_store() first")
-        with store._lock.reading():
-            rows = [store._candidate_rows(pool) for pool in pools]  # KeyError for unknown paths
-        offline = _offline_of(store, self._offline_params)
+        flat = [candidate for pool in pools for candidate in pool]
+        read = read_candidates(store, flat, self._prepare_offline)  # KeyError for unknown paths
+        offline: OfflineDiffusion = read.prepared
+        bounds = np.cumsum([0] + [len(pool) for pool in pools])
+        rows = [read.rows[begin:end] for begin, end in itertools.pairwise(bounds.tolist())]
         gamma = float(self._offline_params["gamma"])
         results = []
         for pool, pool_rows in zip(pools, rows, strict=True):

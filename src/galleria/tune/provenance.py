@@ -105,10 +105,9 @@ def _check_split_record(held_out: Mapping[str, Any], where: str) -> None:
             f"{where}: tuned_on.test_split.seed must be a non-negative integer, got {seed!r}"[:300]
         )
     if "n_queries" in held_out and not _is_count(held_out["n_queries"]):
+        count = held_out["n_queries"]
         raise ValueError(
-            f"{where}: tuned_on.test_split.n_queries must be a positive integer, got {held_out['n_queries']!r}"[
-                :300
-            ]
+            f"{where}: tuned_on.test_split.n_queries must be a positive integer, got {count!r}"[:300]
         )
     if "query_fraction" in held_out:
         fraction = held_out["query_fraction"]

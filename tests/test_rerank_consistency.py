@@ -228,3 +228,31 @@ def test_readers_of_every_method_beside_a_writer(
         if not fits:
             wrong.append((pool, [(c.path, c.score) for c in result]))
     assert wrong == [], f"{len(wrong)} of {len(answers)} answers wrong, e.g. {wrong[0]}"
+
+
+@pytest.mark.parametrize("method", ["diffusion", "decoupled-diffusion"])
+def test_a_gallery_that_keeps_moving_falls_back_to_one_lock(gallery: dict[str, Any], method: str) -> None:
+    """A writer step after each of the first read sections: every rebuilt structure is stale at once,
+    so the re-ranker must take rows and gallery under one lock (and still answer right)."""
+    store = live_store(gallery)
+    reranker = make_reranker(method, store, **PARAMS[method])
+    candidates = store.retrieve_by_vector(gallery["vectors"][gallery["stable"][7]] + 0.01, k=10)[0]
+    pool = [(c.path, c.score) for c in candidates]
+    before = dict(zip(store.paths, store.embeddings, strict=True))
+    outside = [p for p in store.paths if p not in {c.path for c in candidates}]
+    moves = []
+
+    def move() -> None:
+        if len(moves) < 12:
+            moved = outside[len(moves) % len(outside)]
+            moves.append(moved)
+            store.remove_images([moved])
+            store.add_images([moved])
+            store._lock.hook = move  # type: ignore[attr-defined]
+
+    store._lock.hook = move  # type: ignore[attr-defined]
+    result = reranker.rerank(candidates, top_k=5)
+    assert len(moves) >= 4, "the gallery did not keep moving"
+    store._lock.hook = None  # type: ignore[attr-defined]
+    expected = quiet_ranking(before, method, gallery["stable"], pool)
+    assert agrees(result, expected, 5), (method, [(c.path, c.score) for c in result], expected)

@@ -43,5 +43,15 @@ def finite(payload: Any) -> Any:
 
 
 def dumps(payload: Any, **options: Any) -> str:
-    """:func:`json.dumps` of :func:`finite` ``(payload)``, never writing NaN or Infinity."""
-    return json.dumps(finite(payload), allow_nan=False, **options)
+    """:func:`json.dumps` of :func:`finite` ``(payload)``, never writing NaN or Infinity.
+
+    A payload that is plain JSON already is dumped as it is (no walk over it); only one holding a
+    non-finite number or a numpy value is walked and cleaned first.
+
+    >>> dumps({"x": [1.0, float("inf")]})
+    '{"x": [1.0, null]}'
+    """
+    try:
+        return json.dumps(payload, allow_nan=False, **options)
+    except (TypeError, ValueError):
+        return json.dumps(finite(payload), allow_nan=False, **options)

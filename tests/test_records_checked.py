@@ -232,17 +232,23 @@ def _scaled(tensors: dict[str, object]) -> None:
 
 @pytest.mark.parametrize("edit", [_negated, _shuffled, _scaled], ids=["negated", "shuffled", "scaled"])
 @pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "bounded"])
-def test_a_forged_offline_table_is_refused_at_load(
+def test_a_forged_offline_table_is_refused_on_first_use(
     with_offline: Path, tmp_path: Path, edit: object, recompute: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from galleria import InMemoryImageEmbeddingStore
-    from galleria.rerank import decoupled
+    from galleria.rerank import witness
+    from galleria.rerank.decoupled import DecoupledDiffusionReranker
 
-    InMemoryImageEmbeddingStore.load_from_disk(with_offline)  # the honest file loads
+    def first_use(file: Path) -> None:
+        store = InMemoryImageEmbeddingStore.load_from_disk(file)
+        pool = store.retrieve_by_vector(store.embeddings[3], k=10)[0]
+        DecoupledDiffusionReranker(store, k=5, truncation=12).rerank(pool, top_k=5)
+
+    first_use(with_offline)  # the honest file loads and is used
     if not recompute:  # a gallery too large to recompute: the sampled lists and bounds must catch it
-        monkeypatch.setattr(decoupled, "_WITNESS_FULL", 0)
+        monkeypatch.setattr(witness, "_WITNESS_FULL", 0)
         if edit is _scaled:
             pytest.skip("only the recomputation sees values scaled away from the item itself")
     forged = _resealed(with_offline, tmp_path / "forged.safetensors", edit)
     with pytest.raises(ValueError, match=r"forged\.safetensors.*'offline_diffusion'"):
-        InMemoryImageEmbeddingStore.load_from_disk(forged)
+        first_use(forged)

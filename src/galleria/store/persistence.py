@@ -326,7 +326,7 @@ def _check_offline_diffusion(
         raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
     if not np.isfinite(values).all():
         raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
-    return OfflineDiffusion(dict(record), positions, values)
+    return OfflineDiffusion(dict(record), positions, values, source=repr(name))
 
 
 def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:

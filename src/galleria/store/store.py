@@ -363,7 +363,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         """
         from galleria.store.persistence import read_store
 
-        store = cls._from_state(
+        return cls._from_state(
             read_store(
                 path,
                 embedder=embedder,
@@ -374,13 +374,3 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 mmap=mmap,
             )
         )
-        offline = store._offline_diffusion
-        if offline is not None and len(store):  # a record that steers rankings: checked on its vectors
-            from galleria.rerank.decoupled import check_offline_witness
-
-            try:
-                vectors = store.embeddings
-            except RuntimeError:  # no vectors to check against: decoupled diffusion cannot run either
-                return store
-            check_offline_witness(offline, vectors, repr(os.fspath(path)))
-        return store

@@ -22,7 +22,7 @@ from galleria.cli._options import (
     settings_config,
     shorten_middle,
 )
-from galleria.viewer.text import printable, shorten_path
+from galleria.viewer.text import format_score, printable, shorten_path
 
 __all__ = ["add_parser", "query_paths_from", "run"]
 
@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
                         printable(entry["query"]),
                         result["rank"],
                         printable(result["path"]),
-                        f"{result['score']:.6f}",
+                        format_score(result["score"], 6),
                     ]
                 )
     else:
@@ -274,7 +274,6 @@ def run(args: argparse.Namespace) -> int:
                 print()
             print(shorten_middle(f"{kind} query: {printable(entry['query'])}", width - 1))
             for result in entry["results"]:
-                score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
-                head = f"  {result['rank']:>3}  {score:.6f}  "
+                head = f"  {result['rank']:>3}  {format_score(result['score'], 6):>8}  "
                 print(head + shorten_path(printable(result["path"]), max(8, width - 1 - len(head))))
     return 0

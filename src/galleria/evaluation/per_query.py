@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from galleria._files import atomic_write_bytes
+from galleria._json import dumps as strict_dumps
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.evaluation.pipeline import ConfigResult
 
@@ -216,7 +217,7 @@ def query_results(
 
 def query_results_bytes(results: QueryResults) -> bytes:
     """The JSON document of ``results``, as the bytes of a ``queries.json``."""
-    document = json.dumps(results.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    document = strict_dumps(results.to_dict(), ensure_ascii=False, separators=(",", ":"))
     return (document + "\n").encode("utf-8")
 
 

@@ -346,11 +346,16 @@ def store_statistics(store: Any) -> GalleryStatistics:
     A store records them when it is built (and keeps them in its file); ``add_images`` /
     ``remove_images`` drop them, and the next call computes and records them again.
     """
+    from galleria.rerank._consistent import gallery_state, take_snapshot
+
     recorded = getattr(store, "_rerank_statistics", None)
     if isinstance(recorded, GalleryStatistics) and recorded.n_items == len(store):
         return recorded
-    stats = gallery_statistics(store.embeddings, space=store.space)
-    store._rerank_statistics = stats
+    snapshot = take_snapshot(store)  # the vectors of one gallery state
+    stats = gallery_statistics(snapshot.vectors, space=store.space)
+    with store._lock.writing():
+        if gallery_state(store) == snapshot.state:  # kept only while they describe the gallery
+            store._rerank_statistics = stats
     return stats
 
 

@@ -42,6 +42,7 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.expansion import alpha_query_expansion, check_expansion_alpha
 from galleria.rerank._common import stable_smallest
+from galleria.rerank._consistent import take_snapshot
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -145,10 +146,11 @@ def augment_store(
         raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    augmented = _augment(store.embeddings, count, power, neighbour_lists)
+    snapshot = take_snapshot(store)  # paths and vectors of one gallery state
+    augmented = _augment(snapshot.vectors, count, power, neighbour_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(
-        store.paths,
+        list(snapshot.paths),
         augmented,
         store.embedder,
         index.name,

@@ -33,8 +33,6 @@ Defaults follow the paper: ``α = 0.99``, ``γ = 3``, ``k = 50`` (the item and 4
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -50,6 +48,7 @@ from galleria._validation import (
 )
 from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.rerank._common import stable_smallest
+from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared, StateCache
 from galleria.rerank.base import (
     PoolReranker,
     check_features,
@@ -61,11 +60,14 @@ from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
 GRAPHS: tuple[str, ...] = ("gallery", "pool")
+#: The most conjugate-gradient iterations a setting may ask for (decoupled diffusion's bound too).
+MAX_ITERATIONS = 1 << 20
 #: Probes diffused together in the full setting (their CG arrays are (block, G) float64).
 _PROBE_BLOCK = 256
 
 __all__ = [
     "GRAPHS",
+    "MAX_ITERATIONS",
     "ConjugateGradientResult",
     "DiffusionReranker",
     "check_diffusion_params",
@@ -84,8 +86,9 @@ def check_diffusion_params(
 ) -> tuple[int, int, float, float, float, int]:
     """Validate the diffusion parameters; errors name the parameter and the value.
 
-    ``k``, ``query_k``, ``maxiter`` positive ints; ``alpha`` in [0, 1); ``gamma`` finite and ≥ 0;
-    ``tol`` finite and ≥ 0.
+    ``k``, ``query_k``, ``maxiter`` positive ints (``maxiter`` at most :data:`MAX_ITERATIONS`, as
+    decoupled diffusion's: with ``tol`` 0 it is the number of iterations run); ``alpha`` in [0, 1);
+    ``gamma`` finite and ≥ 0; ``tol`` finite and ≥ 0.
     """
     neighbours = check_positive_int("k", k)
     query_neighbours = check_positive_int("query_k", query_k)
@@ -95,6 +98,8 @@ def check_diffusion_params(
     power = check_nonnegative_float("gamma", gamma)
     tolerance = check_nonnegative_float("tol", tol)
     iterations = check_positive_int("maxiter", maxiter)
+    if iterations > MAX_ITERATIONS:
+        raise ValueError(f"maxiter must be at most {MAX_ITERATIONS}, got {maxiter!r}")
     return neighbours, query_neighbours, weight, power, tolerance, iterations
 
 
@@ -266,22 +271,18 @@ _GRAPH_BLOCK_ELEMENTS = 1 << 22
 class _GalleryGraph(NamedTuple):
     """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""
 
-    rows: object  # the store's path table this graph was built from (identity = version)
+    rows: Any  # the store's path table this graph was built from (its token names the state)
     neighbours: np.ndarray  # (n, m) int32, rows sorted ascending within each row
     others: int  # m requested (capped at n - 1)
 
 
-_GRAPHS: weakref.WeakKeyDictionary[InMemoryImageEmbeddingStore, dict[int, _GalleryGraph]] = (
-    weakref.WeakKeyDictionary()
-)
-_GRAPHS_LOCK = threading.Lock()
+#: One graph per store (the latest state, the latest size), kept while the gallery keeps its state.
+_GRAPHS: StateCache[_GalleryGraph] = StateCache()
 
 
-def _build_gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
-    """The gallery's k-NN lists in the store's space, in row blocks (memory O(n·others) + one block)."""
-    with store._lock.reading():
-        rows = store._paths
-        vectors = store._gallery_vectors(np.arange(len(store._paths), dtype=np.int64))
+def _graph_of(snapshot: GallerySnapshot, others: int) -> _GalleryGraph:
+    """The gallery's k-NN lists in its space, in row blocks (memory O(n·others) + one block)."""
+    vectors = snapshot.vectors
     size = vectors.shape[0]
     wanted = min(others, size - 1)
     neighbours = np.empty((size, max(wanted, 0)), dtype=np.int32)
@@ -290,27 +291,21 @@ def _build_gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _Ga
         for begin in range(0, size, step):
             stop = min(size, begin + step)
             sims = similarities_from_distances(
-                pairwise_distances(vectors[begin:stop], vectors, store.space), store.space
+                pairwise_distances(vectors[begin:stop], vectors, snapshot.space), snapshot.space
             )
             local = np.arange(stop - begin)
             sims[local, begin + local] = -np.inf
             neighbours[begin:stop] = np.sort(_top_positions(sims, wanted), axis=1)
-    return _GalleryGraph(rows, neighbours, others)
+    return _GalleryGraph(snapshot.paths, neighbours, others)
 
 
-def gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
+def gallery_graph(
+    store: InMemoryImageEmbeddingStore, others: int, snapshot: GallerySnapshot | None = None
+) -> _GalleryGraph:
     """The store's gallery graph with ``others`` neighbours per row: built once, kept while the store
-    keeps its gallery (adding or removing images makes a new one on next use)."""
-    with _GRAPHS_LOCK:
-        graph = _GRAPHS.get(store, {}).get(others)
-    if graph is not None and graph.rows is store._paths:
-        return graph
-    graph = _build_gallery_graph(store, others)
-    with _GRAPHS_LOCK:
-        kept = _GRAPHS.setdefault(store, {})
-        kept.clear()  # one graph per store: the latest gallery, the latest size
-        kept[others] = graph
-    return graph
+    keeps its gallery (adding or removing images makes a new one on next use). With ``snapshot``
+    (:func:`galleria.rerank._consistent.take_snapshot`), the graph of exactly that state."""
+    return _GRAPHS.get(store, others, lambda source: _graph_of(source, others), snapshot).value
 
 
 def truncated_neighbours(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
@@ -424,13 +419,21 @@ class DiffusionReranker(PoolReranker):
             "graph": self._graph,
         }
 
-    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        if self._graph == "pool":
+    def _gallery_structure(self) -> Prepare | None:
+        return None if self._graph == "pool" else self._prepare_graph
+
+    def _prepare_graph(
+        self, store: InMemoryImageEmbeddingStore, snapshot: GallerySnapshot | None
+    ) -> Prepared[_GalleryGraph]:
+        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self), snapshot)
+        return Prepared(int(graph.rows.token), graph)
+
+    def _scores_for_pools(
+        self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray, structure: Any = None
+    ) -> np.ndarray:
+        if structure is None:
             return self._scores_from_vectors(probe, vectors)
-        store = self._store
-        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self))
-        if graph.rows is not store._paths:  # the gallery changed meanwhile: its graph is rebuilt
-            graph = gallery_graph(store, graph.others)
+        store, graph = self._store, structure
         among = pairwise_distances_batched(vectors, vectors, store.space)
         return self._diffuse(
             probe, similarities_from_distances(among, store.space), truncated_neighbours(graph, rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,7 +91,7 @@ class RetrievalMixin(StoreCore):
         """
         checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
-        queries = check_query_vectors("vectors", vectors, self.dim)
+        queries = check_query_vectors("vectors", vectors, self.dim, self.space)
         check_directions(queries, self._index.space, "vectors")
         return self._search(queries, *checked)
 
@@ -146,7 +147,7 @@ class RetrievalMixin(StoreCore):
             [
                 make(paths[row], score, token, (table, row))
                 for row, score in zip(id_row, score_row, strict=True)
-                if row >= 0
+                if row >= 0 and math.isfinite(score)  # a non-finite score is never returned
             ]
             for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
         ]

@@ -75,7 +75,7 @@ from galleria._validation import MAX_VECTOR_DIM, check_labels_root
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
-from galleria.index._checks import all_finite
+from galleria.index._checks import all_finite, check_magnitude
 from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
 from galleria.index.registry import FAISS_BLOBS
@@ -166,7 +166,7 @@ def encode_store(
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
     tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:
-        given = check_query_vectors("vectors", vectors, dim)
+        given = check_query_vectors("vectors", vectors, dim, index.space)
         if np.ndim(vectors) != 2 or given.shape[0] != count:
             raise ValueError(f"vectors must have shape ({count}, {dim}), got {np.shape(vectors)}")
         from galleria.distances import prepare_vectors
@@ -328,7 +328,7 @@ def _check_offline_diffusion(
         raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
     if not np.isfinite(values).all():
         raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
-    return OfflineDiffusion(dict(record), positions, values)
+    return OfflineDiffusion(dict(record), positions, values, source=repr(name))
 
 
 def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
@@ -539,6 +539,10 @@ def _read_vectors(
         raise _checksum_error(name, "vectors")
     if not all_finite(vectors):
         raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    try:
+        check_magnitude("tensor 'vectors'", vectors)
+    except ValueError as error:
+        raise ValueError(f"{name!r}: {error}") from None
     return vectors
 
 

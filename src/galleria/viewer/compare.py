@@ -263,7 +263,13 @@ class SearchSettings:
             raise ValueError(_as_sent(str(error), lambda_name)) from None
         gallery_params = None
         if store is not None:
-            config, gallery_params = _resolved(config, store)
+            from galleria.rerank.registry import METHOD_PARAMS
+
+            # the note "read from this gallery" when the defaults leave the method's values to it
+            open_params = set(base.rerank_params) != set(METHOD_PARAMS[method])
+            config, gallery_params = _resolved(
+                config, store, base.rerank_preset == "adaptive" and open_params
+            )
         return cls(k=k, config=config, gallery_params=gallery_params)
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,15 +332,15 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _resolved(config: RetrievalConfig, store: Any) -> tuple[RetrievalConfig, dict[str, Any] | None]:
+def _resolved(
+    config: RetrievalConfig, store: Any, note: bool
+) -> tuple[RetrievalConfig, dict[str, Any] | None]:
     """``config`` with every value filled in as the Searcher fills it in on ``store`` (both switches
-    on for the lookup, so the form shows values), and the method's adaptive values when adaptive."""
-    if not config.adaptive and not (config.rerank_preset == "adaptive"):
-        return config, None
+    on for the lookup, so the form shows values), and (``note``) the method's adaptive values."""
     full = replace(config, rerank=True, query_expansion=True).resolve(store)
     resolved = replace(full, rerank=config.rerank, query_expansion=config.query_expansion)
     gallery = None
-    if config.rerank_preset == "adaptive":
+    if note and config.rerank_preset == "adaptive":
         from galleria.rerank.adaptive import default_rerank_params
 
         gallery = default_rerank_params(store, config.rerank_method)

@@ -46,8 +46,12 @@ def config_from_args(args: argparse.Namespace, name: str = "search") -> Retrieva
         raise CliError(str(error)) from None
 
 
-def used_settings(config: RetrievalConfig) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The αQE and re-ranking values a resolved ``config`` used, as ``search --json`` prints them."""
+def used_settings(
+    config: RetrievalConfig, given: RetrievalConfig | None = None
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The αQE and re-ranking values a resolved ``config`` used, as ``search --json`` prints them
+    (with ``"rerank_preset": "adaptive"`` when ``given``, the configuration asked for, left the
+    method's values to the gallery)."""
     expand = (
         {"expansion_alpha": config.expansion_alpha, "expansion_neighbors": config.expansion_neighbors}
         if config.query_expansion
@@ -56,6 +60,8 @@ def used_settings(config: RetrievalConfig) -> tuple[dict[str, Any] | None, dict[
     if not config.rerank:
         return expand, None
     rerank: dict[str, Any] = {}
+    if given is not None and given.adaptive and given.rerank_preset == "adaptive" and not given.rerank_params:
+        rerank["rerank_preset"] = "adaptive"
     if config.rerank_method != "k-reciprocal":
         rerank["rerank_method"] = config.rerank_method
     rerank.update(config.rerank_params, pool=config.pool)

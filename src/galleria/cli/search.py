@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     if args.exclude_self and kind == "image":
         exclude = [(os.path.abspath(name), name) for name in query_names]
     lists = searcher.search(queries, k, kind=kind, exclude=exclude)
-    expand, rerank = used_settings(searcher.config)
+    expand, rerank = used_settings(searcher.config, config)
     payload = {
         "store": args.store,
         "k": k,

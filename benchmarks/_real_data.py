@@ -25,8 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "galleria-bench-real"
 GALLERIES = ("digits", "fashion", "stamps", "stamps12", "fashion12")
-#: Images per class of the many-small-classes galleries (``stamps12``: the stamp classes of at least
-#: 12 images, capped at 12, one query each; ``fashion12``: Fashion-MNIST with 12 gallery images a class).
+#: Images per class of the many-small-classes galleries (``stamps12``: every stamp class (5 images or
+#: more) capped at 12, three queries each; ``fashion12``: Fashion-MNIST with 12 gallery images a class).
 SMALL_CLASS = 12
 EMBEDDERS = ("pixel", "lite0")
 
@@ -139,7 +139,7 @@ def load(
         wanted = 300 if n_queries is None else n_queries
     elif name == "stamps12":
         folder = _capped_stamps(SMALL_CLASS)
-        wanted = len(folder.classes) if n_queries is None else n_queries  # one query a class
+        wanted = 3 * len(folder.classes) if n_queries is None else n_queries  # three queries a class
     else:
         from galleria.datasets.tuxpaint import load_tuxpaint_stamps
 
@@ -170,11 +170,11 @@ if __name__ == "__main__":  # pre-compute the cache: python benchmarks/_real_dat
 
 
 def _capped_stamps(size: int) -> Any:
-    """The stamp classes of at least ``size`` images, each cut to its first ``size`` (path order)."""
+    """Every stamp class (of 5 images or more) cut to its first ``size`` images (path order)."""
     from galleria.datasets import ImageFolder
     from galleria.datasets.tuxpaint import load_tuxpaint_stamps
 
-    folder = load_tuxpaint_stamps(min_images=size)
+    folder = load_tuxpaint_stamps()
     kept: dict[str, list[str]] = {}
     for path, label in sorted(zip(folder.paths, folder.labels, strict=True)):
         if len(kept.setdefault(label, [])) < size:

@@ -190,7 +190,8 @@ def bench(
             row(method, "adaptive", config_of(method, default_rerank_params(store, method), "adaptive"))
             # the defaults as every command applies them: nothing given, read by the Searcher
             defaults = config_of(method, {}, "defaults").resolve(store).settings()
-            if defaults != config_of(method, default_rerank_params(store, method), "x").settings():
+            read = config_of(method, default_rerank_params(store, method), "x").resolve(store).settings()
+            if defaults != read:
                 raise SystemExit(f"{method}: the Searcher's defaults differ from default_rerank_params")
         if args.trials and method in args.tune_methods and method != EXPAND_RERANK:
             tuned(["plain", method], method)

@@ -82,9 +82,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, InMemoryImage
 
 def _cli(store_file: Path, queries: list[str], options: list[str]) -> list[list[tuple[str, float]]]:
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "galleria", "search", str(store_file), "--image", *queries]
     process = subprocess.run(
-        [sys.executable, "-m", "galleria", "search", str(store_file), "--image", *queries]
-        + ["-k", str(K), "--json", *options],
+        [*command, "-k", str(K), "--json", *options],
         capture_output=True,
         text=True,
         timeout=300,

@@ -130,7 +130,13 @@ class RetrievalConfig:
             params.update({key: value for key, value in given.items() if key in taken and key not in params})
         preset = check_choice("rerank_preset", rerank_preset, PRESETS)
         checked = check_method_params(method, params)  # every value checked, defaults filled in
-        kept = checked if preset == "paper" else {key: checked[key] for key in checked if key in params}
+        # adaptive: the values the method's adaptive rule gives are left out until a gallery is met
+        rule = _rule_keys(method)
+        kept = (
+            checked
+            if preset == "paper"
+            else {k: v for k, v in checked.items() if k in params or k not in rule}
+        )
         if preset == "paper":
             if expansion_alpha is None:
                 expansion_alpha = PAPER_EXPANSION_ALPHA
@@ -178,8 +184,13 @@ class RetrievalConfig:
     def adaptive(self) -> bool:
         """Whether a value this configuration uses is still to be read from a gallery (:meth:`resolve`)."""
         expansion = self.query_expansion and None in (self.expansion_alpha, self.expansion_neighbors)
-        params = self.rerank and set(self.rerank_params) != set(METHOD_PARAMS[self.rerank_method])
-        return self.rerank_preset == "adaptive" and (expansion or params)
+        return self.rerank_preset == "adaptive" and (expansion or (self.rerank and bool(self.open_params())))
+
+    def open_params(self) -> set[str]:
+        """The method's parameters still to be read from a gallery (empty once resolved or "paper")."""
+        if self.rerank_preset != "adaptive":
+            return set()
+        return _rule_keys(self.rerank_method) - set(self.rerank_params)
 
     def resolve(self, store: Any) -> RetrievalConfig:
         """This configuration with every value left out read from ``store``'s gallery (adaptive preset).
@@ -289,10 +300,17 @@ class RetrievalConfig:
             label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
             names = {"lambda_value": "λ"} if self.rerank_method == DEFAULT_METHOD else {}
             values = [f"{names.get(key, key)}={_shown(value)}" for key, value in self.rerank_params.items()]
-            if self.adaptive and set(self.rerank_params) != set(METHOD_PARAMS[self.rerank_method]):
+            if self.open_params():
                 values.insert(0, "adaptive")
             parts.append(f"{label} ({', '.join([*values, f'pool={self.pool}'])})")
         return " + ".join(parts) if parts else "plain retrieval"
+
+
+def _rule_keys(method: str) -> set[str]:
+    """The parameters of ``method`` its adaptive rule (or the paper preset) sets."""
+    from galleria.rerank.adaptive import PAPER_PARAMS
+
+    return set(PAPER_PARAMS.get(method, METHOD_PARAMS.get(method, ())))
 
 
 def _shown(value: Any) -> str:

@@ -263,13 +263,10 @@ class SearchSettings:
             raise ValueError(_as_sent(str(error), lambda_name)) from None
         gallery_params = None
         if store is not None:
-            from galleria.rerank.registry import METHOD_PARAMS
-
             # the note "read from this gallery" when the defaults leave the method's values to it
-            open_params = set(base.rerank_params) != set(METHOD_PARAMS[method])
-            config, gallery_params = _resolved(
-                config, store, base.rerank_preset == "adaptive" and open_params
-            )
+            if method != base.rerank_method:
+                base = replace(base, rerank_method=method, rerank_params={})
+            config, gallery_params = _resolved(config, store, bool(base.open_params()))
         return cls(k=k, config=config, gallery_params=gallery_params)
 
     def to_dict(self) -> dict[str, Any]:

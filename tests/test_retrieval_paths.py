@@ -218,3 +218,125 @@ def test_evaluate_and_the_tuner_agree_with_the_searcher_on_their_split(
     depth = min(searcher.depth(split.depth), len(split.store))
     scores = score_lists(searcher.search(split.queries, depth), split.query_labels, split.gallery_labels)
     assert {key: values[key] for key in scores} == pytest.approx(scores)
+
+
+def test_api_takes_declared_names_and_old_aliases_alike(
+    setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]],
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from galleria.web import create_app
+
+    _, store, _ = setup
+    client = TestClient(create_app(store))
+    path = store.paths[3]
+
+    def ask(body: dict[str, Any]) -> dict[str, Any]:
+        answer = client.post("/api/search", json={"path": path, "k": K, **body})
+        assert answer.status_code == 200, answer.text
+        result: dict[str, Any] = answer.json()
+        return result
+
+    # k-reciprocal: declared names, the old aliases, and a params object give one answer
+    declared = ask(
+        {
+            "rerank": True,
+            "pool": 40,
+            "expand": True,
+            "expansion_alpha": 2.5,
+            "expansion_neighbors": 3,
+            "k1": 9,
+            "k2": 3,
+            "lambda_value": 0.45,
+        }
+    )
+    old = ask(
+        {
+            "rerank": True,
+            "pool": 40,
+            "expand": True,
+            "alpha": 2.5,
+            "neighbors": 3,
+            "k1": 9,
+            "k2": 3,
+            "lambda": 0.45,
+        }
+    )
+    nested = ask(
+        {
+            "rerank": True,
+            "pool": 40,
+            "expand": True,
+            "alpha": 2.5,
+            "neighbors": 3,
+            "method": "k-reciprocal",
+            "params": {"k1": 9, "k2": 3, "lambda_value": 0.45},
+        }
+    )
+    assert declared == {**old, "elapsed_ms": declared["elapsed_ms"]}
+    assert nested["reranked"] == declared["reranked"]
+    assert declared["settings"] == {
+        "expand": True,
+        "rerank": True,
+        "alpha": 2.5,
+        "neighbors": 3,
+        "method": "k-reciprocal",
+        "params": {"k1": 9, "k2": 3, "lambda_value": 0.45},
+        "pool": 40,
+    }
+    # another method's own alpha: in params (flat "alpha" is αQE's), echoed exactly
+    config = RetrievalConfig(
+        "d", rerank=True, pool=40, rerank_method="diffusion", rerank_params={"alpha": 0.5, "k": 7}
+    )
+    expected = Searcher(store, config).search([path], K, kind="path")[0]
+    answer = ask({"rerank": True, "pool": 40, "method": "diffusion", "params": {"alpha": 0.5, "k": 7}})
+    assert [item["path"] for item in answer["reranked"]] == [c.path for c in expected]
+    assert answer["settings"]["params"] == Searcher(store, config).config.rerank_params
+    form = client.post(
+        "/api/search",
+        data={
+            "path": path,
+            "k": str(K),
+            "rerank": "1",
+            "pool": "40",
+            "method": "diffusion",
+            "param.alpha": "0.5",
+            "param.k": "7",
+        },
+    )
+    assert form.json()["reranked"] == answer["reranked"]
+    bad = client.post(
+        "/api/search", json={"path": path, "rerank": True, "method": "diffusion", "params": {"k1": 3}}
+    )
+    assert bad.status_code == 400 and "k1" in bad.json()["detail"]
+
+
+def test_the_page_address_carries_the_exact_values_used(
+    setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]],
+) -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    from fastapi.testclient import TestClient
+
+    from galleria.web import create_app
+
+    _, store, _ = setup
+    relative = "red/00.png"
+    client = TestClient(create_app(store))
+    answer = client.post(
+        "/", data={"path": relative, "k": "5", "rerank": "1", "expand": "1"}, follow_redirects=False
+    )
+    assert answer.status_code == 303
+    query = {key: values[0] for key, values in parse_qs(urlsplit(answer.headers["location"]).query).items()}
+    used = Searcher(store, RetrievalConfig("s", query_expansion=True, rerank=True)).config
+    assert (
+        float(query["alpha"]) == used.expansion_alpha and int(query["neighbors"]) == used.expansion_neighbors
+    )
+    assert (int(query["k1"]), int(query["k2"]), query["lambda"]) == (
+        used.rerank_params["k1"],
+        used.rerank_params["k2"],
+        repr(used.rerank_params["lambda_value"]),
+    )
+    page = client.get(answer.headers["location"])
+    assert page.status_code == 200
+    assert f"λ {used.rerank_params['lambda_value']!r}" in page.text

@@ -278,9 +278,12 @@ def create_app(
         ``upload`` (an id from a page's address, ``/?upload=...``) searches an image uploaded earlier
         on the page again.
 
-        Settings: ``k``, ``expand`` with ``alpha`` and ``neighbors``, ``rerank`` with ``k1``, ``k2``,
-        ``lambda`` and ``pool``. Answer: ``{"plain": [{"path", "score", "rank"}...], "reranked": [...
-        with "previous_rank"] | null, "elapsed_ms": ...}``.
+        Settings: ``k``, ``expand`` with ``expansion_alpha`` and ``expansion_neighbors`` (old names
+        ``alpha``, ``neighbors``), ``rerank`` with ``method``, ``preset``, ``pool`` and the method's
+        parameters by their declared names (flat, ``param.NAME`` or a ``params`` object; ``k1``,
+        ``k2``, ``lambda`` stay accepted); left out: the gallery's adaptive values (or the settings
+        file's). Answer: ``{"settings": {the exact values used}, "plain": [{"path", "score",
+        "rank"}...], "reranked": [... with "previous_rank"] | null, "elapsed_ms": ...}``.
         """
         try:
             query, kind, settings = await parse_request(request)

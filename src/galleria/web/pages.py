@@ -33,13 +33,14 @@ from galleria.store.reading import ImageReadError
 from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore
 from galleria.viewer.browse import BrowsePage, browse_gallery
 from galleria.viewer.compare import _flag as read_flag
+from galleria.viewer.compare import setting_keys
 from galleria.viewer.text import format_score
 from galleria.viewer.thumbnails import array_thumbnail
 
 __all__ = ["EVAL_PAGE_SIZE", "SETTING_KEYS", "UPLOAD_GONE", "Site", "add_pages"]
 
 #: The settings a request may give (``lambda_value`` is another name of ``lambda``).
-SETTING_KEYS = ("k", "expand", "alpha", "neighbors", "rerank", "k1", "k2", "lambda", "lambda_value", "pool")
+SETTING_KEYS = setting_keys()
 #: The kinds of query an address may hold.
 QUERY_KEYS = ("path", "text", "upload")
 #: The answer to an upload id the server no longer keeps (or never gave).
@@ -97,13 +98,12 @@ def _form_values(settings: SearchSettings, sent: Mapping[str, str]) -> dict[str,
 
 
 def _method_heading(settings: SearchSettings) -> str:
-    """The re-ranked column's heading: the method and its parameters, numbers as given."""
+    """The re-ranked column's heading: the method and the exact parameters it used."""
     config = settings.config
-    if config.rerank_method == "k-reciprocal":
-        params = {"k1": config.k1, "k2": config.k2, "λ": config.lambda_value}
-    else:
-        params = dict(config.rerank_params)
-    shown = " · ".join(f"{key} {_number_text(value)}" for key, value in params.items())
+    names = {"lambda_value": "λ"} if config.rerank_method == "k-reciprocal" else {}
+    shown = " · ".join(
+        f"{names.get(key, key)} {_number_text(value)}" for key, value in config.rerank_params.items()
+    )
     return f"re-ranked · {config.rerank_method}{' · ' + shown if shown else ''} · pool {config.pool}"
 
 
@@ -112,14 +112,24 @@ def _gallery_note(settings: SearchSettings) -> str | None:
     read = settings.gallery_params
     if read is None or settings.config.rerank_method != "k-reciprocal":
         return None
-    config = settings.config
-    if (config.k1, config.k2, config.lambda_value) == (read["k1"], read["k2"], read["lambda_value"]):
+    params = settings.config.rerank_params
+    if all(params.get(name) == read[name] for _, name in _NOTE_NAMES):
         return "k1, k2, λ read from this gallery"
     shown = ", ".join(f"{key} {_number_text(read[name])}" for key, name in _NOTE_NAMES)
     return f"values read from this gallery: {shown}"
 
 
 _NOTE_NAMES = (("k1", "k1"), ("k2", "k2"), ("λ", "lambda_value"))
+
+
+def _hidden_params(settings: SearchSettings) -> list[tuple[str, str]]:
+    """The form's hidden fields of a method other than k-reciprocal: its name and exact parameters."""
+    config = settings.config
+    if config.rerank_method == "k-reciprocal":
+        return []
+    fields = [("method", config.rerank_method)]
+    fields += [(f"param.{key}", _number_text(value)) for key, value in config.rerank_params.items()]
+    return fields
 
 
 def _search_heading(settings: SearchSettings) -> str:
@@ -163,6 +173,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
             "info": site.info(),
             "has_eval": evaluation is not None,
             "form": _form_values(settings, sent),
+            "hidden_params": _hidden_params(settings),
             "gallery_note": _gallery_note(settings),
             "error": None,
             "query_text": "",

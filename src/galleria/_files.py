@@ -13,7 +13,6 @@ that another live process or thread is still writing).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -149,11 +148,9 @@ def read_regular_file(path: str | os.PathLike[str], what: str, limit: int) -> by
 
 
 def load_json(data: bytes, what: str) -> Any:
-    """Parse untrusted JSON bytes; every failure (bad UTF-8 or JSON, nesting, huge integers) is a
+    """Parse untrusted JSON bytes; every failure (bad UTF-8 or JSON, nesting, huge integers, a
+    document whose objects would take over 3 times its size: :mod:`galleria._jsoncost`) is a
     ValueError naming ``what``."""
-    try:
-        return json.loads(data.decode("utf-8"))
-    except RecursionError:
-        raise ValueError(f"{what} is not valid JSON: nested too deeply") from None
-    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ValueError(f"{what} is not valid JSON: {str(error)[:200]}") from None
+    from galleria._jsoncost import load_bounded_json
+
+    return load_bounded_json(data, what)

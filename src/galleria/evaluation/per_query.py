@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from galleria._files import atomic_write_bytes
+from galleria._jsoncost import load_bounded_json
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.evaluation.pipeline import ConfigResult
 
@@ -309,11 +310,12 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
     name = os.fspath(path)
     if os.path.isdir(name):
         name = os.path.join(name, FILE_NAME)
-    data = _read_bounded(name)
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        text = _read_bounded(name).decode("utf-8")  # the bytes are not kept while it is parsed
+    except UnicodeDecodeError as error:
         raise ValueError(f"{name!r} is not valid JSON: {str(error)[:200]}") from None
+    document = load_bounded_json(text, repr(name))  # its objects at most 3 times its size
+    del text
     check = _Checker(name)
     document = check.mapping("the document", document)
     if document.get("schema") != SCHEMA:

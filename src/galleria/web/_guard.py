@@ -127,5 +127,6 @@ class Guard:
             if not started:
                 from starlette.responses import PlainTextResponse
 
-                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send_tracked)
+                answer = PlainTextResponse("Internal Server Error", status_code=500)
+                await answer(scope, receive, send_tracked)
             raise

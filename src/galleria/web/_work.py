@@ -21,7 +21,14 @@ from typing import Any, TypeVar
 
 from galleria._deadline import DeadlineExceeded, check_deadline, deadline_after
 
-__all__ = ["DEFAULT_REQUEST_TIMEOUT", "DEFAULT_WORKERS", "MAX_REQUEST_TIMEOUT", "RequestTimeout", "WorkerPool"]
+__all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_WORKERS",
+    "MAX_REQUEST_TIMEOUT",
+    "RequestTimeout",
+    "WorkerPool",
+    "check_timeout",
+]
 
 T = TypeVar("T")
 

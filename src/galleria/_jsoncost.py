@@ -23,10 +23,13 @@ __all__ = ["DEFAULT_RATIO", "MAX_DISTINCT_KEYS", "json_cost", "load_bounded_json
 
 #: Bytes of objects a document may take per byte of its text (the text itself not counted).
 DEFAULT_RATIO = 3.0
+#: Bytes of objects any document may take beside that (small files are never refused for their shape).
+SLACK = 1 << 20
 
 
 #: Distinct object keys a document may use (the parser shares equal keys; unique keys are each an object).
 MAX_DISTINCT_KEYS = 10_000
+_DEEP = re.compile(r"\s*(?:[\[{]\s*){1000}")
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:)?', re.DOTALL)
 
 
@@ -64,7 +67,8 @@ def json_cost(text: str) -> int:
 
 
 def load_bounded_json(text: str | bytes, what: str, *, ratio: float = DEFAULT_RATIO) -> Any:
-    """``json.loads(text)``, after checking that its objects would take at most ``ratio`` × its size.
+    """``json.loads(text)``, after checking that its objects would take at most ``ratio`` × its size
+    (plus :data:`SLACK`).
 
     Every failure is a ValueError naming ``what`` (the file): bad UTF-8 or JSON, nesting too deep,
     a huge integer, or a document of too many tiny values. Give the text as ``str`` with no other
@@ -79,7 +83,9 @@ def load_bounded_json(text: str | bytes, what: str, *, ratio: float = DEFAULT_RA
         cost = json_cost(text)
     except ValueError as error:
         raise ValueError(f"{what} is not valid JSON for galleria: {error}") from None
-    if cost > ratio * max(len(text), 64):
+    if cost > ratio * len(text) + SLACK:
+        if _DEEP.match(text):
+            raise ValueError(f"{what} is not valid JSON: nested too deeply")
         raise ValueError(
             f"{what} is not valid JSON for galleria: its {len(text)} characters hold so many small "
             f"values that parsing would take about {cost / max(len(text), 1):.0f} times its size in "

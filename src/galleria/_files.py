@@ -141,7 +141,9 @@ def read_regular_file(path: str | os.PathLike[str], what: str, limit: int) -> by
         size = os.fstat(stream.fileno()).st_size
         if size > limit:
             raise ValueError(f"{what} {name!r} is larger than the {limit} bytes allowed ({size} bytes)")
-        data = stream.read(limit + 1)
+        data = stream.read(size + 1)  # not read(limit + 1): that allocates the whole bound first
+        if len(data) > size:  # it grew since fstat
+            data += stream.read(limit + 1 - len(data))
     if len(data) > limit:
         raise ValueError(f"{what} {name!r} is larger than the {limit} bytes allowed")
     return data

@@ -238,7 +238,11 @@ def _read_bounded(name: str) -> bytes:
                 f"{name!r} is {info.st_size} bytes, over the {MAX_BYTES}-byte bound of {FILE_NAME}"
             )
         with os.fdopen(descriptor, "rb", closefd=False) as stream:
-            data = stream.read(MAX_BYTES + 1)
+            # Read its size (plus one byte, to see it did not grow): read(MAX_BYTES + 1) would
+            # allocate the whole bound first, whatever the file's size.
+            data = stream.read(info.st_size + 1)
+            if len(data) > info.st_size:
+                data += stream.read(MAX_BYTES + 1 - len(data))
     finally:
         os.close(descriptor)
     if len(data) > MAX_BYTES:

@@ -379,3 +379,47 @@ def _refused(path: Path, name: str) -> None:
 
     with pytest.raises(ValueError, match=rf"{name}\.json.*times its size in memory"):
         read_query_results(path)
+
+
+def test_neighbour_counts_of_a_request_are_bounded(gallery: tuple[Path, InMemoryImageEmbeddingStore]) -> None:
+    """Before: ``neighbors`` and ``k1`` of 10^9 were accepted; now a request's products stay ≤ 1000²."""
+    client = TestClient(create_app(gallery[1]))
+    for body in (
+        {"neighbors": 10**9, "expand": True},
+        {"k1": 5000, "rerank": True},
+        {"k1": 2000, "k2": 1500, "rerank": True},
+    ):
+        answer = client.post("/api/search", json={"path": "c0/0.png", **body})
+        assert answer.status_code == 400 and "at most 1000 in a request" in answer.json()["detail"]
+    assert client.post("/api/search", json={"path": "c0/0.png", "k1": 30, "rerank": True}).status_code == 200
+
+
+def test_serve_checks_its_request_timeout(
+    gallery: tuple[Path, InMemoryImageEmbeddingStore], tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    store = tmp_path / "s.safetensors"
+    gallery[1].save_to_disk(store)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    for value in ("0", "1e9", "x"):
+        process = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "galleria",
+                "serve",
+                str(store),
+                "--request-timeout",
+                value,
+                "--port",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert process.returncode == 2 and "--request-timeout" in process.stderr, process.stderr

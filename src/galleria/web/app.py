@@ -32,6 +32,7 @@ from galleria.viewer import (
     compare_search,
     decode_upload,
 )
+from galleria.viewer.compare import MAX_RESULTS
 from galleria.viewer.flight import SingleFlight
 from galleria.viewer.thumbnails import (
     DEFAULT_CACHE_BYTES,
@@ -95,6 +96,17 @@ def _too_large(size: int, limit: int) -> str:
     return f"the request is {size / 1e6:.1f} MB or more, over the upload limit of {allowed:.1f} MB"
 
 
+def _bounded(settings: SearchSettings, sent: dict[str, Any]) -> SearchSettings:
+    """``settings`` if a request's work stays bounded: the neighbour counts a request sends (αQE's
+    ``neighbors``, k-reciprocal's ``k1`` and ``k2``) at most :data:`MAX_RESULTS`, like ``k`` and
+    ``pool``, so that no product of them exceeds ``MAX_RESULTS``²; ValueError naming the one sent."""
+    config = settings.config
+    for name, value in (("neighbors", config.expansion_neighbors), ("k1", config.k1), ("k2", config.k2)):
+        if name in sent and value > MAX_RESULTS:
+            raise ValueError(f"{name} must be at most {MAX_RESULTS} in a request, got {value!r}")
+    return settings
+
+
 def create_app(
     store: Any,
     *,
@@ -150,7 +162,7 @@ def create_app(
     pool = WorkerPool(workers, request_timeout)
 
     def settings_from(values: dict[str, Any]) -> SearchSettings:
-        return SearchSettings.from_mapping(values, defaults, store=store)
+        return _bounded(SearchSettings.from_mapping(values, defaults, store=store), values)
 
     files = GalleryFiles(store.paths, root)
     labels = GalleryLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))

@@ -8,6 +8,8 @@ also taken with that source, side by side. It prints markdown tables:
     info requests sent every 20 ms meanwhile);
 (b) peak RSS of the server (``VmHWM``) for 1 and for 16 concurrent ``/image`` and ``/thumb``
     requests for one 64-Mpx PNG, each in a fresh server process;
+(d) the time of three consecutive searches with a prepared gallery (``--settings`` of decoupled
+    diffusion on power-normalised, centred, DBA-augmented vectors; 1,797 random 64-d vectors);
 (c) RSS of the server after a warm-up of 200 requests and after 2,000 more of a mixed load (info,
     thumbnails, images, pages, searches by path and by upload, bad parameters), and the answers'
     status counts.
@@ -212,7 +214,7 @@ def mixed_load(source: str, store_file: Path, root: Path, names: list[str], tota
     server = Server(source, store_file, root)
     rng = random.Random(25)
     small = io.BytesIO()
-    Image.fromarray(np.full((48, 48, 3), 90, np.uint8)).save(small, "PNG")
+    Image.fromarray(np.random.default_rng(5).integers(0, 255, (48, 48, 3), np.uint8)).save(small, "PNG")
     upload_body, upload_headers = multipart(small.getvalue(), {"k": "5"})
     json_headers = {"content-type": "application/json"}
 
@@ -259,12 +261,47 @@ def mixed_load(source: str, store_file: Path, root: Path, names: list[str], tota
         server.stop()
 
 
+def prepared_child(rows: int) -> None:
+    """The child of (d): three searches through the app, each one's milliseconds on one line."""
+    from fastapi.testclient import TestClient
+
+    from galleria import InMemoryImageEmbeddingStore
+    from galleria.evaluation import RetrievalConfig
+    from galleria.web import create_app
+
+    vectors = np.random.default_rng(25).normal(size=(rows, 64)).astype(np.float32)
+    store = InMemoryImageEmbeddingStore.from_embeddings(
+        [f"/g/c{i % 10}/{i}.png" for i in range(rows)], vectors
+    )
+    params = {"k": 10, "truncation": 200, "vector_power": 0.5, "centre": True, "dba_neighbors": 5}
+    tuned = RetrievalConfig("tuned", rerank=True, rerank_method="decoupled-diffusion", rerank_params=params)
+    client = TestClient(create_app(store, defaults=tuned))
+    times = []
+    for i in range(3):
+        started = time.perf_counter()
+        answer = client.post("/api/search", json={"path": f"c{i}/{i}.png", "k": 10})
+        assert answer.status_code == 200, answer.text
+        times.append(1000 * (time.perf_counter() - started))
+    print(" | ".join(f"{t:.0f}" for t in times))
+
+
+def prepared_times(source: str, rows: int) -> str:
+    env = {**os.environ, "PYTHONPATH": source, "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, __file__, "--prepared-child", str(rows)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default=None, metavar="SRC", help="also measure this source folder")
     parser.add_argument("--requests", type=int, default=2000, help="mixed requests after warm-up")
     parser.add_argument("--child", nargs=3, metavar=("STORE", "ROOT", "PORT"), help=argparse.SUPPRESS)
+    parser.add_argument("--prepared-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--only-prepared", action="store_true", help="only (d)")
     args = parser.parse_args()
+    if args.prepared_child:
+        prepared_child(args.prepared_child)
+        return
     if args.child:
         serve_child(args.child[0], args.child[1], int(args.child[2]))
         return
@@ -272,6 +309,12 @@ def main() -> None:
     if args.before:
         sources.insert(0, ("before", os.path.abspath(args.before)))
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores shared; times are noisy)\n")
+    print("### (d) Three searches with a prepared gallery (1,797 rows), milliseconds each\n")
+    print("| source | 1st | 2nd | 3rd |\n|---|---:|---:|---:|")
+    for label, source in sources:
+        print(f"| {label} | {prepared_times(source, 1797)} |", flush=True)
+    if args.only_prepared:
+        return
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         root, store_file, names = make_gallery(folder)

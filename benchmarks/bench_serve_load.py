@@ -313,6 +313,7 @@ def main() -> None:
     print("| source | 1st | 2nd | 3rd |\n|---|---:|---:|---:|")
     for label, source in sources:
         print(f"| {label} | {prepared_times(source, 1797)} |", flush=True)
+    print()
     if args.only_prepared:
         return
     with tempfile.TemporaryDirectory() as scratch:

@@ -88,7 +88,7 @@ def load_bounded_json(text: str | bytes, what: str, *, ratio: float = DEFAULT_RA
             raise ValueError(f"{what} is not valid JSON: nested too deeply")
         raise ValueError(
             f"{what} is not valid JSON for galleria: its {len(text)} characters hold so many small "
-            f"values that parsing would take about {cost / max(len(text), 1):.0f} times its size in "
+            f"values that parsing would take about {cost / max(len(text), 1):.1f} times its size in "
             f"memory (at most {ratio:g} allowed; galleria never writes such a file)"
         )
     try:

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._deadline import check_deadline
 from galleria._validation import (
     check_bool,
     check_choice,
@@ -153,6 +154,7 @@ def solve_conjugate_gradient(
     for iteration in range(1, maxiter + 1):
         if not active.any():
             break
+        check_deadline()  # a request of galleria serve past its time limit stops here
         product = matvec(direction)
         curvature = np.einsum("ij,ij->i", direction, product)
         step = np.zeros_like(squared)

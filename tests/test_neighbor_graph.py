@@ -63,8 +63,10 @@ def test_exact_graph_equals_brute_force_with_ties_and_duplicates(space: str) -> 
     check_graph_arrays(ids, distances, 300, "graph", vectors=vectors, space=space)
 
 
-def test_smallest_sorted_is_a_stable_sort_prefix() -> None:
-    values = np.random.default_rng(2).integers(0, 4, (50, 40)).astype(np.float32)
+@pytest.mark.parametrize(("width", "top"), [(40, 4), (3000, 50), (3000, 7), (3000, 2999)])
+def test_smallest_sorted_is_a_stable_sort_prefix(width: int, top: int) -> None:
+    values = np.random.default_rng(2).integers(0, top, (50, width)).astype(np.float32)  # many ties
+    values[3, ::5] = np.inf
     positions, found = smallest_sorted(values, 7)
     np.testing.assert_array_equal(positions, np.argsort(values, axis=1, kind="stable")[:, :7])
     np.testing.assert_array_equal(found, np.take_along_axis(values, positions, axis=1))

@@ -50,14 +50,41 @@ MAX_GRAPH_K = 4096
 METHODS: tuple[str, ...] = ("auto", "exact", "ivf")
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
 CELL_SIZE = 1024
-PROBES = 24
+PROBES = 8
+
+
+#: Rows at least this many times wider than ``k`` are first cut down through a strided sample.
+_CUT = 32
+_STRIDE = 16
+
+
+def _select(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`smallest_sorted` by one selection per row, redoing stably the rows tied at the k-th value."""
+    positions = np.argpartition(values, k - 1, axis=1)[:, :k]
+    found = np.take_along_axis(values, positions, axis=1)
+    bound = found.max(axis=1, keepdims=True)
+    # a row whose k-th value is tied with entries left out may have kept a higher position: redo it
+    tied = np.flatnonzero(np.count_nonzero(values == bound, axis=1) != np.count_nonzero(found == bound, axis=1))
+    if tied.size:
+        redone = np.argsort(values[tied], axis=1, kind="stable")[:, :k]
+        positions[tied] = redone
+        found[tied] = np.take_along_axis(values[tied], redone, axis=1)
+    order = np.lexsort((positions, found), axis=1)
+    return np.take_along_axis(positions, order, axis=1), np.take_along_axis(found, order, axis=1)
 
 
 def smallest_sorted(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions and values of the ``k`` smallest entries of each row, by (value, position).
 
     Equal to ``np.argsort(values, axis=1, kind="stable")[:, :k]`` and the values there; ``values``
-    (m, w) must hold no NaN (``+inf`` marks an entry that may not be chosen), ``k <= w``.
+    (m, w) must hold no NaN (``+inf`` marks an entry that may not be chosen), ``k <= w``. Wide rows
+    are first cut down: the k-th smallest of every 16th entry bounds the row's k-th smallest from
+    above, and only the entries at or below it (kept in position order) are selected among.
+
+    Examples
+    --------
+    >>> smallest_sorted(np.array([[0.5, 0.1, 0.1, 0.0]]), 3)[0].tolist()
+    [[3, 1, 2]]
     """
     count, width = values.shape
     if k == 0 or count == 0:
@@ -65,17 +92,19 @@ def smallest_sorted(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     if k >= width:
         order = np.argsort(values, axis=1, kind="stable")[:, :k]
         return order, np.take_along_axis(values, order, axis=1)
-    bound = np.partition(values, k - 1, axis=1)[:, k - 1 : k]
-    mask = values <= bound  # holds the answer; ties at the bound kept in position order
-    rows, columns = np.nonzero(mask)
-    counts = np.count_nonzero(mask, axis=1)
-    slots = np.arange(rows.size) - (np.cumsum(counts) - counts)[rows]
+    if width < _CUT * k:
+        return _select(values, k)
+    bound = np.partition(values[:, ::_STRIDE], k - 1, axis=1)[:, k - 1 : k]
+    found = np.flatnonzero(values <= bound)
+    rows = found // width
+    counts = np.bincount(rows, minlength=count)
+    slots = np.arange(found.size) - (np.cumsum(counts) - counts)[rows]
     kept = np.full((count, int(counts.max())), np.inf, dtype=values.dtype)
-    kept[rows, slots] = values[rows, columns]
+    kept[rows, slots] = values.ravel()[found]
     where = np.zeros(kept.shape, dtype=np.int64)
-    where[rows, slots] = columns
-    local = np.argsort(kept, axis=1, kind="stable")[:, :k]
-    return np.take_along_axis(where, local, axis=1), np.take_along_axis(kept, local, axis=1)
+    where[rows, slots] = found - rows * width
+    local, chosen = _select(kept, k) if kept.shape[1] > k else smallest_sorted(kept, k)
+    return np.take_along_axis(where, local, axis=1), chosen
 
 
 def _check_vectors(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:

@@ -73,7 +73,7 @@ def test_smallest_sorted_is_a_stable_sort_prefix(width: int, top: int) -> None:
 
 
 def test_k_is_capped_and_small_galleries_work() -> None:
-    ids, distances = exact_graph(np.eye(3, dtype=np.float32), 10, "l2")
+    ids, _distances = exact_graph(np.eye(3, dtype=np.float32), 10, "l2")
     assert ids.shape == (3, 2) and ids.tolist() == [[1, 2], [0, 2], [0, 1]]
     assert exact_graph(np.ones((1, 2), dtype=np.float32), 5, "l2")[0].shape == (1, 0)
     with pytest.raises(ValueError, match="k must be at most"):
@@ -98,7 +98,7 @@ def test_inverted_file_pass_finds_nearly_every_neighbour_with_exact_distances() 
 def test_public_function_keeps_the_graph_per_store_state() -> None:
     vectors = clustered(400)
     store = InMemoryImageEmbeddingStore.from_embeddings([f"p{i}" for i in range(400)], vectors)
-    ids, distances = galleria.neighbor_graph(store, 8)
+    ids, _distances = galleria.neighbor_graph(store, 8)
     expected_ids, _ = brute_force(store.embeddings, 8, "cosine")
     np.testing.assert_array_equal(ids, expected_ids)
     smaller, _ = galleria.neighbor_graph(store, 3)
@@ -246,3 +246,34 @@ def test_graph_file_size_and_bytes_are_checked(saved: tuple) -> None:
     side.write_bytes(data[:16] + struct.pack("<I", 1 << 30))
     with pytest.raises(ValueError, match="header of 1073741824 bytes"):
         read_graph_header(side)
+
+
+# ------------------------------------------------------------------------------ the command line
+
+
+def test_cli_graph_builds_keeps_reuses_and_info_shows_it(
+    saved: tuple, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from galleria.cli import main
+
+    _, file = saved
+    assert main(["graph", str(file), "--k", "7", "--json", "--sample", "100"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["k"] == 7 and figures["items"] == 300 and figures["method"] == "exact"
+    assert figures["recall"] == 1.0 and figures["recall_sample"] == 100 and not figures["reused"]
+    assert figures["peak_rss_bytes"] > 10 * 2**20 and figures["seconds"] >= 0
+    assert main(["graph", str(file), "--k", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reused"] is True  # a kept k=7 graph answers k=5
+    assert main(["graph", str(file), "--k", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "peak RSS" in text and "recall@5:  1.0000 on 300 sampled items" in text
+    assert main(["info", str(file), "--json"]) == 0
+    graph = json.loads(capsys.readouterr().out)["graph"]
+    assert graph["k"] == 7 and graph["current"] is True
+    other = InMemoryImageEmbeddingStore.from_embeddings([f"p{i}" for i in range(300)], clustered(300, seed=9))
+    other.save_to_disk(file)  # the store changes: the kept graph is of another state
+    assert main(["info", str(file)]) == 0
+    assert "of another store state" in capsys.readouterr().out
+    assert main(["graph", str(file), "--k", "5", "--json", "--sample", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["reused"] is False and "belongs to another state of the store; ignored" in err

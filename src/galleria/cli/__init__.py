@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "evaluate",
     "evaluate-scores": "evaluate_scores",
     "info": "info",
+    "graph": "graph",
     "add": "add",
     "remove": "remove",
     "sync": "sync",

@@ -64,7 +64,9 @@ def _select(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     found = np.take_along_axis(values, positions, axis=1)
     bound = found.max(axis=1, keepdims=True)
     # a row whose k-th value is tied with entries left out may have kept a higher position: redo it
-    tied = np.flatnonzero(np.count_nonzero(values == bound, axis=1) != np.count_nonzero(found == bound, axis=1))
+    tied = np.flatnonzero(
+        np.count_nonzero(values == bound, axis=1) != np.count_nonzero(found == bound, axis=1)
+    )
     if tied.size:
         redone = np.argsort(values[tied], axis=1, kind="stable")[:, :k]
         positions[tied] = redone
@@ -170,7 +172,9 @@ def _cells(array: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.nda
     cells = np.empty(size, dtype=np.int64)
     step = max(1, BLOCK_ELEMENTS // count)
     for begin in range(0, size, step):
-        cells[begin : begin + step] = np.argmin(pairwise_distances(array[begin : begin + step], centroids, "l2"), 1)
+        cells[begin : begin + step] = np.argmin(
+            pairwise_distances(array[begin : begin + step], centroids, "l2"), 1
+        )
     return centroids, cells
 
 
@@ -195,7 +199,9 @@ def approximate_graph(
     ids = np.empty((size, wanted), dtype=np.int32)
     distances = np.empty((size, wanted), dtype=np.float32)
     if wanted == 0 or count <= probed:
-        return exact_graph(array, wanted, space, block_elements=block_elements) if wanted else (ids, distances)
+        return (
+            exact_graph(array, wanted, space, block_elements=block_elements) if wanted else (ids, distances)
+        )
     centroids, cells = _cells(array, count, seed)
     order = np.argsort(cells, kind="stable")
     starts = np.searchsorted(cells[order], np.arange(count + 1))
@@ -233,8 +239,15 @@ def graph_recall(ids: np.ndarray, exact_ids: np.ndarray) -> float:
 
 
 def check_graph_arrays(
-    ids: Any, distances: Any, size: int, what: str, *, vectors: np.ndarray | None = None, space: str = "l2",
-    sample: int = 64, seed: int = 0,
+    ids: Any,
+    distances: Any,
+    size: int,
+    what: str,
+    *,
+    vectors: np.ndarray | None = None,
+    space: str = "l2",
+    sample: int = 64,
+    seed: int = 0,
 ) -> None:
     """Refuse a graph that is not one of ``size`` items (a file is untrusted): ValueError naming ``what``.
 
@@ -244,7 +257,9 @@ def check_graph_arrays(
     """
     if not (isinstance(ids, np.ndarray) and ids.dtype == np.int32 and ids.ndim == 2):
         raise ValueError(f"{what}: the neighbour ids must be a 2-D int32 array")
-    if not (isinstance(distances, np.ndarray) and distances.dtype == np.float32 and distances.shape == ids.shape):
+    if not (
+        isinstance(distances, np.ndarray) and distances.dtype == np.float32 and distances.shape == ids.shape
+    ):
         raise ValueError(f"{what}: the distances must be a float32 array shaped like the ids {ids.shape}")
     count, k = ids.shape
     if count != size or k > max(size - 1, 0) or k > MAX_GRAPH_K:
@@ -265,6 +280,8 @@ def check_graph_arrays(
     if vectors is not None:
         rows = np.random.default_rng(seed).choice(size, size=min(size, sample), replace=False)
         left = vectors[rows][:, None, :]
-        recomputed = np.stack([pairwise_distances(left[i], vectors[ids[r]], space)[0] for i, r in enumerate(rows)])
+        recomputed = np.stack(
+            [pairwise_distances(left[i], vectors[ids[r]], space)[0] for i, r in enumerate(rows)]
+        )
         if not np.allclose(recomputed, distances[rows], rtol=1e-4, atol=1e-4 * math.sqrt(vectors.shape[1])):
             raise ValueError(f"{what}: the distances do not match the store's vectors")

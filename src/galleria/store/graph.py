@@ -104,7 +104,7 @@ def _rows_and_vectors(store: InMemoryImageEmbeddingStore) -> tuple[object, np.nd
 
 def _state_of(space: str, vectors: np.ndarray) -> str:
     digest = hashlib.sha256(f"galleria-graph-state:{space}:{vectors.shape[0]}:{vectors.shape[1]}:".encode())
-    digest.update(memoryview(vectors).cast("B"))
+    digest.update(vectors.reshape(-1).view(np.uint8).data)
     return digest.hexdigest()
 
 
@@ -149,9 +149,7 @@ def _read_header(name: str, stream: Any) -> tuple[dict[str, Any], int]:
     return header, len(lead) + length
 
 
-def read_graph_file(
-    path: str | os.PathLike[str], store: InMemoryImageEmbeddingStore
-) -> NeighborGraph | None:
+def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
     """The graph kept in ``path`` for ``store``'s current state, or None (with a warning) if it is of another.
 
     Raises ValueError naming the file when the file is damaged or not a graph of this store's size.
@@ -169,7 +167,9 @@ def read_graph_file(
             return None
         count, k = header["n"], header["k"]
         if count != vectors.shape[0]:
-            raise ValueError(f"graph file {name!r}: {count} items recorded, the store holds {vectors.shape[0]}")
+            raise ValueError(
+                f"graph file {name!r}: {count} items recorded, the store holds {vectors.shape[0]}"
+            )
         expected = offset + 8 * count * k
         if os.fstat(stream.fileno()).st_size != expected:
             raise ValueError(f"graph file {name!r} must be exactly {expected} bytes for n={count}, k={k}")
@@ -185,8 +185,8 @@ def read_graph_file(
 def _write_graph_file(path: str, graph: NeighborGraph) -> None:
     ids = np.ascontiguousarray(graph.ids, dtype="<i4")
     distances = np.ascontiguousarray(graph.distances, dtype="<f4")
-    digest = hashlib.sha256(memoryview(ids).cast("B"))
-    digest.update(memoryview(distances).cast("B"))
+    digest = hashlib.sha256(ids.reshape(-1).view(np.uint8).data)
+    digest.update(distances.reshape(-1).view(np.uint8).data)
     header = {
         "format": "galleria-graph",
         "version": 1,
@@ -199,8 +199,8 @@ def _write_graph_file(path: str, graph: NeighborGraph) -> None:
     encoded = json.dumps(header, sort_keys=True).encode()
     with atomic_path(path) as temporary, open(temporary, "wb") as stream:
         stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded)
-        stream.write(memoryview(ids).cast("B"))
-        stream.write(memoryview(distances).cast("B"))
+        stream.write(ids.reshape(-1).view(np.uint8).data)
+        stream.write(distances.reshape(-1).view(np.uint8).data)
 
 
 def _prefix(graph: NeighborGraph, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -221,7 +221,8 @@ def neighbor_graph(
     Examples
     --------
     >>> from galleria import InMemoryImageEmbeddingStore
-    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], np.array([[0.0], [1.0], [3.0]]), space="l2")
+    >>> vectors = np.array([[0.0], [1.0], [3.0]])
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], vectors, space="l2")
     >>> ids, distances = neighbor_graph(store, 1)
     >>> ids.ravel().tolist(), distances.ravel().tolist()
     ([1, 0, 1], [1.0, 1.0, 4.0])
@@ -260,12 +261,14 @@ def neighbor_graph(
 
 
 def save_neighbor_graph(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> bool:
-    """Write the store's in-memory graph to ``STORE.graph``; False (nothing written) if the file holds it already."""
+    """Write the store's in-memory graph to ``STORE.graph``; False (nothing written) if it holds it."""
     rows, _ = _rows_and_vectors(store)
     with _LOCK:
         held = _HELD.get(store)
     if held is None or held.rows is not rows:
-        raise ValueError("the store holds no neighbour graph of its current gallery; call neighbor_graph() first")
+        raise ValueError(
+            "the store holds no neighbour graph of its current gallery; call neighbor_graph() first"
+        )
     path = graph_file_for(store_file)
     if os.path.exists(path):
         try:

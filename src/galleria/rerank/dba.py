@@ -43,6 +43,7 @@ from galleria._validation import check_positive_int
 from galleria.expansion import alpha_query_expansion, check_expansion_alpha
 from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
+from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -145,6 +146,8 @@ def augment_store(
         raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
+    if neighbour_lists is None:  # the store's neighbour graph (galleria.store.graph), built once per state
+        neighbour_lists = neighbor_graph(store, count)[0]
     augmented = _augment(store.embeddings, count, power, neighbour_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(

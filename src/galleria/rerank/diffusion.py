@@ -48,7 +48,7 @@ from galleria._validation import (
     check_nonnegative_float,
     check_positive_int,
 )
-from galleria.distances import pairwise_distances, pairwise_distances_batched
+from galleria.distances import pairwise_distances_batched
 from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import (
     PoolReranker,
@@ -57,6 +57,7 @@ from galleria.rerank.base import (
     similarities_from_distances,
     top_similar,
 )
+from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
@@ -259,10 +260,6 @@ def diffusion_pools(
     return conjugate_gradient(matvec, query, tol=tol, maxiter=maxiter)
 
 
-#: Gallery rows whose neighbour lists are computed at once when a store's graph is built.
-_GRAPH_BLOCK_ELEMENTS = 1 << 22
-
-
 class _GalleryGraph(NamedTuple):
     """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""
 
@@ -278,24 +275,13 @@ _GRAPHS_LOCK = threading.Lock()
 
 
 def _build_gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
-    """The gallery's k-NN lists in the store's space, in row blocks (memory O(n·others) + one block)."""
+    """The gallery's k-NN lists in the store's space: the store's neighbour graph (store/graph.py)."""
     with store._lock.reading():
         rows = store._paths
-        vectors = store._gallery_vectors(np.arange(len(store._paths), dtype=np.int64))
-    size = vectors.shape[0]
-    wanted = min(others, size - 1)
-    neighbours = np.empty((size, max(wanted, 0)), dtype=np.int32)
-    if wanted > 0:
-        step = max(1, _GRAPH_BLOCK_ELEMENTS // size)
-        for begin in range(0, size, step):
-            stop = min(size, begin + step)
-            sims = similarities_from_distances(
-                pairwise_distances(vectors[begin:stop], vectors, store.space), store.space
-            )
-            local = np.arange(stop - begin)
-            sims[local, begin + local] = -np.inf
-            neighbours[begin:stop] = np.sort(_top_positions(sims, wanted), axis=1)
-    return _GalleryGraph(rows, neighbours, others)
+    ids, _ = neighbor_graph(store, max(others, 1))
+    if store._paths is not rows:  # the gallery changed meanwhile: the graph may be of the new one
+        return _build_gallery_graph(store, others)
+    return _GalleryGraph(rows, np.sort(ids[:, : min(others, ids.shape[1])], axis=1), others)
 
 
 def gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:

@@ -20,6 +20,7 @@ from galleria.index.neighbor_graph import (
     check_graph_arrays,
     exact_graph,
     graph_recall,
+    hnsw_graph,
     smallest_sorted,
 )
 from galleria.store import graph as graph_module
@@ -93,6 +94,18 @@ def test_inverted_file_pass_finds_nearly_every_neighbour_with_exact_distances() 
     assert graph_recall(few, exact_ids) < graph_recall(ids, exact_ids)  # probes matter
     again, _ = approximate_graph(vectors, 10, "cosine", cell_size=200, probes=6)
     np.testing.assert_array_equal(again, ids)  # deterministic
+
+
+@pytest.mark.parametrize("space", ["cosine", "l2"])
+def test_hnsw_graph_refines_its_candidates_exactly(space: str) -> None:
+    vectors = clustered(3000) * (3.0 if space == "l2" else 1.0)
+    ids, distances = hnsw_graph(vectors, 10, space)
+    exact_ids, exact_distances = exact_graph(vectors, 10, space)
+    assert graph_recall(ids, exact_ids) >= 0.95
+    check_graph_arrays(ids, distances, 3000, "hnsw graph", vectors=vectors, space=space, sample=300)
+    same = (ids == exact_ids).all(axis=1)
+    np.testing.assert_allclose(distances[same], exact_distances[same], atol=1e-5)
+    assert build_graph(vectors[:50], 3, space, "auto")[2] == "exact"
 
 
 def test_public_function_keeps_the_graph_per_store_state() -> None:

@@ -26,8 +26,8 @@ def add_parser(subparsers: Any) -> None:
         "graph",
         help="build the gallery's k-nearest-neighbour graph and keep it beside the store",
         description=(
-            "Compute each gallery item's K nearest other items (exact up to 100,000 items, an inverted-file "
-            "pass with exact distances above) and keep them in STORE.graph, keyed to the store's state. A "
+            "Compute each gallery item's K nearest other items (exact up to 100,000 items, HNSW candidates "
+            "refined exactly above) and keep them in STORE.graph, keyed to the store's state. A "
             "graph file of the same state with at least K neighbours is reused (--rebuild to build anew). "
             "Prints the time, the peak memory of the process and the recall measured against exact "
             "neighbours on a sample of items."
@@ -37,7 +37,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("store", metavar="STORE", help="store file written by `galleria build`")
     parser.add_argument("--k", type=int, required=True, metavar="K", help="neighbours per item (1..4096)")
     parser.add_argument(
-        "--method", default="auto", choices=("auto", "exact", "ivf"), help="how to build it (default: auto)"
+        "--method",
+        default="auto",
+        choices=("auto", "exact", "hnsw", "ivf"),
+        help="how to build it (default: auto)",
     )
     parser.add_argument(
         "--sample",

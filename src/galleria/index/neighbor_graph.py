@@ -5,16 +5,21 @@ for cosine). Row ``i`` of the result holds the ids (rows of ``vectors``) of ``i`
 other rows and their distances in ``space`` (:mod:`galleria.distances`), sorted by distance, ties
 to the lower id; ``i`` itself is never among them (another row equal to it may be).
 
-Two ways to build it, both in blocks so that memory stays O(n·k) plus one block:
+Three ways to build it, all in blocks so that memory stays O(n·k) plus one block (and, for
+``hnsw``, the HNSW graph with its copy of the vectors):
 
 * ``exact``: every row against every row, :data:`BLOCK_ELEMENTS` distances at a time. Cost n²·d.
+* ``hnsw``: a faiss HNSW graph (M=16, efConstruction=40) is built over the vectors and searched for
+  every item's ``k + 1`` candidates (efSearch=64); the candidates' distances are recomputed exactly
+  and sorted by (distance, id). The approximation is a true neighbour HNSW did not return.
 * ``ivf``: an inverted-file pass. A k-means coarse quantiser (faiss) cuts the gallery into cells
   of about ``cell_size`` items; the items of a cell are compared, exactly, with the items of the
   ``probes`` cells whose centroids lie nearest the cell's own centroid (more when those hold fewer
   than ``k + 1`` items). The candidates' distances are the exact ones, so the only approximation
   is a true neighbour lying outside the probed cells. Cost about n·probes·cell_size·d.
 
-``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``ivf`` above.
+``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``hnsw`` above. ``ivf`` is cheaper per
+item but misses more neighbours of items near a cell's border (benchmarks/bench_graph.py measures it).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "check_graph_arrays",
     "exact_graph",
     "graph_recall",
+    "hnsw_graph",
     "smallest_sorted",
 ]
 
@@ -47,7 +53,7 @@ BLOCK_ELEMENTS = 1 << 24
 #: The most neighbours a graph may keep per item (a file claiming more is refused).
 MAX_GRAPH_K = 4096
 #: The ways a graph can be built.
-METHODS: tuple[str, ...] = ("auto", "exact", "ivf")
+METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
 CELL_SIZE = 1024
 PROBES = 8
@@ -219,14 +225,76 @@ def approximate_graph(
     return ids, distances
 
 
+def _refined(
+    vectors: np.ndarray, rows: np.ndarray, found: np.ndarray, k: int, space: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest of each row's candidates ``found`` (-1: none) by exact distance, ties by id."""
+    size = vectors.shape[0]
+    ordered = np.sort(np.where((found < 0) | (found == rows[:, None]), size, found), axis=1)
+    real = ordered < size
+    safe = np.where(real, ordered, 0)
+    left = vectors[rows]
+    gathered = vectors[safe]  # (b, c, d)
+    gram = np.einsum("bd,bcd->bc", left, gathered)
+    if space == "l2":
+        squared = np.einsum("bd,bd->b", left, left)[:, None] + np.einsum("bcd,bcd->bc", gathered, gathered)
+        distances = np.maximum(squared - np.float32(2.0) * gram, np.float32(0.0))
+    else:
+        distances = np.float32(1.0) - gram
+        if space == "cosine":
+            distances = np.maximum(distances, np.float32(0.0))
+    distances = np.where(real, distances, np.inf).astype(np.float32)
+    positions, values = smallest_sorted(distances, k)
+    return np.take_along_axis(ordered, positions, axis=1).astype(np.int32), values
+
+
+def hnsw_graph(
+    vectors: Any,
+    k: Any,
+    space: str,
+    *,
+    m: int = 16,
+    ef_construction: int = 40,
+    ef_search: int = 64,
+    block_rows: int = 8192,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k-NN graph through a faiss HNSW graph over the vectors, its candidates refined exactly.
+
+    Each item's ``k + 1`` HNSW candidates get their exact distances (as :func:`exact_graph` computes
+    them, up to float32 rounding) and are sorted by (distance, id), the item itself left out. Same
+    result layout as :func:`exact_graph`. HNSW is built by several threads, so two builds may differ
+    in a few neighbours.
+    """
+    import faiss
+
+    array, wanted = _check_vectors(vectors, k, space)
+    size, dim = array.shape
+    ids = np.empty((size, wanted), dtype=np.int32)
+    distances = np.empty((size, wanted), dtype=np.float32)
+    if wanted == 0:
+        return ids, distances
+    metric = faiss.METRIC_L2 if space == "l2" else faiss.METRIC_INNER_PRODUCT
+    index = faiss.IndexHNSWFlat(dim, check_positive_int("m", m), metric)
+    index.hnsw.efConstruction = check_positive_int("ef_construction", ef_construction)
+    index.add(array)
+    index.hnsw.efSearch = max(check_positive_int("ef_search", ef_search), wanted + 1)
+    for begin in range(0, size, block_rows):
+        rows = np.arange(begin, min(size, begin + block_rows), dtype=np.int64)
+        _, found = index.search(array[rows], min(size, wanted + 1))
+        ids[rows], distances[rows] = _refined(array, rows, found, wanted, space)
+    return ids, distances
+
+
 def build_graph(vectors: Any, k: Any, space: str, method: str = "auto") -> tuple[np.ndarray, np.ndarray, str]:
-    """``(ids, distances, method used)``: the exact graph up to :data:`EXACT_LIMIT` items under ``auto``."""
+    """``(ids, distances, method used)``: ``auto`` is exact up to :data:`EXACT_LIMIT` items, HNSW above."""
     chosen = check_choice("method", method, METHODS)
     size = np.shape(vectors)[0]
     if chosen == "auto":
-        chosen = "exact" if size <= EXACT_LIMIT else "ivf"
+        chosen = "exact" if size <= EXACT_LIMIT else "hnsw"
     if chosen == "exact":
         return (*exact_graph(vectors, k, space), chosen)
+    if chosen == "hnsw":
+        return (*hnsw_graph(vectors, k, space), chosen)
     return (*approximate_graph(vectors, k, space), chosen)
 
 

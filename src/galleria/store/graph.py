@@ -214,7 +214,7 @@ def neighbor_graph(
 
     ``k' = min(k, n - 1)``; row i is sorted by distance in the store's space, ties to the lower id,
     and never holds i; ids are store rows. Built once per store state (:mod:`galleria.index.neighbor_graph`:
-    exact up to 100,000 items under ``method="auto"``, an inverted-file pass with exact distances above)
+    exact up to 100,000 items under ``method="auto"``, HNSW candidates refined exactly above)
     and kept: in memory on the store, and in ``STORE.graph`` when ``store_file`` is given (or the store
     was loaded by the command line). The arrays returned are read-only views; do not modify them.
 

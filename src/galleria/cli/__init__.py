@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "evaluate-scores": "evaluate_scores",
     "info": "info",
     "graph": "graph",
+    "import": "import_",
+    "export": "export",
     "add": "add",
     "remove": "remove",
     "sync": "sync",

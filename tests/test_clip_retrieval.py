@@ -133,7 +133,7 @@ def test_url_only_items_are_never_fetched(tmp_path: Path) -> None:
     assert store.paths == urls and urls[3] in store
     candidate = store.retrieve_by_vector(vectors[3], k=1)[0][0]
     assert candidate.path == urls[3]
-    with pytest.raises(ValueError, match="URL-only gallery item .* never fetches"):
+    with pytest.raises(ValueError, match=r"URL-only gallery item .* never fetches"):
         candidate.array  # noqa: B018
     moved = InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "s.safetensors", root=tmp_path)
     assert moved.paths == urls  # --root re-anchors files only
@@ -197,12 +197,12 @@ def test_pickled_and_malformed_npy_parts_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not what its header"):
         read_clip_retrieval(tmp_path / "cr")
     part.write_bytes(b"\x93NUMPY garbage")
-    with pytest.raises(ValueError, match="not a valid .npy file"):
+    with pytest.raises(ValueError, match=r"not a valid \.npy file"):
         read_clip_retrieval(tmp_path / "cr")
 
 
 def test_cli_import_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    vectors, paths, _ = write_folder(tmp_path / "cr", index="IVF2_HNSW8,Flat")
+    _, paths, _ = write_folder(tmp_path / "cr", index="IVF2_HNSW8,Flat")
     store = tmp_path / "s.safetensors"
     assert main(["import", "clip-retrieval", str(tmp_path / "cr"), "--out", str(store), "--json"]) == 0
     out, err = capsys.readouterr()

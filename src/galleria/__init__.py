@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
     "tune": "galleria.tune",
+    "neighbor_graph": "galleria.store.graph",
 }
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",
     "map_at_r",
+    "neighbor_graph",
     "precision_at_1",
     "r_precision",
     "ranks_from_embeddings",
@@ -98,6 +100,7 @@ if TYPE_CHECKING:
         k_reciprocal_rerank_features,
     )
     from galleria.store import Candidate, InMemoryImageEmbeddingStore
+    from galleria.store.graph import neighbor_graph
     from galleria.tune import tune
 
 

@@ -314,7 +314,11 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         if isinstance(config, dict) and kind in ("clip", "timm"):
             library = "open_clip" if kind == "clip" else "timm"
             say(f"loading torch and {library}, then the {kind} model {config.get('model_name')} ...")
-    return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+    store = InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+    from galleria.store.graph import remember_graph_file
+
+    remember_graph_file(store, path)  # the graph beside it (STORE.graph) is read when first needed
+    return store
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:

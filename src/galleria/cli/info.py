@@ -73,7 +73,38 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "skipped": store.skipped,
         "rerank": _rerank_record(store),
         "labels_root": store.labels_root,
+        "graph": _graph_record(path, store),
     }
+
+
+def _graph_record(path: str, store: Any) -> dict[str, Any] | None:
+    """What ``STORE.graph`` beside the store holds: its k, method, size, and whether it is of this state."""
+    from galleria.store.graph import graph_file_for, graph_state, read_graph_header
+
+    side = graph_file_for(path)
+    if not os.path.exists(side):
+        return None
+    try:
+        header = read_graph_header(side)
+    except ValueError as error:
+        return {"file": side, "problem": str(error)}
+    current = header["state"] == graph_state(store) and header["n"] == len(store)
+    return {
+        "file": side,
+        "k": header["k"],
+        "method": header["method"],
+        "current": current,
+        "file_bytes": os.path.getsize(side),
+    }
+
+
+def _graph_text(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "none kept (galleria graph STORE --k K builds one)"
+    if "problem" in record:
+        return f"unreadable: {record['problem']}"
+    state = "current" if record["current"] else "of another store state (ignored, rebuilt on use)"
+    return f"k={record['k']} ({record['method']}), {_size_text(record['file_bytes'])}, {state}"
 
 
 def _rerank_record(store: Any) -> dict[str, Any]:
@@ -164,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",
         f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
+        f"neighbor graph: {_graph_text(info['graph'])}",
         f"skipped files:  {len(info['skipped'])}",
         *(f"  {path}" for path in info["skipped"]),
     ]

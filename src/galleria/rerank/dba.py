@@ -41,6 +41,7 @@ import numpy as np
 
 from galleria._validation import check_positive_int
 from galleria.expansion import alpha_query_expansion, check_expansion_alpha
+from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import take_snapshot
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
@@ -147,6 +148,12 @@ def augment_store(
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
     snapshot = take_snapshot(store)  # paths and vectors of one gallery state
+    if (
+        neighbour_lists is None
+    ):  # the gallery's neighbour graph (galleria.index.neighbor_graph), of that state
+        neighbour_lists = build_graph(
+            snapshot.vectors, min(count, max(len(snapshot.vectors) - 1, 1)), snapshot.space
+        )[0]
     augmented = _augment(snapshot.vectors, count, power, neighbour_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(

@@ -51,6 +51,7 @@ from galleria.rerank.diffusion import conjugate_gradient
 from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
 from galleria.store._state import OfflineDiffusion
 from galleria.store.candidate import Candidate
+from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -221,13 +222,35 @@ def offline_diffusion(
     return _offline(unit, neighbours, size, weight, power, tolerance, iterations)
 
 
+def _graph_lists(
+    store: InMemoryImageEmbeddingStore, width: int, graph_k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_neighbour_lists` of a cosine store, from its neighbour graph (galleria.store.graph)."""
+    ids, distances = neighbor_graph(store, max(width - 1, graph_k, 1))
+    lists = np.empty((ids.shape[0], width), dtype=np.int32)
+    lists[:, 0] = np.arange(ids.shape[0], dtype=np.int32)
+    lists[:, 1:] = ids[:, : width - 1]
+    similarities = (np.float32(1.0) - distances[:, :graph_k]).astype(np.float32)
+    return lists, np.ascontiguousarray(ids[:, :graph_k]), similarities
+
+
 def _offline(
-    unit: np.ndarray, k: int, truncation: int, alpha: float, gamma: float, tol: float, maxiter: int
+    unit: np.ndarray,
+    k: int,
+    truncation: int,
+    alpha: float,
+    gamma: float,
+    tol: float,
+    maxiter: int,
+    store: InMemoryImageEmbeddingStore | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     count = unit.shape[0]
     width = min(truncation, count)
     graph_k = min(k, count - 1)
-    lists, graph, similarities = _neighbour_lists(unit, width, graph_k)
+    if store is not None and store.space == "cosine":  # the store's graph holds these lists
+        lists, graph, similarities = _graph_lists(store, width, graph_k)
+    else:
+        lists, graph, similarities = _neighbour_lists(unit, width, graph_k)
     normalised = _normalised_affinity(graph, similarities, gamma)
     return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)
 
@@ -346,6 +369,7 @@ def _offline_of(
         params["gamma"],
         params["tol"],
         params["maxiter"],
+        store,
     )
     computed = OfflineDiffusion(dict(params), positions, values)
     with store._lock.writing():

@@ -47,7 +47,8 @@ from galleria._validation import (
     check_nonnegative_float,
     check_positive_int,
 )
-from galleria.distances import pairwise_distances, pairwise_distances_batched
+from galleria.distances import pairwise_distances_batched
+from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared, StateCache
 from galleria.rerank.base import (
@@ -266,10 +267,6 @@ def diffusion_pools(
     return conjugate_gradient(matvec, query, tol=tol, maxiter=maxiter)
 
 
-#: Gallery rows whose neighbour lists are computed at once when a store's graph is built.
-_GRAPH_BLOCK_ELEMENTS = 1 << 22
-
-
 class _GalleryGraph(NamedTuple):
     """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""
 
@@ -283,22 +280,15 @@ _GRAPHS: StateCache[_GalleryGraph] = StateCache()
 
 
 def _graph_of(snapshot: GallerySnapshot, others: int) -> _GalleryGraph:
-    """The gallery's k-NN lists in its space, in row blocks (memory O(n·others) + one block)."""
-    vectors = snapshot.vectors
-    size = vectors.shape[0]
+    """The gallery's k-NN lists in its space, from the gallery's neighbour-graph core
+    (:func:`galleria.index.neighbor_graph.build_graph`: blockwise, exact up to 100,000 items) over
+    exactly the snapshot's vectors; each row's ids sorted ascending."""
+    size = snapshot.vectors.shape[0]
     wanted = min(others, size - 1)
-    neighbours = np.empty((size, max(wanted, 0)), dtype=np.int32)
-    if wanted > 0:
-        step = max(1, _GRAPH_BLOCK_ELEMENTS // size)
-        for begin in range(0, size, step):
-            stop = min(size, begin + step)
-            sims = similarities_from_distances(
-                pairwise_distances(vectors[begin:stop], vectors, snapshot.space), snapshot.space
-            )
-            local = np.arange(stop - begin)
-            sims[local, begin + local] = -np.inf
-            neighbours[begin:stop] = np.sort(_top_positions(sims, wanted), axis=1)
-    return _GalleryGraph(snapshot.paths, neighbours, others)
+    if wanted <= 0:
+        return _GalleryGraph(snapshot.paths, np.empty((size, 0), dtype=np.int32), others)
+    ids, _distances, _method = build_graph(snapshot.vectors, wanted, snapshot.space)
+    return _GalleryGraph(snapshot.paths, np.sort(ids[:, :wanted], axis=1).astype(np.int32), others)
 
 
 def gallery_graph(

@@ -83,6 +83,7 @@ from galleria.store._checks import check_embedder, check_embedder_dim, check_que
 from galleria.store._paths import PathTable, path_error, read_path_table
 from galleria.store._state import GalleryState, OfflineDiffusion, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
+from galleria.store._urls import is_url
 
 __all__ = [
     "FORMAT_NAME",
@@ -607,13 +608,18 @@ def _reanchor(paths: Sequence[str], root: Any) -> tuple[str, str] | None:
         root = os.fspath(root)
     if not isinstance(root, str) or not root:
         raise TypeError(f"root must be a non-empty str or os.PathLike, got {root!r}")
-    if not all(os.path.isabs(path) for path in paths):
+    files = [path for path in paths if not is_url(path)]  # URL-only items are never re-anchored
+    if not files:
+        return None
+    if not all(os.path.isabs(path) for path in files):
         return "", os.path.abspath(root)
-    return os.path.commonpath([os.path.dirname(path) for path in paths]), os.path.abspath(root)
+    return os.path.commonpath([os.path.dirname(path) for path in files]), os.path.abspath(root)
 
 
 def _moved(path: str, anchor: tuple[str, str]) -> str:
     old, new = anchor
+    if is_url(path):
+        return path
     if not old:
         return os.path.join(new, path)
     if path == old or path.startswith(old.rstrip(os.sep) + os.sep):

@@ -1,0 +1,282 @@
+"""A store's neighbour graph (:mod:`galleria.index.neighbor_graph`), kept with the store and beside it.
+
+**In memory** the graph is held per store object while its gallery stays the same (adding or removing
+images replaces the store's row table, and the next call builds a new graph). A graph of ``k``
+neighbours also answers every smaller ``k`` (its rows' prefixes).
+
+**On disk** it lives in the side file ``STORE.graph`` next to the store file, written by
+``galleria graph`` or :func:`save_neighbor_graph`. Saving the store never writes it, so an unchanged
+graph is never rewritten. The file records the *state* it belongs to: the SHA-256 of the store's
+space, shape and vectors (row order included). A graph file of another state (the store changed since)
+is ignored with a :class:`GraphStateWarning` and rebuilt, never used. The file is untrusted: its
+size must be exactly what its header and the store's size say (the store, not the file, fixes the
+item count, so it cannot make galleria allocate more), and the arrays pass
+:func:`~galleria.index.neighbor_graph.check_graph_arrays`, distances recomputed on a sample.
+
+Layout: ``b"GALLERIA-GRAPH1\\n"``, a 4-byte little-endian header length, a UTF-8 JSON header
+(``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB), then the ids
+(n·k little-endian int32) and the distances (n·k little-endian float32).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from galleria._files import atomic_path, load_json, open_regular_file
+from galleria._validation import check_positive_int
+from galleria._warnings import GalleriaWarning
+from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays
+from galleria.store.store import InMemoryImageEmbeddingStore
+
+__all__ = [
+    "GRAPH_SUFFIX",
+    "GraphStateWarning",
+    "NeighborGraph",
+    "graph_file_for",
+    "graph_state",
+    "neighbor_graph",
+    "read_graph_file",
+    "read_graph_header",
+    "remember_graph_file",
+    "save_neighbor_graph",
+]
+
+GRAPH_SUFFIX = ".graph"
+_MAGIC = b"GALLERIA-GRAPH1\n"
+_LENGTH = struct.Struct("<I")
+_HEADER_LIMIT = 1 << 16
+
+
+class GraphStateWarning(GalleriaWarning):
+    """A neighbour-graph file belongs to another state of the store; it was ignored (and rebuilt)."""
+
+
+@dataclass(frozen=True)
+class NeighborGraph:
+    """One store state's graph: ``ids`` (n, k) int32 store rows, ``distances`` (n, k) float32."""
+
+    state: str
+    ids: np.ndarray
+    distances: np.ndarray
+    method: str
+
+    @property
+    def k(self) -> int:
+        return int(self.ids.shape[1])
+
+
+class _Held:
+    def __init__(self, rows: object, graph: NeighborGraph) -> None:
+        self.rows = rows
+        self.graph = graph
+
+
+_HELD: weakref.WeakKeyDictionary[InMemoryImageEmbeddingStore, _Held] = weakref.WeakKeyDictionary()
+_FILES: weakref.WeakKeyDictionary[InMemoryImageEmbeddingStore, str] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def graph_file_for(store_file: str | os.PathLike[str]) -> str:
+    """The side file that keeps the graph of the store file ``store_file``: ``STORE.graph``."""
+    return os.fspath(store_file) + GRAPH_SUFFIX
+
+
+def _rows_and_vectors(store: InMemoryImageEmbeddingStore) -> tuple[object, np.ndarray]:
+    if not isinstance(store, InMemoryImageEmbeddingStore):
+        raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
+    if not store.is_built:
+        raise RuntimeError("the store is not built yet; call build_store() first")
+    with store._lock.reading():
+        rows = store._paths
+        vectors = store._gallery_vectors(np.arange(len(rows), dtype=np.int64))
+    return rows, np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _state_of(space: str, vectors: np.ndarray) -> str:
+    digest = hashlib.sha256(f"galleria-graph-state:{space}:{vectors.shape[0]}:{vectors.shape[1]}:".encode())
+    digest.update(vectors.reshape(-1).view(np.uint8).data)
+    return digest.hexdigest()
+
+
+def graph_state(store: InMemoryImageEmbeddingStore) -> str:
+    """The state key a graph of ``store`` is recorded under (hex SHA-256 of space, shape and vectors)."""
+    _, vectors = _rows_and_vectors(store)
+    return _state_of(store.space, vectors)
+
+
+def remember_graph_file(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> None:
+    """Let :func:`neighbor_graph` use (and update) ``STORE.graph`` beside ``store_file`` for ``store``."""
+    with _LOCK:
+        _FILES[store] = graph_file_for(store_file)
+
+
+def read_graph_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checked JSON header of a graph file (no arrays read). ValueError naming the file otherwise."""
+    with open_regular_file(path, "graph file") as stream:
+        return _read_header(os.fspath(path), stream)[0]
+
+
+def _read_header(name: str, stream: Any) -> tuple[dict[str, Any], int]:
+    lead = stream.read(len(_MAGIC) + _LENGTH.size)
+    if len(lead) < len(_MAGIC) + _LENGTH.size or lead[: len(_MAGIC)] != _MAGIC:
+        raise ValueError(f"graph file {name!r} is not a galleria graph file")
+    (length,) = _LENGTH.unpack(lead[len(_MAGIC) :])
+    if length > _HEADER_LIMIT:
+        raise ValueError(f"graph file {name!r}: header of {length} bytes exceeds {_HEADER_LIMIT}")
+    header = load_json(stream.read(length), f"graph file {name!r}")
+    keys = {"format", "version", "state", "n", "k", "method", "sha256"}
+    if not isinstance(header, dict) or set(header) != keys or header["format"] != "galleria-graph":
+        raise ValueError(f"graph file {name!r}: the header must hold exactly the keys {sorted(keys)}")
+    for key in ("n", "k", "version"):
+        if type(header[key]) is not int or header[key] < 0:
+            raise ValueError(f"graph file {name!r}: header key {key!r} must be a non-negative int")
+    for key in ("state", "sha256"):
+        value = header[key]
+        if not (isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+            raise ValueError(f"graph file {name!r}: header key {key!r} must be a hex SHA-256")
+    if header["version"] != 1 or header["method"] not in METHODS or header["k"] > MAX_GRAPH_K:
+        raise ValueError(f"graph file {name!r}: unsupported version, method or k > {MAX_GRAPH_K}")
+    return header, len(lead) + length
+
+
+def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
+    """The graph kept in ``path`` for ``store``'s current state, or None (with a warning) if it is of another.
+
+    Raises ValueError naming the file when the file is damaged or not a graph of this store's size.
+    """
+    name = os.fspath(path)
+    _, vectors = _rows_and_vectors(store)
+    state = _state_of(store.space, vectors)
+    with open_regular_file(name, "graph file") as stream:
+        header, offset = _read_header(name, stream)
+        if header["state"] != state:
+            warnings.warn(
+                GraphStateWarning(f"graph file {name!r} belongs to another state of the store; ignored"),
+                stacklevel=2,
+            )
+            return None
+        count, k = header["n"], header["k"]
+        if count != vectors.shape[0]:
+            raise ValueError(
+                f"graph file {name!r}: {count} items recorded, the store holds {vectors.shape[0]}"
+            )
+        expected = offset + 8 * count * k
+        if os.fstat(stream.fileno()).st_size != expected:
+            raise ValueError(f"graph file {name!r} must be exactly {expected} bytes for n={count}, k={k}")
+        payload = stream.read(8 * count * k)
+    if len(payload) != 8 * count * k or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        raise ValueError(f"graph file {name!r}: the arrays do not match their recorded SHA-256 (damaged)")
+    ids = np.frombuffer(payload, dtype="<i4", count=count * k).reshape(count, k).astype(np.int32)
+    distances = np.frombuffer(payload, dtype="<f4", offset=4 * count * k).reshape(count, k).astype(np.float32)
+    check_graph_arrays(ids, distances, count, f"graph file {name!r}", vectors=vectors, space=store.space)
+    return NeighborGraph(state, ids, distances, header["method"])
+
+
+def _write_graph_file(path: str, graph: NeighborGraph) -> None:
+    ids = np.ascontiguousarray(graph.ids, dtype="<i4")
+    distances = np.ascontiguousarray(graph.distances, dtype="<f4")
+    digest = hashlib.sha256(ids.reshape(-1).view(np.uint8).data)
+    digest.update(distances.reshape(-1).view(np.uint8).data)
+    header = {
+        "format": "galleria-graph",
+        "version": 1,
+        "state": graph.state,
+        "n": int(ids.shape[0]),
+        "k": int(ids.shape[1]),
+        "method": graph.method,
+        "sha256": digest.hexdigest(),
+    }
+    encoded = json.dumps(header, sort_keys=True).encode()
+    with atomic_path(path) as temporary, open(temporary, "wb") as stream:
+        stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded)
+        stream.write(ids.reshape(-1).view(np.uint8).data)
+        stream.write(distances.reshape(-1).view(np.uint8).data)
+
+
+def _prefix(graph: NeighborGraph, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return graph.ids[:, :k], graph.distances[:, :k]
+
+
+def neighbor_graph(
+    store: InMemoryImageEmbeddingStore, k: Any, *, method: str = "auto", store_file: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each gallery item's ``k`` nearest other items: ``(ids, distances)``, two (n, k') arrays.
+
+    ``k' = min(k, n - 1)``; row i is sorted by distance in the store's space, ties to the lower id,
+    and never holds i; ids are store rows. Built once per store state (:mod:`galleria.index.neighbor_graph`:
+    exact up to 100,000 items under ``method="auto"``, HNSW candidates refined exactly above)
+    and kept in memory on the store. With ``store_file``, ``STORE.graph`` is read if it holds this
+    state's graph and (re)written otherwise; a store loaded by the command line reads it too, but
+    never writes it. The arrays returned are read-only views.
+
+    Examples
+    --------
+    >>> from galleria import InMemoryImageEmbeddingStore
+    >>> vectors = np.array([[0.0], [1.0], [3.0]])
+    >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], vectors, space="l2")
+    >>> ids, distances = neighbor_graph(store, 1)
+    >>> ids.ravel().tolist(), distances.ravel().tolist()
+    ([1, 0, 1], [1.0, 1.0, 4.0])
+    """
+    requested = wanted = check_positive_int("k", k)
+    if wanted > MAX_GRAPH_K:
+        raise ValueError(f"k must be at most {MAX_GRAPH_K}, got {k!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    rows, vectors = _rows_and_vectors(store)
+    wanted = min(wanted, max(len(rows) - 1, 0))  # type: ignore[arg-type]
+    with _LOCK:
+        held = _HELD.get(store)
+        kept_file = _FILES.get(store)
+    if held is not None and held.rows is rows and held.graph.k >= wanted:
+        if method in ("auto", held.graph.method):
+            return _prefix(held.graph, wanted)
+    path = graph_file_for(store_file) if store_file is not None else kept_file
+    state = _state_of(store.space, vectors)
+    graph = None
+    if path is not None and os.path.exists(path):
+        graph = read_graph_file(path, store)
+        if graph is not None and (graph.k < wanted or method not in ("auto", graph.method)):
+            graph = None
+    if graph is None:
+        ids, distances, used = build_graph(vectors, requested, store.space, method)
+        graph = NeighborGraph(state, ids, distances, used)
+        if store_file is not None:  # a file remembered from loading is read, never written
+            _write_graph_file(path, graph)  # type: ignore[arg-type]
+    graph.ids.flags.writeable = False
+    graph.distances.flags.writeable = False
+    with _LOCK:
+        if store._paths is rows:
+            _HELD[store] = _Held(rows, graph)
+    return _prefix(graph, wanted)
+
+
+def save_neighbor_graph(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> bool:
+    """Write the store's in-memory graph to ``STORE.graph``; False (nothing written) if it holds it."""
+    rows, _ = _rows_and_vectors(store)
+    with _LOCK:
+        held = _HELD.get(store)
+    if held is None or held.rows is not rows:
+        raise ValueError(
+            "the store holds no neighbour graph of its current gallery; call neighbor_graph() first"
+        )
+    path = graph_file_for(store_file)
+    if os.path.exists(path):
+        try:
+            header = read_graph_header(path)
+        except ValueError:
+            header = None
+        if header is not None and header["state"] == held.graph.state and header["k"] == held.graph.k:
+            return False
+    _write_graph_file(path, held.graph)
+    return True

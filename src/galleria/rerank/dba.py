@@ -39,8 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
-from galleria.expansion import alpha_query_expansion, check_expansion_alpha
+from galleria.expansion import MAX_EXPANSION_ALPHA, alpha_query_expansion, check_expansion_alpha
 from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -324,3 +325,70 @@ def dba_aqe_rerank_features(
         )
         result[start:stop] = 1.0 - (expanded @ augmented.T).astype(np.float64)
     return result
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """At a majority of mutual neighbors n = clip(m·s/3, 1, 10) and α 10; else one neighbor at α 1000."""
+    from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
+
+    reading = read_statistics(stats)
+    count = clip_round(reading.mutual * reading.share / 3.0, 1, 10) if reading.majority else 1
+    alpha = DBA_ALPHA if reading.majority else DBA_OFF_ALPHA
+    return {"neighbors": count, "alpha": alpha, "aqe_neighbors": count, "aqe_alpha": 3.0}
+
+
+#: The declaration of DBA + αQE (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="dba",
+    label="DBA + αQE",
+    summary="database-side augmentation, then αQE, then search again (Radenović et al.)",
+    params=(
+        Param(
+            "neighbors",
+            int,
+            10,
+            1,
+            10_000,
+            paper=10,
+            cost=True,
+            space=Space("int", 1, 50, log=True),
+            help="neighbors averaged into each gallery vector",
+        ),
+        Param(
+            "alpha",
+            float,
+            3.0,
+            0.0,
+            MAX_EXPANSION_ALPHA,
+            paper=3.0,
+            space=Space("float", 0.0, 5.0),
+            help="exponent of the augmentation weights",
+        ),
+        Param(
+            "aqe_neighbors",
+            int,
+            10,
+            1,
+            10_000,
+            paper=10,
+            cost=True,
+            space=Space("int", 1, 50, log=True),
+            help="matches averaged into the query",
+        ),
+        Param(
+            "aqe_alpha",
+            float,
+            3.0,
+            0.0,
+            MAX_EXPANSION_ALPHA,
+            paper=3.0,
+            space=Space("float", 0.0, 5.0),
+            help="exponent of the query expansion weights",
+        ),
+    ),
+    build=DBAReranker,
+    adaptive=_adaptive,
+    with_aqe=False,
+    order=30,
+)

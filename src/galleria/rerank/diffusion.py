@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._declare import Component, Param, Space
 from galleria._validation import (
     check_bool,
     check_choice,
@@ -539,3 +540,79 @@ def diffusion_rerank_features(
         np.put_along_axis(query, chosen[begin:stop], values, axis=1)
         result[begin:stop] = -conjugate_gradient(matvec, query, tol=tolerance, maxiter=iterations)
     return result
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """query_k 1, k = clip(2m, 10, 30), α 0.9 (0 on a flat gallery), γ 3 (docs/reranking.md)."""
+    from galleria.rerank.adaptive import DIFFUSION_ALPHA, clip_round, read_statistics
+
+    reading = read_statistics(stats)
+    walk = 0.0 if reading.flat else DIFFUSION_ALPHA
+    return {"k": clip_round(2 * reading.mutual, 10, 30), "query_k": 1, "alpha": walk, "gamma": 3.0}
+
+
+#: The diffusion parameters shared with decoupled diffusion (declared once, here).
+WALK_PARAMS: dict[str, Param] = {
+    "k": Param(
+        "k",
+        int,
+        50,
+        1,
+        10_000,
+        paper=50,
+        cost=True,
+        space=Space("int", 3, 100, log=True),
+        help="neighbors per item in the kNN graph",
+    ),
+    "query_k": Param(
+        "query_k",
+        int,
+        10,
+        1,
+        10_000,
+        paper=10,
+        cost=True,
+        space=Space("int", 1, 30, log=True),
+        help="the query's neighbors that start the walk",
+    ),
+    "alpha": Param(
+        "alpha",
+        float,
+        0.99,
+        0.0,
+        1.0,
+        high_open=True,
+        paper=0.99,
+        space=Space("float", 0.5, 0.99),
+        help="weight of the walk against the query's own similarities",
+    ),
+    "gamma": Param(
+        "gamma",
+        float,
+        3.0,
+        0.0,
+        1000.0,
+        paper=3.0,
+        space=Space("float", 1.0, 5.0),
+        help="exponent of the edge similarities",
+    ),
+    "tol": Param("tol", float, 1e-6, 0.0, 1.0, help="conjugate gradient's relative tolerance"),
+    "maxiter": Param("maxiter", int, 20, 1, 10_000, cost=True, help="conjugate gradient's iterations"),
+}
+
+#: The declaration of diffusion (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="diffusion",
+    summary="diffusion on the kNN graph (Iscen et al., CVPR 2017), solved by conjugate gradient",
+    params=(
+        *WALK_PARAMS.values(),
+        Param("count_self", bool, True, help="whether k counts the item itself"),
+        Param("graph", str, "gallery", choices=GRAPHS, help="the graph: the whole gallery or each pool"),
+    ),
+    build=DiffusionReranker,
+    adaptive=_adaptive,
+    prepared=True,
+    pools=(100, 200, 400, 1000),
+    order=10,
+)

@@ -121,6 +121,9 @@ class Param:
         Left out of the checked parameters at its default (a no-op preparation step).
     at_most : str or None
         Another parameter this one may not exceed (k-reciprocal's ``k2 <= k1``).
+    optional : bool
+        Whether None is accepted (a value the component chooses itself, e.g. from the data).
+        A ``str`` parameter with ``optional`` and no choices takes any short text (a model name).
     """
 
     name: str
@@ -138,6 +141,7 @@ class Param:
     aliases: tuple[str, ...] = ()
     omit_default: bool = False
     at_most: str | None = None
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -148,7 +152,7 @@ class Param:
             )
         if self.type in (int, float) and (self.low is None or self.high is None):
             raise DeclarationError(f"parameter {self.name!r} has no range: give low and high")
-        if self.type is str and not self.choices:
+        if self.type is str and not self.choices and not self.optional:
             raise DeclarationError(f"parameter {self.name!r} has no choices")
         try:
             self.check(self.default)
@@ -172,7 +176,7 @@ class Param:
         if self.type is bool:
             return "true | false"
         if self.type is str:
-            return " | ".join(map(str, self.choices))
+            return " | ".join(map(str, self.choices)) if self.choices else "text"
         left = "(" if self.low_open else "["
         right = ")" if self.high_open else "]"
         return f"{left}{format_value(self.low)}, {format_value(self.high)}{right}"
@@ -180,11 +184,19 @@ class Param:
     def check(self, value: Any) -> Any:
         """``value`` converted to the declared type, else TypeError / ValueError naming the parameter."""
         name = self.name
+        if value is None and self.optional:
+            return None
         if self.type is bool:
             if type(value).__name__ not in ("bool", "bool_"):
                 raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
             return bool(value)
         if self.type is str:
+            if not self.choices:  # free text (optional): a short, non-empty str
+                if not isinstance(value, str) or not value or len(value) > 1000:
+                    raise ValueError(
+                        f"{name} must be a non-empty text of at most 1000 characters, got {value!r}"
+                    )
+                return value
             if not isinstance(value, str) or value not in self.choices:
                 raise ValueError(f"{name} must be one of {self.range_text()}, got {value!r}")
             return value
@@ -204,6 +216,43 @@ class Param:
         if below or above:
             raise ValueError(f"{name} must lie in {self.range_text()}, got {value!r}")
         return number
+
+    def parse(self, text: str) -> Any:
+        """``text`` (from a command line or a query string) read as the declared type, then checked.
+
+        Ints in base 10, floats as Python reads them, bools as true/false/1/0/yes/no, str as given;
+        ``none`` for an ``optional`` parameter. Raises ValueError naming the parameter.
+
+        Examples
+        --------
+        >>> Param("k", int, 3, 1, 10).parse("7"), Param("on", bool, False).parse("yes")
+        (7, True)
+        """
+        raw = str(text).strip()
+        if self.optional and raw.lower() == "none":
+            return None
+        if self.type is bool:
+            lowered = raw.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(f"{self.name} must be true or false, got {_short(raw)!r}")
+            return lowered in ("true", "1", "yes")
+        if self.type is int:
+            try:
+                value: Any = int(raw, 10)
+            except ValueError:
+                raise ValueError(f"{self.name} must be an integer, got {_short(raw)!r}") from None
+        elif self.type is float:
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"{self.name} must be a number, got {_short(raw)!r}") from None
+        else:
+            value = raw
+        return self.check(value)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:18]}...{text[-18:]}"
 
 
 def _is_real(value: Any) -> bool:
@@ -371,7 +420,8 @@ class Component:
             raise ValueError(f"unknown {self.name} parameter(s) {unknown}; it takes {list(self.names)}")
         result = {p.name: p.check(given[p.name]) if p.name in given else p.default for p in self.params}
         for p in self.params:
-            if p.at_most is not None and result[p.name] > result[p.at_most]:
+            bound = result[p.at_most] if p.at_most is not None else None
+            if bound is not None and result[p.name] is not None and result[p.name] > bound:
                 raise ValueError(
                     f"{p.name} must not exceed {p.at_most}, got {p.name}={result[p.name]!r} > "
                     f"{p.at_most}={result[p.at_most]!r}"
@@ -392,7 +442,7 @@ class Component:
         work = 1 if pool is None else int(pool)
         factors = [f"pool {pool}"] if pool is not None else []
         for param in self.params:
-            if param.cost and param.name in params:
+            if param.cost and params.get(param.name) is not None:
                 work *= max(1, int(params[param.name]))
                 factors.append(f"{param.name} {params[param.name]}")
         if work > self.max_work:

@@ -19,12 +19,23 @@ from galleria.embedders.base import Embedder
 from galleria.evaluation.configs import DEFAULT_POOL
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index.base import SPACES
+from galleria.rerank.registry import (
+    DEFAULT_METHOD,
+    PRECOMPUTED_METHODS,
+    RERANK_METHODS,
+    reranker_component,
+    reranker_components,
+)
 from galleria.viewer.text import shorten_middle
 
-#: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
-RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba", "decoupled-diffusion")
-#: The values of ``build --precompute-rerank`` (galleria.rerank.registry.PRECOMPUTED_METHODS).
-PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = ("decoupled-diffusion",)
+#: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
+RERANK_METHOD_CHOICES: tuple[str, ...] = RERANK_METHODS
+#: The values of ``build --precompute-rerank``: the methods whose declaration has an offline part.
+PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = PRECOMPUTED_METHODS
+#: ``--k1``, ``--k2``, ``--lambda``: shortcuts of the parameters of these names, for the methods
+#: that declare all three (k-reciprocal and the GNN among the built-ins).
+_SHORTCUTS = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda"}
+_SHORTCUT_METHODS = tuple(c.name for c in reranker_components() if set(_SHORTCUTS) <= set(c.names))
 
 __all__ = [
     "DEFAULT_POOL",
@@ -402,41 +413,61 @@ def index_params(args: argparse.Namespace) -> dict[str, Any] | None:
     return params
 
 
+def _paper_text(method: str) -> str:
+    """A method's paper values for ``--help`` (``k1 20, k2 6, λ 0.3``)."""
+    component = reranker_component(method)
+    return component.describe(component.paper_params()).replace("=", " ")
+
+
+def rerank_param_help() -> str:
+    """``--rerank-param``'s help: every method's declared parameter names."""
+    methods = "; ".join(f"{c.name}: {', '.join(c.names)}" for c in reranker_components() if c.names)
+    return (
+        "a parameter of --rerank-method by its declared name, repeatable (e.g. --rerank-method diffusion "
+        f"--rerank-param k=30); {methods}. `galleria methods` lists ranges and defaults"
+    )
+
+
 def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = DEFAULT_POOL) -> None:
-    """``--rerank`` and its ``--k1``, ``--k2``, ``--lambda``, ``--pool``."""
+    """``--rerank`` and its ``--rerank-method``, ``--rerank-preset``, ``--rerank-param``, ``--k1``,
+    ``--k2``, ``--lambda``, ``--pool`` (choices and help derived from the declarations)."""
     group = parser.add_argument_group("re-ranking")
-    group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates (k-reciprocal)")
+    group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates")
+    others = ", ".join(name for name in RERANK_METHOD_CHOICES if name != DEFAULT_METHOD)
     group.add_argument(
         "--rerank-method",
         default=None,
         choices=RERANK_METHOD_CHOICES,
-        help="re-ranking method (default: k-reciprocal); --k1/--k2/--lambda also set gnn's, other methods "
-        "take their defaults or --settings",
+        metavar="METHOD",
+        help=f"re-ranking method: {DEFAULT_METHOD} (default), {others}; --k1/--k2/--lambda set "
+        f"{' and '.join(_SHORTCUT_METHODS)}'s, --rerank-param any method's",
     )
     group.add_argument(
         "--rerank-preset",
         default=None,
         choices=("adaptive", "paper"),
         help="where parameters not given come from: adaptive (default: read from the gallery's "
-        "reciprocal-neighbour statistics) or paper (the published values: k1 20, k2 6, λ 0.3)",
+        "reciprocal-neighbor statistics) or paper (the published values: "
+        f"{_paper_text(DEFAULT_METHOD)} for {DEFAULT_METHOD})",
     )
     group.add_argument(
-        "--k1",
+        "--rerank-param",
+        dest="rerank_param",
+        action="append",
         default=None,
-        metavar="N",
-        help="k1, the neighbourhood size (paper: 20; else from the gallery)",
+        metavar="NAME=VALUE",
+        help=rerank_param_help(),
     )
-    group.add_argument(
-        "--k2", default=None, metavar="N", help="k2, local query expansion (paper: 6; else from the gallery)"
-    )
-    group.add_argument(
-        "--lambda",
-        dest="lambda_value",
-        default=None,
-        metavar="X",
-        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] "
-        "(paper: 0.3; else from the gallery)",
-    )
+    declared = reranker_component(DEFAULT_METHOD)
+    for name, option in _SHORTCUTS.items():
+        param = declared.param(name)
+        group.add_argument(
+            option,
+            dest=name,
+            default=None,
+            metavar="X" if param.type is float else "N",
+            help=f"{param.help}, in {param.range_text()} (paper: {param.paper}; else from the gallery)",
+        )
     group.add_argument(
         "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
     )
@@ -478,9 +509,34 @@ def _require(args: argparse.Namespace, flag: str, names: dict[str, str]) -> None
             raise CliError(f"{option} needs {flag}")
 
 
+def _rerank_params_given(args: argparse.Namespace, method: str) -> dict[str, Any]:
+    """The ``--rerank-param NAME=VALUE`` values, each read as its declared type and checked."""
+    component = reranker_component(method)
+    params: dict[str, Any] = {}
+    for text in getattr(args, "rerank_param", None) or ():
+        name, equals, value = str(text).partition("=")
+        name = name.strip()
+        if not equals or not name or not value.strip():
+            raise CliError(
+                f"--rerank-param must be NAME=VALUE (e.g. k1=20), got {shorten_middle(text, 40)!r}"
+            )
+        if name not in component.names:
+            raise CliError(
+                f"--rerank-param: {method} has no parameter {name!r}; it takes {list(component.names)}"
+            )
+        if name in params:
+            raise CliError(f"--rerank-param {name} is given twice")
+        try:
+            params[name] = component.param(name).parse(value)
+        except (TypeError, ValueError) as error:
+            raise CliError(f"--rerank-param: {error}") from None
+    return params
+
+
 def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``); None without --rerank."""
-    options = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda", "pool": "--pool"}
+    """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``; or ``rerank_method``
+    and ``rerank_params``); None without --rerank."""
+    options = {**_SHORTCUTS, "pool": "--pool"}
     method = getattr(args, "rerank_method", None)
     preset = getattr(args, "rerank_preset", None)
     if not args.rerank:
@@ -489,34 +545,41 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
             "--rerank",
             {**options, "rerank_method": "--rerank-method", "rerank_preset": "--rerank-preset"},
         )
+        if getattr(args, "rerank_param", None):
+            raise CliError("--rerank-param needs --rerank")
         return None
-    method = method or "k-reciprocal"
-    explicit = [args.k1, args.k2, args.lambda_value] != [None, None, None]
+    method = method or DEFAULT_METHOD
+    given = _rerank_params_given(args, method)
+    explicit = any(getattr(args, dest) is not None for dest in _SHORTCUTS) or bool(given)
     if preset == "adaptive" and explicit:
         raise CliError(
-            "--rerank-preset adaptive reads k1, k2 and λ from the gallery; drop --k1/--k2/--lambda "
-            "or use --rerank-preset paper"
+            "--rerank-preset adaptive reads the parameters from the gallery; drop --k1/--k2/--lambda "
+            "and --rerank-param, or use --rerank-preset paper"
         )
-    if preset != "paper" and not explicit:  # the default: parameters read from the gallery
-        pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
-        adaptive: dict[str, Any] = {"rerank_preset": "adaptive", "pool": pool}
-        return adaptive if method == "k-reciprocal" else {"rerank_method": method, **adaptive}
-    if method not in ("k-reciprocal", "gnn"):
-        _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
-    if method not in ("k-reciprocal", "gnn"):
-        _require(args, "--rerank-method k-reciprocal or gnn", {"lambda_value": "--lambda"})
-    defaults = (26, 7) if method == "gnn" else (20, 6)
-    k1 = parse_int("--k1", defaults[0] if args.k1 is None else args.k1)
-    k2 = parse_int("--k2", defaults[1] if args.k2 is None else args.k2)
-    if k2 > k1:
-        raise CliError(f"--k2 must not exceed --k1, got --k2 {k2} > --k1 {k1}")
-    lambda_value = parse_float(
-        "--lambda", 0.3 if args.lambda_value is None else args.lambda_value, maximum=1.0
-    )
     pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
-    if method == "k-reciprocal":
-        return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
-    params = {"k1": k1, "k2": k2, "lambda_value": lambda_value} if method == "gnn" else {}
+    if preset != "paper" and not explicit:  # the default: parameters read from the gallery
+        adaptive: dict[str, Any] = {"rerank_preset": "adaptive", "pool": pool}
+        return adaptive if method == DEFAULT_METHOD else {"rerank_method": method, **adaptive}
+    shortcut = " or ".join(_SHORTCUT_METHODS)
+    if method not in _SHORTCUT_METHODS:
+        _require(args, f"--rerank-method {shortcut}", {"k1": "--k1", "k2": "--k2"})
+        _require(args, f"--rerank-method {shortcut}", {"lambda_value": "--lambda"})
+    component = reranker_component(method)
+    params = component.paper_params()
+    if method in _SHORTCUT_METHODS:
+        k1 = parse_int("--k1", params["k1"] if args.k1 is None else args.k1)
+        k2 = parse_int("--k2", params["k2"] if args.k2 is None else args.k2)
+        if k2 > k1:
+            raise CliError(f"--k2 must not exceed --k1, got --k2 {k2} > --k1 {k1}")
+        lam = params["lambda_value"] if args.lambda_value is None else args.lambda_value
+        params.update(k1=k1, k2=k2, lambda_value=parse_float("--lambda", lam, maximum=1.0))
+    params.update(given)
+    try:
+        component.check(params, pool=pool)  # the one validator (same message as the API's)
+    except (TypeError, ValueError) as error:
+        raise CliError(f"--rerank-method {method}: {error}") from None
+    if method == DEFAULT_METHOD:
+        return {**params, "pool": pool}
     return {"rerank_method": method, "rerank_params": params, "pool": pool}
 
 
@@ -559,6 +622,7 @@ def settings_config(args: argparse.Namespace) -> Any:
             ("pool", "--pool"),
             ("rerank_method", "--rerank-method"),
             ("rerank_preset", "--rerank-preset"),
+            ("rerank_param", "--rerank-param"),
         )
         if getattr(args, dest, None) not in (None, False)
     ]

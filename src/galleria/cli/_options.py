@@ -108,7 +108,6 @@ EMBEDDER_HELP = (
     "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL:PRETRAINED, PRETRAINED a weights "
     "tag, a local checkpoint file or 'random'; `galleria models` lists them (default: %(default)s)"
 )
-_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL:PRETRAINED"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -166,9 +165,11 @@ def check_existing_file(what: str, path: str) -> str:
 def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """Check an embedder spec; return the kind and its keyword arguments.
 
-    ``pixel``, ``pixel:16``, ``pixel:16:gray`` or ``pixel:gray`` (thumbnail side, one gray channel);
-    ``clip``, ``clip:MODEL``, ``clip:MODEL:PRETRAINED`` where PRETRAINED is an open_clip weights tag,
-    a local checkpoint path (which may itself hold colons) or ``random`` (seeded random weights).
+    ``NAME[:...]``: NAME is a declared embedder and the rest is read by its declaration's
+    ``parse_spec``. ``pixel``, ``pixel:16``, ``pixel:16:gray`` or ``pixel:gray`` (thumbnail side, one
+    gray channel); ``clip``, ``clip:MODEL``, ``clip:MODEL:PRETRAINED`` where PRETRAINED is an open_clip
+    weights tag, a local checkpoint path (which may itself hold colons) or ``random`` (seeded random
+    weights); ``timm:MODEL:PRETRAINED`` likewise.
 
     Examples
     --------
@@ -177,49 +178,24 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
     >>> parse_embedder_spec("clip:ViT-B-32:random")
     ('clip', {'model_name': 'ViT-B-32', 'pretrained': None})
     """
+    from galleria.embedders.registry import embedder_components
+
     kind, _, rest = spec.partition(":")
-    if kind == "pixel":
-        options: dict[str, Any] = {"size": 32, "grayscale": False}
-        parts = rest.split(":") if rest else []
-        if len(parts) > 2:
-            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
-        for position, part in enumerate(parts):
-            if part == "gray" and (position == len(parts) - 1):
-                options["grayscale"] = True
-            elif position == 0 and part.isdigit() and int(part) > 0:
-                options["size"] = int(part)
-            else:
-                raise CliError(
-                    f"--embedder {spec!r} is malformed: {part!r} is neither a positive thumbnail size "
-                    f"nor 'gray' (expected {_SPEC_FORMS})"
-                )
-        return "pixel", options
-    if kind == "clip":
-        parts = rest.split(":", 1) if rest else []
-        if not all(parts):
-            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
-        clip_options: dict[str, Any] = {"model_name": "ViT-B-32", "pretrained": "openai"}
-        if parts:
-            clip_options["model_name"] = parts[0]
-        if len(parts) > 1:
-            clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
-        return "clip", clip_options
-    if kind == "timm":
-        # timm:MODEL:PRETRAINED — PRETRAINED is a timm tag, a local checkpoint path (colons allowed) or
-        # random; unlike clip there is no default (timm has no one set of weights for every model).
-        parts = rest.split(":", 1) if rest else []
-        if not parts or not all(parts):
-            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL:PRETRAINED")
-        if len(parts) == 1:  # no weights named: refuse rather than embed with random weights silently
-            raise CliError(
-                f"--embedder {spec!r} names no weights: give timm:{parts[0]}:PATH (a local checkpoint), "
-                f"timm:{parts[0]}:TAG (timm's hub weights) or timm:{parts[0]}:random (seeded random "
-                "weights); `galleria models` lists weights that work offline"
-            )
-        timm_options: dict[str, Any] = {"model_name": parts[0], "pretrained": None}
-        timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
-        return "timm", timm_options
-    raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
+    for component in embedder_components():
+        parse = component.extra.get("parse_spec")
+        if component.name == kind and parse is not None:
+            try:
+                return kind, dict(parse(rest))
+            except ValueError as error:
+                raise CliError(f"--embedder {spec!r} {error}") from None
+    forms = ", ".join(c.extra["spec"] for c in embedder_components() if "spec" in c.extra)
+    raise CliError(f"unknown embedder {spec!r}: expected {forms}")
+
+
+def _embedder(kind: str) -> Any:
+    from galleria.embedders.registry import embedder_component
+
+    return embedder_component(kind)
 
 
 def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -228,8 +204,11 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "batch_size", None) is not None:
         settings["batch_size"] = parse_int("--batch-size", args.batch_size)
     if getattr(args, "device", None) is not None:
-        if parse_embedder_spec(args.embedder)[0] == "pixel":
-            raise CliError(f"--device applies to clip and timm embedders, not --embedder {args.embedder!r}")
+        if "device" not in _embedder(parse_embedder_spec(args.embedder)[0]).names:
+            from galleria.embedders.registry import embedder_components
+
+            takers = " and ".join(c.name for c in embedder_components() if "device" in c.names)
+            raise CliError(f"--device applies to {takers} embedders, not --embedder {args.embedder!r}")
         settings["device"] = args.device
     return settings
 
@@ -244,24 +223,16 @@ def say(message: str) -> None:
 
 
 def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
-    """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
-    from galleria.embedders import ClipEmbedder, PixelEmbedder
-
+    """Build the embedder named by a spec (see :func:`parse_embedder_spec`) with its declared constructor."""
     kind, options = parse_embedder_spec(spec)
+    component = _embedder(kind)
     extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
-    if kind == "pixel":
-        return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
-    if device is not None:
+    if device is not None and "device" in component.names:
         extra["device"] = device
-    if kind == "timm":
-        say(f"loading torch and timm, then the timm model {options['model_name']} ...")
-        from galleria.embedders import TimmEmbedder
-
-        return TimmEmbedder(options["model_name"], pretrained=options["pretrained"], progress=True, **extra)
-    say(f"loading torch and open_clip, then the CLIP model {options['model_name']} ...")
-    embedder: Embedder = ClipEmbedder(
-        model_name=options["model_name"], pretrained=options["pretrained"], **extra
-    )
+    loading = component.extra.get("loading")
+    if loading:
+        say(f"loading {loading}, then the {kind} model {options.get('model_name')} ...")
+    embedder: Embedder = component.build(**options, **extra, **component.extra.get("cli_options", {}))
     return embedder
 
 
@@ -322,9 +293,11 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         entry = read_store_header(path).get("embedder")
         config = entry.get("config") if isinstance(entry, dict) else None
         kind = config.get("type") if isinstance(config, dict) else None
-        if isinstance(config, dict) and kind in ("clip", "timm"):
-            library = "open_clip" if kind == "clip" else "timm"
-            say(f"loading torch and {library}, then the {kind} model {config.get('model_name')} ...")
+        from galleria.embedders.registry import embedder_components
+
+        loading = {c.name: c.extra.get("loading") for c in embedder_components()}
+        if isinstance(config, dict) and isinstance(kind, str) and loading.get(kind):
+            say(f"loading {loading[kind]}, then the {kind} model {config.get('model_name')} ...")
     return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
 
 

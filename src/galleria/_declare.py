@@ -420,11 +420,13 @@ class Component:
             raise ValueError(f"unknown {self.name} parameter(s) {unknown}; it takes {list(self.names)}")
         result = {p.name: p.check(given[p.name]) if p.name in given else p.default for p in self.params}
         for p in self.params:
-            bound = result[p.at_most] if p.at_most is not None else None
-            if bound is not None and result[p.name] is not None and result[p.name] > bound:
+            other = p.at_most
+            if other is None or result[other] is None or result[p.name] is None:
+                continue
+            if result[p.name] > result[other]:
                 raise ValueError(
-                    f"{p.name} must not exceed {p.at_most}, got {p.name}={result[p.name]!r} > "
-                    f"{p.at_most}={result[p.at_most]!r}"
+                    f"{p.name} must not exceed {other}, got {p.name}={result[p.name]!r} > "
+                    f"{other}={result[other]!r}"
                 )
         if self.constraints is not None:
             amended = self.constraints(result)

@@ -19,6 +19,7 @@ from galleria.embedders.base import Embedder
 from galleria.evaluation.configs import DEFAULT_POOL
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index.base import SPACES
+from galleria.index.registry import INDEX_NAMES, index_components
 from galleria.rerank.registry import (
     DEFAULT_METHOD,
     PRECOMPUTED_METHODS,
@@ -308,8 +309,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--index",
         default="exact",
-        choices=("exact", "hnsw", "ivfpq"),
-        help="search index (default: %(default)s)",
+        choices=INDEX_NAMES,
+        help="search index: "
+        + "; ".join(f"{c.name}, {c.summary}" for c in index_components() if c.name in INDEX_NAMES)
+        + " (default: %(default)s)",
     )
     add_index_param_option(group)
     group.add_argument(

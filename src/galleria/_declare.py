@@ -35,6 +35,7 @@ __all__ = [
     "Param",
     "Space",
     "format_value",
+    "markdown_table",
 ]
 
 #: The version of the declaration API a component states (``api_version``); plugins built for
@@ -300,7 +301,8 @@ class Component:
         ``constraints(params)`` checks what no single parameter can (``k2 <= k1``) and may return
         the parameters amended (None: unchanged); raises ValueError naming the parameters.
     max_work : int
-        The bound on the product of the pool and every ``cost`` parameter, per request.
+        The bound on the product of the pool (to the power ``pool_power``: 2 for a method that
+        compares every pair in the pool) and every ``cost`` parameter, per request.
     with_aqe : bool
         Re-rankers: whether it may follow αQE (the tuner tries both).
     prepared : bool
@@ -323,6 +325,7 @@ class Component:
     adaptive: Callable[[Any], dict[str, Any]] | None = None
     constraints: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
     max_work: int = MAX_WORK
+    pool_power: int = 1
     with_aqe: bool = True
     prepared: bool = False
     pools: tuple[int, ...] = (100, 200, 400)
@@ -362,6 +365,8 @@ class Component:
                 )
         if not is_int(self.max_work) or self.max_work < 1:
             raise DeclarationError(f"component {self.name!r}: max_work must be a positive int")
+        if self.pool_power not in (1, 2, 3):
+            raise DeclarationError(f"component {self.name!r}: pool_power must be 1, 2 or 3")
         try:
             self.check({})
         except (TypeError, ValueError) as error:
@@ -441,8 +446,9 @@ class Component:
 
     def check_work(self, params: Mapping[str, Any], pool: int | None = None) -> int:
         """The work of one request with ``params`` (and ``pool``); ValueError above :attr:`max_work`."""
-        work = 1 if pool is None else int(pool)
-        factors = [f"pool {pool}"] if pool is not None else []
+        work = 1 if pool is None else int(pool) ** self.pool_power
+        power = "" if self.pool_power == 1 else "²" if self.pool_power == 2 else f"^{self.pool_power}"
+        factors = [f"pool {pool}{power}"] if pool is not None else []
         for param in self.params:
             if param.cost and params.get(param.name) is not None:
                 work *= max(1, int(params[param.name]))
@@ -459,3 +465,45 @@ class Component:
         shown = {"lambda_value": "λ"}
         order = [name for name in self.names if name in params] + [k for k in params if k not in self.names]
         return ", ".join(f"{shown.get(key, key)}={format_value(params[key])}" for key in order)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(component: Component) -> str:
+    """``component``'s parameters as a Markdown table (the docs tables are generated from this).
+
+    Examples
+    --------
+    >>> demo = Component("reranker", "demo", (Param("k", int, 3, 1, 9, paper=5, help="size"),), build=dict)
+    >>> print(markdown_table(demo))
+    | parameter | type | default | range | paper | tuned over | help |
+    |---|---|---|---|---|---|---|
+    | `k` | int | 3 | [1, 9] | 5 | — | size |
+    """
+    lines = [
+        "| parameter | type | default | range | paper | tuned over | help |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for param in component.params:
+        space = param.space
+        if space is None:
+            tuned = "—"
+        elif space.kind == "categorical":
+            tuned = ", ".join(format_value(value) for value in space.choices)
+        else:
+            tuned = f"{format_value(space.low)}–{format_value(space.high)}" + (" (log)" if space.log else "")
+        default = "none" if param.default is None else format_value(param.default)
+        paper = format_value(param.paper) if param.has_paper else "—"
+        cells = [
+            f"`{param.name}`",
+            param.type.__name__,
+            default,
+            param.range_text(),
+            paper,
+            tuned,
+            param.help,
+        ]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)

@@ -82,7 +82,9 @@ class RetrievalConfig:
         object.__setattr__(self, "lambda_value", check_fraction("lambda_value", self.lambda_value))
         if self.rerank_method == DEFAULT_METHOD and self.rerank_params:
             raise ValueError("k-reciprocal takes k1, k2 and lambda_value as fields, not in rerank_params")
-        params = check_method_params(self.rerank_method, self.rerank_params)
+        params = check_method_params(  # the work of one request is bounded too
+            self.rerank_method, self.rerank_params, pool=self.pool if self.rerank else None
+        )
         object.__setattr__(self, "rerank_params", {} if self.rerank_method == DEFAULT_METHOD else params)
         check_choice("rerank_preset", self.rerank_preset, ("paper", "adaptive"))
 

@@ -502,7 +502,10 @@ COMPONENT = Component(
     name="decoupled-diffusion",
     summary="decoupled diffusion (Yang et al., AAAI 2019): an offline walk per item, a cheap online step",
     params=(
-        replace(WALK_PARAMS["k"], high=_LARGEST, space=Space("categorical", choices=(10, 20, 30, 50))),
+        # k and maxiter shape the offline part (once per gallery), not a request: no cost
+        replace(
+            WALK_PARAMS["k"], high=_LARGEST, cost=False, space=Space("categorical", choices=(10, 20, 30, 50))
+        ),
         Param(
             "truncation",
             int,
@@ -517,7 +520,7 @@ COMPONENT = Component(
         replace(WALK_PARAMS["alpha"], space=Space("categorical", choices=(0.0, 0.9, 0.99))),
         replace(WALK_PARAMS["gamma"], space=None),
         WALK_PARAMS["tol"],
-        replace(WALK_PARAMS["maxiter"], high=_LARGEST),
+        replace(WALK_PARAMS["maxiter"], high=_LARGEST, cost=False),
     ),
     build=DecoupledDiffusionReranker,
     adaptive=_adaptive,

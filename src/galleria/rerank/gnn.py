@@ -398,5 +398,6 @@ COMPONENT = Component(
     ),
     build=GnnReranker,
     adaptive=_adaptive,
+    pool_power=2,  # every pair of the pool is compared
     order=20,
 )

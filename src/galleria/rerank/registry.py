@@ -183,17 +183,20 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     return built
 
 
-def check_method_params(method: Any, params: Any) -> dict[str, Any]:
+def check_method_params(method: Any, params: Any, *, pool: int | None = None) -> dict[str, Any]:
     """Validate a method name and its parameters without a store; return all of them, defaults filled in.
 
-    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value.
+    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value; with
+    ``pool`` (the candidates re-ranked per query), also work per query over the method's bound.
+    This is the one validator of re-ranking parameters (:meth:`galleria._declare.Component.check`):
+    the command line, the API, settings files and store files all reach it.
 
     Examples
     --------
     >>> check_method_params("gnn", {"k1": 10})
     {'k1': 10, 'k2': 7, 'lambda_value': 0.3}
     """
-    return reranker_component(method).check(params)
+    return reranker_component(method).check(params, pool=pool)
 
 
 def label(method: Any, params: Mapping[str, Any] | None = None, *, pool: int | None = None) -> str:

@@ -417,5 +417,6 @@ COMPONENT = Component(
     ),
     build=KReciprocalReranker,
     adaptive=_adaptive,
+    pool_power=2,  # every pair of the pool is compared
     order=0,
 )

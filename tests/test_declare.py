@@ -268,3 +268,22 @@ def test_no_plugins_turns_discovery_off(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("GALLERIA_NO_PLUGINS", "1")
     assert plugin_components("reranker") == []
     clear_cache()
+
+
+def test_public_names_spell_neighbor_and_the_old_spellings_still_work() -> None:
+    import numpy as np
+
+    from galleria import InMemoryImageEmbeddingStore
+    from galleria.rerank import diffusion
+    from galleria.rerank.base import top_similar
+    from galleria.rerank.dba import augment_store
+
+    assert diffusion.graph_neighbours is diffusion.graph_neighbors
+    assert diffusion.truncated_neighbours is diffusion.truncated_neighbors
+    vectors = np.random.default_rng(0).normal(size=(12, 4))
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"{i}" for i in range(12)], vectors)
+    lists = top_similar(store.embeddings, store.embeddings, 4, exclude_self=True)[0]
+    new = augment_store(store, neighbors=3, neighbor_lists=lists)
+    with pytest.warns(DeprecationWarning, match="neighbor_lists"):
+        old = augment_store(store, neighbors=3, neighbour_lists=lists)
+    np.testing.assert_array_equal(new.embeddings, old.embeddings)

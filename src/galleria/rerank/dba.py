@@ -35,6 +35,7 @@ Image Retrieval with No Human Annotation", TPAMI 2018).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -117,13 +118,14 @@ def augment_store(
     *,
     neighbors: int = 10,
     alpha: float = 3.0,
+    neighbor_lists: np.ndarray | None = None,
     neighbour_lists: np.ndarray | None = None,
 ) -> InMemoryImageEmbeddingStore:
     """A new store over the DBA-augmented vectors of ``store`` (same paths, embedder, index kind).
 
     The original store is left unchanged. The new store records the augmentation
     (:attr:`~galleria.store.InMemoryImageEmbeddingStore.augmentation`), and its saved file keeps
-    it. Images added to it later are not augmented. ``neighbour_lists`` — the (n, m ≥ neighbors)
+    it. Images added to it later are not augmented. ``neighbor_lists`` — the (n, m ≥ neighbors)
     output of :func:`~galleria.rerank.base.top_similar` on the store's vectors with
     ``exclude_self=True`` — lets a caller that augments one store many times (the tuner) find the
     neighbours once; it is trusted as given.
@@ -146,7 +148,16 @@ def augment_store(
         raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    augmented = _augment(store.embeddings, count, power, neighbour_lists)
+    if neighbour_lists is not None:  # the old spelling, kept working
+        warnings.warn(
+            "augment_store(neighbour_lists=...) is deprecated; use neighbor_lists=",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if neighbor_lists is not None:
+            raise TypeError("give neighbor_lists or its old name neighbour_lists, not both")
+        neighbor_lists = neighbour_lists
+    augmented = _augment(store.embeddings, count, power, neighbor_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(
         store.paths,

@@ -74,8 +74,10 @@ __all__ = [
     "diffusion_pools",
     "diffusion_rerank_features",
     "gallery_graph",
+    "graph_neighbors",
     "graph_neighbours",
     "solve_conjugate_gradient",
+    "truncated_neighbors",
     "truncated_neighbours",
 ]
 
@@ -99,7 +101,7 @@ def check_diffusion_params(
     return neighbours, query_neighbours, weight, power, tolerance, iterations
 
 
-def graph_neighbours(k: int, count_self: bool) -> int:
+def graph_neighbors(k: int, count_self: bool) -> int:
     """How many *other* items each item links to for ``k`` (``k - 1`` when ``k`` counts the item)."""
     return k - 1 if count_self else k
 
@@ -232,7 +234,7 @@ def diffusion_pools(
     sims[:, diagonal, diagonal] = -np.inf
     affinity = np.zeros((count, size, size), dtype=np.float64)
     if neighbours is None:
-        others = min(graph_neighbours(k, count_self), size - 1)
+        others = min(graph_neighbors(k, count_self), size - 1)
         member = np.zeros((count, size, size), dtype=bool)
         if others > 0:
             top = _top_positions(sims, others)
@@ -314,7 +316,7 @@ def gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGr
     return graph
 
 
-def truncated_neighbours(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
+def truncated_neighbors(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
     """``(B, N, N)`` mask: candidate ``j`` of pool ``b`` is among the gallery neighbours of candidate ``i``.
 
     ``rows`` (B, N) are the candidates' gallery rows; the gallery graph is restricted to each pool.
@@ -429,12 +431,12 @@ class DiffusionReranker(PoolReranker):
         if self._graph == "pool":
             return self._scores_from_vectors(probe, vectors)
         store = self._store
-        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self))
+        graph = gallery_graph(store, graph_neighbors(self._k, self._count_self))
         if graph.rows is not store._paths:  # the gallery changed meanwhile: its graph is rebuilt
             graph = gallery_graph(store, graph.others)
         among = pairwise_distances_batched(vectors, vectors, store.space)
         return self._diffuse(
-            probe, similarities_from_distances(among, store.space), truncated_neighbours(graph, rows)
+            probe, similarities_from_distances(among, store.space), truncated_neighbors(graph, rows)
         )
 
     def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
@@ -505,7 +507,7 @@ def diffusion_rerank_features(
     neighbours, query_neighbours, weight, power, tolerance, iterations = check_diffusion_params(
         k, query_k, alpha, gamma, tol, maxiter
     )
-    others = graph_neighbours(neighbours, check_bool("count_self", count_self))
+    others = graph_neighbors(neighbours, check_bool("count_self", count_self))
     probes = check_features("probe_features", probe_features)
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     size = gallery.shape[0]
@@ -616,3 +618,8 @@ COMPONENT = Component(
     pools=(100, 200, 400, 1000),
     order=10,
 )
+
+
+#: Deprecated spellings (public names spell "neighbor"); kept working.
+graph_neighbours = graph_neighbors
+truncated_neighbours = truncated_neighbors

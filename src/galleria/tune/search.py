@@ -175,7 +175,7 @@ class _Split:
                 )[0]
             _make_room(self.augmented, 2)
             self.augmented[key] = augment_store(
-                base, neighbors=neighbors, alpha=alpha, neighbour_lists=self.neighbour_lists[base_key]
+                base, neighbors=neighbors, alpha=alpha, neighbor_lists=self.neighbour_lists[base_key]
             )
         return self.augmented[key]
 

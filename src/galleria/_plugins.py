@@ -26,6 +26,9 @@ __all__ = ["NO_PLUGINS_VARIABLE", "merge_components", "plugin_components", "plug
 #: The environment variable that turns plugin discovery off (``1``, ``true`` or ``yes``).
 NO_PLUGINS_VARIABLE = "GALLERIA_NO_PLUGINS"
 _FOUND: dict[str, list[tuple[str, Component]]] = {}
+#: ``[the function that read them, the entry points]``: read once (a test that fakes
+#: ``importlib.metadata.entry_points`` is read anew).
+_METADATA: list[Any] = []
 
 
 def plugins_enabled() -> bool:
@@ -55,7 +58,10 @@ def _as_component(value: Any) -> Any:
 
 
 def _entries(group: str) -> Iterable[Any]:
-    found = importlib.metadata.entry_points()
+    """The entry points of ``group``; the installed packages' metadata is read once per process."""
+    if not _METADATA or _METADATA[0] is not importlib.metadata.entry_points:
+        _METADATA[:] = [importlib.metadata.entry_points, importlib.metadata.entry_points()]
+    found = _METADATA[1]
     if hasattr(found, "select"):
         return list(found.select(group=group))
     return list(found.get(group, ()))  # pragma: no cover - the dict form of older Pythons
@@ -112,3 +118,4 @@ def merge_components(kind: str, builtins: Iterable[Component]) -> list[Component
 def clear_cache() -> None:
     """Forget what discovery found (tests that install or fake plugins)."""
     _FOUND.clear()
+    _METADATA.clear()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from galleria._declare import Component, format_value, markdown_table
+from galleria._declare import Component, format_value
 from galleria.cli._common import add_command, print_json
 
-__all__ = ["BEGIN", "END", "add_parser", "components", "markdown", "run", "with_tables"]
+__all__ = ["BEGIN", "END", "add_parser", "components", "markdown", "markdown_table", "run", "with_tables"]
 
 _EXAMPLES = """\
   galleria methods
@@ -49,6 +49,49 @@ def markdown(kind: str | None = None) -> str:
                 parts.append(f"Adaptive rule (`--rerank-preset adaptive`, the default): {rule[0]}")
             parts.append(markdown_table(component) if component.params else "No parameters.")
     return "\n\n".join(parts) + "\n"
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(component: Component) -> str:
+    """``component``'s parameters as a Markdown table (the docs tables are generated from this).
+
+    Examples
+    --------
+    >>> from galleria.components import Param
+    >>> demo = Component("reranker", "demo", (Param("k", int, 3, 1, 9, paper=5, help="size"),), build=dict)
+    >>> print(markdown_table(demo))
+    | parameter | type | default | range | paper | tuned over | help |
+    |---|---|---|---|---|---|---|
+    | `k` | int | 3 | [1, 9] | 5 | — | size |
+    """
+    lines = [
+        "| parameter | type | default | range | paper | tuned over | help |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for param in component.params:
+        space = param.space
+        if space is None:
+            tuned = "—"
+        elif space.kind == "categorical":
+            tuned = ", ".join(format_value(value) for value in space.choices)
+        else:
+            tuned = f"{format_value(space.low)}–{format_value(space.high)}" + (" (log)" if space.log else "")
+        default = "none" if param.default is None else format_value(param.default)
+        paper = format_value(param.paper) if param.has_paper else "—"
+        cells = [
+            f"`{param.name}`",
+            param.type.__name__,
+            default,
+            param.range_text(),
+            paper,
+            tuned,
+            param.help,
+        ]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
 
 
 BEGIN = "<!-- BEGIN GENERATED: galleria methods --markdown -->"

@@ -337,7 +337,11 @@ def add_index_param_option(group: Any) -> None:
         default=None,
         metavar="KEY=VALUE",
         help="a parameter of the index, repeatable (e.g. --index ivfpq --index-param lists=16 "
-        "--index-param bits=6; hnsw: graph_degree, search_candidates, ...); see docs/cli.md",
+        "--index-param bits=6); "
+        + "; ".join(
+            f"{c.name}: {', '.join(c.names)}" for c in index_components() if c.name in INDEX_NAMES and c.names
+        )
+        + ". `galleria methods --kind index` lists ranges and defaults",
     )
 
 

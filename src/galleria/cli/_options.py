@@ -16,6 +16,7 @@ from typing import Any
 from galleria._validation import MAX_COUNT
 from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
+from galleria.embedders.registry import embedder_component, embedder_components
 from galleria.evaluation.configs import DEFAULT_POOL
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index.base import SPACES
@@ -105,9 +106,11 @@ def add_deprecated_alias(group: Any, old: str, *, dest: str, replacement: str, *
     )
 
 
+#: ``--embedder``'s help: every declared embedder's spelling (plugins included).
 EMBEDDER_HELP = (
-    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL:PRETRAINED, PRETRAINED a weights "
-    "tag, a local checkpoint file or 'random'; `galleria models` lists them (default: %(default)s)"
+    " | ".join(c.extra["spec"] for c in embedder_components() if "spec" in c.extra)
+    + ", PRETRAINED a weights tag, a local checkpoint file or 'random'; `galleria models` lists them "
+    "(default: %(default)s)"
 )
 
 
@@ -179,8 +182,6 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
     >>> parse_embedder_spec("clip:ViT-B-32:random")
     ('clip', {'model_name': 'ViT-B-32', 'pretrained': None})
     """
-    from galleria.embedders.registry import embedder_components
-
     kind, _, rest = spec.partition(":")
     for component in embedder_components():
         parse = component.extra.get("parse_spec")
@@ -194,8 +195,6 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def _embedder(kind: str) -> Any:
-    from galleria.embedders.registry import embedder_component
-
     return embedder_component(kind)
 
 
@@ -206,8 +205,6 @@ def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
         settings["batch_size"] = parse_int("--batch-size", args.batch_size)
     if getattr(args, "device", None) is not None:
         if "device" not in _embedder(parse_embedder_spec(args.embedder)[0]).names:
-            from galleria.embedders.registry import embedder_components
-
             takers = " and ".join(c.name for c in embedder_components() if "device" in c.names)
             raise CliError(f"--device applies to {takers} embedders, not --embedder {args.embedder!r}")
         settings["device"] = args.device
@@ -294,8 +291,6 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         entry = read_store_header(path).get("embedder")
         config = entry.get("config") if isinstance(entry, dict) else None
         kind = config.get("type") if isinstance(config, dict) else None
-        from galleria.embedders.registry import embedder_components
-
         loading = {c.name: c.extra.get("loading") for c in embedder_components()}
         if isinstance(config, dict) and isinstance(kind, str) and loading.get(kind):
             say(f"loading {loading[kind]}, then the {kind} model {config.get('model_name')} ...")

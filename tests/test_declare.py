@@ -287,3 +287,48 @@ def test_public_names_spell_neighbor_and_the_old_spellings_still_work() -> None:
     with pytest.warns(DeprecationWarning, match="neighbor_lists"):
         old = augment_store(store, neighbors=3, neighbour_lists=lists)
     np.testing.assert_array_equal(new.embeddings, old.embeddings)
+
+
+def test_a_settings_file_cannot_ask_for_minutes_of_work() -> None:
+    from galleria.tune.settings import config_from_settings
+
+    heavy = {
+        "rerank": True,
+        "rerank_method": "diffusion",
+        "k": 5000,
+        "query_k": 500,
+        "maxiter": 5000,
+        "pool": 400,
+    }
+    with pytest.raises(
+        ValueError, match=r"settings: diffusion: pool 400 × k 5000 × query_k 500 × maxiter 5000"
+    ):
+        config_from_settings(heavy)
+    config_from_settings({**heavy, "k": 50, "query_k": 10, "maxiter": 20})  # the usual sizes load
+
+
+def test_every_method_module_is_found_by_scanning() -> None:
+    """The registry holds exactly the modules of galleria.rerank that declare a COMPONENT: a new
+    method is one new module, named nowhere else."""
+    import galleria.rerank as package
+
+    declaring = set()
+    for path in Path(package.__file__).parent.glob("*.py"):
+        if "\nCOMPONENT = Component(" in path.read_text(encoding="utf-8"):
+            declaring.add(path.stem)
+    modules = {component.build.__module__.rsplit(".", 1)[-1] for component in reranker_components()}
+    assert modules == declaring
+    import ast
+
+    tree = ast.parse((Path(package.__file__).parent / "registry.py").read_text(encoding="utf-8"))
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    # a public signature's default (precompute_rerank's method) is kept as it was
+    docstrings |= {
+        id(value) for node in ast.walk(tree) if isinstance(node, ast.arguments) for value in node.defaults
+    }
+    strings = {
+        node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and id(node) not in docstrings
+    }
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    for component in reranker_components():  # no method is named in the registry's code
+        assert component.name not in strings and component.build.__name__ not in names

@@ -302,14 +302,20 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     """
     from galleria.rerank.registry import reranker_components
 
-    reading = read_statistics(stats)
-    result = {"aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 1 if reading.flat else 2}}
-    for component in reranker_components():
-        if component.adaptive is not None:
-            result[component.name] = dict(component.adaptive(stats))
-        else:  # a method without a rule keeps its paper values (or its defaults)
-            result[component.name] = component.paper_params() or component.defaults()
-    return result
+    return {name: _rule(stats, name) for name in ("aqe", *(c.name for c in reranker_components()))}
+
+
+def _rule(stats: GalleryStatistics, name: str) -> dict[str, Any]:
+    """The parameters ``name``'s rule (αQE's here, a re-ranker's in its declaration) gives ``stats``;
+    a method without a rule keeps its paper values (or its defaults)."""
+    if name == "aqe":
+        return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if read_statistics(stats).flat else 2}
+    from galleria.rerank.registry import reranker_component
+
+    component = reranker_component(name)
+    if component.adaptive is None:
+        return component.paper_params() or component.defaults()
+    return dict(component.adaptive(stats))
 
 
 @dataclass(frozen=True)
@@ -395,7 +401,7 @@ def default_rerank_params(
     chosen = check_choice("preset", preset, PRESETS)
     if chosen == "paper":
         return dict(paper_params()[name])
-    return dict(params_from_statistics(store_statistics(store))[name])
+    return _rule(store_statistics(store), name)  # this method's rule only
 
 
 def paper_params() -> dict[str, dict[str, Any]]:

@@ -268,3 +268,15 @@ def test_the_adaptive_rule_keeps_more_of_the_original_where_neighbourhoods_are_l
         check_ecn_params(params["t"], params["q"], params["lambda_value"])
         assert (params["t"], params["q"]) == (1, 1)  # anchored on the best match
     assert low["lambda_value"] > high["lambda_value"] >= 0.3
+
+
+@given(points_on_a_grid, st.sampled_from([0.0, 0.37, 0.7, 1.0]))
+def test_the_adaptive_shape_keeps_a_mutual_best_match_first(points: list[list[int]], lam: float) -> None:
+    """t = q = 1 (the adaptive rule's shape): when the probe is its best match's nearest item, no
+    candidate scores below the best match (the argument in docs/reranking.md)."""
+    d = grid_distances(np.array(points, dtype=np.float64))
+    best = oracle_ranking(d.tolist(), 0)[0]
+    if oracle_ranking(d.tolist(), best)[0] != 0:
+        return
+    scores = lam * d[0, 1:] + (1 - lam) * ecn_pools(d[None], t=1, q=1)[0]
+    assert scores[best - 1] <= scores.min() + 1e-12

@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "alpha_query_expansion": "galleria.expansion",
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
+    "PluginWarning": "galleria._warnings",
     "tune": "galleria.tune",
 }
 
@@ -54,6 +55,7 @@ __all__ = [
     "KReciprocalReranker",
     "MilvusIndex",
     "PixelEmbedder",
+    "PluginWarning",
     "SkippedImageWarning",
     "TimmEmbedder",
     "__version__",
@@ -75,7 +77,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from galleria._warnings import GalleriaWarning, SkippedImageWarning
+    from galleria._warnings import GalleriaWarning, PluginWarning, SkippedImageWarning
     from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder
     from galleria.engines import build_with_ray
     from galleria.expansion import alpha_query_expansion

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve",
     "tune": "tune",
     "models": "models",
+    "methods": "methods",
 }
 
 

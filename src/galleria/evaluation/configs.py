@@ -7,7 +7,7 @@ from typing import Any
 
 from galleria._validation import check_choice, check_fraction, check_positive_int
 from galleria.expansion import check_expansion_alpha
-from galleria.rerank.registry import DEFAULT_METHOD, check_method_params
+from galleria.rerank.registry import DEFAULT_METHOD, check_method_params, label
 
 __all__ = ["DEFAULT_POOL", "RetrievalConfig", "standard_configs"]
 
@@ -82,7 +82,9 @@ class RetrievalConfig:
         object.__setattr__(self, "lambda_value", check_fraction("lambda_value", self.lambda_value))
         if self.rerank_method == DEFAULT_METHOD and self.rerank_params:
             raise ValueError("k-reciprocal takes k1, k2 and lambda_value as fields, not in rerank_params")
-        params = check_method_params(self.rerank_method, self.rerank_params)
+        params = check_method_params(  # the work of one request is bounded too
+            self.rerank_method, self.rerank_params, pool=self.pool if self.rerank else None
+        )
         object.__setattr__(self, "rerank_params", {} if self.rerank_method == DEFAULT_METHOD else params)
         check_choice("rerank_preset", self.rerank_preset, ("paper", "adaptive"))
 
@@ -134,17 +136,10 @@ class RetrievalConfig:
         parts: list[str] = []
         if self.query_expansion:
             parts.append(f"αQE (α={_shown(self.expansion_alpha)}, n={self.expansion_neighbors})")
-        if self.adaptive:
-            label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
-            parts.append(f"{label} (adaptive, pool={self.pool})")
-        elif self.rerank and self.rerank_method == DEFAULT_METHOD:
-            parts.append(
-                f"k-reciprocal (k1={self.k1}, k2={self.k2}, λ={_shown(self.lambda_value)}, pool={self.pool})"
-            )
+        if self.adaptive:  # labels are the declarations' (galleria.rerank.registry.label)
+            parts.append(f"{label(self.rerank_method)} (adaptive, pool={self.pool})")
         elif self.rerank:
-            values = ", ".join(f"{key}={_shown(value)}" for key, value in self.rerank_params.items())
-            label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
-            parts.append(f"{label} ({values + ', ' if values else ''}pool={self.pool})")
+            parts.append(label(self.rerank_method, self.reranker_params(), pool=self.pool))
         return " + ".join(parts) if parts else "plain retrieval"
 
 

@@ -33,17 +33,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from galleria._validation import check_fraction, is_int
+from galleria._declare import Component, Param, Space
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
-    "MAX_EXPANDED",
+    "COMPONENT",
     "MAX_Q",
     "MAX_T",
     "PAPER_PARAMS",
+    "PARAMS",
     "ECNReranker",
     "check_ecn_params",
     "ecn_matrix",
@@ -52,42 +53,48 @@ __all__ = [
     "ecn_rerank_features",
 ]
 
-#: The published setting (``--rerank-preset paper``): t = 3, q = 8, the ECN distance alone.
-PAPER_PARAMS: dict[str, Any] = {"t": 3, "q": 8, "lambda_value": 0.0}
 #: Largest ``t`` (first neighbours) a request may ask for.
 MAX_T = 100
 #: Largest ``q`` (neighbours of each first neighbour) a request may ask for.
 MAX_Q = 100
-#: Largest expanded neighbourhood ``t·(1 + q)``: bounds the work per item (a gather of that size).
-MAX_EXPANDED = 2000
+
+
+#: The declared parameters (:mod:`galleria._declare`): ranges, paper values, tuner spaces, help.
+PARAMS: tuple[Param, ...] = (
+    Param(
+        "t", int, 3, 1, MAX_T, paper=3, cost=True, space=Space("int", 1, 5),
+        help="first neighbors of each item",
+    ),
+    Param(
+        "q", int, 8, 0, MAX_Q, paper=8, cost=True, space=Space("int", 0, 16),
+        help="neighbors of each first neighbor (0: no expansion)",
+    ),
+    Param(
+        "lambda_value", float, 0.0, 0.0, 1.0, paper=0.0, space=Space("float", 0.0, 1.0),
+        help="weight of the original distance against the ECN distance",
+    ),
+)  # fmt: skip
+#: The published setting (``--rerank-preset paper``): t = 3, q = 8, the ECN distance alone.
+PAPER_PARAMS: dict[str, Any] = {param.name: param.paper for param in PARAMS}
 
 
 def check_ecn_params(t: Any, q: Any, lambda_value: Any = 0.0) -> tuple[int, int, float]:
-    """Validate ``t`` (int in [1, MAX_T]), ``q`` (int in [0, MAX_Q]; 0: no expansion), ``lambda_value``
-    (in [0, 1]) and the expanded size ``t·(1 + q) <= MAX_EXPANDED``.
+    """Validate ``t`` (int in [1, MAX_T]), ``q`` (int in [0, MAX_Q]; 0: no expansion) and
+    ``lambda_value`` (in [0, 1]) with the declared checks, so every source of values (constructor,
+    command line, API, settings file) gives the same message.
 
-    Raises
-    ------
-    TypeError
-        ``t`` / ``q`` not integers (bools rejected); ``lambda_value`` not a real number.
-    ValueError
-        A value out of its range, naming the parameter and the value.
+    Raises TypeError (not an int / a number; bools rejected) or ValueError (out of range), naming
+    the parameter and the value.
 
     Examples
     --------
     >>> check_ecn_params(3, 8)
     (3, 8, 0.0)
     """
-    for name, value, low, high in (("t", t, 1, MAX_T), ("q", q, 0, MAX_Q)):
-        if not is_int(value):
-            raise TypeError(f"ECN's {name} must be an int, got {value!r} ({type(value).__name__})")
-        if not low <= value <= high:
-            raise ValueError(f"ECN's {name} must lie in [{low}, {high}], got {value!r}")
-    if t * (1 + q) > MAX_EXPANDED:
-        raise ValueError(
-            f"ECN's expanded neighbourhood t·(1 + q) must be at most {MAX_EXPANDED}, got t={t!r}, q={q!r}"
-        )
-    return int(t), int(q), check_fraction("lambda_value", lambda_value)
+    values = {
+        param.name: param.check(value) for param, value in zip(PARAMS, (t, q, lambda_value), strict=True)
+    }
+    return values["t"], values["q"], values["lambda_value"]
 
 
 def _effective(t: int, q: int, size: int) -> tuple[int, int]:
@@ -242,9 +249,8 @@ def ecn_params_from_statistics(stats: Any) -> dict[str, Any]:
       the digits, where ``q = 8`` gains (figures in ``docs/reranking.md``).
     * ``λ = clip(1.3 − 1.4·s, 0.3, 0.9)``, k-reciprocal's rule: the less reciprocal the
       neighbourhoods, the more of the original distance is kept.
-    * No neighbourhood structure (as the other methods: fewer than 3 items, median mutual count
-      below :data:`~galleria.rerank.adaptive.MIN_MUTUAL` or share below
-      :data:`~galleria.rerank.adaptive.MIN_SHARE`): ``λ = 1``, the original order.
+    * No neighbourhood structure (``read_statistics(stats).flat``, as for the other methods):
+      ``λ = 1``, the original order.
 
     Examples
     --------
@@ -254,12 +260,10 @@ def ecn_params_from_statistics(stats: Any) -> dict[str, Any]:
     >>> ecn_params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["lambda_value"]
     1.0
     """
-    from galleria.rerank.adaptive import MIN_MUTUAL, MIN_SHARE
+    from galleria.rerank.adaptive import read_statistics
 
-    share, mutual = (0.0, 0.0) if stats.n_sample == 0 else stats.at(20)
-    if mutual < MIN_MUTUAL or share < MIN_SHARE:
-        return {"t": 1, "q": 1, "lambda_value": 1.0}
-    return {"t": 1, "q": 1, "lambda_value": round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)}
+    reading = read_statistics(stats)
+    return {"t": 1, "q": 1, "lambda_value": reading.lam}  # λ = 1 where the gallery is flat
 
 
 class ECNReranker(PoolReranker):
@@ -362,3 +366,18 @@ class ECNReranker(PoolReranker):
         ecn = ecn_pools(distances, t=self._t, q=self._q)
         result: np.ndarray = self._lambda * original + (1.0 - self._lambda) * ecn
         return result
+
+
+#: The declaration of ECN re-ranking (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="ecn",
+    label="ECN",
+    summary="expanded cross neighborhood (Sarfraz et al., CVPR 2018): mean distance of each item's "
+    "expanded neighborhood to the other",
+    params=PARAMS,
+    build=ECNReranker,
+    adaptive=ecn_params_from_statistics,
+    pool_power=2,  # every pair of the pool is ranked: pool² · t · q bounded by the default MAX_WORK
+    order=50,
+)

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "add": "add",
     "remove": "remove",
     "sync": "sync",
+    "check": "check",
     "serve": "serve",
     "tune": "tune",
     "models": "models",

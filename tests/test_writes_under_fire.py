@@ -201,7 +201,10 @@ def test_two_concurrent_adds_never_lose_a_set(built, wait):
     extra = [] if wait is None else ["--wait", wait]
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
     commands = [[sys.executable, "-m", "galleria", "add", out, str(root / part), *extra] for part in "ab"]
-    processes = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in commands]
+    processes = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for c in commands
+    ]
     results = [(p.wait(timeout=180), p.stderr.read() if p.stderr else "") for p in processes]
     stored = set(InMemoryImageEmbeddingStore.load_from_disk(out).paths)
     for part, (code, err) in zip("ab", results, strict=True):
@@ -227,7 +230,7 @@ def test_check_output_path_refuses_what_is_not_a_regular_file(tmp_path):
     link.symlink_to(tmp_path / "elsewhere")
     regular = tmp_path / "plain.json"
     regular.write_text("{}")
-    for path, kind in ((fifo, "FIFO"), (link, "symbolic link"), ("/dev/null", "character device")):
+    for path, kind in ((fifo, "FIFO"), (link, "dangling symbolic link"), ("/dev/null", "character device")):
         with pytest.raises(ValueError, match=f"--out '{path}' is a {kind}"):
             check_output_path(path, "--out")
     assert check_output_path(regular, "--out") == str(regular)
@@ -255,7 +258,11 @@ def test_tune_out_and_per_query_refuse_special_files(tmp_path, capsys):
     link = tmp_path / "link.json"
     link.symlink_to(tmp_path / "elsewhere.json")
     _gallery(tmp_path / "g" / "x", 4)
-    for out, kind in (("/dev/null", "character device"), (str(fifo), "FIFO"), (str(link), "symbolic link")):
+    for out, kind in (
+        ("/dev/null", "character device"),
+        (str(fifo), "FIFO"),
+        (str(link), "dangling symbolic"),
+    ):
         assert main(["tune", str(tmp_path / "g"), "--out", out]) == 2
         err = capsys.readouterr().err
         assert f"--out {out!r} is a {kind}" in err, err
@@ -324,7 +331,15 @@ def test_ctrl_c_in_tune_is_one_line_and_exit_130(tmp_path):
     for label in range(3):
         _gallery(tmp_path / "g" / str(label), 20, seed=label)
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "galleria", "tune", str(tmp_path / "g"), "--out", str(tmp_path / "t.json")]
+    command = [
+        sys.executable,
+        "-m",
+        "galleria",
+        "tune",
+        str(tmp_path / "g"),
+        "--out",
+        str(tmp_path / "t.json"),
+    ]
     command += ["--embedder", PIXEL, "--trials", "100000", "--methods", "diffusion", "k-reciprocal"]
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

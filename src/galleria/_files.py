@@ -206,8 +206,10 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> str:
         raise ValueError(f"{what} {name!r} cannot be checked: {error.strerror or error}") from None
     if stat.S_ISREG(mode):
         return name
-    hint = "give a file name" if not stat.S_ISLNK(mode) else "remove the link or give another name"
-    raise ValueError(f"{what} {name!r} is a {_kind(mode)}, not a regular file; {hint}")
+    if not stat.S_ISLNK(mode):
+        raise ValueError(f"{what} {name!r} is a {_kind(mode)}, not a regular file; give a file name")
+    kind = "symbolic link" if os.path.exists(name) else "dangling symbolic link"
+    raise ValueError(f"{what} {name!r} is a {kind}, not a regular file; remove it or give another name")
 
 
 # ---------------------------------------------------------------------------- one writer per store

@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -230,7 +231,12 @@ def test_check_output_path_refuses_what_is_not_a_regular_file(tmp_path):
     link.symlink_to(tmp_path / "elsewhere")
     regular = tmp_path / "plain.json"
     regular.write_text("{}")
-    for path, kind in ((fifo, "FIFO"), (link, "dangling symbolic link"), ("/dev/null", "character device")):
+    cases = [(fifo, "FIFO"), (link, "dangling symbolic link")]
+    # /dev/null only ever goes to this pure check (an lstat), never to a command that writes: a
+    # regression there must not replace the machine's device node.
+    if stat.S_ISCHR(os.lstat("/dev/null").st_mode):
+        cases.append((Path("/dev/null"), "character device"))
+    for path, kind in cases:
         with pytest.raises(ValueError, match=f"--out '{path}' is a {kind}"):
             check_output_path(path, "--out")
     assert check_output_path(regular, "--out") == str(regular)
@@ -257,16 +263,16 @@ def test_tune_out_and_per_query_refuse_special_files(tmp_path, capsys):
     os.mkfifo(fifo)
     link = tmp_path / "link.json"
     link.symlink_to(tmp_path / "elsewhere.json")
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "sock"))
     _gallery(tmp_path / "g" / "x", 4)
-    for out, kind in (
-        ("/dev/null", "character device"),
-        (str(fifo), "FIFO"),
-        (str(link), "dangling symbolic"),
-    ):
-        assert main(["tune", str(tmp_path / "g"), "--out", out]) == 2
+    # Only files of this test's own folder: never /dev/null, which a regression would replace.
+    for out, kind in ((fifo, "FIFO"), (link, "dangling symbolic"), (tmp_path / "sock", "socket")):
+        assert main(["tune", str(tmp_path / "g"), "--out", str(out)]) == 2
         err = capsys.readouterr().err
-        assert f"--out {out!r} is a {kind}" in err, err
-    assert stat.S_ISCHR(os.lstat("/dev/null").st_mode)
+        assert f"--out {str(out)!r} is a {kind}" in err, err
+    assert stat.S_ISSOCK(os.lstat(tmp_path / "sock").st_mode)
+    listening.close()
     scores = tmp_path / "e.npy"
     np.save(scores, np.eye(3, dtype=np.float32))
     labels = tmp_path / "l.npy"

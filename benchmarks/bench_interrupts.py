@@ -14,7 +14,9 @@ uninterrupted run. Then:
 * the command is run again to completion (``build --resume`` when a checkpoint is there, else the
   same command): a failure, or a final store that does not hold the whole gallery, counts as a
   **failed resume** (``tune`` keeps no checkpoint; it is run again from the start);
-* a SIGINT must end in exit code 130 with one line and no traceback (else **traceback**).
+* a SIGINT must end in exit code 130 (0 when the command had finished) with one line and no
+  traceback (else **traceback**); exit -2 (killed by SIGINT while the interpreter was starting up
+  or shutting down, when Python has no handler installed) is counted apart.
 
 Usage::
 
@@ -202,6 +204,10 @@ def main() -> int:
                 shutil.copy(digits / label / name, subset / label / name)
         digits = subset
     totals: dict[str, dict[str, Any]] = {}
+    # Signals are sent after the interpreter's start-up (as long as `galleria --version` takes),
+    # so that they land in the command's own work.
+    startup = min(_galleria(["--version"], None, None)[2] for _ in range(3))
+    print(f"start-up: {startup:.2f} s", flush=True)
     for name in options.commands:
         work = scratch / name
         work.mkdir()
@@ -210,14 +216,18 @@ def main() -> int:
         code, err, length = _galleria(case.args(), None, None)  # one uninterrupted run: its length
         assert code == 0, err
         counts = {"rounds": 0, "unloadable": 0, "inconsistent": 0, "failed_resumes": 0, "tracebacks": 0}
+        counts["killed_outside_python"] = 0
         counts["uninterrupted_seconds"] = round(length, 2)
         for round_number in range(options.rounds):
             case.prepare()
             sig_name = rng.choice(sorted(SIGNALS))
-            delay = rng.uniform(0.1, 1.0) * length
+            delay = startup + rng.uniform(0.0, 1.0) * max(0.0, length - startup)
             code, err, _ = _galleria(case.args(), delay, SIGNALS[sig_name])
             bad, inconsistent = case.check_files()
-            traceback = sig_name == "SIGINT" and ("Traceback" in err or code not in (0, 130))
+            # A SIGINT ends in 130 (or 0 when it came too late); -2 means it arrived while Python had
+            # no handler yet or any more (interpreter start-up or teardown): no traceback, no file.
+            traceback = "Traceback" in err or (sig_name == "SIGINT" and code not in (0, 130, -2))
+            counts["killed_outside_python"] += code == -signal.SIGINT
             failure = case.rerun() if not bad else "skipped (unloadable file)"
             counts["rounds"] += 1
             counts["unloadable"] += bool(bad)
@@ -231,6 +241,8 @@ def main() -> int:
                 f"re-run: {failure or 'ok'}",
                 flush=True,
             )
+            if traceback:
+                print("    " + "\n    ".join(err.strip().splitlines()[-4:]), flush=True)
         totals[name] = counts
     print()
     print(f"{'command':12} rounds unloadable inconsistent failed_resumes tracebacks  (uninterrupted run)")

@@ -164,6 +164,10 @@ def encode_store(
     if problem is not None:
         raise ValueError(f"the store cannot be saved: {problem}")
     count = len(paths)
+    if len(index) != count:  # never write a file that would not load
+        raise RuntimeError(
+            f"the store cannot be saved: its index holds {len(index)} rows but it names {count} paths"
+        )
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
     tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:

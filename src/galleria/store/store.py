@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
@@ -247,7 +248,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
 
             space = self._index.space
             statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)
-        with self._lock.writing():
+        with self._lock.writing(), deferred_interrupts():
             if self._built:
                 return
             if paths:

@@ -212,8 +212,10 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The checked ``--device`` and ``--batch-size`` of a command that makes an embedder."""
+    """The checked ``--device``, ``--batch-size`` and ``--runtime`` of a command that makes an embedder."""
     settings: dict[str, Any] = {}
+    if getattr(args, "runtime", None) is not None:
+        settings["runtime"] = args.runtime
     if getattr(args, "batch_size", None) is not None:
         settings["batch_size"] = parse_int("--batch-size", args.batch_size)
     if getattr(args, "device", None) is not None:
@@ -232,11 +234,19 @@ def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
-    """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
+def make_embedder(
+    spec: str, *, device: str | None = None, batch_size: int | None = None, runtime: str | None = None
+) -> Embedder:
+    """Build the embedder named by a spec (see :func:`parse_embedder_spec`).
+
+    ``runtime`` (``--runtime``) forces where a timm network runs; a checkpoint path in the spec is
+    remembered in the user's checkpoint registry, so that later commands find it by its digest.
+    """
     from galleria.embedders import ClipEmbedder, PixelEmbedder
 
     kind, options = parse_embedder_spec(spec)
+    if runtime == "onnx" and kind == "clip":
+        raise CliError("--runtime onnx covers timm embedders; a clip embedder runs on torch")
     extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     if kind == "pixel":
         return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
@@ -246,12 +256,32 @@ def make_embedder(spec: str, *, device: str | None = None, batch_size: int | Non
         say(f"loading torch and timm, then the timm model {options['model_name']} ...")
         from galleria.embedders import TimmEmbedder
 
-        return TimmEmbedder(options["model_name"], pretrained=options["pretrained"], progress=True, **extra)
+        if runtime is not None:
+            extra["runtime"] = runtime
+        timm_embedder = TimmEmbedder(
+            options["model_name"], pretrained=options["pretrained"], progress=True, **extra
+        )
+        remember_checkpoint_of(options["pretrained"], timm_embedder.config())
+        return timm_embedder
     say(f"loading torch and open_clip, then the CLIP model {options['model_name']} ...")
-    embedder: Embedder = ClipEmbedder(
-        model_name=options["model_name"], pretrained=options["pretrained"], **extra
-    )
-    return embedder
+    clip_embedder = ClipEmbedder(model_name=options["model_name"], pretrained=options["pretrained"], **extra)
+    remember_checkpoint_of(options["pretrained"], clip_embedder.config())
+    return clip_embedder
+
+
+def remember_checkpoint_of(path: Any, config: dict[str, Any]) -> None:
+    """Keep a checkpoint path the user gave in the per-user registry, keyed by its recorded digest."""
+    digest = config.get("checkpoint_sha256")
+    if isinstance(path, str) and isinstance(digest, str) and os.path.isfile(path):
+        from galleria.embedders._cache import remember_checkpoint
+
+        remember_checkpoint(path, digest)
+
+
+RUNTIME_HELP = (
+    "where a timm network runs: onnx (ONNX Runtime, galleria[onnx]) or torch; by default onnx when "
+    "onnxruntime is installed, torch otherwise, and a store's queries use the runtime it was built with"
+)
 
 
 def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> None:
@@ -264,6 +294,7 @@ def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> 
     group.add_argument(
         "--batch-size", default=None, metavar="N", help="images embedded per batch (default: the embedder's)"
     )
+    group.add_argument("--runtime", default=None, choices=("torch", "onnx"), help=RUNTIME_HELP)
 
 
 def add_load_options(parser: argparse.ArgumentParser) -> None:
@@ -273,8 +304,12 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         "--checkpoint",
         default=None,
         metavar="PATH",
-        help="local model file of a store built from one (checked against the digest it recorded)",
+        help=(
+            "local model file of a store built from one (checked against the digest it recorded); needed "
+            "only when galleria cannot find it (installed package, or a path given before)"
+        ),
     )
+    group.add_argument("--runtime", default=None, choices=("torch", "onnx"), help=RUNTIME_HELP)
     group.add_argument(
         "--root",
         default=None,
@@ -299,12 +334,15 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
     options: dict[str, Any] = {}
     if getattr(args, "checkpoint", None) is not None:
         options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
+    if getattr(args, "runtime", None) is not None:
+        options["runtime"] = args.runtime
     if getattr(args, "root", None) is not None:
         options["root"] = check_existing_folder("--root", args.root)
     if getattr(args, "connect", False):
         options["connect"] = True
     if embedder is not None:
         options.pop("checkpoint", None)  # the saved model is not rebuilt
+        options.pop("runtime", None)
     elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
         from galleria.cli._storefile import read_store_header
 
@@ -314,7 +352,10 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         if isinstance(config, dict) and kind in ("clip", "timm"):
             library = "open_clip" if kind == "clip" else "timm"
             say(f"loading torch and {library}, then the {kind} model {config.get('model_name')} ...")
-    return InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+    store = InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+    if "checkpoint" in options and store.embedder is not None and hasattr(store.embedder, "config"):
+        remember_checkpoint_of(os.path.abspath(options["checkpoint"]), store.embedder.config())
+    return store
 
 
 def add_store_options(parser: argparse.ArgumentParser) -> None:

@@ -300,7 +300,8 @@ class ClipEmbedder:
         The config is untrusted input (it may come from a store file): its values are checked before
         any model is built, ``model_name`` must be an open_clip architecture and ``pretrained`` one of
         its weight tags or None — never a path, URL or hub repository. A config that records a local
-        checkpoint needs that file passed as ``checkpoint``; its SHA-256 must match the record.
+        checkpoint needs a file with the SHA-256 it records: ``checkpoint`` when given, else one the user
+        gave before (:func:`~galleria.embedders._runtime.find_checkpoint`).
 
         Raises
         ------
@@ -332,6 +333,15 @@ class ClipEmbedder:
                 "pretrained must be null with a checkpoint"
             )
         path = None
+        if record is not None and checkpoint is None:  # a file the user gave before, found by digest
+            from galleria.embedders._runtime import find_checkpoint
+
+            checkpoint, looked = find_checkpoint(record[1])
+            if checkpoint is None:
+                try:
+                    verify_checkpoint(config, None, _CONFIG_WHERE)
+                except ValueError as error:
+                    raise ValueError(f"{error}. galleria looked in {'; '.join(looked)}") from None
         if record is not None or checkpoint is not None:
             path = verify_checkpoint(config, checkpoint, _CONFIG_WHERE)
         torch, open_clip = _import_clip()

@@ -45,7 +45,9 @@ def embedder_config(embedder: object) -> dict[str, Any] | None:
     return dict(config)
 
 
-def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> Embedder:
+def embedder_from_config(
+    config: Mapping[str, Any], *, checkpoint: Any = None, runtime: str | None = None
+) -> Embedder:
     """Rebuild an embedder from a config written by :func:`embedder_config` (e.g. one in a store file).
 
     The config is untrusted: every value is checked before anything is built, and no file it names
@@ -58,6 +60,9 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
         A config with a ``"type"`` among :data:`EMBEDDER_TYPES`.
     checkpoint : str, os.PathLike or None
         The local checkpoint a CLIP config records (ValueError if it records none, or another one).
+    runtime : {"torch", "onnx"} or None
+        Force where a timm embedder's network runs (None: the runtime the config records, if
+        installed). CLIP runs on torch; pixel embedders have no network.
 
     Raises
     ------
@@ -80,7 +85,9 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
             raise ValueError(f"a pixel embedder takes no checkpoint, but checkpoint={checkpoint!r} was given")
         return PixelEmbedder.from_config(config)
     if kind == "clip":
+        if runtime == "onnx":
+            raise ValueError("runtime='onnx' covers timm embedders; a clip embedder runs on torch")
         return ClipEmbedder.from_config(config, checkpoint=checkpoint)
     if kind == "timm":
-        return TimmEmbedder.from_config(config, checkpoint=checkpoint)
+        return TimmEmbedder.from_config(config, checkpoint=checkpoint, runtime=runtime)
     raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")

@@ -18,7 +18,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from galleria._validation import check_bool, check_positive_int
-from galleria.embedders._cache import cache_dir, model_key
+from galleria.embedders._cache import cache_dir, model_key, onnx_path
 from galleria.embedders._checkpoint import check_record, checkpoint_record, verify_checkpoint
 from galleria.embedders._config import check_config
 from galleria.embedders._images import check_images, to_pil
@@ -288,6 +288,11 @@ class TimmEmbedder:
     def runtime(self) -> str:
         """Where the network runs: ``"torch"`` or ``"onnx"`` (ONNX Runtime)."""
         return self._runtime
+
+    @property
+    def onnx_file(self) -> str | None:
+        """The cached ONNX file the network runs from (runtime ``"onnx"``), else None."""
+        return str(onnx_path(self._key)) if self._network is not None else None
 
     @property
     def input_size(self) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,10 @@ def onnxruntime_available() -> bool:
     """Whether onnxruntime can be imported here (looked up without importing it)."""
     import importlib.util
 
-    return importlib.util.find_spec("onnxruntime") is not None
+    try:
+        return importlib.util.find_spec("onnxruntime") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def usable_threads(requested: int | None = None) -> int:
@@ -110,7 +114,8 @@ def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim
 
     buffer = io.BytesIO()
     dummy = torch.zeros((1, 3, preprocess.crop, preprocess.crop), dtype=torch.float32)
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, chosen on purpose
         torch.onnx.export(
             model,
             (dummy,),

@@ -54,7 +54,10 @@ def check_runtime(runtime: Any, what: str = "runtime") -> str:
 
 
 def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation counts as absent
+        return False
 
 
 def choose_runtime(requested: str, device: Any, cached: bool) -> str:

@@ -1,7 +1,7 @@
-"""The ONNX Runtime path of TimmEmbedder: preprocessing, equal vectors, the verified cache, no torch at run time.
+"""The ONNX Runtime path of TimmEmbedder: preprocessing, equal vectors, verified cache, no torch at run time.
 
 Real images: scikit-image's photos (a cat, an astronaut, coffee, a rocket) in several crops and sizes.
-Every test uses its own model cache (``GALLERIA_CACHE_DIR``), never the user's.
+Every test uses its own model cache (``GALLERIA_MODEL_CACHE_DIR``), never the user's.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ def _photos() -> list[Image.Image]:
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("model-cache")
-    previous = os.environ.get("GALLERIA_CACHE_DIR")
-    os.environ["GALLERIA_CACHE_DIR"] = str(folder)
+    previous = os.environ.get("GALLERIA_MODEL_CACHE_DIR")
+    os.environ["GALLERIA_MODEL_CACHE_DIR"] = str(folder)
     yield folder
     if previous is None:
-        del os.environ["GALLERIA_CACHE_DIR"]
+        del os.environ["GALLERIA_MODEL_CACHE_DIR"]
     else:
-        os.environ["GALLERIA_CACHE_DIR"] = previous
+        os.environ["GALLERIA_MODEL_CACHE_DIR"] = previous
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_a_damaged_onnx_file_is_refused_before_onnxruntime_sees_it(
 
 
 def test_a_hostile_manifest_entry_is_refused(pair: tuple[TimmEmbedder, TimmEmbedder], cache: Path) -> None:
-    manifest = cache / "models" / "onnx-manifest.json"
+    manifest = cache / "onnx-manifest.json"
     original = manifest.read_bytes()
     record = json.loads(original)
     key = next(iter(record["models"]))
@@ -208,7 +208,7 @@ def test_with_the_onnx_file_cached_no_torch_is_imported(
     pair: tuple[TimmEmbedder, TimmEmbedder], cache: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "vectors.npy"
-    env = dict(os.environ, PYTHONPATH=SRC, GALLERIA_CACHE_DIR=str(cache))
+    env = dict(os.environ, PYTHONPATH=SRC, GALLERIA_MODEL_CACHE_DIR=str(cache))
     result = subprocess.run(
         [sys.executable, "-c", _NO_TORCH, str(out)], capture_output=True, text=True, env=env, timeout=300
     )
@@ -221,7 +221,7 @@ def test_with_the_onnx_file_cached_no_torch_is_imported(
 
 
 def test_without_a_cached_file_and_without_torch_the_error_names_the_extra(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=SRC, GALLERIA_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, PYTHONPATH=SRC, GALLERIA_MODEL_CACHE_DIR=str(tmp_path))
     code = _NO_TORCH.split("import numpy")[0] + (
         "from galleria.embedders import TimmEmbedder\n"
         "try:\n    TimmEmbedder('tf_efficientnet_lite0', pretrained='imagenet')\n"

@@ -1,7 +1,7 @@
 """galleria's per-user model cache: exported ONNX files, their manifest, and the checkpoints a user named.
 
 Everything lives under ``<cache>/models`` (``$GALLERIA_CACHE_DIR`` or the platform's user cache folder,
-as for the data sets). Two JSON files are kept there, both written atomically and read as untrusted:
+as for the data sets), or in ``$GALLERIA_MODEL_CACHE_DIR`` when that is set. Two JSON files are kept there, both written atomically and read as untrusted:
 
 * ``onnx-manifest.json`` maps a model key (the SHA-256 of the architecture and its weights' identity:
   the checkpoint's SHA-256, a hub tag, or ``random``) to the exported ONNX file's SHA-256 and size, the
@@ -43,7 +43,10 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 
 
 def cache_dir() -> Path:
-    """The folder of galleria's model cache (``$GALLERIA_CACHE_DIR/models`` when set)."""
+    """The folder of galleria's model cache: ``$GALLERIA_MODEL_CACHE_DIR``, else ``<cache>/models``."""
+    models = os.environ.get("GALLERIA_MODEL_CACHE_DIR")
+    if models:
+        return Path(models).expanduser()
     override = os.environ.get("GALLERIA_CACHE_DIR")
     if override:
         base = Path(override).expanduser()

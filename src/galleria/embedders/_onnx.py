@@ -152,6 +152,9 @@ class OnnxNetwork:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        # Idle ONNX Runtime threads sleep instead of spinning: the CPU they would burn is what the
+        # store's decoding threads and the preprocessing helper need on a machine with few cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.threads = options.intra_op_num_threads
         self.dim = int(entry["dim"])
         self.preprocess: Preprocess = entry["preprocess"]
@@ -175,13 +178,13 @@ def embed_onnx(
     """The (n, dim) features of RGB PIL ``images``, in batches of at most ``batch_size``.
 
     While ONNX Runtime runs one part, a helper thread prepares the next (resize, crop, normalise),
-    so the two overlap where the CPU has room; parts of at most 16 images keep that overlap tight.
+    so the two overlap where the CPU has room; parts of at most 8 images keep that overlap tight.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from galleria.embedders._preprocess import prepare_batch
 
-    step = max(1, min(batch_size, 16))
+    step = max(1, min(batch_size, 8))
     parts = [images[start : start + step] for start in range(0, len(images), step)]
     outputs: list[np.ndarray] = []
     if len(parts) == 1:

@@ -10,7 +10,8 @@ for a smoke run). Same images, model (EfficientNet-Lite0, the PyPI package's Ima
 * **bare session**: the ONNX Runtime session alone on tensors prepared beforehand (no decode, no
   preprocessing, no index): the ceiling a build can reach.
 
-Each one runs in its own subprocess, so its peak resident set (``ru_maxrss``) is its own. Two folders:
+Each one runs in its own subprocess, so its peak resident set (``VmHWM``) is its own; the ONNX ones
+never import torch (checked). Two folders:
 ``clip art`` (PNG stamps of Debian's ``tuxpaint-stamps-default``, or ``--stamps DIR``) and ``photos``
 (JPEGs of at most 2 Mpx, 1600×1200, quality 90, made here from random crops of scikit-image's colour
 photos, upscaled: real photo content, synthetic size). The ONNX file is exported once before timing.
@@ -65,6 +66,14 @@ def photos(count: int, folder: Path) -> list[str]:
     return paths
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set (``VmHWM``: unlike ``ru_maxrss``, not inherited across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(mode: str, listing: str, threads: int) -> dict[str, float]:
     """One measurement in this (fresh) process: images/s and peak RSS."""
     if mode == "torch":  # the ONNX children never import torch (their peak RSS is their own)
@@ -99,8 +108,14 @@ def child(mode: str, listing: str, threads: int) -> dict[str, float]:
         store.build_store(progress=False)
         seconds = time.perf_counter() - start
         assert len(store) == len(paths)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"images_per_s": len(paths) / seconds, "seconds": seconds, "peak_rss_mib": peak}
+    peak = peak_rss_mib()
+    torch_loaded = float("torch" in sys.modules)
+    return {
+        "images_per_s": len(paths) / seconds,
+        "seconds": seconds,
+        "peak_rss_mib": peak,
+        "torch": torch_loaded,
+    }
 
 
 def measure(mode: str, paths: list[str], threads: int, work: Path) -> dict[str, float]:
@@ -144,6 +159,7 @@ def main() -> None:
         for name, paths in folders.items():
             row = {mode: measure(mode, paths, args.threads, work) for mode in ("torch", "onnx", "bare")}
             speed = {mode: row[mode]["images_per_s"] for mode in row}
+            assert row["onnx"]["torch"] == row["bare"]["torch"] == 0.0, "the ONNX runs imported torch"
             rss = " / ".join(f"{row[mode]['peak_rss_mib']:.0f}" for mode in ("torch", "onnx", "bare"))
             projection = " / ".join(f"{50_000 / speed[mode] / 60:.0f} min" for mode in ("torch", "onnx"))
             ratios = f"{speed['onnx'] / speed['torch']:.2f}× | {speed['onnx'] / speed['bare']:.2f}×"

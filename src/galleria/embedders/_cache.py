@@ -1,7 +1,8 @@
 """galleria's per-user model cache: exported ONNX files, their manifest, and the checkpoints a user named.
 
 Everything lives under ``<cache>/models`` (``$GALLERIA_CACHE_DIR`` or the platform's user cache folder,
-as for the data sets), or in ``$GALLERIA_MODEL_CACHE_DIR`` when that is set. Two JSON files are kept there, both written atomically and read as untrusted:
+as for the data sets), or in ``$GALLERIA_MODEL_CACHE_DIR`` when that is set. Two JSON files are kept
+there, both written atomically and read as untrusted:
 
 * ``onnx-manifest.json`` maps a model key (the SHA-256 of the architecture and its weights' identity:
   the checkpoint's SHA-256, a hub tag, or ``random``) to the exported ONNX file's SHA-256 and size, the

@@ -240,3 +240,20 @@ def test_the_imagenet_spelling_is_the_packaged_file() -> None:
     assert shipped_file("tf_efficientnet_lite0", "imagenet") == lite0_package_file() is not None
     assert shipped_file("resnet18", "imagenet") is None
     assert shipped_file("tf_efficientnet_lite0", "in1k") is None
+
+
+def test_clips_image_side_on_onnx_runtime_equals_torchs(cache: Path) -> None:
+    pytest.importorskip("open_clip", reason="needs the clip extra")
+    from galleria.embedders import ClipEmbedder
+
+    torch_side = ClipEmbedder("ViT-S-32-alt", pretrained=None, device="cpu", batch_size=3)
+    onnx_side = ClipEmbedder("ViT-S-32-alt", pretrained=None, device="cpu", batch_size=3, runtime="onnx")
+    assert (torch_side.runtime, onnx_side.runtime) == ("torch", "onnx")
+    images = _photos()
+    expected, actual = torch_side.embed(images), onnx_side.embed(images)
+    assert actual.shape == expected.shape
+    assert (1.0 - np.sum(expected.astype(np.float64) * actual, axis=1)).max() <= 1e-4
+    np.testing.assert_allclose(onnx_side.embed_text(["a cat"]), torch_side.embed_text(["a cat"]), atol=1e-6)
+    assert "runtime" not in torch_side.config() and onnx_side.config()["runtime"] == "onnx"
+    assert embedder_from_config(onnx_side.config()).runtime == "onnx"  # type: ignore[attr-defined]
+    assert embedder_from_config(onnx_side.config(), runtime="torch").runtime == "torch"  # type: ignore[attr-defined]

@@ -245,8 +245,6 @@ def make_embedder(
     from galleria.embedders import ClipEmbedder, PixelEmbedder
 
     kind, options = parse_embedder_spec(spec)
-    if runtime == "onnx" and kind == "clip":
-        raise CliError("--runtime onnx covers timm embedders; a clip embedder runs on torch")
     extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     if kind == "pixel":
         return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
@@ -264,6 +262,8 @@ def make_embedder(
         remember_checkpoint_of(options["pretrained"], timm_embedder.config())
         return timm_embedder
     say(f"loading torch and open_clip, then the CLIP model {options['model_name']} ...")
+    if runtime is not None:
+        extra["runtime"] = runtime
     clip_embedder = ClipEmbedder(model_name=options["model_name"], pretrained=options["pretrained"], **extra)
     remember_checkpoint_of(options["pretrained"], clip_embedder.config())
     return clip_embedder
@@ -279,8 +279,9 @@ def remember_checkpoint_of(path: Any, config: dict[str, Any]) -> None:
 
 
 RUNTIME_HELP = (
-    "where a timm network runs: onnx (ONNX Runtime, galleria[onnx]) or torch; by default onnx when "
-    "onnxruntime is installed, torch otherwise, and a store's queries use the runtime it was built with"
+    "where a timm network (or a clip image side) runs: onnx (ONNX Runtime, galleria[onnx]) or torch; by "
+    "default a timm network runs on onnx when onnxruntime is installed, clip on torch, and a store's "
+    "queries use the runtime it was built with"
 )
 
 

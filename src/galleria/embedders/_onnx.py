@@ -114,7 +114,9 @@ def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim
 
     buffer = io.BytesIO()
     dummy = torch.zeros((1, 3, preprocess.crop, preprocess.crop), dtype=torch.float32)
-    with torch.inference_mode(), warnings.catch_warnings():
+    # Not under inference_mode: it would make attention layers take their fused fast path, which
+    # has no ONNX form; the exporter traces without recording gradients anyway.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, chosen on purpose
         torch.onnx.export(
             model,

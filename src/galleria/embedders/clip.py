@@ -20,7 +20,7 @@ from galleria.embedders.base import ImageInput
 
 __all__ = ["ClipEmbedder"]
 
-_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", *CHECKPOINT_KEYS})
+_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", "runtime", *CHECKPOINT_KEYS})
 _CONFIG_WHERE = "clip embedder config"
 #: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
 RANDOM_WEIGHTS_SEED = 0
@@ -100,6 +100,8 @@ class ClipEmbedder:
         pretrained: str | os.PathLike[str] | None = "openai",
         device: Any = None,
         batch_size: int = 64,
+        *,
+        runtime: str | None = None,
     ) -> None:
         torch, open_clip = _import_clip()
         if not isinstance(model_name, str):
@@ -112,7 +114,7 @@ class ClipEmbedder:
         batch_size = check_positive_int("batch_size", batch_size)
         tag, checkpoint = self._check_pretrained(open_clip, model_name, pretrained, hub_model)
         record = checkpoint_record(checkpoint) if checkpoint is not None else None
-        self._setup(torch, open_clip, model_name, tag, checkpoint, record, device, batch_size)
+        self._setup(torch, open_clip, model_name, tag, checkpoint, record, device, batch_size, runtime)
 
     def _setup(
         self,
@@ -124,7 +126,13 @@ class ClipEmbedder:
         record: dict[str, str] | None,
         device: Any,
         batch_size: int,
+        runtime: Any = None,
     ) -> None:
+        from galleria.embedders._runtime import check_runtime
+
+        # CLIP's text side needs torch anyway: ONNX Runtime runs its image side only when asked.
+        self._runtime = "onnx" if check_runtime(runtime) == "onnx" else "torch"
+        self._network: Any = None
         self.batch_size = batch_size
         self._model_name = model_name
         self._tag = tag
@@ -133,6 +141,21 @@ class ClipEmbedder:
         self._torch = torch
         self._device = pick_device(torch, device)
         self._model, self._preprocess, self._tokenizer = self._load(open_clip)
+        if self._runtime == "onnx":
+            self._open_network()
+
+    def _open_network(self) -> None:
+        from galleria.embedders._clip_onnx import clip_network, clip_preprocess
+
+        spec = clip_preprocess(self._preprocess)
+        if spec is None or self._device.type != "cpu":
+            raise ValueError(
+                f"runtime 'onnx' needs the cpu device and open_clip's usual square transform; "
+                f"{self._model_name!r} on {self._device} has {self._preprocess}"
+            )
+        weights = self._record["checkpoint_sha256"] if self._record is not None else f"tag:{self._tag}"
+        self._spec = spec
+        self._network = clip_network(self._torch, self._model, self._model_name, weights, spec, self.dim)
 
     @staticmethod
     def _check_pretrained(
@@ -248,6 +271,12 @@ class ClipEmbedder:
     def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Return the (len(images), dim) unit-norm float32 embeddings of RGB uint8 arrays or PIL images."""
         items = [to_pil(image, position) for position, image in enumerate(check_images(images))]
+        if self._network is not None:
+            if not items:
+                return np.zeros((0, self.dim), dtype=np.float32)
+            from galleria.embedders._onnx import embed_onnx
+
+            return embed_onnx(self._network, self._spec, items, self.batch_size, True)
         torch = self._torch
         batches = [
             torch.stack(
@@ -283,9 +312,16 @@ class ClipEmbedder:
             "pretrained": self._tag,
             "batch_size": self.batch_size,
         }
+        if self._runtime == "onnx":
+            config["runtime"] = "onnx"  # recorded only when it is not torch (older configs stay equal)
         if self._record is not None:
             config.update(self._record)
         return config
+
+    @property
+    def runtime(self) -> str:
+        """Where the image side runs: ``"torch"`` or ``"onnx"`` (the text side always runs on torch)."""
+        return self._runtime
 
     @classmethod
     def from_config(
@@ -294,6 +330,7 @@ class ClipEmbedder:
         device: Any = None,
         *,
         checkpoint: str | os.PathLike[str] | None = None,
+        runtime: str | None = None,
     ) -> ClipEmbedder:
         """Rebuild an embedder from :meth:`config` output (on ``device``, auto-selected by default).
 
@@ -355,5 +392,8 @@ class ClipEmbedder:
                 )
         recorded = None if record is None else dict(zip(CHECKPOINT_KEYS, record, strict=True))
         embedder = cls.__new__(cls)
-        embedder._setup(torch, open_clip, model_name, tag, path, recorded, device, batch_size)
+        from galleria.embedders._runtime import pick_runtime
+
+        chosen = pick_runtime(config, runtime, _CONFIG_WHERE)
+        embedder._setup(torch, open_clip, model_name, tag, path, recorded, device, batch_size, chosen)
         return embedder

@@ -61,8 +61,8 @@ def embedder_from_config(
     checkpoint : str, os.PathLike or None
         The local checkpoint a CLIP config records (ValueError if it records none, or another one).
     runtime : {"torch", "onnx"} or None
-        Force where a timm embedder's network runs (None: the runtime the config records, if
-        installed). CLIP runs on torch; pixel embedders have no network.
+        Force where a timm network, or a CLIP image side, runs (None: the runtime the config
+        records, if installed). Pixel embedders have no network.
 
     Raises
     ------
@@ -85,9 +85,7 @@ def embedder_from_config(
             raise ValueError(f"a pixel embedder takes no checkpoint, but checkpoint={checkpoint!r} was given")
         return PixelEmbedder.from_config(config)
     if kind == "clip":
-        if runtime == "onnx":
-            raise ValueError("runtime='onnx' covers timm embedders; a clip embedder runs on torch")
-        return ClipEmbedder.from_config(config, checkpoint=checkpoint)
+        return ClipEmbedder.from_config(config, checkpoint=checkpoint, runtime=runtime)
     if kind == "timm":
         return TimmEmbedder.from_config(config, checkpoint=checkpoint, runtime=runtime)
     raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")

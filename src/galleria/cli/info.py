@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         f"space:          {info['space']}",
         f"dim:            {info['dim']}",
         f"text queries:   {'yes' if info['text_queries'] else 'no'}",
-        f"runtime:        {info['runtime'] or 'none (no network)'}",
+        *([f"runtime:        {info['runtime']}"] if info["runtime"] else []),
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",

@@ -678,7 +678,9 @@ def _restore_index(
     return index, False
 
 
-def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim: int | None) -> Any:
+def _restore_embedder(
+    name: str, saved: Any, embedder: Any, checkpoint: Any, dim: int | None, runtime: Any = None
+) -> Any:
     if embedder is not None:
         if checkpoint is not None:
             raise ValueError("pass either embedder= or checkpoint=, not both")
@@ -697,7 +699,7 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint)
+        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint, runtime=runtime)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
     if dim is not None:  # before anything is embedded: the config must not choose the batch's size
@@ -741,6 +743,7 @@ def read_store(
     root: Any = None,
     connect: bool = False,
     mmap: bool = False,
+    runtime: Any = None,
 ) -> GalleryState:
     """Read and validate a store file; return its :class:`GalleryState` (see the module docstring).
 
@@ -792,7 +795,7 @@ def read_store(
         index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
-    loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
+    loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim, runtime)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]
     if anchor is not None:  # the one step of loading that makes a str per row

@@ -315,6 +315,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         root: str | os.PathLike[str] | None = None,
         connect: bool = False,
         mmap: bool = False,
+        runtime: str | None = None,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -355,6 +356,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             while the store is in use (galleria's saves replace the file, which keeps the mapping
             valid). Adding or removing rows copies them into memory. Other indexes are read into
             memory either way, each tensor once.
+        runtime : {"torch", "onnx"} or None
+            Where the rebuilt embedder's network runs; None uses the runtime the store was built
+            with (when installed). See :mod:`galleria.embedders._runtime`.
 
         Raises
         ------
@@ -375,5 +379,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 root=root,
                 connect=connect,
                 mmap=mmap,
+                runtime=runtime,
             )
         )

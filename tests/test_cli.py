@@ -241,8 +241,9 @@ def test_evaluate_plain_only_text_table(image_dir: Path) -> None:
     assert process.returncode == 0, process.stderr
     lines = process.stdout.splitlines()
     assert "8 queries" in lines[0]
-    assert lines[1].split()[:3] == ["configuration", "Recall@1", "Recall@5"]
-    assert len(lines) == 3 and lines[2].startswith("plain retrieval")
+    assert lines[1].startswith("labels: ") and "images per label: min" in lines[1]
+    assert lines[2].split()[:3] == ["configuration", "Recall@1", "Recall@5"]
+    assert len(lines) == 4 and lines[3].startswith("plain retrieval")
 
 
 def test_evaluate_skip_errors(tmp_path: Path) -> None:

@@ -114,6 +114,34 @@ def check_path_list(name: str, value: Any, *, allow_empty: bool = False) -> list
     return paths
 
 
+#: The most characters a recorded folder path may have (a store header value, untrusted on load).
+MAX_FOLDER_CHARS = 4096
+
+
+def check_labels_root(name: str, value: Any) -> str:
+    """An absolute folder path as a ``str``: ``value`` (a str or os.PathLike) made absolute at the
+    caller, here checked to be absolute, at most :data:`MAX_FOLDER_CHARS` long and free of control
+    characters (it is shown in messages and reports).
+
+    Examples
+    --------
+    >>> check_labels_root("labels_root", "/data/animals")
+    '/data/animals'
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or os.PathLike folder, got {value!r} ({type(value).__name__})")
+    if not os.path.isabs(value) or len(value) > MAX_FOLDER_CHARS:
+        raise ValueError(
+            f"{name} must be an absolute folder path of at most {MAX_FOLDER_CHARS} characters, "
+            f"got {value[:200]!r}"
+        )
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ValueError(f"{name} must not contain control characters, got {value[:200]!r}")
+    return os.path.normpath(value)
+
+
 def check_callback(name: str, value: Any) -> None:
     """Raise TypeError naming ``name`` unless ``value`` is None or callable.
 

@@ -120,20 +120,29 @@ def expand_paths(items: Iterable[str], what: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def readable(paths: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``paths`` into the images that decode and those that do not."""
-    from galleria.store.reading import ImageReadError, read_rgb
+def readable(paths: list[str], workers: int = 1) -> tuple[list[str], list[str]]:
+    """Split ``paths`` into the images that decode and those that do not (each reported on stderr),
+    reading with ``workers`` threads; both lists keep the order of ``paths``."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    good: list[str] = []
-    bad: list[str] = []
-    for path in paths:
+    from galleria.store.reading import ImageReadError, read_rgb
+    from galleria.viewer.text import printable
+
+    def problem(path: str) -> str | None:
         try:
             read_rgb(path)
         except ImageReadError as error:
-            from galleria.viewer.text import printable
+            return str(error.reason or error)
+        return None
 
-            print(f"skipped {printable(path)}: {printable(error.reason or error)}", file=sys.stderr)
-            bad.append(path)
-        else:
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        problems = list(pool.map(problem, paths))
+    good: list[str] = []
+    bad: list[str] = []
+    for path, reason in zip(paths, problems, strict=True):
+        if reason is None:
             good.append(path)
+        else:
+            print(f"skipped {printable(path)}: {printable(reason)}", file=sys.stderr)
+            bad.append(path)
     return good, bad

@@ -2,15 +2,22 @@
 
 A store file is used as it is: its vectors are split into test queries and gallery, and nothing is
 embedded again (its model is not even loaded). Each image's label is its first folder under the
-store's common root, as ``load_image_folder`` labels the folder the store was built from, so a folder
-and the store built from it give the same split for the same seed.
+labels' root: ``--labels-root`` when given, else the folder the store was built from (recorded at
+build), else — for a store written before that record — the paths' common root. A folder and the
+store built from it give the same split for the same seed, with or without ``--skip-errors``: a
+folder's unreadable images are found before the split is drawn, which then covers the readable
+images only, as the store does.
+
+Scoring is refused (one line, exit 2) when the labels cannot mean what the user thinks
+(:func:`galleria.datasets.labels.label_problem`), or when a store's paths have left the root its
+labels were drawn from (after ``galleria add`` of an outside folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +27,7 @@ from galleria.cli._options import check_existing_file, parse_float, parse_int
 
 __all__ = [
     "LabelledSource",
+    "add_labels_root_option",
     "check_store_options",
     "gallery_of_store",
     "open_source",
@@ -39,6 +47,14 @@ class LabelledSource:
     paths: list[str]
     labels: list[str]
     store: Any = None
+    #: Images of a folder found unreadable before the split (``--skip-errors``), left out of it.
+    unreadable: list[str] = field(default_factory=list)
+
+    def summary(self) -> Any:
+        """The :class:`~galleria.datasets.labels.LabelSummary` of these labels."""
+        from galleria.datasets.labels import summarise_labels
+
+        return summarise_labels(self.labels, self.root)
 
 
 class _VectorsOnly:
@@ -87,15 +103,79 @@ def check_store_options(args: argparse.Namespace, source: str) -> None:
         )
 
 
+def add_labels_root_option(parser: argparse.ArgumentParser) -> None:
+    """``--labels-root DIR``: the folder whose sub-folders are a store's labels."""
+    parser.add_argument(
+        "--labels-root",
+        default=None,
+        metavar="DIR",
+        help="a store file's labels are the first folders under DIR (default: the folder the store was "
+        "built from, recorded at build; for older stores, the paths' common folder)",
+    )
+
+
+def _open_folder(args: argparse.Namespace, source: str) -> LabelledSource:
+    from galleria.datasets import load_image_folder
+
+    if getattr(args, "labels_root", None) is not None:
+        raise CliError(
+            f"--labels-root applies to a store file; the labels of the folder {source!r} are its sub-folders"
+        )
+    dataset = load_image_folder(os.path.abspath(source))
+    paths, labels = list(dataset.paths), list(dataset.labels)
+    unreadable: list[str] = []
+    if getattr(args, "skip_errors", False):
+        from galleria.cli._edits import readable
+
+        label_of = dict(zip(paths, labels, strict=True))
+        paths, unreadable = readable(paths, parse_int("--workers", getattr(args, "workers", "4")))
+        labels = [label_of[path] for path in paths]
+        if not paths:
+            raise CliError(f"no image under {source!r} could be read; nothing to evaluate")
+    return LabelledSource("folder", source, dataset.root, paths, labels, unreadable=unreadable)
+
+
+def _store_labels(
+    args: argparse.Namespace, source: str, store: Any, paths: list[str]
+) -> tuple[str, list[str]]:
+    """The labels' root and each path's label for a store (see the module docstring)."""
+    from galleria.datasets.labels import labels_under
+
+    given = getattr(args, "labels_root", None)
+    if given is not None:
+        root, origin = os.path.normpath(os.path.abspath(given)), "--labels-root"
+    elif store.labels_root is not None:
+        root, origin = store.labels_root, "recorded at build"
+    else:
+        return store_labels(paths)
+    labels, outside = labels_under(paths, root)
+    if outside:
+        raise CliError(
+            f"{len(outside)} of the {len(paths)} images of {source!r} lie outside the labels' root {root!r} "
+            f"({origin}), e.g. {outside[0]!r}: their labels cannot be drawn. Give --labels-root DIR "
+            "(a folder whose sub-folders hold every image), or remove them (galleria remove)"
+        )
+    return root, labels
+
+
 def open_source(args: argparse.Namespace, source: str, what: str) -> LabelledSource:
     """The labelled images of ``source`` (a folder, or a store file loaded for its vectors)."""
     if not os.path.exists(source):
         raise CliError(f"{what} {source!r} does not exist")
-    if os.path.isdir(source):
-        from galleria.datasets import load_image_folder
+    labelled = _open_folder(args, source) if os.path.isdir(source) else _open_store(args, source)
+    from galleria.datasets.labels import label_problem
 
-        dataset = load_image_folder(os.path.abspath(source))
-        return LabelledSource("folder", source, dataset.root, list(dataset.paths), list(dataset.labels))
+    problem = label_problem(labelled.labels)
+    if problem is not None:
+        raise CliError(
+            f"cannot score {source!r}: its labels (the first folders under {labelled.root!r}) do not "
+            f"look like classes: {problem}. Give a folder of root/<label>/<image>"
+            + ("" if labelled.kind == "folder" else ", or --labels-root DIR")
+        )
+    return labelled
+
+
+def _open_store(args: argparse.Namespace, source: str) -> LabelledSource:
     check_existing_file("store file", source)
     check_store_options(args, source)
     from galleria.cli._storefile import read_store_header
@@ -119,7 +199,7 @@ def open_source(args: argparse.Namespace, source: str, what: str) -> LabelledSou
             f"{store.space} space"
         )
     paths = sorted(store.paths)
-    root, labels = store_labels(paths)
+    root, labels = _store_labels(args, source, store, paths)
     return LabelledSource("store", source, root, paths, labels, store)
 
 

@@ -159,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     """Build and save the store; print how many images were indexed and skipped."""
 
     from galleria.datasets import list_images
+    from galleria.datasets.labels import labels_root_of
 
     image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
     parse_embedder_spec(args.embedder)
@@ -191,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         store, resumed = _build_with_threads(args, paths, embedder, partial, workers, every)
     if len(store) == 0:
         raise CliError(f"no image under {image_dir!r} could be read; nothing to save")
+    store.labels_root = labels_root_of(os.path.abspath(image_dir), store.paths)
     precomputed = None
     if args.precompute_rerank is not None:
         from galleria.rerank.registry import precompute_rerank

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._labelled import add_labels_root_option
 from galleria.cli._options import (
     add_deprecated_alias,
     add_expand_options,
@@ -89,6 +90,7 @@ def add_parser(subparsers: Any) -> None:
     add_rerank_options(parser)
     add_report_options(parser)
     add_settings_option(parser)
+    add_labels_root_option(parser)
     parser.add_argument(
         "--protocol",
         default="retrieval",
@@ -145,12 +147,14 @@ def run_evaluation(
     store: Any = None,
     query_vectors: Any = None,
     tuned: bool = False,
+    unreadable: Sequence[str] = (),
 ) -> int:
     """Build the gallery store, run the configurations, print the table or JSON, write the report.
 
     A ``store`` already built over ``split.gallery_paths`` is used as it is, and ``query_vectors``
     (the stored vectors of ``split.query_paths``) then stand for the query images: nothing is embedded.
     ``tuned`` (settings from ``galleria tune`` are among ``configs``) drops the hint to run it.
+    ``unreadable`` lists images left out before the split (reported as skipped).
     """
     from galleria.evaluation import evaluate_retrieval, format_table, results_payload, write_report
     from galleria.store import InMemoryImageEmbeddingStore
@@ -195,7 +199,7 @@ def run_evaluation(
         store, queries, query_labels, gallery_labels, configs, on_config=announce, on_lists=keep
     )
     warnings = _lowering_warnings(results, hint=not tuned)
-    skipped = [str(path) for path in store.skipped] + bad_queries
+    skipped = [*map(str, unreadable), *(str(path) for path in store.skipped), *bad_queries]
     meta = {
         **meta,
         "n_queries": len(query_paths),
@@ -233,6 +237,13 @@ def run_evaluation(
             f"{title}: {len(query_paths)} queries, {len(store)} gallery images "
             f"(built in {build_seconds:.1f} s, total {meta['total_seconds']:.1f} s)"
         )
+        labels = meta.get("dataset", {}).get("labels")
+        if labels is not None:
+            from galleria.datasets.labels import LabelSummary
+
+            per_label = labels["images_per_label"]
+            summary = LabelSummary(labels["n_labels"], per_label["min"], per_label["median"], labels["root"])
+            print(f"labels: {summary.line()}")
         print(format_table(results))
         if out is not None:
             print(
@@ -282,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
         "root": given,
         "n_images": len(source.paths),
         "n_labels": len(set(source.labels)),
+        "labels": source.summary().to_dict(),
         "seed": seed,
         **option,
     }
@@ -322,6 +334,7 @@ def run(args: argparse.Namespace) -> int:
         as_json=args.json,
         title=f"galleria evaluate {given}",
         tuned=tuned is not None,
+        unreadable=source.unreadable,
         **extra,
     )
 

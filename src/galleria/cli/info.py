@@ -73,6 +73,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "skipped": store.skipped,
         "rerank": _rerank_record(store),
         "graph": _graph_record(path, store),
+        "labels_root": store.labels_root,
     }
 
 
@@ -194,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",
         f"neighbor graph: {_graph_text(info['graph'])}",
+        f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
         f"skipped files:  {len(info['skipped'])}",
         *(f"  {path}" for path in info["skipped"]),
     ]

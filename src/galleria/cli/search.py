@@ -22,7 +22,7 @@ from galleria.cli._options import (
     settings_config,
     shorten_middle,
 )
-from galleria.viewer.text import printable
+from galleria.viewer.text import printable, shorten_path
 
 __all__ = ["add_parser", "query_paths_from", "run"]
 
@@ -276,5 +276,5 @@ def run(args: argparse.Namespace) -> int:
             for result in entry["results"]:
                 score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
                 head = f"  {result['rank']:>3}  {score:.6f}  "
-                print(head + shorten_middle(printable(result["path"]), max(8, width - 1 - len(head))))
+                print(head + shorten_path(printable(result["path"]), max(8, width - 1 - len(head))))
     return 0

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._labelled import add_labels_root_option
 from galleria.cli._options import (
     add_deprecated_alias,
     add_store_options,
@@ -122,6 +124,7 @@ def add_parser(subparsers: Any) -> None:
         help=f"share held out as evaluate's test queries (default: {DEFAULT_QUERY_FRACTION})",
     )
     add_store_options(parser)
+    add_labels_root_option(parser)
     parser.add_argument("--json", action="store_true", help="print the settings file's content as JSON")
     parser.set_defaults(run=run)
 
@@ -190,16 +193,20 @@ def run(args: argparse.Namespace) -> int:
     labels = {path: label_of[path] for path in store.paths}
     held_out = {"seed": seed, **option, "n_test_queries": len(split.query_paths)}
     where = {"root": args.source} if source.kind == "folder" else {"path": args.source}
+    summary = source.summary()
     record_source = {
         "kind": source.kind,
         **where,
-        "labels": "first folder under the common root of the paths",
+        "labels": f"first folder under {source.root}",
+        "label_summary": summary.to_dict(),
         "test_split": held_out,
     }
+    if not args.json:
+        print(f"labels: {summary.line()}", file=sys.stderr)
 
     def report(number: int, title: str, value: float) -> None:
         if not args.json:
-            print(f"  trial {number:>3}: {value:.4f}  {title}", file=sys.stderr)
+            print(f"  trial {number:>3}: {value:.4f}  {rounded_for_reading(title)}", file=sys.stderr)
 
     try:
         result = tune(
@@ -227,12 +234,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(read_settings_file(args.out))
         return 0
-    print(result.summary())
+    print(rounded_for_reading(result.summary()))
     print(
         f"settings: {args.out} (tuned on {len(store)} images; {len(split.query_paths)} test queries "
         f"held out: evaluate with the same --seed {seed} and {_split_words(option)})"
     )
     return 0
+
+
+#: A decimal number with more digits than a reader needs (the settings file keeps them all).
+_LONG_NUMBER = re.compile(r"(?<![\w.])\d+\.\d{5,}(?:e[-+]?\d+)?")
+
+
+def rounded_for_reading(text: str) -> str:
+    """``text`` with every number of more than four decimals rounded to four significant digits.
+
+    Examples
+    --------
+    >>> rounded_for_reading("diffusion (alpha=0.9876543210123, k=50, pool=200): 0.6125")
+    'diffusion (alpha=0.9877, k=50, pool=200): 0.6125'
+    """
+    return _LONG_NUMBER.sub(lambda match: f"{float(match.group()):.4g}", text)
 
 
 def _split_words(option: dict[str, Any]) -> str:

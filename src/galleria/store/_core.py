@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from galleria._validation import check_path_list
+from galleria._validation import check_labels_root, check_path_list
 from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
 from galleria.store._checks import describe_paths
@@ -42,6 +42,7 @@ class StoreCore:
     _query_transform: Any  # galleria.rerank.normalise.QueryTransform of a normalised view, or None
     _offline_diffusion: OfflineDiffusion | None  # set by galleria.rerank.decoupled; None once rows change
     _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
+    _labels_root: str | None  # the folder the labels were drawn from at build, if recorded
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -61,6 +62,7 @@ class StoreCore:
         self._query_transform = None
         self._offline_diffusion = None
         self._rerank_statistics = None
+        self._labels_root = None
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
@@ -130,6 +132,22 @@ class StoreCore:
         if self._index.dim is not None:
             return self._index.dim
         return None if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def labels_root(self) -> str | None:
+        """The folder the gallery's labels are drawn from (each image's label is its first folder
+        under it), recorded when the store was built from a labelled folder; None if not recorded.
+
+        ``galleria evaluate`` and ``tune`` refuse to score a store whose paths have left it (for
+        example after ``galleria add`` of an outside folder), instead of drawing labels from a
+        common folder that moved up a level. Setting it checks that it is an absolute path without
+        control characters; it is saved with the store.
+        """
+        return self._labels_root
+
+    @labels_root.setter
+    def labels_root(self, value: str | os.PathLike[str] | None) -> None:
+        self._labels_root = None if value is None else check_labels_root("labels_root", value)
 
     @property
     def augmentation(self) -> dict[str, Any] | None:

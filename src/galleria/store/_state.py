@@ -57,6 +57,9 @@ class GalleryState:
     rerank_statistics : dict or None
         The reciprocal-neighbour statistics the adaptive re-ranking defaults read
         (:meth:`galleria.rerank.adaptive.GalleryStatistics.record`), if computed.
+    labels_root : str or None
+        The folder the gallery's labels were drawn from at build (each image's label is its first
+        folder under it), if recorded.
     """
 
     index: SearchIndex
@@ -68,6 +71,8 @@ class GalleryState:
     offline_diffusion: OfflineDiffusion | None = None
     #: The gallery's re-ranking statistics record (galleria.rerank.adaptive), checked on load.
     rerank_statistics: dict[str, Any] | None = None
+    #: The folder whose first-level sub-folders are the gallery's labels (recorded at build).
+    labels_root: str | None = None
 
 
 def add_rows(index: SearchIndex, vectors: np.ndarray, paths: Sequence[str]) -> None:

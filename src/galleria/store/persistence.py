@@ -71,7 +71,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from galleria._files import atomic_path
-from galleria._validation import MAX_VECTOR_DIM
+from galleria._validation import MAX_VECTOR_DIM, check_labels_root
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
@@ -108,7 +108,7 @@ _HEADER_KEYS = frozenset(
 _OLD_HEADER_KEYS = _HEADER_KEYS - {"rows"} | {"paths"}
 #: The tensors holding the gallery paths (format version 3).
 _PATH_TENSORS = ("path_bytes", "path_offsets")
-_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics"})
+_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics", "labels_root"})
 #: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
 _DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
 _TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS, *_PATH_TENSORS})
@@ -216,6 +216,8 @@ def encode_store(
         header["offline_diffusion"] = dict(offline.params)
     if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
         header["rerank_statistics"] = dict(state.rerank_statistics)
+    if state.labels_root is not None:  # the folder the labels were drawn from at build
+        header["labels_root"] = state.labels_root
     return tensors, header
 
 
@@ -494,7 +496,18 @@ def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[
         "augmentation": augmentation,
         "offline_diffusion": header.get("offline_diffusion"),
         "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
+        "labels_root": _labels_root_record(checked, header.get("labels_root")),
     }
+
+
+def _labels_root_record(checked: _Header, value: Any) -> str | None:
+    """The header's ``labels_root`` (absolute, bounded, no control characters), or None."""
+    if value is None:
+        return None
+    try:
+        return check_labels_root("labels_root", value)
+    except (TypeError, ValueError) as error:
+        raise checked.fail("labels_root", f"is not usable: {error}") from None
 
 
 def _read_layout(name: str, file: BinaryIO) -> Layout:
@@ -779,6 +792,18 @@ def read_store(
     kept = vectors if vectors is not None and not index.can_reconstruct else None
     augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
     statistics = _statistics_record(name, header["rerank_statistics"], rows)
+    labels_root = header["labels_root"]
+    if anchor is not None and anchor[0] and labels_root is not None:
+        # The labels' folder moves with the gallery's common folder (it may lie above it).
+        labels_root = os.path.normpath(os.path.join(anchor[1], os.path.relpath(labels_root, anchor[0])))
     return GalleryState(
-        index, loaded_embedder, paths, kept, skipped, augmentation, offline, rerank_statistics=statistics
+        index,
+        loaded_embedder,
+        paths,
+        kept,
+        skipped,
+        augmentation,
+        offline,
+        rerank_statistics=statistics,
+        labels_root=labels_root,
     )

@@ -143,6 +143,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._skipped = list(state.skipped)
         store._augmentation = None if state.augmentation is None else dict(state.augmentation)
         store._offline_diffusion = state.offline_diffusion
+        store._labels_root = state.labels_root
         store._set_gallery(state.paths, state.vectors)
         if state.rerank_statistics is not None:
             from galleria.rerank.adaptive import GalleryStatistics
@@ -297,6 +298,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 rerank_statistics=None
                 if statistics is None or statistics.n_items != len(self._paths)
                 else statistics.record(),
+                labels_root=self._labels_root,
             )
             tensors, header = persistence.encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)

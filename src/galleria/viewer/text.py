@@ -59,6 +59,39 @@ def shorten_middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - tail :]
 
 
+def shorten_path(path: str, width: int) -> str:
+    """``path`` cut to ``width`` characters so that its file name and its folder stay readable: the
+    front of the path gives way first (``…/cat/IMG_0001.jpg``), and only when those two do not fit is
+    their middle cut (:func:`shorten_middle`).
+
+    Examples
+    --------
+    >>> shorten_path("/photos/holiday/2023/beach/IMG_0001.jpg", 24)
+    '…/beach/IMG_0001.jpg'
+    >>> shorten_path("/data/animals/cat/a.png", 40)
+    '/data/animals/cat/a.png'
+    >>> shorten_path("/g/a-very-long-label-name/a-very-long-file-name.png", 24)
+    '…/a-very-lon…le-name.png'
+    """
+    if len(path) <= width:
+        return path
+    parts = path.split("/")
+    tail = "/".join(parts[-2:])
+    if len(tail) + 2 > width:
+        return "…/" + shorten_middle(tail, max(1, width - 2))
+    return "…/" + _last_fitting(parts[:-2], tail, width)
+
+
+def _last_fitting(folders: list[str], tail: str, width: int) -> str:
+    """``tail`` with as many of the last ``folders`` before it as fit in ``width - 2`` characters."""
+    kept = tail
+    for folder in reversed(folders):
+        if len(folder) + 1 + len(kept) + 2 > width:
+            break
+        kept = f"{folder}/{kept}"
+    return kept
+
+
 def format_score(score: float, digits: int = 4) -> str:
     """A score with ``digits`` decimals, never a negative zero (``-0.00001`` → ``0.0000``).
 

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "evaluate-scores": "evaluate_scores",
     "info": "info",
     "graph": "graph",
+    "duplicates": "duplicates",
     "add": "add",
     "remove": "remove",
     "sync": "sync",

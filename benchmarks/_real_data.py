@@ -24,7 +24,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "galleria-bench-real"
-GALLERIES = ("digits", "fashion", "stamps")
+GALLERIES = ("digits", "fashion", "stamps", "stamps12", "fashion12")
+#: Images per class of the many-small-classes galleries (``stamps12``: every stamp class (5 images or
+#: more) capped at 12, three queries each; ``fashion12``: Fashion-MNIST with 12 gallery images a class).
+SMALL_CLASS = 12
 EMBEDDERS = ("pixel", "lite0")
 
 
@@ -42,7 +45,13 @@ class Gallery:
 
 
 #: The pixel embedder per gallery: grey digits and clothes at (about) their own size, colour stamps.
-PIXEL = {"digits": (16, True), "fashion": (28, True), "stamps": (32, False)}
+PIXEL = {
+    "digits": (16, True),
+    "fashion": (28, True),
+    "stamps": (32, False),
+    "stamps12": (32, False),
+    "fashion12": (28, True),
+}
 
 
 def make_embedder(name: str, cache: Path, gallery: str = "stamps") -> Any:
@@ -105,10 +114,10 @@ def load(
 ) -> Gallery:
     """The gallery ``name`` embedded by ``embedder_name`` (cached)."""
     embedder = make_embedder(embedder_name, cache, name)  # (the same weights however they are read)
-    if name == "fashion":
+    if name in ("fashion", "fashion12"):
         from galleria.datasets.fashion_mnist import benchmark_split
 
-        n_q, n_g = fashion_sizes
+        n_q, n_g = fashion_sizes if name == "fashion" else (300, 10 * SMALL_CLASS)
         queries, gallery = benchmark_split(n_queries=n_q, n_gallery=n_g, seed=0)
         key = {"gallery": name, "sizes": [n_q, n_g], "embedder": embedder_name}
         vectors, seconds = _cached(
@@ -128,12 +137,15 @@ def load(
 
         folder = load_image_folder(digits_folder())
         wanted = 300 if n_queries is None else n_queries
+    elif name == "stamps12":
+        folder = _capped_stamps(SMALL_CLASS)
+        wanted = 3 * len(folder.classes) if n_queries is None else n_queries  # three queries a class
     else:
         from galleria.datasets.tuxpaint import load_tuxpaint_stamps
 
         folder = load_tuxpaint_stamps()
         wanted = 150 if n_queries is None else n_queries
-    key = {"gallery": name, "n": len(folder.paths), "embedder": embedder_name}
+    key = {"gallery": name.removesuffix("12"), "n": len(folder.paths), "embedder": embedder_name}
     vectors, seconds = _cached(cache, key, lambda: _embed_files(folder.paths, embedder))
     split = folder.split(n_queries=wanted, seed=0)
     row = {path: number for number, path in enumerate(folder.paths)}
@@ -155,3 +167,18 @@ if __name__ == "__main__":  # pre-compute the cache: python benchmarks/_real_dat
         gallery_name, embedder_name = item.split(":")
         result = load(gallery_name, embedder_name, target, fashion_sizes=(sizes[0], sizes[1]))
         print(item, result.queries.shape, result.gallery.shape, f"{result.embed_seconds:.0f} s", flush=True)
+
+
+def _capped_stamps(size: int) -> Any:
+    """Every stamp class (of 5 images or more) cut to its first ``size`` images (path order)."""
+    from galleria.datasets import ImageFolder
+    from galleria.datasets.tuxpaint import load_tuxpaint_stamps
+
+    folder = load_tuxpaint_stamps()
+    kept: dict[str, list[str]] = {}
+    for path, label in sorted(zip(folder.paths, folder.labels, strict=True)):
+        if len(kept.setdefault(label, [])) < size:
+            kept[label].append(path)
+    paths = [path for label in sorted(kept) for path in kept[label]]
+    labels = [label for label in sorted(kept) for _ in kept[label]]
+    return ImageFolder(root=folder.root, paths=paths, labels=labels)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from galleria.cli.demo import DEMO_EMBEDDER, DEMO_INDEX_PARAMS, DEMO_SETTINGS
+from galleria.cli.demo import DEMO_EMBEDDER, DEMO_INDEX_PARAMS, DEMO_SETTINGS, demo_configs
 from galleria.datasets import ImageFolder, QueryGallerySplit, digits_folder, load_image_folder
 from galleria.embedders import PixelEmbedder
 from galleria.evaluation import (
@@ -116,7 +116,10 @@ def main() -> int:
     started = time.perf_counter()
     for k1, k2, lam in itertools.product(k1s, k2s, lambdas):
         config = standard_configs(
-            expansion_alpha=best_alpha, expansion_neighbors=best_n, k1=k1, k2=k2, lambda_value=lam, pool=200
+            expansion_alpha=best_alpha,
+            expansion_neighbors=best_n,
+            rerank_params={"k1": k1, "k2": k2, "lambda_value": lam},
+            pool=200,
         )[-1]
         rerank_scores[(k1, k2, lam)] = _score(store, validation, config).map_at_100
     grid_seconds = time.perf_counter() - started
@@ -150,7 +153,7 @@ def main() -> int:
         test.query_paths,
         test.query_labels,
         test.gallery_label_of,
-        standard_configs(**DEMO_SETTINGS),
+        demo_configs(),
     )
     say(markdown_table(results))
     say()

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scale import peak_rss_mb, vectors
 from galleria.distances import pairwise_distances
-from galleria.index.neighbor_graph import build_graph, exact_graph, graph_recall
+from galleria.index.neighbor_graph import EXACT_LIMIT, build_graph, exact_graph, graph_recall, hnsw_graph
 
 
 def main() -> None:
@@ -41,7 +41,21 @@ def main() -> None:
     generated = time.perf_counter() - start
     rss_data = peak_rss_mb()
     wall, cpu = time.perf_counter(), time.process_time()
-    ids, distances, method = build_graph(data, args.k, "cosine", args.method)
+
+    def report(what: str) -> None:
+        print(
+            f"{time.perf_counter() - wall:8.1f} s wall, {time.process_time() - cpu:8.1f} s cpu, "
+            f"{peak_rss_mb():7.1f} MB peak: {what}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    if args.method == "hnsw" or (args.method == "auto" and args.rows > EXACT_LIMIT):
+        ids, distances = hnsw_graph(data, args.k, "cosine", report=report)
+        method = "hnsw"
+    else:
+        ids, distances, method = build_graph(data, args.k, "cosine", args.method)
+    report("graph done")
     out: dict[str, object] = {
         "rows": args.rows,
         "dim": args.dim,

@@ -35,14 +35,16 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _real_data  # noqa: E402
 from galleria.evaluation import RetrievalConfig  # noqa: E402
 from galleria.metrics import ranked_relevance  # noqa: E402
-from galleria.rerank import make_reranker  # noqa: E402
 from galleria.rerank.adaptive import PAPER_PARAMS, default_rerank_params, store_statistics  # noqa: E402
+from galleria.retrieval import Searcher  # noqa: E402
 from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402
 from galleria.tune import tune  # noqa: E402
 
 DEPTH = 100
 POOL = 200
 METHODS = ("aqe", "k-reciprocal", "diffusion", "decoupled-diffusion", "gnn", "dba")
+#: The row of ``--expand --rerank`` (αQE, then k-reciprocal on the expanded query's pool).
+EXPAND_RERANK = "aqe+k-reciprocal"
 #: The summary's columns: each method's adaptive defaults (what ``--rerank`` uses), short names.
 SHORT = {
     "aqe": "αQE",
@@ -51,6 +53,7 @@ SHORT = {
     "decoupled-diffusion": "decoupled",
     "gnn": "GNN",
     "dba": "DBA+αQE",
+    EXPAND_RERANK: "αQE+k-recip.",
 }
 RESULTS = Path(os.environ.get("GALLERIA_BENCH_RESULTS", ROOT / ".cache" / "bench_real" / "galleries"))
 
@@ -75,31 +78,16 @@ def paired_interval(diffs: np.ndarray, resamples: int = 2000) -> tuple[float, fl
 def answer(
     store: InMemoryImageEmbeddingStore, queries: np.ndarray, config: RetrievalConfig
 ) -> list[list[Any]]:
-    """Ranked lists of one configuration (re-rankers on a pool of ``config.pool``)."""
-    config = config.resolve(store)
-    reranker = (
-        make_reranker(config.rerank_method, store, **config.reranker_params()) if config.rerank else None
-    )
-    searched = store if reranker is None else reranker.store
-    k = max(DEPTH, config.pool) if config.rerank else DEPTH
-    lists = searched.retrieve_by_vector(
-        queries,
-        k=min(k, len(searched)),
-        query_expansion=config.query_expansion,
-        expansion_alpha=config.expansion_alpha,
-        expansion_neighbors=config.expansion_neighbors,
-    )
-    if reranker is None:
-        return lists
-    heads = reranker.rerank_batch([candidates[: config.pool] for candidates in lists], top_k=DEPTH)
-    return [(head + rest[config.pool :])[:DEPTH] for head, rest in zip(heads, lists, strict=True)]
+    """Ranked lists of one configuration: the one retrieval path (re-rankers on a pool of ``config.pool``)."""
+    return Searcher(store, config).search(queries, DEPTH)
 
 
 def config_of(method: str, params: dict[str, Any], name: str) -> RetrievalConfig:
     if method == "aqe":
         return RetrievalConfig(name, query_expansion=True, **params)
-    if method == "k-reciprocal":
-        return RetrievalConfig(name, rerank=True, pool=POOL, **params)
+    if method == EXPAND_RERANK:  # ``--expand --rerank``: αQE, then k-reciprocal on its pool
+        preset = "paper" if name == "paper" else "adaptive"
+        return RetrievalConfig(name, query_expansion=True, rerank=True, pool=POOL, rerank_preset=preset)
     return RetrievalConfig(name, rerank=True, rerank_method=method, rerank_params=params, pool=POOL)
 
 
@@ -193,10 +181,19 @@ def bench(
         }
 
     for method in args.methods:
+        if kept is None and method == EXPAND_RERANK:
+            row(method, "paper", config_of(method, {}, "paper"))
+            row(method, "adaptive", config_of(method, {}, "adaptive"))
+            continue
         if kept is None:
             row(method, "paper", config_of(method, PAPER_PARAMS[method], "paper"))
             row(method, "adaptive", config_of(method, default_rerank_params(store, method), "adaptive"))
-        if args.trials and method in args.tune_methods:
+            # the defaults as every command applies them: nothing given, read by the Searcher
+            defaults = config_of(method, {}, "defaults").resolve(store).settings()
+            read = config_of(method, default_rerank_params(store, method), "x").resolve(store).settings()
+            if defaults != read:
+                raise SystemExit(f"{method}: the Searcher's defaults differ from default_rerank_params")
+        if args.trials and method in args.tune_methods and method != EXPAND_RERANK:
             tuned(["plain", method], method)
     if args.trials and args.tune_all:
         tuned(["plain", *METHODS], "all methods")
@@ -218,7 +215,8 @@ def summary(results: list[dict[str, Any]]) -> str:
                 return f"{row['d_recall@1']:+.3f} / {row['d_map@100']:+.3f}"
         return "–"
 
-    methods = [m for m in METHODS if any(row["method"] == m for result in results for row in result["rows"])]
+    shown = (*METHODS, EXPAND_RERANK)
+    methods = [m for m in shown if any(row["method"] == m for result in results for row in result["rows"])]
     header = " | ".join(f"{SHORT[m]} adaptive" for m in methods)
     lines = [
         f"| gallery × embedder | plain R@1 / mAP@100 | {header} | k-recip. paper | tuned (all methods) |",
@@ -304,7 +302,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--galleries", default=",".join(_real_data.GALLERIES))
     parser.add_argument("--embedders", default=",".join(_real_data.EMBEDDERS))
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join((*METHODS, EXPAND_RERANK)))
     parser.add_argument("--fashion", default="1000x20000", help="Fashion-MNIST queries x gallery")
     parser.add_argument(
         "--fashion-lite0", default=None, help="Fashion-MNIST size for Lite0 (default: --fashion)"

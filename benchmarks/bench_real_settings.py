@@ -38,7 +38,12 @@ from galleria.tune.search import GUARD_MARGIN, _labels_of, _make_split
 def parse_setting(text: str) -> RetrievalConfig:
     method, pool, params = text.split(":", 2)
     return RetrievalConfig(
-        "setting", rerank=True, rerank_method=method, rerank_params=json.loads(params), pool=int(pool)
+        "setting",
+        rerank=True,
+        rerank_method=method,
+        rerank_params=json.loads(params),
+        pool=int(pool),
+        rerank_preset="paper",  # what a setting leaves out: the paper's values, as when it was chosen
     )
 
 

@@ -432,7 +432,73 @@ def run_corpus(tries: int = 20, seed: int = 15, progress: Callable[[str], None] 
             )
         rows.append(row)
         say(row.name)
+
+        # 8. Bad parameters on every page and route: never a 500, always the headers (issue 25).
+        row = Row("pages: bad page numbers and parameters on every route")
+        _bad_parameters(row, create_app(store, root=root, evaluation=_evaluation(images)))
+        rows.append(row)
+        say(row.name)
     return rows
+
+
+#: Values no number parameter accepts: other digits, signs, huge, empty, control characters.
+BAD_NUMBERS = ["²", "١٢", "1" * 5000, "9" * 4301, "0", "-1", "+1", " 1", "1e3", "0x10", "", "\x00", "NaN"]
+#: Those no setting accepts (the others may be good values of some: ``lambda`` 0, ``k`` ١٢ = 12).
+NEVER_A_SETTING = {"²", "1" * 5000, "9" * 4301, "\x00", "NaN"}
+
+
+def _evaluation(images: list[str]) -> Any:
+    """A small made-up evaluation of ``images`` (for the ``/eval`` pages)."""
+    from galleria.evaluation.per_query import QueryOutcome, QueryResults, RankedPaths
+
+    ranked = tuple(images[:3])
+    queries = [
+        QueryOutcome(
+            query=path,
+            label="x",
+            ap={"plain": 0.5, "rerank": 0.5 + 0.1 * i},
+            before=RankedPaths(ranked, (True, False, True)),
+            after=RankedPaths(ranked, (True, False, True), (1, 2, None)),
+        )
+        for i, path in enumerate(images[:4])
+    ]
+    settings = {"query_expansion": False, "rerank": False}
+    configurations = [
+        {"name": "plain", "title": "plain", "settings": settings, "map@100": 0.5},
+        {"name": "rerank", "title": "rerank", "settings": {**settings, "rerank": True}, "map@100": 0.5},
+    ]
+    return QueryResults("made up", ("plain", "rerank"), 3, configurations, queries)
+
+
+def _bad_parameters(row: Row, app: Any) -> None:
+    """Send bad values of every parameter of every page and route; record 4xx (or a 200 page) as clean."""
+    from urllib.parse import quote
+
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app, base_url="http://localhost", raise_server_exceptions=False)
+
+    def check(answer: Any, what: str, *, refused: bool) -> None:
+        status = answer.status_code
+        ok = _headers_ok(answer) and status < 500 and (not refused or 400 <= status < 500)
+        row.record(ok, f"{what[:80]}: {status}")
+
+    for value in BAD_NUMBERS:
+        check(client.get("/eval", params={"page": value}), f"/eval?page={value}", refused=True)
+        refused = value not in ("0", "")  # query 0 exists; /eval/ is the list
+        check(client.get("/eval/" + quote(value, safe="")), f"/eval/{value}", refused=refused)
+        check(client.get("/upload/" + quote(value, safe="") + ".jpg"), f"/upload/{value}", refused=True)
+        for key in ("k", "pool", "k1", "k2", "lambda", "alpha", "neighbors", "expand", "rerank"):
+            query = {"path": "kinds/plain.png", key: value}
+            refused = value in NEVER_A_SETTING
+            check(client.get("/", params=query), f"/?{key}={value}", refused=refused)
+            check(client.post("/", data={**query, "text": ""}), f"POST / {key}={value}", refused=False)
+            check(client.post("/api/search", data=query), f"form {key}={value}", refused=refused)
+        for key in ("page", "folder", "name"):
+            refused = key == "page" and value in NEVER_A_SETTING
+            check(client.get("/", params={key: value}), f"/?{key}={value}", refused=refused)
+    for value in ("99999", "1", "4"):  # past the end: the last page; good numbers: 200
+        check(client.get("/eval", params={"page": value}), f"/eval?page={value}", refused=False)
 
 
 def markdown_table(rows: list[Row]) -> str:

@@ -297,7 +297,9 @@ def test_settings_with_a_prepared_diffusion_run_in_evaluate_and_search(
     from galleria.tune.settings import write_settings
 
     params = {"k": 5, "query_k": 2, "vector_power": 0.5, "centre": True, "dba_neighbors": 3, "dba_alpha": 1.0}
-    config = RetrievalConfig("tuned", rerank=True, rerank_method="diffusion", rerank_params=params, pool=20)
+    config = RetrievalConfig(
+        "tuned", rerank=True, rerank_method="diffusion", rerank_params=params, pool=20, rerank_preset="paper"
+    )
     settings = tmp_path / "prepared.json"
     write_settings(settings, config)
     code, stdout, stderr = _run(

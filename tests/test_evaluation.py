@@ -194,13 +194,14 @@ def test_pool_smaller_than_depth_is_followed_by_the_search_order(
     setup: tuple[InMemoryImageEmbeddingStore, list[str], list[str], dict[str, str]],
 ) -> None:
     """A pool of 5 re-ranked, then the rest of the 25-deep search list: every list is 25 long."""
-    from galleria.evaluation.pipeline import _answer
     from galleria.rerank import KReciprocalReranker
+    from galleria.retrieval import Searcher
 
     store, queries, query_labels, gallery_labels = setup
-    config = RetrievalConfig("rerank", rerank=True, k1=3, k2=2, lambda_value=0.3, pool=5)
+    params = {"k1": 3, "k2": 2, "lambda_value": 0.3}
+    config = RetrievalConfig("rerank", rerank=True, rerank_params=params, pool=5)
     reranker = KReciprocalReranker(store, k1=3, k2=2, lambda_value=0.3)
-    lists = _answer(store, reranker, config, queries, 25)
+    lists = Searcher(store, config).search(queries, 25)
     searched = store.retrieve_top_k_similar(queries, 25)
     heads = reranker.rerank_batch([candidates[:5] for candidates in searched], top_k=25)
     for got, head, full in zip(lists, heads, searched, strict=True):

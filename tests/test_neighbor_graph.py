@@ -290,3 +290,28 @@ def test_cli_graph_builds_keeps_reuses_and_info_shows_it(
     assert main(["graph", str(file), "--k", "5", "--json", "--sample", "0"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["reused"] is False and "belongs to another state of the store; ignored" in err
+
+
+def test_a_store_loaded_by_the_cli_reads_its_graph_file_and_never_writes_one(
+    saved: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from galleria.cli._options import load_store
+    from galleria.rerank import DiffusionReranker
+
+    _, file = saved
+    args = argparse.Namespace(checkpoint=None, root=None, connect=False)
+    store = load_store(args, str(file))
+    query = store.embeddings[:1]
+    expected = DiffusionReranker(store, k=6).rerank(store.retrieve_by_vector(query, k=20)[0], top_k=5)
+    assert not Path(graph_file_for(file)).exists()  # built in memory, not written beside the store
+    graph_module.neighbor_graph(InMemoryImageEmbeddingStore.load_from_disk(file), 10, store_file=file)
+
+    def refuse(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the graph was built again")
+
+    monkeypatch.setattr(graph_module, "build_graph", refuse)
+    fresh = load_store(args, str(file))
+    got = DiffusionReranker(fresh, k=6).rerank(fresh.retrieve_by_vector(query, k=20)[0], top_k=5)
+    assert [c.path for c in got] == [c.path for c in expected]  # the kept file answered

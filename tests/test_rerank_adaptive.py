@@ -336,6 +336,9 @@ def test_retrieval_config_resolves_adaptive_settings() -> None:
     assert resolved.rerank_preset == "paper" and "adaptive" in config.title
     gnn = RetrievalConfig("g", rerank=True, rerank_method="gnn", rerank_preset="adaptive").resolve(store)
     assert gnn.reranker_params() == default_rerank_params(store, "gnn")
-    assert RetrievalConfig("p", rerank=True).resolve(store).reranker_params() == PAPER_PARAMS["k-reciprocal"]
+    # the default preset is the adaptive one (galleria 0.2.0); the paper's values by name
+    assert RetrievalConfig("d", rerank=True).resolve(store).reranker_params() == default_rerank_params(store)
+    paper = RetrievalConfig("p", rerank=True, rerank_preset="paper")
+    assert paper.resolve(store).reranker_params() == PAPER_PARAMS["k-reciprocal"]
     with pytest.raises(ValueError, match="rerank_preset"):
         RetrievalConfig("x", rerank=True, rerank_preset="fast")

@@ -114,8 +114,10 @@ def test_properties_and_repr() -> None:
     text = repr(reranker)
     assert "KReciprocalReranker(" in text and "k1=12" in text and "k2=3" in text
     assert "lambda_value=0.5" in text and "InMemoryImageEmbeddingStore" in text
-    default = KReciprocalReranker(store)
-    assert (default.k1, default.k2, default.lambda_value) == (20, 6, 0.3)
+    default = KReciprocalReranker(store)  # the values read from the gallery
+    from galleria.rerank.adaptive import default_rerank_params
+
+    assert (default.k1, default.k2, default.lambda_value) == tuple(default_rerank_params(store).values())
     assert KReciprocalReranker(store, k1=np.int64(5), k2=np.int32(5), lambda_value=1).k1 == 5
 
 

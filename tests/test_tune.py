@@ -336,7 +336,8 @@ def test_decoupled_diffusion_is_searched_with_its_offline_settings() -> None:
         trial = study.ask()
         options = _suggest(trial, ["decoupled-diffusion"], choices)
         study.tell(trial, 0.0)
-        config = RetrievalConfig("t", **options)  # every proposal is a valid configuration
+        # every proposal is a valid configuration (what it leaves out: the paper preset here)
+        config = RetrievalConfig("t", **options, rerank_preset="paper")
         params = config.rerank_params
         assert config.rerank_method == "decoupled-diffusion" and params["truncation"] == 1000
         assert params["k"] in choices["decoupled-diffusion.k"]

@@ -279,7 +279,12 @@ def test_settings_file_sets_the_method_and_the_first_page(tmp_path: Path) -> Non
     store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=8))
     store.build_store(progress=False)
     tuned = RetrievalConfig(
-        "tuned", rerank=True, pool=20, rerank_method="diffusion", rerank_params={"k": 5, "query_k": 3}
+        "tuned",
+        rerank=True,
+        pool=20,
+        rerank_method="diffusion",
+        rerank_params={"k": 5, "query_k": 3},
+        rerank_preset="paper",  # the rest at the paper's values (the default reads them from the gallery)
     )
     client = TestClient(create_app(store, defaults=tuned))
     answer = client.post("/api/search", json={"path": paths[0], "k": 5, "rerank": True}).json()

@@ -31,6 +31,8 @@ COMMANDS: dict[str, str] = {
     "info": "info",
     "graph": "graph",
     "duplicates": "duplicates",
+    "import": "import_",
+    "export": "export",
     "add": "add",
     "remove": "remove",
     "sync": "sync",

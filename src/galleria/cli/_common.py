@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import warnings
 from collections.abc import Iterator
@@ -34,9 +33,11 @@ def add_command(
 
 
 def print_json(payload: Any) -> None:
-    """Print ``payload`` as stable JSON (sorted keys, two-space indent) on stdout."""
-    json.dump(payload, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
+    """Print ``payload`` as stable JSON (sorted keys, two-space indent) on stdout: strict JSON, a
+    non-finite number printed as ``null`` (never ``NaN`` or ``Infinity``)."""
+    from galleria._json import dumps
+
+    sys.stdout.write(dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
 @contextlib.contextmanager

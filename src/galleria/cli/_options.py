@@ -422,7 +422,8 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = D
         default=None,
         choices=("adaptive", "paper"),
         help="where parameters not given come from: adaptive (default: read from the gallery's "
-        "reciprocal-neighbour statistics) or paper (the published values: k1 20, k2 6, λ 0.3)",
+        "reciprocal-neighbour statistics) or paper (the published values: k1 20, k2 6, λ 0.3; αQE's "
+        "α 3, n 50)",
     )
     group.add_argument(
         "--k1",
@@ -451,9 +452,15 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
     """``--expand`` and its ``--alpha``, ``--neighbors``."""
     group = parser.add_argument_group("alpha query expansion")
     group.add_argument("--expand", action="store_true", help="search again with the alpha-expanded query")
-    group.add_argument("--alpha", default=None, metavar="X", help="αQE exponent (default: 3.0)")
     group.add_argument(
-        "--neighbors", default=None, metavar="N", help="matches averaged into the query (default: 50)"
+        "--alpha", default=None, metavar="X", help="αQE exponent (default: adaptive, 3; paper preset: 3)"
+    )
+    group.add_argument(
+        "--neighbors",
+        default=None,
+        metavar="N",
+        help="matches averaged into the query (default: adaptive, read from the gallery: 2, or 1 without "
+        "reciprocal neighbours; --rerank-preset paper: 50)",
     )
 
 
@@ -488,11 +495,10 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     method = getattr(args, "rerank_method", None)
     preset = getattr(args, "rerank_preset", None)
     if not args.rerank:
-        _require(
-            args,
-            "--rerank",
-            {**options, "rerank_method": "--rerank-method", "rerank_preset": "--rerank-preset"},
-        )
+        needed = {**options, "rerank_method": "--rerank-method"}
+        if not getattr(args, "expand", False):  # the preset also sets αQE's values
+            needed["rerank_preset"] = "--rerank-preset"
+        _require(args, "--rerank", needed)
         return None
     method = method or "k-reciprocal"
     explicit = [args.k1, args.k2, args.lambda_value] != [None, None, None]
@@ -525,13 +531,15 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def expand_settings(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The checked αQE settings (``expansion_alpha``, ``expansion_neighbors``), or None without --expand."""
+    """The checked αQE settings (``expansion_alpha``, ``expansion_neighbors``; None where not given:
+    the preset's value), or None without --expand."""
     options = {"alpha": "--alpha", "neighbors": "--neighbors"}
     if not args.expand:
         _require(args, "--expand", options)
         return None
-    alpha = parse_float("--alpha", 3.0 if args.alpha is None else args.alpha, maximum=MAX_EXPANSION_ALPHA)
-    neighbors = parse_int("--neighbors", 50 if args.neighbors is None else args.neighbors)
+    # Not given: None, the preset's value (adaptive: read from the gallery; paper: α 3, n 50).
+    alpha = None if args.alpha is None else parse_float("--alpha", args.alpha, maximum=MAX_EXPANSION_ALPHA)
+    neighbors = None if args.neighbors is None else parse_int("--neighbors", args.neighbors)
     return {"expansion_alpha": alpha, "expansion_neighbors": neighbors}
 
 

@@ -20,12 +20,10 @@ from galleria.cli._options import (
     add_store_options,
     check_existing_folder,
     embedder_settings,
-    expand_settings,
     index_params,
     make_embedder,
     parse_embedder_spec,
     parse_int,
-    rerank_settings,
     settings_config,
 )
 
@@ -259,8 +257,9 @@ def run_evaluation(
 def run(args: argparse.Namespace) -> int:
     """Evaluate the folder (or the store file's vectors) with the chosen configurations."""
     from galleria.cli._labelled import gallery_of_store, open_source, split_of, split_option
+    from galleria.cli._retrieval import config_from_args
     from galleria.embedders import embedder_config
-    from galleria.evaluation import standard_configs
+    from galleria.evaluation import RetrievalConfig, standard_configs
 
     seed = parse_int("--seed", args.seed, minimum=0)
     workers = parse_int("--workers", args.workers)
@@ -277,18 +276,24 @@ def run(args: argparse.Namespace) -> int:
     if args.per_query is not None:
         raise CliError("--per-query needs --protocol metric-learning (for scores: galleria evaluate-scores)")
     tuned = settings_config(args)
-    expand = expand_settings(args)
-    rerank = rerank_settings(args)
+    chosen = tuned if tuned is not None else config_from_args(args, "options")
     option = split_option(args, DEFAULT_QUERY_FRACTION)
     source = open_source(args, given, "IMAGE_DIR|STORE")
     split = split_of(source, option, seed)
     if tuned is not None:
         _check_settings_split(args.settings, seed, option, split)
-    configs = standard_configs(
-        expand=expand is not None, rerank=rerank is not None, **(expand or {}), **(rerank or {})
-    )
-    if tuned is not None:
-        configs = [configs[0], tuned]
+        configs = [RetrievalConfig("plain"), tuned]
+    else:  # the values left out are read from the split's gallery, by the Searcher, as everywhere
+        configs = standard_configs(
+            expand=chosen.query_expansion,
+            rerank=chosen.rerank,
+            expansion_alpha=chosen.expansion_alpha,
+            expansion_neighbors=chosen.expansion_neighbors,
+            pool=chosen.pool,
+            rerank_method=chosen.rerank_method,
+            rerank_params=chosen.rerank_params,
+            rerank_preset=chosen.rerank_preset,
+        )
     dataset = {
         "root": given,
         "n_images": len(source.paths),

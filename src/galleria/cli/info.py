@@ -72,8 +72,8 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "text_queries": isinstance(config, dict) and config.get("type") == "clip",
         "skipped": store.skipped,
         "rerank": _rerank_record(store),
-        "graph": _graph_record(path, store),
         "labels_root": store.labels_root,
+        "graph": _graph_record(path, store),
     }
 
 
@@ -194,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",
-        f"neighbor graph: {_graph_text(info['graph'])}",
         f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
+        f"neighbor graph: {_graph_text(info['graph'])}",
         f"skipped files:  {len(info['skipped'])}",
         *(f"  {path}" for path in info["skipped"]),
     ]

@@ -15,14 +15,12 @@ from galleria.cli._options import (
     add_load_options,
     add_rerank_options,
     add_settings_option,
-    expand_settings,
     load_store,
     parse_int,
-    rerank_settings,
-    settings_config,
     shorten_middle,
 )
-from galleria.viewer.text import printable, shorten_path
+from galleria.cli._retrieval import config_from_args, used_settings
+from galleria.viewer.text import format_score, printable, shorten_path
 
 __all__ = ["add_parser", "query_paths_from", "run"]
 
@@ -35,9 +33,6 @@ _EXAMPLES = """\
   galleria search photos-clip.safetensors --text "a dog on a beach" -k 20
   galleria search photos.safetensors --image query.jpg --settings tuned.json
 """
-
-#: Query images read and answered together.
-_QUERY_BATCH = 64
 
 
 def add_parser(subparsers: Any) -> None:
@@ -151,33 +146,15 @@ def _image_queries(
     return kept, arrays, bad
 
 
-def _answer(store: Any, queries: list[Any], kind: str, depth: int, expansion: dict[str, Any]) -> list[Any]:
-    if kind == "text":
-        return list(store.retrieve_by_text(queries, depth, **expansion))
-    lists: list[Any] = []
-    for start in range(0, len(queries), _QUERY_BATCH):
-        lists.extend(store.retrieve_top_k_similar(queries[start : start + _QUERY_BATCH], depth, **expansion))
-    return lists
-
-
 def run(args: argparse.Namespace) -> int:
     """Answer the queries and print the ranked paths and scores."""
-    from galleria.rerank import make_reranker
+    from galleria.retrieval import Searcher
 
     k = parse_int("-k", args.k)
-    tuned = settings_config(args)
-    rerank = rerank_settings(args)
-    expand = expand_settings(args)
-    if tuned is not None:  # --settings FILE: the tuned αQE and re-ranking
-        expand = (
-            {"expansion_alpha": tuned.expansion_alpha, "expansion_neighbors": tuned.expansion_neighbors}
-            if tuned.query_expansion
-            else None
-        )
-        rerank = dict(tuned.settings(), pool=tuned.pool) if tuned.rerank else None
+    config = config_from_args(args)
     batch_size = None if args.batch_size is None else parse_int("--batch-size", args.batch_size)
-    if rerank is not None and rerank["pool"] < k:
-        raise CliError(f"--pool must be at least -k ({k}), got {rerank['pool']}")
+    if config.rerank and config.pool < k:
+        raise CliError(f"--pool must be at least -k ({k}), got {config.pool}")
     kind = "text" if args.text else "image"
     query_names: list[str] = []
     if kind == "image":
@@ -203,37 +180,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         query_names = list(args.text)
         queries = list(args.text)
-    reranker = None
-    if rerank is not None:
-        method = rerank.get("rerank_method", "k-reciprocal")
-        if tuned is not None:
-            params = tuned.reranker_params()
-        elif rerank.get("rerank_preset") == "adaptive":  # read from the gallery (recorded at build)
-            from galleria.rerank.adaptive import default_rerank_params
-
-            params = default_rerank_params(store, method)
-            rerank = {**rerank, **params} if method == "k-reciprocal" else {**rerank, "rerank_params": params}
-        elif method == "k-reciprocal":
-            params = {key: rerank[key] for key in ("k1", "k2", "lambda_value")}
-        else:
-            params = dict(rerank.get("rerank_params", {}))
-        reranker = make_reranker(method, store, **params)
-        store = reranker.store  # DBA + αQE searches the augmented store (made here unless saved so)
-    extra = 1 if args.exclude_self else 0
-    depth = (rerank["pool"] if rerank is not None else k) + extra
-    expansion: dict[str, Any] = {"query_expansion": expand is not None, **(expand or {})}
-    lists = _answer(store, queries, kind, depth, expansion)
+    # The one path: adaptive values read from this store's gallery, DBA's augmented store swapped in.
+    try:
+        searcher = Searcher(store, config)
+    except (TypeError, ValueError) as error:
+        raise CliError(str(error)) from None
+    exclude = None
     if args.exclude_self and kind == "image":
-        lists = [
-            [
-                candidate
-                for candidate in candidates
-                if candidate.path != os.path.abspath(name) and candidate.path != name
-            ][: depth - extra]
-            for name, candidates in zip(query_names, lists, strict=True)
-        ]
-    if reranker is not None:
-        lists = reranker.rerank_batch(lists, top_k=k)
+        exclude = [(os.path.abspath(name), name) for name in query_names]
+    lists = searcher.search(queries, k, kind=kind, exclude=exclude)
+    expand, rerank = used_settings(searcher.config, config)
     payload = {
         "store": args.store,
         "k": k,
@@ -264,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
                         printable(entry["query"]),
                         result["rank"],
                         printable(result["path"]),
-                        f"{result['score']:.6f}",
+                        format_score(result["score"], 6),
                     ]
                 )
     else:
@@ -274,7 +230,6 @@ def run(args: argparse.Namespace) -> int:
                 print()
             print(shorten_middle(f"{kind} query: {printable(entry['query'])}", width - 1))
             for result in entry["results"]:
-                score = result["score"] if abs(result["score"]) >= 5e-7 else 0.0  # no "-0.000000"
-                head = f"  {result['rank']:>3}  {score:.6f}  "
+                head = f"  {result['rank']:>3}  {format_score(result['score'], 6):>8}  "
                 print(head + shorten_path(printable(result["path"]), max(8, width - 1 - len(head))))
     return 0

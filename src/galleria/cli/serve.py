@@ -28,6 +28,7 @@ _EXAMPLES = """\
   galleria serve photos.safetensors --eval report/   # the queries of `galleria evaluate --report report/`
   galleria serve photos.safetensors --host 0.0.0.0 --allow-host gallery.lan   # reached by that name too
   galleria serve moved.safetensors --root /data/photos      # the gallery's folder (also the only one served)
+  galleria serve photos.safetensors --request-timeout 20    # a search taking longer is answered 503
 """
 
 
@@ -64,6 +65,13 @@ def add_parser(subparsers: Any) -> None:
         metavar="NAME",
         help="also answer requests for this host name (repeatable); the bound host, localhost and IP "
         "addresses always are",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        default="60",
+        metavar="SECONDS",
+        help="answer 503 to a search whose work takes longer than this (default: %(default)s); its "
+        "worker stops at the work's next deadline check",
     )
     add_load_options(parser)
     parser.add_argument(
@@ -102,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     max_upload_mb = parse_float("--max-upload-mb", args.max_upload_mb)
     if max_upload_mb <= 0:
         raise ValueError(f"--max-upload-mb must be positive, got {args.max_upload_mb!r}")
+    request_timeout = parse_float("--request-timeout", args.request_timeout, maximum=86_400.0)
+    if request_timeout <= 0:
+        raise ValueError(f"--request-timeout must be positive, got {args.request_timeout!r}")
     from galleria.web import create_app, serve  # ImportError names the extra
 
     defaults = None
@@ -135,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             root=args.root,
             allowed_hosts=hosts,
             evaluation=evaluation,
+            request_timeout=request_timeout,
         )
     except ValueError as error:
         raise CliError(str(error)) from None

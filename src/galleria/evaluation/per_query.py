@@ -23,7 +23,6 @@ opens a file the document names.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import stat
@@ -32,6 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from galleria._files import atomic_write_bytes
+from galleria._json import dumps as strict_dumps
+from galleria._jsoncost import load_bounded_json
+from galleria.evaluation._query_stream import split_queries
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.evaluation.pipeline import ConfigResult
 
@@ -216,7 +218,7 @@ def query_results(
 
 def query_results_bytes(results: QueryResults) -> bytes:
     """The JSON document of ``results``, as the bytes of a ``queries.json``."""
-    document = json.dumps(results.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    document = strict_dumps(results.to_dict(), ensure_ascii=False, separators=(",", ":"))
     return (document + "\n").encode("utf-8")
 
 
@@ -237,7 +239,11 @@ def _read_bounded(name: str) -> bytes:
                 f"{name!r} is {info.st_size} bytes, over the {MAX_BYTES}-byte bound of {FILE_NAME}"
             )
         with os.fdopen(descriptor, "rb", closefd=False) as stream:
-            data = stream.read(MAX_BYTES + 1)
+            # Read its size (plus one byte, to see it did not grow): read(MAX_BYTES + 1) would
+            # allocate the whole bound first, whatever the file's size.
+            data = stream.read(info.st_size + 1)
+            if len(data) > info.st_size:
+                data += stream.read(MAX_BYTES + 1 - len(data))
     finally:
         os.close(descriptor)
     if len(data) > MAX_BYTES:
@@ -250,6 +256,11 @@ class _Checker:
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self._texts: dict[str, str] = {}
+
+    def shared(self, text: str) -> str:
+        """One object for every equal text of the document (a gallery's paths recur in many lists)."""
+        return self._texts.setdefault(text, text)
 
     def fail(self, key: str, problem: str, value: Any) -> ValueError:
         shown = repr(value)
@@ -278,7 +289,7 @@ class _Checker:
         if set(entry) != expected:
             raise self.fail(key, f"must hold exactly the keys {sorted(expected)}", sorted(entry))
         paths = tuple(
-            self.text(f"{key}.paths[{i}]", path)
+            self.shared(self.text(f"{key}.paths[{i}]", path))
             for i, path in enumerate(self.array(f"{key}.paths", entry["paths"], depth))
         )
         hits = self.array(f"{key}.hits", entry["hits"], depth)
@@ -309,11 +320,18 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
     name = os.fspath(path)
     if os.path.isdir(name):
         name = os.path.join(name, FILE_NAME)
-    data = _read_bounded(name)
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        text = _read_bounded(name).decode("utf-8")  # the bytes are not kept while it is parsed
+    except UnicodeDecodeError as error:
         raise ValueError(f"{name!r} is not valid JSON: {str(error)[:200]}") from None
+    split = split_queries(text, repr(name))  # as galleria writes it: one query at a time
+    entries: Any
+    if split is None:
+        document = load_bounded_json(text, repr(name))  # its objects at most 3 times its size
+        entries = None
+    else:
+        document, entries = split
+    del text
     check = _Checker(name)
     document = check.mapping("the document", document)
     if document.get("schema") != SCHEMA:
@@ -364,7 +382,9 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
     ):
         raise check.fail("compared", f"must name two of the configurations {names}", compared)
     queries = []
-    for i, entry in enumerate(check.array("queries", document["queries"], 10_000_000)):
+    if entries is None:
+        entries = check.array("queries", document["queries"], 10_000_000)
+    for i, entry in enumerate(entries):
         key = f"queries[{i}]"
         entry = check.mapping(key, entry)
         if set(entry) != {"query", "label", "ap", "before", "after"}:
@@ -374,8 +394,8 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
             raise check.fail(f"{key}.ap", f"must give an AP from 0 to 1 for each of {names}", ap)
         queries.append(
             QueryOutcome(
-                query=check.text(f"{key}.query", entry["query"]),
-                label=check.text(f"{key}.label", entry["label"]),
+                query=check.shared(check.text(f"{key}.query", entry["query"])),
+                label=check.shared(check.text(f"{key}.label", entry["label"])),
                 ap={config: float(ap[config]) for config in names},
                 before=check.ranked(f"{key}.before", entry["before"], depth, with_previous=False),
                 after=check.ranked(f"{key}.after", entry["after"], depth, with_previous=True),

@@ -26,7 +26,7 @@ from galleria.metrics import (
     mean_reciprocal_rank,
     ranked_relevance,
 )
-from galleria.rerank import Reranker, make_reranker
+from galleria.retrieval import Searcher
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = ["METRIC_DEPTH", "ConfigResult", "evaluate_retrieval"]
@@ -73,34 +73,6 @@ class ConfigResult:
 def _are_vectors(queries: Any) -> bool:
     """Whether ``queries`` is a 2-D float array of query vectors (rather than images or paths)."""
     return isinstance(queries, np.ndarray) and queries.ndim == 2 and queries.dtype.kind == "f"
-
-
-def _answer(
-    store: InMemoryImageEmbeddingStore,
-    reranker: Reranker | None,
-    config: RetrievalConfig,
-    queries: Sequence[Any],
-    depth: int,
-) -> list[list[Candidate]]:
-    k = max(depth, config.pool) if config.rerank else depth
-    retrieve = store.retrieve_by_vector if _are_vectors(queries) else store.retrieve_top_k_similar
-    lists = retrieve(
-        queries if _are_vectors(queries) else list(queries),
-        k,
-        query_expansion=config.query_expansion,
-        expansion_alpha=config.expansion_alpha,
-        expansion_neighbors=config.expansion_neighbors,
-    )
-    if reranker is not None:
-        pools = [candidates[: config.pool] for candidates in lists]
-        reranked = reranker.rerank_batch(pools, top_k=depth)
-        # Beyond the pool the search order stands, so a pool smaller than ``depth`` still gives
-        # ``depth`` results (their scores are search distances, not d*; only the order is scored).
-        lists = [
-            (head + candidates[config.pool :])[:depth]
-            for head, candidates in zip(reranked, lists, strict=True)
-        ]
-    return lists
 
 
 def evaluate_retrieval(
@@ -203,19 +175,17 @@ def evaluate_retrieval(
 
     results: list[ConfigResult] = []
     for config in config_list:
-        config = config.resolve(store)  # adaptive re-ranking parameters are read from the gallery
+        # The one path: adaptive values are read from this gallery; DBA + αQE searches its augmented
+        # store (made once, here, outside the timing).
+        searcher = Searcher(store, config)
+        config = searcher.config
         if on_config is not None:
             on_config(config)
-        reranker = (
-            make_reranker(config.rerank_method, store, **config.reranker_params()) if config.rerank else None
-        )
-        # DBA + αQE searches its augmented store (made once, above, outside the timing).
-        searched = reranker.store if reranker is not None else store
-        _answer(searched, reranker, config, query_list[:1], depth)  # warm-up: lazy imports, thread pools
+        searcher.search(query_list[:1], depth)  # warm-up: lazy imports, thread pools
         lists: list[list[Candidate]] = []
         started = time.perf_counter()
         for start in range(0, len(query_list), batch_size):
-            lists.extend(_answer(searched, reranker, config, query_list[start : start + batch_size], depth))
+            lists.extend(searcher.search(query_list[start : start + batch_size], depth))
         elapsed = time.perf_counter() - started
         results.append(_score(config, lists, label_list, gallery_labels, elapsed))
         if on_lists is not None:

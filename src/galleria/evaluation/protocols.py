@@ -58,9 +58,9 @@ Rows = list[list[Any]]
 
 
 def _number(value: Any) -> Any:
-    """A JSON-able number: NaN → None, numpy scalars → Python."""
+    """A JSON-able number: NaN and ±inf → None, numpy scalars → Python."""
     if isinstance(value, (float, np.floating)):
-        return None if math.isnan(float(value)) else float(value)
+        return None if not math.isfinite(float(value)) else float(value)
     if isinstance(value, np.integer):
         return int(value)
     return value
@@ -217,7 +217,9 @@ def write_per_query_csv(path: str | os.PathLike[str], header: Sequence[str], row
 def write_metrics_json(out_dir: str | os.PathLike[str], payload: dict[str, Any]) -> str:
     """Write ``metrics.json`` (sorted keys, NaN as null) into ``out_dir``, created if missing; its path."""
     folder = os.fspath(out_dir)
-    data = (json.dumps(_clean({"schema": SCHEMA, **payload}), indent=2, sort_keys=True) + "\n").encode()
+    data = (
+        json.dumps(_clean({"schema": SCHEMA, **payload}), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    ).encode()
     os.makedirs(folder, exist_ok=True)
     target = os.path.join(folder, "metrics.json")
     atomic_write_bytes(target, data)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import html
 import io
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from galleria._files import atomic_write_bytes
+from galleria._json import dumps as strict_dumps
 from galleria.evaluation.per_query import FILE_NAME, QueryResults, query_results_bytes
 from galleria.evaluation.pipeline import ConfigResult
 from galleria.viewer.thumbnails import make_thumbnail
@@ -407,7 +407,7 @@ def write_report(
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"output folder {str(folder)!r} is not a directory")
     # Render everything before writing anything, so a failure leaves the folder as it was.
-    metrics_bytes = (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    metrics_bytes = (strict_dumps(payload, indent=2, sort_keys=True) + "\n").encode("utf-8")
     queries_bytes = None if per_query is None else query_results_bytes(per_query)
     report_bytes = _report_markdown(results, meta, title).encode("utf-8")
     png_bytes = _pr_curve_png(results, title)

@@ -8,7 +8,21 @@ import numpy as np
 
 from galleria._validation import check_positive_int
 
-__all__ = ["all_finite", "check_k", "check_rows", "check_vectors", "empty_result"]
+__all__ = [
+    "MAX_MAGNITUDE",
+    "all_finite",
+    "check_k",
+    "check_magnitude",
+    "check_rows",
+    "check_vectors",
+    "empty_result",
+    "first_oversized",
+]
+
+#: The largest magnitude a vector element may have (2**44, about 1.8e13). With every element within
+#: it, a norm of up to 2**20 dimensions stays below 2**54, so squared norms, inner products and
+#: squared distances (below 2**110) never overflow float32 (about 2**128): no inf or NaN distance.
+MAX_MAGNITUDE = float(2**44)
 
 #: Elements checked at a time by :func:`all_finite` (its temporary: 256 KiB, small beside what loading holds).
 _FINITE_BLOCK = 1 << 18
@@ -29,8 +43,47 @@ def all_finite(array: np.ndarray) -> bool:
     )
 
 
-def check_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:
-    """Return ``vectors`` as a C-contiguous (n, d) float32 array, checking kind, shape, finiteness and dim."""
+def first_oversized(array: np.ndarray) -> int | None:
+    """The flat position of the first element of ``array`` beyond :data:`MAX_MAGNITUDE` (NaN and
+    infinities included), checked in blocks; None when there is none.
+
+    Examples
+    --------
+    >>> first_oversized(np.array([[1.0, 2.0], [3e38, 0.0]], np.float32)), first_oversized(np.ones(3))
+    (2, None)
+    """
+    flat = array.reshape(-1)
+    for start in range(0, flat.size, _FINITE_BLOCK):
+        block = flat[start : start + _FINITE_BLOCK]
+        bad = np.flatnonzero(~(np.abs(block) <= MAX_MAGNITUDE))
+        if bad.size:
+            return start + int(bad[0])
+    return None
+
+
+def check_magnitude(name: str, array: np.ndarray) -> None:
+    """Refuse (ValueError naming ``name`` and the row) a 2-D array with an element beyond
+    :data:`MAX_MAGNITUDE`: its distances would overflow float32 (inf, NaN). A 1-D array names the entry."""
+    position = first_oversized(array)
+    if position is None:
+        return
+    value = float(array.reshape(-1)[position])
+    where = f"row {position // array.shape[1]}" if array.ndim == 2 and array.shape[1] else f"entry {position}"
+    problem = "is not finite" if not np.isfinite(value) else f"has magnitude {abs(value):.3g}"
+    raise ValueError(
+        f"{name} {where} holds a value that {problem}, beyond {MAX_MAGNITUDE:.3g}: its distances "
+        "would overflow float32"
+    )
+
+
+def check_vectors(name: str, vectors: Any, dim: int | None, space: str | None = None) -> np.ndarray:
+    """Return ``vectors`` as a C-contiguous (n, d) float32 array, checking kind, shape, finiteness and dim.
+
+    In the ``ip`` and ``l2`` spaces (which use the vectors as they are), an element beyond
+    :data:`MAX_MAGNITUDE` is refused too (:func:`check_magnitude`, naming the row): its distances
+    would overflow float32. Cosine vectors are normalised first, so any finite size is fine there.
+    """
+    bounded = space in ("ip", "l2")
     array = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors)
     if array.dtype != np.float32 and (
         array.dtype == np.bool_
@@ -43,9 +96,15 @@ def check_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:
         raise ValueError(f"{name} must have at least one column, got shape {array.shape}")
     if dim is not None and array.shape[1] != dim:
         raise ValueError(f"{name} have dimension {array.shape[1]}, but the index holds dimension {dim}")
+    if bounded and array.dtype != np.float32 and np.issubdtype(array.dtype, np.floating):
+        if not np.isfinite(array).all():
+            raise ValueError(f"{name} contain NaN or infinite values")
+        check_magnitude(name, array)  # before float32 turns a huge value into inf
     result = np.ascontiguousarray(array, dtype=np.float32)
     if not np.isfinite(result).all():
         raise ValueError(f"{name} contain NaN or infinite values")
+    if bounded:
+        check_magnitude(name, result)
     return result
 
 

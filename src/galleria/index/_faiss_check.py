@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria.index._checks import all_finite
+from galleria.index._checks import MAX_MAGNITUDE, all_finite, first_oversized
 
 __all__ = [
     "ALLOWED_FAISS_TYPES",
@@ -157,6 +157,12 @@ class _Reader:
         values = self.array("<f4", what, length=length)
         if not all_finite(values):  # in blocks: no temporary the size of the vectors
             raise _Refused(f"{what} holds NaN or infinite values")
+        position = first_oversized(values)  # centroids of 3e38 would make every distance inf
+        if position is not None:
+            raise _Refused(
+                f"{what} entry {position} has magnitude {abs(float(values[position])):.3g}, beyond "
+                f"{MAX_MAGNITUDE:.3g}: its distances would overflow float32"
+            )
         return values
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import faiss as _faiss
 import numpy as np
 
-from galleria.index._checks import all_finite
+from galleria.index._checks import all_finite, check_magnitude
 from galleria.index._ivfpq_params import IVFPQ_PARAMETERS
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
@@ -84,6 +84,7 @@ def checked_kept(kept: np.ndarray | None, dim: int, count: int, vector_dtype: st
         raise ValueError(f"serialised ivfpq index lacks its kept ({count}, {dim}) {dtype} vectors")
     if not all_finite(kept):
         raise ValueError("serialised ivfpq index holds non-finite kept vectors")
+    check_magnitude("serialised ivfpq index: kept vectors", kept)
     return np.ascontiguousarray(kept)
 
 

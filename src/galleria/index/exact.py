@@ -9,7 +9,14 @@ import numpy as np
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
-from galleria.index._checks import all_finite, check_k, check_rows, check_vectors, empty_result
+from galleria.index._checks import (
+    all_finite,
+    check_k,
+    check_magnitude,
+    check_rows,
+    check_vectors,
+    empty_result,
+)
 from galleria.index.base import SPACES
 
 __all__ = ["ExactIndex", "exact_search", "rescore_candidates", "top_k_smallest"]
@@ -201,7 +208,7 @@ class ExactIndex:
 
     def add(self, vectors: np.ndarray) -> None:
         """Append an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``."""
-        array = prepare_vectors(check_vectors("vectors", vectors, self._dim), self._space)
+        array = prepare_vectors(check_vectors("vectors", vectors, self._dim, self.space), self._space)
         if self._dim is None:
             self._dim = array.shape[1]
             self._buffer = np.zeros((0, self._dim), dtype=np.float32)
@@ -217,7 +224,7 @@ class ExactIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Return the exact ``k`` nearest rows of each query: (q, min(k, len)) ids and distances."""
         k = check_k(k)
-        array = check_vectors("queries", queries, self._dim)
+        array = check_vectors("queries", queries, self._dim, self.space)
         if self._size == 0:
             return empty_result(array.shape[0])
         array = prepare_vectors(array, self._space)
@@ -270,6 +277,7 @@ class ExactIndex:
             raise ValueError(f"serialised exact index: dimension {dim!r}, vectors of shape {vectors.shape}")
         if not all_finite(vectors):
             raise ValueError("serialised exact index holds non-finite vectors")
+        check_magnitude("serialised exact index: vectors", vectors)
         index = cls(space)
         if dim is not None:
             index._dim = dim

@@ -148,7 +148,7 @@ class ExternalSearchIndex:
 
     def add(self, vectors: np.ndarray) -> None:
         """Add an (n, dim) batch of finite vectors, as given, as rows ``len(self) .. len(self) + n - 1``."""
-        array = check_vectors("vectors", vectors, self.dim)
+        array = check_vectors("vectors", vectors, self.dim, self.space)
         if not self._index.is_trained:
             raise ValueError(f"the wrapped faiss index {self.label!r} is not trained; train it before adding")
         self._check_in_sync()
@@ -158,7 +158,7 @@ class ExternalSearchIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Return the ``k`` best rows of each query with the wrapped index's own scores, in its order."""
         k = check_k(k)
-        array = check_vectors("queries", queries, self.dim)
+        array = check_vectors("queries", queries, self.dim, self.space)
         self._check_in_sync()
         live = len(self)
         if live == 0:

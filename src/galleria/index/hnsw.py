@@ -193,7 +193,7 @@ class HnswIndex:
 
     def add(self, vectors: np.ndarray) -> None:
         """Insert an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``."""
-        array = prepare_vectors(check_vectors("vectors", vectors, self.dim), self._space)
+        array = prepare_vectors(check_vectors("vectors", vectors, self.dim, self.space), self._space)
         if self._index is None:
             self._index = self._new_faiss_index(array.shape[1])
         with omp_threads(self._num_threads):
@@ -230,7 +230,7 @@ class HnswIndex:
             checked = HNSW_PARAMETERS["search_candidates"].check("search_candidates", search_candidates)
             assert checked is not None
             width = checked
-        array = check_vectors("queries", queries, self.dim)
+        array = check_vectors("queries", queries, self.dim, self.space)
         live = len(self)
         if live == 0:
             return empty_result(array.shape[0])

@@ -225,7 +225,7 @@ rerank_candidates, seed, build_workers, num_threads
         The first call trains the index on (a sample of) its batch. With ``build_workers > 1`` and
         a large batch, shards are encoded in worker processes and their inverted lists merged.
         """
-        array = prepare_vectors(check_vectors("vectors", vectors, self._dim), self._space)
+        array = prepare_vectors(check_vectors("vectors", vectors, self._dim, self.space), self._space)
         count = array.shape[0]
         if count == 0:
             return
@@ -300,7 +300,7 @@ rerank_candidates, seed, build_workers, num_threads
         probes = self._params["probe_lists"]
         if probe_lists is not None:
             probes = IVFPQ_PARAMETERS["probe_lists"].check("probe_lists", probe_lists)
-        array = check_vectors("queries", queries, self._dim)
+        array = check_vectors("queries", queries, self._dim, self.space)
         live = len(self)
         if live == 0:
             return empty_result(array.shape[0])

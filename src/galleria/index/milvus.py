@@ -333,7 +333,7 @@ class MilvusIndex:
 
     def add(self, vectors: np.ndarray, paths: list[str] | None = None) -> None:
         """Insert an (n, dim) batch as rows ``len(self) .. len(self) + n - 1`` (with their paths if given)."""
-        array = prepare_vectors(check_vectors("vectors", vectors, self._dim), self._space)
+        array = prepare_vectors(check_vectors("vectors", vectors, self._dim, self.space), self._space)
         count = array.shape[0]
         if paths is not None and (
             not isinstance(paths, (list, tuple))
@@ -367,7 +367,7 @@ class MilvusIndex:
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Return the ``k`` nearest rows of each query: (q, min(k, len)) ids and distances, best first."""
         k = check_k(k)
-        array = check_vectors("queries", queries, self._dim)
+        array = check_vectors("queries", queries, self._dim, self.space)
         live = len(self)
         if live == 0:
             return empty_result(array.shape[0])

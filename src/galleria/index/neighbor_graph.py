@@ -25,6 +25,7 @@ item but misses more neighbours of items near a cell's border (benchmarks/bench_
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -257,13 +258,14 @@ def hnsw_graph(
     ef_construction: int = 40,
     ef_search: int = 64,
     block_rows: int = 8192,
+    report: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k-NN graph through a faiss HNSW graph over the vectors, its candidates refined exactly.
 
     Each item's ``k + 1`` HNSW candidates get their exact distances (as :func:`exact_graph` computes
     them, up to float32 rounding) and are sorted by (distance, id), the item itself left out. Same
     result layout as :func:`exact_graph`. HNSW is built by several threads, so two builds may differ
-    in a few neighbours.
+    in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes.
     """
     import faiss
 
@@ -277,11 +279,15 @@ def hnsw_graph(
     index = faiss.IndexHNSWFlat(dim, check_positive_int("m", m), metric)
     index.hnsw.efConstruction = check_positive_int("ef_construction", ef_construction)
     index.add(array)
+    if report is not None:
+        report("hnsw built")
     index.hnsw.efSearch = max(check_positive_int("ef_search", ef_search), wanted + 1)
     for begin in range(0, size, block_rows):
         rows = np.arange(begin, min(size, begin + block_rows), dtype=np.int64)
         _, found = index.search(array[rows], min(size, wanted + 1))
         ids[rows], distances[rows] = _refined(array, rows, found, wanted, space)
+        if report is not None and (begin // block_rows) % 16 == 15:
+            report(f"searched {rows[-1] + 1} of {size}")
     return ids, distances
 
 

@@ -237,6 +237,10 @@ DBA_ALPHA = 10.0
 DBA_OFF_ALPHA = 1000.0
 #: The GNN's weight of the original similarity below :data:`MAJORITY`.
 GNN_MINORITY_LAMBDA = 0.9
+#: A neighbourhood spans at most ``n_items // ROOM_SHARE`` items (a tenth of the gallery): the
+#: statistics are read at the largest probe size within it, and every neighbourhood size is capped
+#: by it (galleries of fewer than 200 items only; larger ones read k = 20 as before).
+ROOM_SHARE = 10
 
 
 def _clip(value: float, low: int, high: int) -> int:
@@ -246,7 +250,9 @@ def _clip(value: float, low: int, high: int) -> int:
 def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]]:
     """Every method's parameters for a gallery with these statistics (keys as :data:`PAPER_PARAMS`).
 
-    With ``m`` the median number of mutual neighbours among a sampled item's first 20 (an estimate,
+    With ``m`` the median number of mutual neighbours among a sampled item's first 20 (first 10 or 5
+    in a gallery of fewer than 200 or 100 items, where 20 would span more than a tenth of it; every
+    neighbourhood size below is then also capped at a tenth of the gallery) (an estimate,
     capped at 20, of how many same-class images a query finds near it) and ``s`` their mean share
     (how far its neighbourhood can be trusted). Each method has one *mixing* parameter that sets how
     much of the original ranking it keeps — k-reciprocal's and the GNN's ``λ``, the diffusions' ``α``,
@@ -302,19 +308,23 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     >>> params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["k-reciprocal"]["lambda_value"]
     1.0
     """
+    # A neighbourhood may span at most a tenth of the gallery: in a small one (Fashion-MNIST with 12
+    # images a class: 120 items) a neighbourhood of 20 reaches past every class, its members are
+    # mutual by chance, and the sizes read from it overshoot the classes.
+    room = max(PROBE_KS[0], stats.n_items // ROOM_SHARE)
     if stats.n_sample == 0:
         share, mutual = 0.0, 0.0
     else:
-        share, mutual = stats.at(20)
+        share, mutual = stats.at(min(20, room))
     flat = mutual < MIN_MUTUAL or share < MIN_SHARE
     majority = not flat and share >= MAJORITY
     reach = mutual * share / 2.0
     lam = 1.0 if flat else round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)
-    k1 = _clip(2 * mutual, 4, 20)
-    graph_k = _clip(2 * mutual, 10, 30)
+    k1 = min(_clip(2 * mutual, 4, 20), max(4, room))
+    graph_k = min(_clip(2 * mutual, 10, 30), max(10, room))
     walk = 0.0 if flat else DIFFUSION_ALPHA
     dba_n = _clip(mutual * share / 3.0, 1, 10) if majority else 1
-    gnn_k1 = _clip(2 * mutual, 4, 26)
+    gnn_k1 = min(_clip(2 * mutual, 4, 26), max(4, room))
     return {
         "k-reciprocal": {"k1": k1, "k2": min(k1, _clip(reach, 2, 6)), "lambda_value": lam},
         "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 1 if flat else 2},
@@ -346,11 +356,16 @@ def store_statistics(store: Any) -> GalleryStatistics:
     A store records them when it is built (and keeps them in its file); ``add_images`` /
     ``remove_images`` drop them, and the next call computes and records them again.
     """
+    from galleria.rerank._consistent import gallery_state, take_snapshot
+
     recorded = getattr(store, "_rerank_statistics", None)
     if isinstance(recorded, GalleryStatistics) and recorded.n_items == len(store):
         return recorded
-    stats = gallery_statistics(store.embeddings, space=store.space)
-    store._rerank_statistics = stats
+    snapshot = take_snapshot(store)  # the vectors of one gallery state
+    stats = gallery_statistics(snapshot.vectors, space=store.space)
+    with store._lock.writing():
+        if gallery_state(store) == snapshot.state:  # kept only while they describe the gallery
+            store._rerank_statistics = stats
     return stats
 
 

@@ -26,6 +26,7 @@ from galleria._validation import check_positive_int
 from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank._common import as_float_matrix, stable_smallest
+from galleria.rerank._consistent import Prepare, read_candidates
 from galleria.rerank.batched import chunk_counts
 from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
 from galleria.store.candidate import Candidate
@@ -99,6 +100,11 @@ class PoolReranker:
     similarities to its candidates ``(B, N)`` and the candidates' similarities among themselves
     ``(B, N, N)`` to scores ``(B, N)``, lower is better; candidates are then sorted stably by score
     (ties keep the candidate order).
+
+    A subclass that scores against a structure derived from the whole gallery (a graph, a table)
+    returns its builder from :meth:`_gallery_structure` and receives the structure in
+    :meth:`_scores_for_pools`: the base reads it and the candidates' rows from one state of the
+    gallery (:func:`galleria.rerank._consistent.read_candidates`), whatever a writer does meanwhile.
     """
 
     _store: InMemoryImageEmbeddingStore
@@ -168,12 +174,14 @@ class PoolReranker:
                 start += count
                 chunk_pools = [pools[position] for position in chunk]
                 flat = [candidate for pool in chunk_pools for candidate in pool]
-                with store._lock.reading():
-                    rows = store._candidate_rows(flat)  # KeyError naming unknown paths
-                    vectors = store._gallery_vectors(rows).reshape(count, length, -1)
+                read = read_candidates(store, flat, self._gallery_structure())  # KeyError: unknown paths
+                vectors = read.vectors.reshape(count, length, -1)
                 scores = np.array([[c.score for c in pool] for pool in chunk_pools], dtype=np.float64)
                 final = self._scores_for_pools(
-                    similarities_from_distances(scores, store.space), vectors, rows.reshape(count, length)
+                    similarities_from_distances(scores, store.space),
+                    vectors,
+                    read.rows.reshape(count, length),
+                    read.prepared,
                 )
                 order = np.argsort(final, axis=1, kind="stable")[:, :top_k]
                 best = np.take_along_axis(final, order, axis=1)
@@ -186,8 +194,15 @@ class PoolReranker:
                     ]
         return results
 
-    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Scores of ``B`` pools given their candidates' gallery ``rows`` too (B, N), pool by pool."""
+    def _gallery_structure(self) -> Prepare | None:
+        """The builder of the gallery-derived structure this re-ranker scores against, or None."""
+        return None
+
+    def _scores_for_pools(
+        self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray, structure: Any = None
+    ) -> np.ndarray:
+        """Scores of ``B`` pools given their candidates' gallery ``rows`` (B, N) and the gallery
+        ``structure`` of the same state (None without one), pool by pool."""
         return self._scores_from_vectors(probe, vectors)
 
     def _scores_from_vectors(self, probe: np.ndarray, vectors: np.ndarray) -> np.ndarray:

@@ -41,9 +41,10 @@ import numpy as np
 
 from galleria._validation import check_positive_int
 from galleria.expansion import alpha_query_expansion, check_expansion_alpha
+from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
+from galleria.rerank._consistent import take_snapshot
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
-from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -146,12 +147,17 @@ def augment_store(
         raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    if neighbour_lists is None:  # the store's neighbour graph (galleria.store.graph), built once per state
-        neighbour_lists = neighbor_graph(store, count)[0]
-    augmented = _augment(store.embeddings, count, power, neighbour_lists)
+    snapshot = take_snapshot(store)  # paths and vectors of one gallery state
+    if (
+        neighbour_lists is None
+    ):  # the gallery's neighbour graph (galleria.index.neighbor_graph), of that state
+        neighbour_lists = build_graph(
+            snapshot.vectors, min(count, max(len(snapshot.vectors) - 1, 1)), snapshot.space
+        )[0]
+    augmented = _augment(snapshot.vectors, count, power, neighbour_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(
-        store.paths,
+        list(snapshot.paths),
         augmented,
         store.embedder,
         index.name,

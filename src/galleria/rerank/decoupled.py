@@ -30,6 +30,7 @@ the L2-normalised vectors (cosine similarities) in every space.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,13 @@ import scipy.sparse as sp
 
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import stable_smallest
+from galleria.rerank._consistent import (
+    GallerySnapshot,
+    Prepared,
+    gallery_state,
+    read_candidates,
+    take_snapshot,
+)
 from galleria.rerank.base import check_features, check_store, similarities_from_distances, top_similar
 from galleria.rerank.diffusion import conjugate_gradient
 from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
@@ -137,12 +145,13 @@ def _truncated_rows(
     member of every ``T(i)`` are read at once, and a per-item table maps a gallery row to its
     position in ``T(i)`` (-1 outside), so entries leaving ``T(i)`` are dropped without a sort.
     """
-    size, width = lists.shape
-    result = np.empty((size, width), dtype=np.float32)
+    items_total, width = lists.shape  # every gallery row, or a sample of them (the load witness)
+    size = normalised.shape[0]
+    result = np.empty((items_total, width), dtype=np.float32)
     block = max(1, _SYSTEM_ELEMENTS // width)
     # (item, gallery row) -> the row's column in the block-diagonal system (item · T + position), or -1
-    local = np.full(min(block, size) * size, -1, dtype=np.int32)
-    for start in range(0, size, block):
+    local = np.full(min(block, items_total) * size, -1, dtype=np.int32)
+    for start in range(0, items_total, block):
         ids = lists[start : start + block]
         count = ids.shape[0]
         items = np.arange(count, dtype=np.int64)
@@ -332,23 +341,28 @@ def prepare_offline_diffusion(
         k, truncation, 1, alpha, gamma, tol, maxiter
     )
     params = dict(zip(OFFLINE_PARAMS, (neighbours, size, weight, power, tolerance, iterations), strict=True))
-    return _offline_of(store, params)
+    return _offline_of(store, params).value
 
 
-def _offline_of(store: InMemoryImageEmbeddingStore, params: dict[str, Any]) -> OfflineDiffusion:
-    """The store's offline diffusion with ``params``, computed and kept if it holds no such one."""
+def _offline_of(
+    store: InMemoryImageEmbeddingStore, params: dict[str, Any], snapshot: GallerySnapshot | None = None
+) -> Prepared[OfflineDiffusion]:
+    """The store's offline diffusion with ``params`` and the gallery state it belongs to: the one the
+    store holds when it matches (``snapshot``: for exactly that state), else computed and kept."""
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    held = store._offline_diffusion
-    if held is not None and held.params == params:
-        return held
-    with store._lock.reading():
-        rows = store._paths  # replaced (never changed in place) when the gallery changes
-        vectors = store._gallery_vectors(np.arange(len(rows), dtype=np.int64))
-    if not len(rows):
+    with store._lock.reading():  # the held table and the state it was kept for, together
+        held, state = store._offline_diffusion, gallery_state(store)
+    wanted = state if snapshot is None else snapshot.state
+    if held is not None and held.params == params and state == wanted:
+        if held.source is not None:  # read from a file: checked against the vectors on first use
+            held = _witnessed(store, held, state, snapshot)
+        return Prepared(state, held)
+    source = take_snapshot(store) if snapshot is None else snapshot
+    if not len(source.paths):
         raise ValueError("decoupled diffusion needs a store with at least one image")
     positions, values = _offline(
-        check_features("store vectors", vectors),
+        check_features("store vectors", source.vectors),
         params["k"],
         params["truncation"],
         params["alpha"],
@@ -359,9 +373,29 @@ def _offline_of(store: InMemoryImageEmbeddingStore, params: dict[str, Any]) -> O
     )
     computed = OfflineDiffusion(dict(params), positions, values)
     with store._lock.writing():
-        if store._paths is rows:  # the gallery did not change meanwhile
+        if gallery_state(store) == source.state:  # the gallery did not change meanwhile
             store._offline_diffusion = computed
-    return computed
+    return Prepared(source.state, computed)
+
+
+def _witnessed(
+    store: InMemoryImageEmbeddingStore, held: OfflineDiffusion, state: int, snapshot: GallerySnapshot | None
+) -> OfflineDiffusion:
+    """``held`` (read from a file, kept for gallery ``state``) once
+    :func:`~galleria.rerank.witness.check_offline_witness` accepts it on the store's vectors of that
+    state; kept in the store as checked. Should the gallery have moved on meanwhile, ``held`` is
+    answered as it is: it belongs to an old state, which the caller refuses anyway."""
+    from galleria.rerank.witness import check_offline_witness
+
+    source = take_snapshot(store) if snapshot is None else snapshot
+    if source.state != state:
+        return held
+    check_offline_witness(held, source.vectors, str(held.source))  # ValueError naming file and key
+    checked = OfflineDiffusion(held.params, held.positions, held.values)
+    with store._lock.writing():
+        if store._offline_diffusion is held and gallery_state(store) == source.state:
+            store._offline_diffusion = checked
+    return checked
 
 
 class DecoupledDiffusionReranker:
@@ -466,13 +500,20 @@ class DecoupledDiffusionReranker:
             return []
         return self._rerank_checked(pools, count)
 
+    def _prepare_offline(
+        self, store: InMemoryImageEmbeddingStore, snapshot: GallerySnapshot | None
+    ) -> Prepared[OfflineDiffusion]:
+        return _offline_of(store, self._offline_params, snapshot)
+
     def _rerank_checked(self, pools: list[list[Candidate]], top_k: int) -> list[list[Candidate]]:
         store = self._store
         if not store.is_built:
             raise RuntimeError("the store is not built yet; call build_store() first")
-        with store._lock.reading():
-            rows = [store._candidate_rows(pool) for pool in pools]  # KeyError for unknown paths
-        offline = _offline_of(store, self._offline_params)
+        flat = [candidate for pool in pools for candidate in pool]
+        read = read_candidates(store, flat, self._prepare_offline)  # KeyError for unknown paths
+        offline: OfflineDiffusion = read.prepared
+        bounds = np.cumsum([0] + [len(pool) for pool in pools])
+        rows = [read.rows[begin:end] for begin, end in itertools.pairwise(bounds.tolist())]
         gamma = float(self._offline_params["gamma"])
         results = []
         for pool, pool_rows in zip(pools, rows, strict=True):

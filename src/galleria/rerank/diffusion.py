@@ -33,14 +33,13 @@ Defaults follow the paper: ``α = 0.99``, ``γ = 3``, ``k = 50`` (the item and 4
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._deadline import check_deadline
 from galleria._validation import (
     check_bool,
     check_choice,
@@ -49,7 +48,9 @@ from galleria._validation import (
     check_positive_int,
 )
 from galleria.distances import pairwise_distances_batched
+from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
+from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared, StateCache
 from galleria.rerank.base import (
     PoolReranker,
     check_features,
@@ -57,16 +58,18 @@ from galleria.rerank.base import (
     similarities_from_distances,
     top_similar,
 )
-from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
 GRAPHS: tuple[str, ...] = ("gallery", "pool")
+#: The most conjugate-gradient iterations a setting may ask for (decoupled diffusion's bound too).
+MAX_ITERATIONS = 1 << 20
 #: Probes diffused together in the full setting (their CG arrays are (block, G) float64).
 _PROBE_BLOCK = 256
 
 __all__ = [
     "GRAPHS",
+    "MAX_ITERATIONS",
     "ConjugateGradientResult",
     "DiffusionReranker",
     "check_diffusion_params",
@@ -85,8 +88,9 @@ def check_diffusion_params(
 ) -> tuple[int, int, float, float, float, int]:
     """Validate the diffusion parameters; errors name the parameter and the value.
 
-    ``k``, ``query_k``, ``maxiter`` positive ints; ``alpha`` in [0, 1); ``gamma`` finite and ≥ 0;
-    ``tol`` finite and ≥ 0.
+    ``k``, ``query_k``, ``maxiter`` positive ints (``maxiter`` at most :data:`MAX_ITERATIONS`, as
+    decoupled diffusion's: with ``tol`` 0 it is the number of iterations run); ``alpha`` in [0, 1);
+    ``gamma`` finite and ≥ 0; ``tol`` finite and ≥ 0.
     """
     neighbours = check_positive_int("k", k)
     query_neighbours = check_positive_int("query_k", query_k)
@@ -96,6 +100,8 @@ def check_diffusion_params(
     power = check_nonnegative_float("gamma", gamma)
     tolerance = check_nonnegative_float("tol", tol)
     iterations = check_positive_int("maxiter", maxiter)
+    if iterations > MAX_ITERATIONS:
+        raise ValueError(f"maxiter must be at most {MAX_ITERATIONS}, got {maxiter!r}")
     return neighbours, query_neighbours, weight, power, tolerance, iterations
 
 
@@ -149,6 +155,7 @@ def solve_conjugate_gradient(
     for iteration in range(1, maxiter + 1):
         if not active.any():
             break
+        check_deadline()  # a request of galleria serve past its time limit stops here
         product = matvec(direction)
         curvature = np.einsum("ij,ij->i", direction, product)
         step = np.zeros_like(squared)
@@ -263,40 +270,34 @@ def diffusion_pools(
 class _GalleryGraph(NamedTuple):
     """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""
 
-    rows: object  # the store's path table this graph was built from (identity = version)
+    rows: Any  # the store's path table this graph was built from (its token names the state)
     neighbours: np.ndarray  # (n, m) int32, rows sorted ascending within each row
     others: int  # m requested (capped at n - 1)
 
 
-_GRAPHS: weakref.WeakKeyDictionary[InMemoryImageEmbeddingStore, dict[int, _GalleryGraph]] = (
-    weakref.WeakKeyDictionary()
-)
-_GRAPHS_LOCK = threading.Lock()
+#: One graph per store (the latest state, the latest size), kept while the gallery keeps its state.
+_GRAPHS: StateCache[_GalleryGraph] = StateCache()
 
 
-def _build_gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
-    """The gallery's k-NN lists in the store's space: the store's neighbour graph (store/graph.py)."""
-    with store._lock.reading():
-        rows = store._paths
-    ids, _ = neighbor_graph(store, max(others, 1))
-    if store._paths is not rows:  # the gallery changed meanwhile: the graph may be of the new one
-        return _build_gallery_graph(store, others)
-    return _GalleryGraph(rows, np.sort(ids[:, : min(others, ids.shape[1])], axis=1), others)
+def _graph_of(snapshot: GallerySnapshot, others: int) -> _GalleryGraph:
+    """The gallery's k-NN lists in its space, from the gallery's neighbour-graph core
+    (:func:`galleria.index.neighbor_graph.build_graph`: blockwise, exact up to 100,000 items) over
+    exactly the snapshot's vectors; each row's ids sorted ascending."""
+    size = snapshot.vectors.shape[0]
+    wanted = min(others, size - 1)
+    if wanted <= 0:
+        return _GalleryGraph(snapshot.paths, np.empty((size, 0), dtype=np.int32), others)
+    ids, _distances, _method = build_graph(snapshot.vectors, wanted, snapshot.space)
+    return _GalleryGraph(snapshot.paths, np.sort(ids[:, :wanted], axis=1).astype(np.int32), others)
 
 
-def gallery_graph(store: InMemoryImageEmbeddingStore, others: int) -> _GalleryGraph:
+def gallery_graph(
+    store: InMemoryImageEmbeddingStore, others: int, snapshot: GallerySnapshot | None = None
+) -> _GalleryGraph:
     """The store's gallery graph with ``others`` neighbours per row: built once, kept while the store
-    keeps its gallery (adding or removing images makes a new one on next use)."""
-    with _GRAPHS_LOCK:
-        graph = _GRAPHS.get(store, {}).get(others)
-    if graph is not None and graph.rows is store._paths:
-        return graph
-    graph = _build_gallery_graph(store, others)
-    with _GRAPHS_LOCK:
-        kept = _GRAPHS.setdefault(store, {})
-        kept.clear()  # one graph per store: the latest gallery, the latest size
-        kept[others] = graph
-    return graph
+    keeps its gallery (adding or removing images makes a new one on next use). With ``snapshot``
+    (:func:`galleria.rerank._consistent.take_snapshot`), the graph of exactly that state."""
+    return _GRAPHS.get(store, others, lambda source: _graph_of(source, others), snapshot).value
 
 
 def truncated_neighbours(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
@@ -410,13 +411,21 @@ class DiffusionReranker(PoolReranker):
             "graph": self._graph,
         }
 
-    def _scores_for_pools(self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        if self._graph == "pool":
+    def _gallery_structure(self) -> Prepare | None:
+        return None if self._graph == "pool" else self._prepare_graph
+
+    def _prepare_graph(
+        self, store: InMemoryImageEmbeddingStore, snapshot: GallerySnapshot | None
+    ) -> Prepared[_GalleryGraph]:
+        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self), snapshot)
+        return Prepared(int(graph.rows.token), graph)
+
+    def _scores_for_pools(
+        self, probe: np.ndarray, vectors: np.ndarray, rows: np.ndarray, structure: Any = None
+    ) -> np.ndarray:
+        if structure is None:
             return self._scores_from_vectors(probe, vectors)
-        store = self._store
-        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self))
-        if graph.rows is not store._paths:  # the gallery changed meanwhile: its graph is rebuilt
-            graph = gallery_graph(store, graph.others)
+        store, graph = self._store, structure
         among = pairwise_distances_batched(vectors, vectors, store.space)
         return self._diffuse(
             probe, similarities_from_distances(among, store.space), truncated_neighbours(graph, rows)

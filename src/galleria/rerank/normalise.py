@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_bool
+from galleria.rerank._consistent import take_snapshot
 from galleria.rerank.base import check_store
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -125,11 +126,12 @@ def normalised_store(
         raise ValueError(f"store is already normalised ({store.vector_transform}); use the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
-    powered = normalise_vectors(store.embeddings, power)
+    snapshot = take_snapshot(store)  # paths and vectors of one gallery state
+    powered = normalise_vectors(snapshot.vectors, power)
     mean = powered.astype(np.float64).mean(axis=0) if centred else None
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(
-        store.paths,
+        list(snapshot.paths),
         normalise_vectors(powered, 1.0, mean),
         store.embedder,
         index.name,

@@ -26,6 +26,7 @@ from typing import Any
 from galleria._validation import check_bool, check_choice, check_positive_int, is_int
 from galleria.expansion import check_expansion_alpha
 from galleria.rerank._common import check_hyperparameters
+from galleria.rerank._prepared import cached_preparation
 from galleria.rerank.base import Reranker
 from galleria.rerank.dba import DBAReranker, augmented_store_for
 from galleria.rerank.decoupled import (
@@ -102,7 +103,25 @@ def prepared_store(
 ) -> InMemoryImageEmbeddingStore:
     """``store`` prepared as :func:`_check_preparation`'s ``preparation`` says: normalised (a
     read-only view) when asked, then DBA-augmented when asked. A store already prepared so (a saved
-    augmented store, a caller's normalised view) is used as it is."""
+    augmented store, a caller's normalised view) is used as it is.
+
+    The prepared store is built once per state of ``store``'s gallery and preparation, and reused
+    while the gallery stays the same (:mod:`galleria.rerank._prepared`): what is computed on it (the
+    diffusion graph, the offline table) is then computed once too."""
+    wanted = {
+        "vector_power": preparation.get("vector_power", 1.0),
+        "centre": preparation.get("centre", False),
+    }
+    if wanted == {"vector_power": 1.0, "centre": False} and "dba_neighbors" not in preparation:
+        return store
+    key = tuple(sorted(preparation.items()))
+    return cached_preparation(store, key, lambda: _prepare(store, preparation))  # type: ignore[no-any-return]
+
+
+def _prepare(
+    store: InMemoryImageEmbeddingStore, preparation: Mapping[str, Any]
+) -> InMemoryImageEmbeddingStore:
+    """``store`` prepared as ``preparation`` says (see :func:`prepared_store`), built anew."""
     wanted = {
         "vector_power": preparation.get("vector_power", 1.0),
         "centre": preparation.get("centre", False),

@@ -14,6 +14,7 @@ from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank import _common
 from galleria.rerank._common import check_hyperparameters, check_mode, one_blas_thread
+from galleria.rerank._consistent import read_candidates
 from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
 from galleria.rerank.pool import reference_pool
 from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
@@ -266,8 +267,7 @@ class KReciprocalReranker:
     ) -> np.ndarray:
         """``d*`` of ``count`` pools of ``length`` candidates, (count, length): dense, or one large pool."""
         store = self._store
-        with store._lock.reading():  # checked candidates: no second path check
-            vectors = store._gallery_vectors(store._candidate_rows(candidates))  # KeyError: unknown paths
+        vectors = read_candidates(store, candidates).vectors  # one state; KeyError: unknown paths
         if self._mode == "reference":
             return self._reference_finals(vectors, scores, count, length)
         if length >= _common.SPARSE_POOL_SIZE:  # one pool, in memory near O(N·k1)

@@ -95,8 +95,9 @@ def check_embedding_output(output: Any, count: int, dim: int | None, what: str) 
     return result
 
 
-def check_query_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:
-    """Return query ``vectors`` ((d,) or (q, d), numeric, finite) as a (q, d) float32 array."""
+def check_query_vectors(name: str, vectors: Any, dim: int | None, space: str | None = None) -> np.ndarray:
+    """Return query ``vectors`` ((d,) or (q, d), numeric, finite; within the ``ip`` / ``l2`` bound of
+    :func:`galleria.index._checks.check_vectors`) as a (q, d) float32 array."""
     array = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors)
     if array.ndim == 1:
         array = array[None, :]
@@ -104,7 +105,7 @@ def check_query_vectors(name: str, vectors: Any, dim: int | None) -> np.ndarray:
         raise ValueError(
             f"{name} must be a (dim,) or a non-empty (q, dim) array, got shape {np.shape(vectors)}"
         )
-    return check_vectors(name, array, dim)
+    return check_vectors(name, array, dim, space)
 
 
 def check_rows_agree(index: SearchIndex, vectors: np.ndarray) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_path_list
+from galleria.index._checks import MAX_MAGNITUDE, first_oversized
 from galleria.store._checks import (
     check_embedder,
     check_embedder_dim,
@@ -19,6 +20,26 @@ from galleria.store._embedding import check_directions
 from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["state_from_embeddings"]
+
+#: Rows of a filled index read back at a time while their magnitudes are checked.
+_CHECK_ROWS = 1 << 14
+
+
+def _check_index_rows(index: Any) -> None:
+    """Refuse a filled index whose rows (where it can give them back) would overflow float32
+    distances (ValueError naming the row)."""
+    if not index.can_reconstruct:
+        return
+    for start in range(0, len(index), _CHECK_ROWS):
+        rows = np.arange(start, min(len(index), start + _CHECK_ROWS), dtype=np.int64)
+        block = np.asarray(index.reconstruct(rows), dtype=np.float32)
+        position = first_oversized(block)
+        if position is not None:
+            row = start + position // max(1, block.shape[1])
+            raise ValueError(
+                f"search_index row {row} holds a value beyond {MAX_MAGNITUDE:.3g} (or not finite): its "
+                "distances would overflow float32"
+            )
 
 
 def state_from_embeddings(
@@ -46,9 +67,10 @@ def state_from_embeddings(
             )
         if len(set(path_list)) != len(path_list):
             raise ValueError("paths must be unique when the index already holds their rows")
+        _check_index_rows(index)
         vectors = None
     else:
-        vectors = check_query_vectors("embeddings", embeddings, index.dim)
+        vectors = check_query_vectors("embeddings", embeddings, index.dim, index.space)
         if np.ndim(embeddings) != 2 or vectors.shape[0] != len(path_list):
             raise ValueError(
                 f"embeddings must have one row per path: shape {np.shape(embeddings)} "

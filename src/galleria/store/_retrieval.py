@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,8 +34,8 @@ class RetrievalMixin(StoreCore):
         k: int,
         *,
         query_expansion: bool = False,
-        expansion_alpha: float = 3.0,
-        expansion_neighbors: int = 50,
+        expansion_alpha: float | None = None,
+        expansion_neighbors: int | None = None,
     ) -> list[list[Candidate]]:
         """Find the ``k`` gallery images nearest to each query image.
 
@@ -47,10 +48,13 @@ class RetrievalMixin(StoreCore):
             Results per query; above the gallery size the whole gallery is returned.
         query_expansion : bool
             Apply alpha query expansion (DESIGN.md §4) before the final search.
-        expansion_alpha : float
-            αQE exponent (finite, ≥ 0).
-        expansion_neighbors : int
-            Matches αQE reads back per query (fewer if the gallery is smaller).
+        expansion_alpha : float, optional
+            αQE exponent (finite, ≥ 0). None (the default): the adaptive rule's, read from this
+            gallery (3; see :func:`galleria.rerank.adaptive.params_from_statistics`).
+        expansion_neighbors : int, optional
+            Matches αQE reads back per query (fewer if the gallery is smaller). None (the default):
+            the adaptive rule's, read from this gallery (2, or 1 where neighbours are not reciprocal).
+            Until galleria 0.2.0 the defaults were the paper's α 3, n 50; pass them to keep that.
 
         Returns
         -------
@@ -67,7 +71,7 @@ class RetrievalMixin(StoreCore):
         ImageReadError
             A query path cannot be read.
         """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
+        checked = self._retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         embedder = self._require_embedder("query images")
         images = as_image_list(queries, reader=reader_for(embedder))
@@ -80,17 +84,17 @@ class RetrievalMixin(StoreCore):
         k: int,
         *,
         query_expansion: bool = False,
-        expansion_alpha: float = 3.0,
-        expansion_neighbors: int = 50,
+        expansion_alpha: float | None = None,
+        expansion_neighbors: int | None = None,
     ) -> list[list[Candidate]]:
         """Find the ``k`` gallery images nearest to each query vector.
 
         ``vectors`` is one (d,) vector or a (q, d) array in the store's embedding space; the other
         arguments and the result are as in :meth:`retrieve_top_k_similar`.
         """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
+        checked = self._retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
-        queries = check_query_vectors("vectors", vectors, self.dim)
+        queries = check_query_vectors("vectors", vectors, self.dim, self.space)
         check_directions(queries, self._index.space, "vectors")
         return self._search(queries, *checked)
 
@@ -100,8 +104,8 @@ class RetrievalMixin(StoreCore):
         k: int,
         *,
         query_expansion: bool = False,
-        expansion_alpha: float = 3.0,
-        expansion_neighbors: int = 50,
+        expansion_alpha: float | None = None,
+        expansion_neighbors: int | None = None,
     ) -> list[list[Candidate]]:
         """Find the ``k`` gallery images nearest to each text (needs an embedder with ``embed_text``).
 
@@ -110,13 +114,28 @@ class RetrievalMixin(StoreCore):
         TypeError
             The embedder has no text side, or ``texts`` is not a string / list of strings.
         """
-        checked = check_retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
+        checked = self._retrieval_args(k, expansion_alpha, expansion_neighbors, query_expansion)
         self._require_built()
         embedder = self._require_embedder("texts")
         if not callable(getattr(embedder, "embed_text", None)):
             raise TypeError(f"the store's embedder ({type(embedder).__name__}) has no embed_text method")
         vectors = self._embed_queries(embedder.embed_text, as_text_list(texts), "texts")
         return self._search(vectors, *checked)
+
+    def _retrieval_args(
+        self, k: Any, alpha: Any, neighbors: Any, query_expansion: Any
+    ) -> tuple[int, float, int, bool]:
+        """The checked arguments of a retrieval call, αQE's left-out values read from this gallery."""
+        if query_expansion is True and (alpha is None or neighbors is None):
+            self._require_built()
+            from galleria.rerank.adaptive import default_rerank_params
+
+            rule = default_rerank_params(self, "aqe")
+            alpha = rule["expansion_alpha"] if alpha is None else alpha
+            neighbors = rule["expansion_neighbors"] if neighbors is None else neighbors
+        alpha = 3.0 if alpha is None else alpha  # unused without expansion: any valid value
+        neighbors = 1 if neighbors is None else neighbors
+        return check_retrieval_args(k, alpha, neighbors, query_expansion)
 
     def _embed_queries(self, embed: Any, items: list[Any], what: str) -> np.ndarray:
         batch = batch_size_of(self._embedder)
@@ -146,7 +165,7 @@ class RetrievalMixin(StoreCore):
             [
                 make(paths[row], score, token, (table, row))
                 for row, score in zip(id_row, score_row, strict=True)
-                if row >= 0
+                if row >= 0 and math.isfinite(score)  # a non-finite score is never returned
             ]
             for id_row, score_row in zip(ids.tolist(), scores.tolist(), strict=True)
         ]

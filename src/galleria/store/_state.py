@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,11 +25,16 @@ class OfflineDiffusion:
         Row i: the gallery rows of item i's truncated diffusion, i itself first, all distinct.
     values : (n, T) float32 array
         Row i: the diffusion from item i at those rows.
+    source : str or None
+        The file it was read from while it is not yet checked against the store's vectors
+        (:func:`galleria.rerank.witness.check_offline_witness` runs on its first use); None once
+        checked, or for one computed here.
     """
 
     params: dict[str, Any]
     positions: np.ndarray
     values: np.ndarray
+    source: str | None = field(default=None, compare=False)
 
 
 @dataclass

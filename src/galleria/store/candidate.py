@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria.store._urls import is_url, url_error
 from galleria.store.reading import read_rgb
 
 __all__ = ["Candidate"]
@@ -86,8 +87,14 @@ class Candidate:
 
     @property
     def array(self) -> np.ndarray:
-        """The image as an (H, W, 3) uint8 RGB array, read on first access and kept."""
+        """The image as an (H, W, 3) uint8 RGB array, read on first access and kept.
+
+        A URL-only item (``scheme://...``, from an imported clip-retrieval folder) raises ValueError:
+        galleria never fetches images.
+        """
         if not self._buffer:
+            if is_url(self.path):
+                raise url_error(self.path)
             self._buffer.append(read_rgb(self.path))
         return self._buffer[0]
 

@@ -215,8 +215,9 @@ def neighbor_graph(
     ``k' = min(k, n - 1)``; row i is sorted by distance in the store's space, ties to the lower id,
     and never holds i; ids are store rows. Built once per store state (:mod:`galleria.index.neighbor_graph`:
     exact up to 100,000 items under ``method="auto"``, HNSW candidates refined exactly above)
-    and kept: in memory on the store, and in ``STORE.graph`` when ``store_file`` is given (or the store
-    was loaded by the command line). The arrays returned are read-only views; do not modify them.
+    and kept in memory on the store. With ``store_file``, ``STORE.graph`` is read if it holds this
+    state's graph and (re)written otherwise; a store loaded by the command line reads it too, but
+    never writes it. The arrays returned are read-only views.
 
     Examples
     --------
@@ -250,8 +251,8 @@ def neighbor_graph(
     if graph is None:
         ids, distances, used = build_graph(vectors, requested, store.space, method)
         graph = NeighborGraph(state, ids, distances, used)
-        if path is not None:
-            _write_graph_file(path, graph)
+        if store_file is not None:  # a file remembered from loading is read, never written
+            _write_graph_file(path, graph)  # type: ignore[arg-type]
     graph.ids.flags.writeable = False
     graph.distances.flags.writeable = False
     with _LOCK:

@@ -75,7 +75,7 @@ from galleria._validation import MAX_VECTOR_DIM, check_labels_root
 from galleria.embedders import embedder_config, embedder_from_config
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
-from galleria.index._checks import all_finite
+from galleria.index._checks import all_finite, check_magnitude
 from galleria.index._serial import Packed, Unpacked
 from galleria.index.base import SPACES
 from galleria.index.registry import FAISS_BLOBS
@@ -83,6 +83,7 @@ from galleria.store._checks import check_embedder, check_embedder_dim, check_que
 from galleria.store._paths import PathTable, path_error, read_path_table
 from galleria.store._state import GalleryState, OfflineDiffusion, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
+from galleria.store._urls import is_url
 
 __all__ = [
     "FORMAT_NAME",
@@ -166,7 +167,7 @@ def encode_store(
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
     tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:
-        given = check_query_vectors("vectors", vectors, dim)
+        given = check_query_vectors("vectors", vectors, dim, index.space)
         if np.ndim(vectors) != 2 or given.shape[0] != count:
             raise ValueError(f"vectors must have shape ({count}, {dim}), got {np.shape(vectors)}")
         from galleria.distances import prepare_vectors
@@ -328,7 +329,7 @@ def _check_offline_diffusion(
         raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
     if not np.isfinite(values).all():
         raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
-    return OfflineDiffusion(dict(record), positions, values)
+    return OfflineDiffusion(dict(record), positions, values, source=repr(name))
 
 
 def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
@@ -539,6 +540,10 @@ def _read_vectors(
         raise _checksum_error(name, "vectors")
     if not all_finite(vectors):
         raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
+    try:
+        check_magnitude("tensor 'vectors'", vectors)
+    except ValueError as error:
+        raise ValueError(f"{name!r}: {error}") from None
     return vectors
 
 
@@ -603,13 +608,18 @@ def _reanchor(paths: Sequence[str], root: Any) -> tuple[str, str] | None:
         root = os.fspath(root)
     if not isinstance(root, str) or not root:
         raise TypeError(f"root must be a non-empty str or os.PathLike, got {root!r}")
-    if not all(os.path.isabs(path) for path in paths):
+    files = [path for path in paths if not is_url(path)]  # URL-only items are never re-anchored
+    if not files:
+        return None
+    if not all(os.path.isabs(path) for path in files):
         return "", os.path.abspath(root)
-    return os.path.commonpath([os.path.dirname(path) for path in paths]), os.path.abspath(root)
+    return os.path.commonpath([os.path.dirname(path) for path in files]), os.path.abspath(root)
 
 
 def _moved(path: str, anchor: tuple[str, str]) -> str:
     old, new = anchor
+    if is_url(path):
+        return path
     if not old:
         return os.path.join(new, path)
     if path == old or path.startswith(old.rstrip(os.sep) + os.sep):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -75,7 +76,54 @@ def _decode_hashes(text: Any, where: str) -> set[bytes]:
         raise ValueError(f"{where}: tuned_on.gallery.path_hashes is not base64: {error}") from None
     if len(raw) % HASH_BYTES:
         raise ValueError(f"{where}: tuned_on.gallery.path_hashes has a length that is not a multiple of 8")
+    if not raw:  # an empty list would turn the leak check off: a tuning always tunes on images
+        raise ValueError(f"{where}: tuned_on.gallery.path_hashes is empty; it must list the tuned-on images")
     return {raw[start : start + HASH_BYTES] for start in range(0, len(raw), HASH_BYTES)}
+
+
+def _check_gallery_record(gallery: Mapping[str, Any], where: str) -> set[bytes]:
+    """The tuned-on images' hashes, which must be as many as the record's ``n_images`` says."""
+    tuned = _decode_hashes(gallery.get("path_hashes"), where)
+    count = gallery.get("n_images")
+    if count is not None and (not _is_count(count) or count != len(tuned)):
+        raise ValueError(
+            f"{where}: tuned_on.gallery.n_images is {count!r}, but tuned_on.gallery.path_hashes holds "
+            f"{len(tuned)} images"[:300]
+        )
+    return tuned
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_split_record(held_out: Mapping[str, Any], where: str) -> None:
+    """Each field of ``tuned_on.test_split`` has its type (ValueError naming the file and the key)."""
+    seed = held_out.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(
+            f"{where}: tuned_on.test_split.seed must be a non-negative integer, got {seed!r}"[:300]
+        )
+    if "n_queries" in held_out and not _is_count(held_out["n_queries"]):
+        count = held_out["n_queries"]
+        raise ValueError(
+            f"{where}: tuned_on.test_split.n_queries must be a positive integer, got {count!r}"[:300]
+        )
+    if "query_fraction" in held_out:
+        fraction = held_out["query_fraction"]
+        if (
+            not isinstance(fraction, (int, float))
+            or isinstance(fraction, bool)
+            or not math.isfinite(fraction)
+            or not 0 < fraction < 1
+        ):
+            raise ValueError(
+                f"{where}: tuned_on.test_split.query_fraction must be a number in (0, 1), got {fraction!r}"[
+                    :300
+                ]
+            )
+    if not isinstance(held_out.get("digest"), str):
+        raise ValueError(f"{where}: tuned_on.test_split.digest must be a string")
 
 
 def split_record(
@@ -133,6 +181,7 @@ def check_tuned_split(
     if held_out is not None:
         if not isinstance(held_out, Mapping):
             raise ValueError(f"{where}: tuned_on.test_split must be a JSON object")
+        _check_split_record(held_out, where)
         recorded = {key: held_out[key] for key in _SPLIT_KEYS if key in held_out}
         if held_out.get("seed") != seed or recorded != {
             key: split_option[key] for key in _SPLIT_KEYS if key in split_option
@@ -146,7 +195,7 @@ def check_tuned_split(
                 f"{where} held out other test queries than this evaluation draws with the same split "
                 "(another gallery, or images were added or removed since tuning); tune again"
             )
-    tuned = _decode_hashes(gallery.get("path_hashes"), where)
+    tuned = _check_gallery_record(gallery, where)
     leaked = sum(1 for path in test_paths if _hash(path) in tuned)
     if leaked:
         raise ValueError(

@@ -49,9 +49,9 @@ import numpy as np
 
 from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.datasets.folder import stratified_split
-from galleria.evaluation.configs import RetrievalConfig
 from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_rank, ranked_relevance
-from galleria.rerank.registry import AUGMENTABLE_METHODS, DEFAULT_METHOD, RERANK_METHODS, make_reranker
+from galleria.rerank.registry import AUGMENTABLE_METHODS, DEFAULT_METHOD, RERANK_METHODS
+from galleria.retrieval import RetrievalConfig, Searcher
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -176,41 +176,31 @@ class _Split:
         return self.augmented[key]
 
     def run(self, config: RetrievalConfig) -> dict[str, float]:
-        store = self.store
-        reranker = None
+        prepared = None
+        config = config.resolve(self.store)  # what the Searcher reads from this split's gallery
         if config.rerank:
             params = config.rerank_params
             if config.rerank_method == "dba":
                 neighbors, alpha = int(params.get("neighbors", 10)), float(params.get("alpha", 3.0))
-                store = self._prepared(neighbors=neighbors, alpha=alpha)
+                prepared = self._prepared(neighbors=neighbors, alpha=alpha)
             elif config.rerank_method in _AUGMENTED:  # a diffusion on a prepared gallery
-                store = self._prepared(
+                prepared = self._prepared(
                     float(params.get("vector_power", 1.0)),
                     bool(params.get("centre", False)),
                     int(params.get("dba_neighbors", 0)),
                     float(params.get("dba_alpha", 3.0)),
                 )
-            reranker = make_reranker(config.rerank_method, store, **config.reranker_params())
-            store = reranker.store
-        k = min(max(self.depth, config.pool) if config.rerank else self.depth, len(store))
+        # The one path (the prepared copies kept here, so trials share them)
+        searcher = Searcher(self.store, config, prepared=prepared)
+        config, store = searcher.config, searcher.searched
+        k = min(searcher.depth(self.depth), len(store))
         key = (id(store), k, config.query_expansion, config.expansion_alpha, config.expansion_neighbors)
         lists = self.searches.get(key) if not config.query_expansion else None
         if lists is None:
-            lists = store.retrieve_by_vector(
-                self.queries,
-                k=k,
-                query_expansion=config.query_expansion,
-                expansion_alpha=config.expansion_alpha,
-                expansion_neighbors=config.expansion_neighbors,
-            )
+            lists = searcher.candidates(self.queries, k)
             if not config.query_expansion and store is self.store:
                 self.searches[key] = lists
-        if reranker is not None:
-            pools = [candidates[: config.pool] for candidates in lists]
-            reranked = reranker.rerank_batch(pools, top_k=max(len(pool) for pool in pools))
-            lists = [
-                head + candidates[config.pool :] for head, candidates in zip(reranked, lists, strict=True)
-            ]
+        lists = searcher.finish(lists, k)
         scores = score_lists(lists, self.query_labels, self.gallery_labels)
         firsts = [candidates[0].path if candidates else None for candidates in lists]
         if not config.rerank and not config.query_expansion:
@@ -580,7 +570,8 @@ def tune(
     configs: dict[str, RetrievalConfig] = {}
 
     def measure(options: dict[str, Any]) -> tuple[RetrievalConfig, float]:
-        config = RetrievalConfig("trial", **options)
+        # every value a trial leaves out is read from the tuning split's gallery, as the Searcher does
+        config = RetrievalConfig("trial", **options).resolve(first.store)
         key = repr(sorted(config.settings().items()))
         if key not in seen:
             values = first.run(config)
@@ -723,7 +714,7 @@ def tune(
             break
     mean_lift = float(np.mean(lifts))
     if beats:
-        recommended = RetrievalConfig("tuned", **_as_options(best_config.settings()))
+        recommended = RetrievalConfig.from_settings(best_config.settings(), name="tuned")
         message = (
             f"recommended: {best_config.title} (mean lift {mean_lift:+.4f} {chosen_metric} over plain "
             f"retrieval on {len(lifts)} validation split(s))"
@@ -751,7 +742,7 @@ def tune(
     }
     return TuneResult(
         config=recommended,
-        best=RetrievalConfig("best", **_as_options(best_config.settings())),
+        best=RetrievalConfig.from_settings(best_config.settings(), name="best"),
         metric=chosen_metric,
         best_value=round(best_value, 6),
         plain_value=round(plain_value, 6),

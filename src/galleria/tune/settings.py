@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from galleria._files import atomic_write_bytes, load_json, read_regular_file
-from galleria.evaluation.configs import RetrievalConfig
-from galleria.rerank.registry import DEFAULT_METHOD, METHOD_PARAMS
+from galleria.retrieval import RetrievalConfig
 
 __all__ = [
     "FORMAT_NAME",
@@ -39,19 +38,12 @@ FORMAT_VERSION = 1
 #: Largest settings file read (a real one is a few kB, its trial history included).
 MAX_BYTES = 4 << 20
 
-_COMMON = {
-    "query_expansion",
-    "expansion_alpha",
-    "expansion_neighbors",
-    "rerank",
-    "rerank_method",
-    "rerank_preset",
-    "pool",
-}
-
 
 def config_from_settings(settings: Any, name: str = "tuned", where: str = "settings") -> RetrievalConfig:
     """Turn a ``settings`` mapping (the keys of ``RetrievalConfig.settings()``) into a ``RetrievalConfig``.
+
+    The same as :meth:`RetrievalConfig.from_settings`, the one place a settings mapping becomes a
+    configuration.
 
     Raises
     ------
@@ -64,39 +56,7 @@ def config_from_settings(settings: Any, name: str = "tuned", where: str = "setti
     >>> config_from_settings({"rerank": True, "rerank_method": "gnn", "k1": 9}).title
     'GNN (k1=9, k2=7, lambda_value=0.3, pool=200)'
     """
-    if not isinstance(settings, Mapping):
-        raise TypeError(f"{where} must be a JSON object, got {type(settings).__name__}")
-    method = settings.get("rerank_method", DEFAULT_METHOD)
-    if not isinstance(method, str) or method not in METHOD_PARAMS:
-        raise ValueError(f"{where}: rerank_method must be one of {tuple(METHOD_PARAMS)}, got {method!r}")
-    allowed = _COMMON | set(METHOD_PARAMS[method])
-    unknown = sorted(map(str, set(settings) - allowed))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown} for rerank_method {method!r}")
-    for flag in ("query_expansion", "rerank"):
-        if flag in settings and not isinstance(settings[flag], bool):
-            raise TypeError(f"{where}: {flag} must be true or false, got {settings[flag]!r}")
-    options: dict[str, Any] = {
-        key: settings[key]
-        for key in (
-            "query_expansion",
-            "expansion_alpha",
-            "expansion_neighbors",
-            "rerank",
-            "pool",
-            "rerank_preset",
-        )
-        if key in settings
-    }
-    params = {key: settings[key] for key in METHOD_PARAMS[method] if key in settings}
-    if method == DEFAULT_METHOD:
-        options.update(params)
-    else:
-        options["rerank_params"] = params
-    try:
-        return RetrievalConfig(name, rerank_method=method, **options)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"{where}: {error}") from error
+    return RetrievalConfig.from_settings(settings, name=name, where=where)
 
 
 def read_settings_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -145,7 +105,10 @@ def read_settings(path: str | os.PathLike[str], name: str = "tuned") -> Retrieva
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "tuned.json"
     >>> write_settings(path, RetrievalConfig("best", query_expansion=True, expansion_alpha=1.0))
     >>> read_settings(path).title
-    'αQE (α=1, n=50)'
+    'αQE (α=1, n=adaptive)'
+    >>> write_settings(path, RetrievalConfig("best", True, 1.0, 4))
+    >>> read_settings(path).title
+    'αQE (α=1, n=4)'
     """
     document = read_settings_file(path)
     try:

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from galleria.evaluation.configs import DEFAULT_POOL, RetrievalConfig
 from galleria.rerank.registry import DEFAULT_METHOD
+from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
 
 __all__ = [
     "GalleryLabels",
@@ -26,6 +26,7 @@ __all__ = [
     "compare_search",
     "rank_changes",
     "search_defaults",
+    "setting_keys",
 ]
 
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
@@ -62,10 +63,13 @@ class SideBySide:
     reranked: list[RankedItem] | None
     elapsed_ms: float
     query_label: str | None = None
+    #: The exact αQE and re-ranking values the search used (:meth:`galleria.retrieval.Searcher.used`).
+    used: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON answer of ``POST /api/search``."""
+        """The JSON answer of ``POST /api/search`` (with the exact settings it used)."""
         return {
+            "settings": self.used,
             "plain": [item.to_dict(with_previous=False) for item in self.plain],
             "reranked": None
             if self.reranked is None
@@ -100,8 +104,24 @@ def _flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
     raise ValueError(f"{key} must be true or false, got {value!r}")
 
 
-#: The page's and the API's names of the settings, and the RetrievalConfig fields they set.
+#: The page's and the API's old names of αQE's settings, and the RetrievalConfig fields they set.
 _FIELD_NAMES = {"expansion_alpha": "alpha", "expansion_neighbors": "neighbors", "lambda_value": "lambda"}
+#: Method parameters given flat under these names are αQE's old names instead: give them as
+#: ``param.NAME`` (form, address) or in the ``params`` object (JSON).
+_TAKEN = frozenset({"alpha", "neighbors", "k", "pool"})
+#: The prefix of a method's parameter in a form or an address (``param.alpha=0.9``).
+PARAM_PREFIX = "param."
+
+
+def setting_keys() -> tuple[str, ...]:
+    """Every name a request may give a setting by (the declared parameter names of every method)."""
+    from galleria.rerank.registry import METHOD_PARAMS
+
+    names = {name for params in METHOD_PARAMS.values() for name in params}
+    fixed: tuple[str, ...] = ("k", "expand", "alpha", "neighbors", "expansion_alpha", "expansion_neighbors")
+    fixed += ("rerank", "method", "rerank_method", "preset", "rerank_preset", "params", "lambda", "pool")
+    flat = sorted(names - _TAKEN - set(fixed))
+    return fixed + tuple(flat) + tuple(PARAM_PREFIX + name for name in sorted(names))
 
 
 def _as_sent(message: str, lambda_name: str) -> str:
@@ -110,13 +130,52 @@ def _as_sent(message: str, lambda_name: str) -> str:
     return re.sub(r"\b(expansion_alpha|expansion_neighbors|lambda_value)\b", lambda m: names[m[1]], message)
 
 
+def _first(settings: Mapping[str, Any], *names: str) -> tuple[str, Any]:
+    """The first of ``names`` given a value (not None nor empty) and its value; else (names[0], None)."""
+    for name in names:
+        if settings.get(name) not in (None, ""):
+            return name, settings[name]
+    return names[0], None
+
+
+def _method_params(settings: Mapping[str, Any], method: str) -> tuple[dict[str, Any], str]:
+    """The method's parameters a request gives (typed by their defaults), and the name λ was sent by."""
+    from galleria.rerank.registry import METHOD_PARAMS, check_method_params
+
+    declared = METHOD_PARAMS[method]
+    defaults = check_method_params(method, {})
+    nested = settings.get("params")
+    if nested is not None and not isinstance(nested, Mapping):
+        raise ValueError(f"params must be an object of {method} parameters, got {nested!r}")
+    sent: dict[str, Any] = dict(nested or {})
+    lambda_name = "lambda" if "lambda" in settings or "lambda_value" not in settings else "lambda_value"
+    for name in declared:
+        key = "lambda" if name == "lambda_value" and lambda_name == "lambda" else name
+        for given in (PARAM_PREFIX + name, *(() if name in _TAKEN else (key,))):
+            if settings.get(given) not in (None, ""):
+                sent[name] = settings[given]
+    unknown = sorted(set(sent) - set(declared))
+    if unknown:
+        raise ValueError(f"unknown {method} parameter(s) {unknown}; it takes {list(declared)}")
+    typed: dict[str, Any] = {}
+    for name, value in sent.items():
+        kind = type(defaults.get(name, 0.0))
+        if kind is bool:
+            typed[name] = _flag({name: value}, name)
+        elif kind in (int, float):
+            typed[name] = _number({name: value}, name, None, kind)
+        else:
+            typed[name] = value
+    return typed, lambda_name
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    """How many results, and whether and how to expand (αQE) and re-rank (k-reciprocal).
+    """How many results, and whether and how to expand (αQE) and re-rank (any method, by name).
 
     Examples
     --------
-    >>> SearchSettings.from_mapping({"k": "5", "rerank": "on", "k1": "10"}).config.k1
+    >>> SearchSettings.from_mapping({"k": "5", "rerank": "on", "k1": "10"}).config.rerank_params["k1"]
     10
     >>> SearchSettings.from_mapping({"k": 0})
     Traceback (most recent call last):
@@ -126,8 +185,8 @@ class SearchSettings:
 
     k: int = 10
     config: RetrievalConfig = field(default_factory=lambda: RetrievalConfig("search", pool=DEFAULT_POOL))
-    #: The k-reciprocal parameters read from the gallery (``{"k1", "k2", "lambda_value"}``) when they
-    #: were the defaults of these settings (:meth:`from_mapping` with a ``store``); None otherwise.
+    #: The re-ranking parameters read from the gallery (the adaptive values of the method) when a
+    #: ``store`` was given and the preset is adaptive; None otherwise.
     gallery_params: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -149,25 +208,22 @@ class SearchSettings:
         *,
         store: Any = None,
     ) -> SearchSettings:
-        """Read ``k``, ``expand``, ``alpha``, ``neighbors``, ``rerank``, ``k1``, ``k2``, ``lambda``, ``pool``.
+        """Read the settings of a form, an address or a JSON request (see :func:`setting_keys`).
 
-        Values may be text (form fields, URL parameters) or JSON numbers and booleans;
-        ``lambda_value`` is accepted for ``lambda``. ValueError names the setting as it was sent
-        (``lambda``, ``alpha``, ``neighbors``...) and the value. ``defaults`` (a settings file
-        written by ``galleria tune``) gives every absent setting, the two switches ``expand`` and
-        ``rerank`` included, and the re-ranking method: with a method other than k-reciprocal, its
-        tuned parameters are used and ``k1``, ``k2``, ``lambda`` only apply to k-reciprocal.
+        ``k``, ``pool``; ``expand`` with ``expansion_alpha`` / ``expansion_neighbors`` (old names
+        ``alpha``, ``neighbors``); ``rerank`` with ``method`` (``rerank_method``), ``preset``, and the
+        method's parameters by their declared names — flat (``k1``, ``lambda_value`` or ``lambda``,
+        ``query_k``...), as ``param.NAME`` or in a ``params`` object (needed for ``alpha`` and
+        ``neighbors``, which flat are αQE's). Values may be text or JSON numbers and booleans;
+        ValueError names the setting as it was sent and the value.
 
-        ``store`` (the served store) makes the re-ranking defaults the gallery's own: without
-        ``defaults``, and with ``defaults`` whose ``rerank_preset`` is ``"adaptive"``, the parameters
-        a request leaves out are :func:`galleria.rerank.adaptive.default_rerank_params` of ``store``
-        (cached on the store while its gallery is unchanged); :attr:`gallery_params` then holds
-        them. Without ``store`` the paper's values are the defaults.
+        ``defaults`` (a settings file written by ``galleria tune``) gives every absent setting, the
+        switches and the method included. ``store`` (the served store) fills in every value still
+        left out as :class:`~galleria.retrieval.Searcher` does on that store — the adaptive rules
+        read from its gallery — so the settings hold the exact values a search uses (the address
+        carries them); :attr:`gallery_params` then holds the method's values read from the gallery.
         """
-        base = search_defaults(store, defaults)
-        gallery_params = None
-        if base is not defaults and base.rerank_method == DEFAULT_METHOD and store is not None:
-            gallery_params = {"k1": base.k1, "k2": base.k2, "lambda_value": base.lambda_value}
+        base = defaults if defaults is not None else RetrievalConfig("search", pool=DEFAULT_POOL)
         k = _number(settings, "k", DEFAULT_K, int)
         pool = _number(settings, "pool", base.pool, int)
         for name, value in (("k", k), ("pool", pool)):
@@ -176,82 +232,126 @@ class SearchSettings:
         rerank = _flag(settings, "rerank", base.rerank)
         if rerank and pool < k:
             raise ValueError(f"pool must be at least k ({k}), got {pool}")
-        lambda_name = "lambda_value" if "lambda" not in settings and "lambda_value" in settings else "lambda"
-        lam = settings.get(lambda_name)
+        _, method = _first(settings, "method", "rerank_method")
+        method = base.rerank_method if method is None else method
+        _, preset = _first(settings, "preset", "rerank_preset")
+        preset = base.rerank_preset if preset is None else preset
+        alpha_name, alpha = _first(settings, "alpha", "expansion_alpha")
+        neighbors_name, neighbors = _first(settings, "neighbors", "expansion_neighbors")
+        lambda_name = "lambda"
         try:
+            from galleria.rerank.registry import check_method_params
+
+            check_method_params(method, {})  # the method's name, checked
+            params, lambda_name = _method_params(settings, method)
+            if method == base.rerank_method:
+                params = {**base.rerank_params, **params}
             config = RetrievalConfig(
                 "search",
                 query_expansion=_flag(settings, "expand", base.query_expansion),
-                expansion_alpha=_number(settings, "alpha", base.expansion_alpha, float),
-                expansion_neighbors=_number(settings, "neighbors", base.expansion_neighbors, int),
+                expansion_alpha=_number({alpha_name: alpha}, alpha_name, base.expansion_alpha, float),
+                expansion_neighbors=_number(
+                    {neighbors_name: neighbors}, neighbors_name, base.expansion_neighbors, int
+                ),
                 rerank=rerank,
-                k1=_number(settings, "k1", base.k1, int),
-                k2=_number(settings, "k2", base.k2, int),
-                lambda_value=_number({lambda_name: lam}, lambda_name, base.lambda_value, float),
                 pool=pool,
-                rerank_method=base.rerank_method,
-                rerank_params=dict(base.rerank_params),
+                rerank_method=method,
+                rerank_params=params,
+                rerank_preset=preset,
             )
         except (TypeError, ValueError) as error:
             raise ValueError(_as_sent(str(error), lambda_name)) from None
+        gallery_params = None
+        if store is not None:
+            # the note "read from this gallery" when the defaults leave the method's values to it
+            if method != base.rerank_method:
+                base = replace(base, rerank_method=method, rerank_params={})
+            config, gallery_params = _resolved(config, store, bool(base.open_params()))
         return cls(k=k, config=config, gallery_params=gallery_params)
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON (what the page's form fields hold)."""
         config = self.config
+        params = config.rerank_params
         return {
             "k": self.k,
             "expand": config.query_expansion,
             "alpha": config.expansion_alpha,
             "neighbors": config.expansion_neighbors,
             "rerank": config.rerank,
-            "k1": config.k1,
-            "k2": config.k2,
-            "lambda": config.lambda_value,
+            "k1": params.get("k1"),
+            "k2": params.get("k2"),
+            "lambda": params.get("lambda_value"),
             "pool": config.pool,
             "method": config.rerank_method,
+            "params": dict(params),
         }
 
     def to_query(self) -> dict[str, str]:
-        """The settings as URL parameters: both switches always, the values of the parts switched on.
+        """The settings as URL parameters: both switches always, the exact values of the parts switched on.
 
         Read back with :meth:`from_mapping` (with the same ``defaults``), they give these settings
         again, so a page's address reproduces its search. Numbers are written as Python writes them
         (the shortest text that reads back as the same number: ``0.3``, never ``0.30000000000000004``).
+        k-reciprocal's parameters keep their old names (``k1``, ``k2``, ``lambda``); another method
+        is named (``method``) with its parameters as ``param.NAME``.
 
         Examples
         --------
         >>> SearchSettings.from_mapping({"k": "5", "rerank": "1", "lambda": "0.25"}).to_query()
-        {'k': '5', 'expand': '0', 'rerank': '1', 'k1': '20', 'k2': '6', 'lambda': '0.25', 'pool': '200'}
+        {'k': '5', 'expand': '0', 'rerank': '1', 'lambda': '0.25', 'pool': '200'}
         """
         config = self.config
         query = {"k": str(self.k), "expand": "1" if config.query_expansion else "0"}
         if config.query_expansion:
-            query.update(alpha=repr(config.expansion_alpha), neighbors=str(config.expansion_neighbors))
+            if config.expansion_alpha is not None:
+                query["alpha"] = repr(config.expansion_alpha)
+            if config.expansion_neighbors is not None:
+                query["neighbors"] = str(config.expansion_neighbors)
         query["rerank"] = "1" if config.rerank else "0"
         if config.rerank:
-            if config.rerank_method == DEFAULT_METHOD:
-                query.update(k1=str(config.k1), k2=str(config.k2), **{"lambda": repr(config.lambda_value)})
+            if config.rerank_method != DEFAULT_METHOD:
+                query["method"] = config.rerank_method
+            for name, value in config.rerank_params.items():
+                if config.rerank_method == DEFAULT_METHOD:
+                    key = "lambda" if name == "lambda_value" else name
+                else:
+                    key = PARAM_PREFIX + name
+                query[key] = _text(value)
             query["pool"] = str(config.pool)
         return query
 
 
-def search_defaults(store: Any, defaults: RetrievalConfig | None = None) -> RetrievalConfig:
-    """The settings a search of ``store`` starts from: ``defaults`` with adaptive parameters read.
+def _text(value: Any) -> str:
+    """A parameter's value as an address writes it: the shortest text that reads back as it."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return repr(value) if isinstance(value, float) else str(value)
 
-    Without ``defaults`` (no settings file): plain search, re-ranking off, and the re-ranking
-    parameters read from ``store``'s gallery (the adaptive preset). ``defaults`` whose preset is
-    ``"paper"`` (a tuned settings file) are returned as they are; adaptive ones are resolved
-    against ``store``, whether re-ranking is switched on or not (the page's form shows the values).
-    With ``store`` None nothing is read: the paper's values (or ``defaults``) stand.
+
+def _resolved(
+    config: RetrievalConfig, store: Any, note: bool
+) -> tuple[RetrievalConfig, dict[str, Any] | None]:
+    """``config`` with every value filled in as the Searcher fills it in on ``store`` (both switches
+    on for the lookup, so the form shows values), and (``note``) the method's adaptive values."""
+    full = replace(config, rerank=True, query_expansion=True).resolve(store)
+    resolved = replace(full, rerank=config.rerank, query_expansion=config.query_expansion)
+    gallery = None
+    if note and config.rerank_preset == "adaptive":
+        from galleria.rerank.adaptive import default_rerank_params
+
+        gallery = default_rerank_params(store, config.rerank_method)
+    return resolved, gallery
+
+
+def search_defaults(store: Any, defaults: RetrievalConfig | None = None) -> RetrievalConfig:
+    """The settings a search of ``store`` starts from: ``defaults`` with every value left out read.
+
+    Without ``defaults`` (no settings file): plain search, re-ranking off, every value the adaptive
+    rules read from ``store``'s gallery, as :class:`~galleria.retrieval.Searcher` reads them. With
+    ``store`` None nothing is read.
     """
-    if defaults is None:
-        if store is None:
-            return RetrievalConfig("search", pool=DEFAULT_POOL)
-        defaults = RetrievalConfig("search", pool=DEFAULT_POOL, rerank_preset="adaptive")
-    if store is None or defaults.rerank_preset != "adaptive":
-        return defaults
-    return replace(replace(defaults, rerank=True).resolve(store), rerank=defaults.rerank)
+    return SearchSettings.from_mapping({}, defaults, store=store).config
 
 
 class GalleryLabels:
@@ -363,55 +463,43 @@ def compare_search(
         a gallery path is left out of its own results and searched by its stored embedding (its
         file is not read).
     settings : SearchSettings
-        ``k``, αQE and re-ranking settings. The plain list is the search (with αQE when on); the
-        re-ranked list re-ranks its first ``pool`` candidates, and each item's ``previous_rank`` is
-        its rank in that search.
+        ``k``, αQE and re-ranking settings. The re-ranked list is what
+        :meth:`galleria.retrieval.Searcher.search` gives for them on ``store`` (the one path); the
+        plain list is ``store``'s search (with αQE when on), and each re-ranked item's
+        ``previous_rank`` is its rank there.
     labels : GalleryLabels, optional
         Marks results of the query's class when the query is a gallery path in a class folder.
     """
-    from galleria.rerank import make_reranker
+    from galleria.retrieval import Searcher
 
     if kind not in {"image", "text", "path"}:
         raise ValueError(f"kind must be 'image', 'text' or 'path', got {kind!r}")
-    config = settings.config
     started = time.perf_counter()
+    searcher = Searcher(store, settings.config)
+    k = settings.k
     extra = 1 if kind == "path" else 0
-    depth = max(settings.k, config.pool if config.rerank else 0) + extra
-    expansion: dict[str, Any] = {
-        "query_expansion": config.query_expansion,
-        "expansion_alpha": config.expansion_alpha,
-        "expansion_neighbors": config.expansion_neighbors,
-    }
-    if kind == "text":
-        found = store.retrieve_by_text([query], depth, **expansion)[0]
-    elif kind == "path":  # the gallery image as it was indexed: its file is not read again
-        vector = store.embeddings_of([query])
-        found = store.retrieve_by_vector(vector, depth, **expansion)[0]
-    else:
-        found = store.retrieve_top_k_similar([query], depth, **expansion)[0]
-    if kind == "path":
-        found = [candidate for candidate in found if candidate.path != query][: depth - extra]
+    depth = searcher.depth(k)
+
+    def first_stage(plain: bool) -> list[Any]:
+        found = searcher.candidates([query], depth + extra, kind=kind, plain=plain)[0]
+        if kind == "path":
+            found = [candidate for candidate in found if candidate.path != query]
+        return found[:depth]
+
+    found = first_stage(plain=True)
     query_label = labels.label_of(query) if (labels is not None and kind == "path") else None
-    plain = _items(found[: settings.k], labels, query_label)
+    plain = _items(found[:k], labels, query_label)
     reranked = None
-    if config.rerank and found:
-        reranker = make_reranker(config.rerank_method, store, **config.reranker_params())
-        pool = found[: config.pool]
-        if reranker.store is not store:  # DBA + αQE: its candidates come from the augmented store
-            searched = reranker.store
-            if kind == "text":
-                pool = searched.retrieve_by_text([query], depth, **expansion)[0]
-            elif kind == "path":
-                pool = searched.retrieve_by_vector(vector, depth, **expansion)[0]
-            else:
-                pool = searched.retrieve_top_k_similar([query], depth, **expansion)[0]
-            pool = [candidate for candidate in pool if kind != "path" or candidate.path != query]
-            pool = pool[: config.pool]
-        order = reranker.rerank(pool, top_k=settings.k)
+    if searcher.reranker is not None and found:
+        # DBA + αQE (and a prepared gallery) takes its candidates from its own store
+        pool = found if searcher.searched is store else first_stage(plain=False)
+        order = searcher.finish([pool], k)[0]
         previous = {candidate.path: rank for rank, candidate in enumerate(found, start=1)}
         reranked = _items(order, labels, query_label, previous)
     elapsed = round(1000.0 * (time.perf_counter() - started), 3)
-    return SideBySide(plain=plain, reranked=reranked, elapsed_ms=elapsed, query_label=query_label)
+    return SideBySide(
+        plain=plain, reranked=reranked, elapsed_ms=elapsed, query_label=query_label, used=searcher.used()
+    )
 
 
 def rank_changes(before: Sequence[str], after: Sequence[str]) -> tuple[int, int]:

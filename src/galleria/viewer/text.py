@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import unicodedata
 
 __all__ = ["format_score", "printable", "shorten_middle"]
@@ -93,12 +94,15 @@ def _last_fitting(folders: list[str], tail: str, width: int) -> str:
 
 
 def format_score(score: float, digits: int = 4) -> str:
-    """A score with ``digits`` decimals, never a negative zero (``-0.00001`` → ``0.0000``).
+    """A score with ``digits`` decimals, never a negative zero (``-0.00001`` → ``0.0000``); a
+    non-finite score is ``n/a`` (never shown as a number).
 
     Examples
     --------
-    >>> format_score(-0.000012), format_score(0.123456), format_score(-0.5)
-    ('0.0000', '0.1235', '-0.5000')
+    >>> format_score(-0.000012), format_score(0.123456), format_score(-0.5), format_score(float("nan"))
+    ('0.0000', '0.1235', '-0.5000', 'n/a')
     """
+    if not math.isfinite(score):
+        return "n/a"
     text = f"{score:.{digits}f}"
     return text[1:] if text.startswith("-") and not text.strip("-0.") else text

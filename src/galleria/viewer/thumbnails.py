@@ -19,6 +19,7 @@ from PIL import Image
 
 from galleria._validation import check_positive_int
 from galleria.store.reading import DEFAULT_MAX_PIXELS, read_rgb_image
+from galleria.viewer.flight import SingleFlight
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -97,8 +98,9 @@ class ThumbnailCache:
     """Thumbnails made on first request and kept, least recently used first out, within ``max_bytes``.
 
     Safe to share between threads: lookups and insertions hold one lock; thumbnails are made outside it,
-    at most :data:`MAX_CONCURRENT_DECODES` at a time (so concurrent requests for large images cannot
-    multiply the memory one decode takes).
+    at most :data:`MAX_CONCURRENT_DECODES` at a time, each from decoding to its JPEG bytes (so
+    concurrent requests for large images cannot multiply the memory one thumbnail takes), and
+    concurrent misses of one path are merged: it is decoded once, the others wait for its bytes.
 
     Parameters
     ----------
@@ -113,6 +115,9 @@ class ThumbnailCache:
         Decodes a key into an RGB PIL image (or an (H, W, 3) uint8 array), given ``(key, min_size,
         max_pixels)``; the default is :func:`~galleria.store.reading.read_rgb_image` (keys are
         paths). ``galleria serve`` passes one that checks the path against the gallery root first.
+    decoding : threading.Semaphore, optional
+        Held while a thumbnail is made (decode, shrink, encode); ``galleria serve`` shares one with
+        its full-size images. Default: a semaphore of :data:`MAX_CONCURRENT_DECODES`.
 
     Examples
     --------
@@ -131,12 +136,14 @@ class ThumbnailCache:
         *,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         reader: Callable[[str, tuple[int, int], int | None], np.ndarray | Image.Image] | None = None,
+        decoding: threading.Semaphore | None = None,
     ) -> None:
         self._max_bytes = check_positive_int("max_bytes", max_bytes)
         self._size = check_positive_int("size", size)
         self._max_pixels = None if max_pixels is None else check_positive_int("max_pixels", max_pixels)
         self._reader = reader if reader is not None else _read_path
-        self._decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
+        self._decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES) if decoding is None else decoding
+        self._flight: SingleFlight[bytes] = SingleFlight()
         self._items: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -160,10 +167,18 @@ class ThumbnailCache:
             if data is not None:
                 self._items.move_to_end(path)
                 return data
+        return self._flight.do(path, lambda: self._make(path))
+
+    def _make(self, path: str) -> bytes:
+        """Decode, shrink and encode ``path`` under the semaphore, then keep the bytes."""
         with self._decoding:
             pixels = self._reader(path, (self._size, self._size), self._max_pixels)
-        picture = pixels if isinstance(pixels, Image.Image) else Image.fromarray(np.asarray(pixels, np.uint8))
-        data = _jpeg(picture, self._size)
+            picture = (
+                pixels if isinstance(pixels, Image.Image) else Image.fromarray(np.asarray(pixels, np.uint8))
+            )
+            del pixels
+            data = _jpeg(picture, self._size)
+            del picture
         with self._lock:
             if path in self._items or len(data) > self._max_bytes:
                 return self._items.get(path, data)

@@ -70,7 +70,11 @@ def normalise_hosts(names: Iterable[str]) -> frozenset[str]:
 
 
 class Guard:
-    """Add :data:`SECURITY_HEADERS` to every answer; with ``allowed_hosts``, answer other hosts 400."""
+    """Add :data:`SECURITY_HEADERS` to every answer; with ``allowed_hosts``, answer other hosts 400.
+
+    An error no route answered becomes a plain 500 sent from here, so that it carries the headers
+    too; the error is then raised on, to be logged.
+    """
 
     def __init__(self, app: Any, allowed_hosts: frozenset[str] | None) -> None:
         self.app = app
@@ -107,4 +111,22 @@ class Guard:
             )
             await response(scope, receive, send_guarded)
             return
-        await self.app(scope, receive, send_guarded)
+        started = False
+
+        async def send_tracked(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send_guarded(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            # Starlette's own 500 page is sent from outside this middleware, without the headers:
+            # answer here, then let the error go on to be logged (nothing more is sent for it).
+            if not started:
+                from starlette.responses import PlainTextResponse
+
+                answer = PlainTextResponse("Internal Server Error", status_code=500)
+                await answer(scope, receive, send_tracked)
+            raise

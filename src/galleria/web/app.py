@@ -14,6 +14,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import UploadFile
 
+from galleria._deadline import check_deadline
 from galleria.embedders import embedder_config
 from galleria.store.reading import (
     DEFAULT_MAX_PIXELS,
@@ -31,6 +32,8 @@ from galleria.viewer import (
     compare_search,
     decode_upload,
 )
+from galleria.viewer.compare import MAX_RESULTS
+from galleria.viewer.flight import SingleFlight
 from galleria.viewer.thumbnails import (
     DEFAULT_CACHE_BYTES,
     MAX_CONCURRENT_DECODES,
@@ -38,6 +41,7 @@ from galleria.viewer.thumbnails import (
 )
 from galleria.web._files import GalleryFiles, NotServedError
 from galleria.web._guard import Guard, normalise_hosts
+from galleria.web._work import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, RequestTimeout, WorkerPool
 from galleria.web.pages import SETTING_KEYS, UPLOAD_GONE, Site, add_pages
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
@@ -92,6 +96,22 @@ def _too_large(size: int, limit: int) -> str:
     return f"the request is {size / 1e6:.1f} MB or more, over the upload limit of {allowed:.1f} MB"
 
 
+def _bounded(settings: SearchSettings, sent: dict[str, Any]) -> SearchSettings:
+    """``settings`` if a request's work stays bounded: the neighbour counts a request sends (αQE's
+    ``neighbors``, k-reciprocal's ``k1`` and ``k2``) at most :data:`MAX_RESULTS`, like ``k`` and
+    ``pool``, so that no product of them exceeds ``MAX_RESULTS``²; ValueError naming the one sent."""
+    config = settings.config
+    params = config.rerank_params
+    for name, value in (
+        ("neighbors", config.expansion_neighbors),
+        ("k1", params.get("k1")),
+        ("k2", params.get("k2")),
+    ):
+        if name in sent and isinstance(value, int) and value > MAX_RESULTS:
+            raise ValueError(f"{name} must be at most {MAX_RESULTS} in a request, got {value!r}")
+    return settings
+
+
 def create_app(
     store: Any,
     *,
@@ -104,6 +124,8 @@ def create_app(
     root: Any = None,
     allowed_hosts: Iterable[str] | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    workers: int = DEFAULT_WORKERS,
 ) -> FastAPI:
     """A FastAPI app that searches ``store`` (a built InMemoryImageEmbeddingStore), loaded once.
 
@@ -129,39 +151,55 @@ def create_app(
     passes its bound host and ``--allow-host`` names) turns on the ``Host`` check: other names than
     these, ``localhost`` and IP addresses get a 400; None (the default) checks no ``Host``.
     ``max_pixels`` bounds the images decoded for uploads, thumbnails and ``/image``.
+
+    Searching, decoding uploads and re-ranking run in a pool of ``workers`` threads, off the event
+    loop (:mod:`galleria.web._work`); a request whose work takes longer than ``request_timeout``
+    seconds is answered 503 (``galleria serve --request-timeout``). At most
+    :data:`~galleria.viewer.thumbnails.MAX_CONCURRENT_DECODES` gallery images are decoded and
+    re-encoded at once (thumbnails and ``/image`` together), and concurrent requests for one image
+    are merged into one decode.
     """
     # The one validation, for the defaults too. Without a settings file (or with an adaptive one)
     # the re-ranking defaults are read from the served gallery, again for every request: the
     # statistics behind them are cached on the store while its gallery stays the same.
     initial = SearchSettings.from_mapping({}, defaults, store=store)
     uploads = UploadStore() if uploads is None else uploads
+    pool = WorkerPool(workers, request_timeout)
 
     def settings_from(values: dict[str, Any]) -> SearchSettings:
-        return SearchSettings.from_mapping(values, defaults, store=store)
+        return _bounded(SearchSettings.from_mapping(values, defaults, store=store), values)
 
     files = GalleryFiles(store.paths, root)
     labels = GalleryLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))
     hosts = None if allowed_hosts is None else normalise_hosts(allowed_hosts)
     draft = draft_size_for(store.embedder)
+    # One semaphore for every decode of a gallery image, held until its bytes are encoded.
     decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
+    full_size: SingleFlight[tuple[bytes, str]] = SingleFlight()
 
     def read_gallery(path: str, min_size: Any, limit: int | None) -> Any:
         """Pixels of a stored path, read only through the root check (NotServedError, ImageReadError)."""
-        with files.open(path) as handle, decoding:
+        with files.open(path) as handle:
             return read_rgb_image(handle, min_size, max_pixels=limit, name=labels.relative(path))
 
-    thumbnails = ThumbnailCache(max_bytes=thumbnail_cache_bytes, max_pixels=max_pixels, reader=read_gallery)
+    thumbnails = ThumbnailCache(
+        max_bytes=thumbnail_cache_bytes, max_pixels=max_pixels, reader=read_gallery, decoding=decoding
+    )
     text_queries = callable(getattr(store.embedder, "embed_text", None))
     app = FastAPI(
         title="galleria",
         description="Search a gallery store; plain and k-reciprocal re-ranked results side by side.",
         docs_url=None,  # Swagger's page loads its assets from a CDN: blank offline
         redoc_url=None,
+        lifespan=pool.lifespan,
     )
     app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static")
     app.add_middleware(_BodyLimit, limit=max_upload_bytes + _FORM_SLACK)
     app.add_middleware(Guard, allowed_hosts=hosts)
     app.state.gallery_root = files.root
+    app.state.workers = pool
+    app.state.thumbnails = thumbnails
+    app.state.full_size = full_size
 
     def gallery_path(relative: str) -> str:
         path = labels.path_of(relative)
@@ -194,20 +232,27 @@ def create_app(
         """The pixels of an upload's bytes (UploadError for anything that is not a usable image)."""
         return decode_upload(data, max_bytes=max_upload_bytes, max_pixels=max_pixels, min_size=draft)
 
-    async def read_upload(upload: Any) -> Any:
+    async def read_upload(upload: Any) -> bytes:
         if not isinstance(upload, UploadFile):
             raise UploadError("the 'image' field must be a file upload")
-        return decode_bytes(await upload.read(max_upload_bytes + 1))
+        return await upload.read(max_upload_bytes + 1)
 
     def run_search(query: Any, kind: str, settings: SearchSettings) -> dict[str, Any]:
+        """Search (in a worker thread): an ``"upload"`` query is the upload's bytes, decoded here."""
         if kind == "text" and not text_queries:
             raise ValueError("text queries need a store built with a clip embedder")
         if kind == "path" and query not in store:
             raise LookupError(f"{query!r} is not an image of this gallery")
+        if kind == "upload":
+            query, kind = decode_bytes(query), "image"
+            check_deadline()
         result = compare_search(store, query, settings, kind=kind, labels=labels)
+        check_deadline()
         return result.to_dict()
 
     def error_response(error: Exception) -> JSONResponse:
+        if isinstance(error, RequestTimeout):
+            return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": "10"})
         if isinstance(error, UploadError) and error.too_large:
             return JSONResponse({"detail": str(error)}, status_code=413)
         if isinstance(error, LookupError):
@@ -250,12 +295,12 @@ def create_app(
                 f"'path' or 'text'; got {given or 'none'}"
             )
         if given[0] == "image":
-            return await read_upload(image), "image", settings
+            return await read_upload(image), "upload", settings
         if given[0] == "upload":
             kept = uploads.get(fields["upload"])
             if kept is None:
                 raise LookupError(UPLOAD_GONE)
-            return decode_bytes(kept.data), "image", settings
+            return kept.data, "upload", settings
         if given[0] == "text":
             if not isinstance(fields["text"], str):
                 raise ValueError("text must be a string")
@@ -278,14 +323,17 @@ def create_app(
         ``upload`` (an id from a page's address, ``/?upload=...``) searches an image uploaded earlier
         on the page again.
 
-        Settings: ``k``, ``expand`` with ``alpha`` and ``neighbors``, ``rerank`` with ``k1``, ``k2``,
-        ``lambda`` and ``pool``. Answer: ``{"plain": [{"path", "score", "rank"}...], "reranked": [...
-        with "previous_rank"] | null, "elapsed_ms": ...}``.
+        Settings: ``k``, ``expand`` with ``expansion_alpha`` and ``expansion_neighbors`` (old names
+        ``alpha``, ``neighbors``), ``rerank`` with ``method``, ``preset``, ``pool`` and the method's
+        parameters by their declared names (flat, ``param.NAME`` or a ``params`` object; ``k1``,
+        ``k2``, ``lambda`` stay accepted); left out: the gallery's adaptive values (or the settings
+        file's). Answer: ``{"settings": {the exact values used}, "plain": [{"path", "score",
+        "rank"}...], "reranked": [... with "previous_rank"] | null, "elapsed_ms": ...}``.
         """
         try:
             query, kind, settings = await parse_request(request)
-            return run_search(query, kind, settings)
-        except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as error:
+            return await pool.run(run_search, query, kind, settings)
+        except (ValueError, LookupError, TypeError, OverflowError, ImageReadError, RequestTimeout) as error:
             return error_response(error)
 
     add_pages(
@@ -300,6 +348,7 @@ def create_app(
             max_upload_bytes=max_upload_bytes,
             decode_upload=decode_bytes,
             evaluation=evaluation,
+            workers=pool,
         ),
     )
 
@@ -317,18 +366,23 @@ def create_app(
     def image(relative: str) -> Response:
         """A gallery image at full size, re-encoded from its decoded pixels (JPEG stays JPEG, else PNG)."""
         path = gallery_path(relative)
-        try:
-            with files.open(path) as handle, decoding:
+
+        def encoded() -> tuple[bytes, str]:
+            with files.open(path) as handle, decoding:  # held until the copy is encoded
                 is_jpeg = handle.read(3) == b"\xff\xd8\xff"
                 handle.seek(0)
                 pixels = read_rgb_image(handle, max_pixels=max_pixels, name=relative)
+                image_format = "JPEG" if is_jpeg else "PNG"
+                data = encode_pixels(pixels, image_format)
+                del pixels
+            return data, image_format
+
+        try:
+            data, image_format = full_size.do(path, encoded)
         except (NotServedError, ImageReadError) as error:
             raise not_shown(error) from None
-        image_format = "JPEG" if is_jpeg else "PNG"
         return Response(
-            encode_pixels(pixels, image_format),
-            media_type=f"image/{image_format.lower()}",
-            headers={"Cache-Control": "max-age=3600"},
+            data, media_type=f"image/{image_format.lower()}", headers={"Cache-Control": "max-age=3600"}
         )
 
     @app.get("/favicon.ico", include_in_schema=False)

@@ -33,13 +33,15 @@ from galleria.store.reading import ImageReadError
 from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore
 from galleria.viewer.browse import BrowsePage, browse_gallery
 from galleria.viewer.compare import _flag as read_flag
+from galleria.viewer.compare import setting_keys
 from galleria.viewer.text import format_score
 from galleria.viewer.thumbnails import array_thumbnail
+from galleria.web._work import RequestTimeout
 
 __all__ = ["EVAL_PAGE_SIZE", "SETTING_KEYS", "UPLOAD_GONE", "Site", "add_pages"]
 
 #: The settings a request may give (``lambda_value`` is another name of ``lambda``).
-SETTING_KEYS = ("k", "expand", "alpha", "neighbors", "rerank", "k1", "k2", "lambda", "lambda_value", "pool")
+SETTING_KEYS = setting_keys()
 #: The kinds of query an address may hold.
 QUERY_KEYS = ("path", "text", "upload")
 #: The answer to an upload id the server no longer keeps (or never gave).
@@ -67,6 +69,14 @@ class Site:
     max_upload_bytes: int
     decode_upload: Callable[[bytes], Any]
     evaluation: Any = None
+    #: The worker pool (:class:`galleria.web._work.WorkerPool`) searches and uploads run in.
+    workers: Any = None
+
+    async def work(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` in the worker pool (here, without one)."""
+        if self.workers is None:
+            return function(*args)
+        return await self.workers.run(function, *args)
 
 
 def _number_text(value: Any) -> str:
@@ -97,13 +107,12 @@ def _form_values(settings: SearchSettings, sent: Mapping[str, str]) -> dict[str,
 
 
 def _method_heading(settings: SearchSettings) -> str:
-    """The re-ranked column's heading: the method and its parameters, numbers as given."""
+    """The re-ranked column's heading: the method and the exact parameters it used."""
     config = settings.config
-    if config.rerank_method == "k-reciprocal":
-        params = {"k1": config.k1, "k2": config.k2, "λ": config.lambda_value}
-    else:
-        params = dict(config.rerank_params)
-    shown = " · ".join(f"{key} {_number_text(value)}" for key, value in params.items())
+    names = {"lambda_value": "λ"} if config.rerank_method == "k-reciprocal" else {}
+    shown = " · ".join(
+        f"{names.get(key, key)} {_number_text(value)}" for key, value in config.rerank_params.items()
+    )
     return f"re-ranked · {config.rerank_method}{' · ' + shown if shown else ''} · pool {config.pool}"
 
 
@@ -112,14 +121,24 @@ def _gallery_note(settings: SearchSettings) -> str | None:
     read = settings.gallery_params
     if read is None or settings.config.rerank_method != "k-reciprocal":
         return None
-    config = settings.config
-    if (config.k1, config.k2, config.lambda_value) == (read["k1"], read["k2"], read["lambda_value"]):
+    params = settings.config.rerank_params
+    if all(params.get(name) == read[name] for _, name in _NOTE_NAMES):
         return "k1, k2, λ read from this gallery"
     shown = ", ".join(f"{key} {_number_text(read[name])}" for key, name in _NOTE_NAMES)
     return f"values read from this gallery: {shown}"
 
 
 _NOTE_NAMES = (("k1", "k1"), ("k2", "k2"), ("λ", "lambda_value"))
+
+
+def _hidden_params(settings: SearchSettings) -> list[tuple[str, str]]:
+    """The form's hidden fields of a method other than k-reciprocal: its name and exact parameters."""
+    config = settings.config
+    if config.rerank_method == "k-reciprocal":
+        return []
+    fields = [("method", config.rerank_method)]
+    fields += [(f"param.{key}", _number_text(value)) for key, value in config.rerank_params.items()]
+    return fields
 
 
 def _search_heading(settings: SearchSettings) -> str:
@@ -163,6 +182,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
             "info": site.info(),
             "has_eval": evaluation is not None,
             "form": _form_values(settings, sent),
+            "hidden_params": _hidden_params(settings),
             "gallery_note": _gallery_note(settings),
             "error": None,
             "query_text": "",
@@ -209,7 +229,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
         )
 
     @app.get("/", response_class=HTMLResponse)
-    def index(request: Request) -> HTMLResponse:
+    async def index(request: Request) -> HTMLResponse:
         """The gallery to browse; with ``path=``, ``text=`` or ``upload=``, that query's results."""
         params = request.query_params
         sent = {key: params[key] for key in SETTING_KEYS if key in params}
@@ -245,14 +265,13 @@ def add_pages(app: FastAPI, site: Site) -> None:
                     error, status = UPLOAD_GONE, 404
             else:
                 context["preview"] = "/upload/" + given + ".jpg"
-                try:
-                    query = site.decode_upload(kept.data)
-                except UploadError as problem:
-                    error, status = str(problem), 400
-            kind = "image"
+                query = kept.data
+            kind = "upload"  # the kept bytes, decoded by the search in its worker
         if error is None:
             try:
-                context["result"] = site.run_search(query, kind, settings)
+                context["result"] = await site.work(site.run_search, query, kind, settings)
+            except RequestTimeout as problem:
+                error, status = str(problem), 503
             except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as problem:
                 error = str(problem.args[0] if problem.args else problem)
                 status = 404 if isinstance(problem, (LookupError, ImageReadError)) else 400
@@ -301,8 +320,8 @@ def add_pages(app: FastAPI, site: Site) -> None:
             image = images[0] if images else None
             data = await image.read(site.max_upload_bytes + 1) if isinstance(image, UploadFile) else b""
             if isinstance(image, UploadFile) and (data or image.filename):
-                pixels = site.decode_upload(data)
-                query["upload"] = site.uploads.add(data, array_thumbnail(pixels, PREVIEW_SIZE))
+                preview = await site.work(_preview, site.decode_upload, data)
+                query["upload"] = site.uploads.add(data, preview)
             else:
                 for key in ("text", "upload", "path"):
                     if fields.get(key, "").strip():
@@ -310,6 +329,8 @@ def add_pages(app: FastAPI, site: Site) -> None:
                         break
         except UploadError as problem:
             return form_error(request, str(problem), 413 if problem.too_large else 400, fields)
+        except RequestTimeout as problem:
+            return form_error(request, str(problem), 503, fields)
         if not query:
             message = "choose an image to upload, type a text or click a gallery image"
             return form_error(request, message, 400, fields)
@@ -344,14 +365,16 @@ def add_pages(app: FastAPI, site: Site) -> None:
             return no_evaluation(request)
         raw = request.query_params.get("page", "1")
         pages = eval_pages
-        if not raw.isdigit() or int(raw) < 1:
+        number = _page_number(raw)
+        if number is None or number < 1:
+            shown = raw if len(raw) <= 40 else raw[:37] + "..."
             return render(
                 request,
                 "eval_list.html",
-                {**_eval_context(1, pages), "error": f"page must be a positive integer, got {raw!r}"},
+                {**_eval_context(1, pages), "error": f"page must be a positive integer, got {shown!r}"},
                 400,
             )
-        return render(request, "eval_list.html", _eval_context(min(int(raw), pages), pages))
+        return render(request, "eval_list.html", _eval_context(min(number, pages), pages))
 
     def _eval_context(page: int, pages: int) -> dict[str, Any]:
         start = (page - 1) * EVAL_PAGE_SIZE
@@ -371,17 +394,19 @@ def add_pages(app: FastAPI, site: Site) -> None:
         """One query of the evaluation: the two lists compared, side by side."""
         if evaluation is None:
             return no_evaluation(request)
-        if not number.isdigit() or int(number) >= len(evaluation.queries):
+        found = _page_number(number)
+        if found is None or found >= len(evaluation.queries):
+            shown = number if len(number) <= 40 else number[:37] + "..."
             return render(
                 request,
                 "eval_list.html",
                 {
                     **_eval_context(1, max(1, -(-len(order) // EVAL_PAGE_SIZE))),
-                    "error": f"no query {number!r} in this evaluation",
+                    "error": f"no query {shown!r} in this evaluation",
                 },
                 404,
             )
-        position = int(number)
+        position = found
         outcome = evaluation.queries[position]
         rank = place[position]
         before_name, after_name = evaluation.compared
@@ -420,6 +445,27 @@ def add_pages(app: FastAPI, site: Site) -> None:
                 "list_address": f"/eval?page={rank // EVAL_PAGE_SIZE + 1}",
             },
         )
+
+
+def _page_number(text: str) -> int | None:
+    """``text`` as a number of ASCII digits (at most 18 of them), else None.
+
+    ``str.isdigit`` is not enough: ``"²"`` is a digit to it but not to ``int``, and ``int`` refuses
+    strings of more than 4,300 digits; both raised in the handler (HTTP 500).
+
+    Examples
+    --------
+    >>> _page_number("12"), _page_number("²"), _page_number("1" * 5000), _page_number("-1")
+    (12, None, None, None)
+    """
+    if not 0 < len(text) <= 18 or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
+def _preview(decode: Callable[[bytes], Any], data: bytes) -> bytes:
+    """The preview JPEG of an upload's bytes (in a worker: decoding is the heavy part)."""
+    return array_thumbnail(decode(data), PREVIEW_SIZE)
 
 
 def _encode(params: Mapping[str, str]) -> str:

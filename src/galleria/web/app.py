@@ -39,10 +39,14 @@ from galleria.viewer.thumbnails import (
     MAX_CONCURRENT_DECODES,
     encode_pixels,
 )
+from galleria.web._background import Background
 from galleria.web._files import GalleryFiles, NotServedError
 from galleria.web._guard import Guard, normalise_hosts
 from galleria.web._work import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, RequestTimeout, WorkerPool
+from galleria.web.duplicates_routes import duplicates_router
+from galleria.web.map_routes import map_router
 from galleria.web.pages import SETTING_KEYS, UPLOAD_GONE, Site, add_pages
+from galleria.web.view_routes import view_router
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 
@@ -131,7 +135,9 @@ def create_app(
 
     Routes: the pages (see :mod:`galleria.web.pages`: ``GET /`` browses the gallery or shows a
     search, ``POST /`` takes the search form and redirects to the search's address, ``GET /eval``
-    lists an evaluation's queries), ``GET /thumb/{path}`` and ``GET /image/{path}`` (pixels of the
+    lists an evaluation's queries; ``GET /map``, ``GET /duplicates``, ``GET /view/{path}``: see
+    :mod:`galleria.web.map_routes`, :mod:`~galleria.web.duplicates_routes`,
+    :mod:`~galleria.web.view_routes`), ``GET /thumb/{path}`` and ``GET /image/{path}`` (pixels of the
     gallery's own images, by their path relative to the gallery root, re-encoded as JPEG or PNG;
     anything else is a 404), ``POST /api/search``, ``GET /api/info``, ``GET /openapi.json`` and
     ``/favicon.ico``.
@@ -351,6 +357,13 @@ def create_app(
             workers=pool,
         ),
     )
+    # The collector's views (issue 28): the map, the duplicate groups, the full-size view.
+    background = Background()
+    app.state.background = background
+    render = app.state.render_page
+    app.include_router(map_router(store, labels, background, render))
+    app.include_router(duplicates_router(store, background, render))
+    app.include_router(view_router(labels, render))
 
     @app.get("/thumb/{relative:path}")
     def thumbnail(relative: str) -> Response:

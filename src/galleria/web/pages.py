@@ -192,6 +192,8 @@ def add_pages(app: FastAPI, site: Site) -> None:
         }
         return templates.TemplateResponse(request, template, {**base, **context}, status_code=status)
 
+    app.state.render_page = render  # the other views' routers render through the same base
+
     def browse(
         request: Request,
         *,

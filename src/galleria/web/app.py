@@ -124,6 +124,7 @@ def create_app(
     thumbnail_cache_bytes: int = DEFAULT_CACHE_BYTES,
     defaults: Any = None,
     evaluation: Any = None,
+    evaluation_labels: Any = None,
     uploads: UploadStore | None = None,
     root: Any = None,
     allowed_hosts: Iterable[str] | None = None,
@@ -148,7 +149,8 @@ def create_app(
     parameters a request leaves out (``k1``, ``k2``, ``lambda``) are read from the gallery
     (:func:`galleria.rerank.adaptive.default_rerank_params`), and the page says so. ``evaluation`` (a
     :class:`~galleria.evaluation.per_query.QueryResults`, ``galleria serve --eval DIR``) adds the
-    evaluation pages. ``uploads`` keeps the uploaded query images (by default the last 32, within
+    evaluation pages; ``evaluation_labels`` (a :class:`~galleria.datasets.labels.LabelSummary`, from
+    the report's ``metrics.json``) is shown on them. ``uploads`` keeps the uploaded query images (by default the last 32, within
     128 MB).
 
     ``root`` is the folder whose files may be read (default: the folder the store's images share;
@@ -354,6 +356,7 @@ def create_app(
             max_upload_bytes=max_upload_bytes,
             decode_upload=decode_bytes,
             evaluation=evaluation,
+            evaluation_labels=evaluation_labels,
             workers=pool,
         ),
     )

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "info": "info",
     "graph": "graph",
     "duplicates": "duplicates",
+    "map": "map_",
     "import": "import_",
     "export": "export",
     "add": "add",

@@ -5,7 +5,8 @@ gradients, approximate neighbours, PCA initialisation: neighbourhoods stay toget
 layout follows the principal axes); without it, by PCA onto the two leading axes (exact and fast,
 but classes overlap). ``docs/map.md`` says why this choice and gives the measured cost.
 
-**Images added later** are placed without recomputing the map: each new image lands at the mean
+**Images added later** are placed without recomputing the map: an image is known to the map by its
+path and a check of its vector (so a re-embedded image counts as new); each new one lands at the mean
 position of its 5 nearest already-mapped images (exact distances in the store's space). A map whose
 images are mostly gone (fewer than half of the store's images are on it) is recomputed.
 
@@ -19,7 +20,8 @@ the map recomputed.
 
 Layout: ``b"GALLERIA-MAP1\\n"``, a 4-byte little-endian header length, a UTF-8 JSON header
 (``{"format", "version", "state", "n", "method", "sha256"}``, at most 64 KiB), then n 8-byte
-fingerprints of the mapped vectors (little-endian uint64) and n·2 little-endian float32 coordinates.
+keys (the BLAKE2b digest of each image's path, little-endian uint64), n vector checks (float32, see
+:func:`fingerprints`) and n·2 little-endian float32 coordinates.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import struct
 import threading
 import warnings
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +68,10 @@ _HEADER_LIMIT = 1 << 16
 _MAX_COORDINATE = 1e7
 #: Mapped neighbours whose mean places an image added after the map was drawn.
 PLACE_NEIGHBORS = 5
+#: Largest change of a row's vector check still taken as the image that was mapped.
+CHECK_TOLERANCE = 1e-3
+#: Bytes per item in a map file: key (8), vector check (4), x and y (4 each).
+_ITEM_BYTES = 20
 #: Threads the projection uses at most.
 MAP_THREADS = max(1, min(4, os.cpu_count() or 1))
 
@@ -185,18 +192,27 @@ def place_points(
     return out
 
 
-def fingerprints(vectors: np.ndarray, space: str) -> np.ndarray:
-    """One uint64 per row: the first 8 bytes of the BLAKE2b digest of the row (and the space)."""
-    rows = np.ascontiguousarray(vectors, dtype="<f4")
-    salt = f"galleria-map:{space}".encode()[:16]
-    out = np.empty(rows.shape[0], np.uint64)
-    for i, row in enumerate(rows):
-        out[i] = int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8, salt=salt).digest(), "little")
-    return out
+def fingerprints(paths: Sequence[str], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's key on the map: the 64-bit BLAKE2b digest of its path, and a check of its vector
+    (its projection on a fixed random unit direction, after L2-normalisation) that tells a
+    re-embedded image from the one that was mapped, while rounding noise (a store saved and loaded
+    again) stays far below :data:`CHECK_TOLERANCE`."""
+    out = np.empty(len(paths), np.uint64)
+    for i, path in enumerate(paths):
+        digest = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8, person=b"galleria-map")
+        out[i] = int.from_bytes(digest.digest(), "little")
+    rows = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    direction = np.random.default_rng(20261204).normal(size=rows.shape[1] if rows.ndim == 2 else 0)
+    direction /= max(float(np.linalg.norm(direction)), 1e-12)
+    checks = (rows / np.where(norms > 0, norms, 1.0)) @ direction if rows.size else np.zeros(len(paths))
+    return out, np.asarray(checks, dtype=np.float32)
 
 
-def _state(prints: np.ndarray) -> str:
-    return hashlib.sha256(b"galleria-map-state:" + np.ascontiguousarray(prints, "<u8").tobytes()).hexdigest()
+def _state(prints: np.ndarray, checks: np.ndarray) -> str:
+    digest = hashlib.sha256(b"galleria-map-state:" + np.ascontiguousarray(prints, "<u8").tobytes())
+    digest.update(np.ascontiguousarray(checks, "<f4").tobytes())
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- the side file
@@ -230,43 +246,51 @@ def _read_header(name: str, stream: Any, bound: int) -> tuple[dict[str, Any], in
     return header, len(lead) + length
 
 
-def read_map_file(path: str | os.PathLike[str], store_size: int) -> tuple[np.ndarray, np.ndarray, str, str]:
-    """``(fingerprints, coordinates, method, state)`` kept in a map file; ValueError naming the file
-    when it is damaged, not a map file, or holds more items than a store of ``store_size`` allows."""
+def read_map_file(
+    path: str | os.PathLike[str], store_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """``(keys, checks, coordinates, method)`` kept in a map file; ValueError naming the file when it
+    is damaged, not a map file, or holds more items than a store of ``store_size`` allows."""
     name = os.fspath(path)
     bound = 2 * int(store_size) + 64
     with open_regular_file(name, "map file") as stream:
         header, offset = _read_header(name, stream, bound)
         count = header["n"]
-        expected = offset + 16 * count
+        expected = offset + _ITEM_BYTES * count
         if os.fstat(stream.fileno()).st_size != expected:
             raise ValueError(f"map file {name!r} must be exactly {expected} bytes for n={count}")
-        payload = stream.read(16 * count)
-    if len(payload) != 16 * count or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        payload = stream.read(_ITEM_BYTES * count)
+    if len(payload) != _ITEM_BYTES * count or hashlib.sha256(payload).hexdigest() != header["sha256"]:
         raise ValueError(f"map file {name!r}: the arrays do not match their recorded SHA-256 (damaged)")
     prints = np.frombuffer(payload, dtype="<u8", count=count).astype(np.uint64)
-    coordinates = np.frombuffer(payload, dtype="<f4", offset=8 * count).reshape(count, 2).astype(np.float32)
-    if not np.all(np.isfinite(coordinates)) or np.any(np.abs(coordinates) > _MAX_COORDINATE):
-        raise ValueError(f"map file {name!r}: coordinates must be finite and at most {_MAX_COORDINATE:g}")
-    if _state(prints) != header["state"]:
-        raise ValueError(f"map file {name!r}: its state does not match its fingerprints (damaged)")
-    return prints, coordinates, header["method"], header["state"]
+    checks = np.frombuffer(payload, dtype="<f4", offset=8 * count, count=count).astype(np.float32)
+    coordinates = np.frombuffer(payload, dtype="<f4", offset=12 * count).reshape(count, 2).astype(np.float32)
+    if not (np.all(np.isfinite(coordinates)) and np.all(np.isfinite(checks))):
+        raise ValueError(f"map file {name!r}: coordinates and checks must be finite")
+    if np.any(np.abs(coordinates) > _MAX_COORDINATE):
+        raise ValueError(f"map file {name!r}: coordinates must be at most {_MAX_COORDINATE:g}")
+    if _state(prints, checks) != header["state"]:
+        raise ValueError(f"map file {name!r}: its state does not match its keys (damaged)")
+    return prints, checks, coordinates, header["method"]
 
 
-def _write_map_file(path: str, prints: np.ndarray, result: GalleryMap) -> None:
-    prints_bytes = np.ascontiguousarray(prints, dtype="<u8").tobytes()
-    coordinate_bytes = np.ascontiguousarray(result.coordinates, dtype="<f4").tobytes()
+def _write_map_file(path: str, keys: tuple[np.ndarray, np.ndarray], result: GalleryMap) -> None:
+    payload = (
+        np.ascontiguousarray(keys[0], dtype="<u8").tobytes()
+        + np.ascontiguousarray(keys[1], dtype="<f4").tobytes()
+        + np.ascontiguousarray(result.coordinates, dtype="<f4").tobytes()
+    )
     header = {
         "format": "galleria-map",
         "version": 1,
         "state": result.state,
-        "n": len(prints),
+        "n": len(keys[0]),
         "method": result.method,
-        "sha256": hashlib.sha256(prints_bytes + coordinate_bytes).hexdigest(),
+        "sha256": hashlib.sha256(payload).hexdigest(),
     }
     encoded = json.dumps(header, sort_keys=True).encode()
     with atomic_path(path) as temporary, open(temporary, "wb") as stream:
-        stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded + prints_bytes + coordinate_bytes)
+        stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded + payload)
 
 
 # ---------------------------------------------------------------- the stateful shell
@@ -289,16 +313,20 @@ def remember_map_file(store: InMemoryImageEmbeddingStore, store_file: str | os.P
         _FILES[store] = map_file_for(store_file)
 
 
-def _from_file(path: str, vectors: np.ndarray, prints: np.ndarray, space: str) -> GalleryMap | None:
+def _from_file(
+    path: str, vectors: np.ndarray, keys: tuple[np.ndarray, np.ndarray], space: str
+) -> GalleryMap | None:
     """The map kept in ``path`` brought up to this gallery, or None (with a warning) when unusable."""
+    prints, checks = keys
     try:
-        kept, coordinates, method, _ = read_map_file(path, len(prints))
+        kept, kept_checks, coordinates, method = read_map_file(path, len(prints))
     except (ValueError, OSError) as error:
         warnings.warn(MapFileWarning(f"{error}; the map file is ignored and the map recomputed"), stacklevel=3)
         return None
     position = {int(value): row for row, value in enumerate(kept)}
     found = np.array([position.get(int(value), -1) for value in prints], dtype=np.int64)
     known = found >= 0
+    known[known] = np.abs(kept_checks[found[known]] - checks[known]) <= CHECK_TOLERANCE
     if prints.size and known.sum() * 2 < prints.size:
         message = f"map file {path!r} belongs to another gallery (fewer than half of its images are on it)"
         warnings.warn(MapFileWarning(message + "; ignored and recomputed"), stacklevel=3)
@@ -308,7 +336,7 @@ def _from_file(path: str, vectors: np.ndarray, prints: np.ndarray, space: str) -
     new = np.flatnonzero(~known)
     if new.size:
         out[new] = place_points(vectors[new], vectors[known], out[known], space)
-    return GalleryMap(_state(prints), out, method, int(new.size))
+    return GalleryMap(_state(prints, checks), out, method, int(new.size))
 
 
 def gallery_map(
@@ -347,19 +375,19 @@ def gallery_map(
         path = map_file_for(store_file) if store_file is not None else _FILES.get(store)
     if held is not None and held.rows is rows and method in ("auto", held.result.method):
         return held.result
-    prints = fingerprints(vectors, store.space)
+    keys = fingerprints(rows, vectors)
     result = None
     if path is not None and os.path.lexists(path):
-        result = _from_file(path, vectors, prints, store.space)
+        result = _from_file(path, vectors, keys, store.space)
         if result is not None and method not in ("auto", result.method):
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
         coordinates, used = project_vectors(vectors, store.space, method=method, seed=seed, threads=MAP_THREADS)
-        result = GalleryMap(_state(prints), coordinates, used)
+        result = GalleryMap(_state(*keys), coordinates, used)
     if path is not None and fresh and write is not False:
         try:
-            _write_map_file(path, prints, result)
+            _write_map_file(path, keys, result)
         except OSError as error:
             warnings.warn(MapFileWarning(f"the map file {path!r} could not be written: {error}"), stacklevel=2)
     result.coordinates.flags.writeable = False

@@ -30,7 +30,9 @@ def _vectors(count: int, dim: int, classes: int, seed: int) -> tuple[np.ndarray,
     return vectors.astype(np.float32), labels
 
 
-def _quality(vectors: np.ndarray, labels: np.ndarray, points: np.ndarray, sample: int = 1000) -> dict[str, float]:
+def _quality(
+    vectors: np.ndarray, labels: np.ndarray, points: np.ndarray, sample: int = 1000
+) -> dict[str, float]:
     rng = np.random.default_rng(0)
     chosen = rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False)
     kept = same = 0.0

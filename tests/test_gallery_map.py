@@ -26,7 +26,9 @@ def _store(count: int = 40, seed: int = 0, dim: int = 6) -> InMemoryImageEmbeddi
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(4, dim)) * 5
     vectors = centres[np.arange(count) % 4] + rng.normal(size=(count, dim))
-    return InMemoryImageEmbeddingStore.from_embeddings([f"/g/c{i % 4}/{i}.png" for i in range(count)], vectors)
+    return InMemoryImageEmbeddingStore.from_embeddings(
+        [f"/g/c{i % 4}/{i}.png" for i in range(count)], vectors
+    )
 
 
 def _no_projection(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,7 +75,9 @@ def test_place_points_is_the_mean_of_the_nearest_mapped() -> None:
     assert placed.tolist() == [[1.0, 1.0], [55.0, 55.0]]
 
 
-def test_the_map_is_kept_beside_the_store_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_map_is_kept_beside_the_store_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store_file = tmp_path / "s.safetensors"
     first = gallery_map(_store(), method="pca", store_file=store_file)
     assert Path(map_file_for(store_file)).is_file() and first.placed == 0
@@ -90,7 +94,8 @@ def test_images_added_later_are_placed_without_recomputing(
     first = gallery_map(store, method="pca", store_file=store_file)
     vectors = _vectors(store)
     grown = InMemoryImageEmbeddingStore.from_embeddings(
-        [*store.paths, "/g/new/a.png", "/g/new/b.png"], np.vstack([vectors, vectors[3] + 0.01, vectors[7] + 0.01])
+        [*store.paths, "/g/new/a.png", "/g/new/b.png"],
+        np.vstack([vectors, vectors[3] + 0.01, vectors[7] + 0.01]),
     )
     _no_projection(monkeypatch)
     extended = gallery_map(grown, store_file=store_file)

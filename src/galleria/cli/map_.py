@@ -58,12 +58,13 @@ def run(args: argparse.Namespace) -> int:
     result = gallery_map(store, method=args.method, store_file=args.store)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    figures = {
+    peak_bytes = int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+    figures: dict[str, object] = {
         "images": len(store),
         "method": result.method,
         "placed": result.placed,
         "seconds": round(seconds, 3),
-        "peak_rss_bytes": int(peak if sys.platform == "darwin" else peak * 1024),
+        "peak_rss_bytes": peak_bytes,
         "file": side,
     }
     if args.json:
@@ -72,6 +73,6 @@ def run(args: argparse.Namespace) -> int:
         placed = f", {result.placed} placed from their neighbours" if result.placed else ""
         print(
             f"map of {len(store)} images ({result.method}{placed}) in {seconds:.1f} s, "
-            f"peak memory {figures['peak_rss_bytes'] / 2**20:.0f} MiB: {side}"
+            f"peak memory {peak_bytes / 2**20:.0f} MiB: {side}"
         )
     return 0

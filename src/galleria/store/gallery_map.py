@@ -103,7 +103,8 @@ def _pca(vectors: np.ndarray) -> np.ndarray:
         top = np.pad(top, ((0, 0), (0, 2 - top.shape[1])))
     signs = np.sign(top[np.argmax(np.abs(top), axis=0), [0, 1]])  # a deterministic orientation
     signs[signs == 0] = 1.0
-    return (centred @ (top * signs)).astype(np.float32)
+    projected: np.ndarray = (centred @ (top * signs)).astype(np.float32)
+    return projected
 
 
 def _tsne(vectors: np.ndarray, space: str, seed: int, threads: int) -> np.ndarray:
@@ -199,7 +200,9 @@ def fingerprints(paths: Sequence[str], vectors: np.ndarray) -> tuple[np.ndarray,
     again) stays far below :data:`CHECK_TOLERANCE`."""
     out = np.empty(len(paths), np.uint64)
     for i, path in enumerate(paths):
-        digest = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8, person=b"galleria-map")
+        digest = hashlib.blake2b(
+            path.encode("utf-8", "surrogateescape"), digest_size=8, person=b"galleria-map"
+        )
         out[i] = int.from_bytes(digest.digest(), "little")
     rows = np.asarray(vectors, dtype=np.float64)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
@@ -321,7 +324,9 @@ def _from_file(
     try:
         kept, kept_checks, coordinates, method = read_map_file(path, len(prints))
     except (ValueError, OSError) as error:
-        warnings.warn(MapFileWarning(f"{error}; the map file is ignored and the map recomputed"), stacklevel=3)
+        warnings.warn(
+            MapFileWarning(f"{error}; the map file is ignored and the map recomputed"), stacklevel=3
+        )
         return None
     position = {int(value): row for row, value in enumerate(kept)}
     found = np.array([position.get(int(value), -1) for value in prints], dtype=np.int64)
@@ -369,7 +374,9 @@ def gallery_map(
         raise RuntimeError("the store is not built yet; call build_store() first")
     with store._lock.reading():
         rows = store._paths
-        vectors = np.ascontiguousarray(store._gallery_vectors(np.arange(len(rows), dtype=np.int64)), np.float32)
+        vectors = np.ascontiguousarray(
+            store._gallery_vectors(np.arange(len(rows), dtype=np.int64)), np.float32
+        )
     with _LOCK:
         held = _HELD.get(store)
         path = map_file_for(store_file) if store_file is not None else _FILES.get(store)
@@ -383,13 +390,17 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
-        coordinates, used = project_vectors(vectors, store.space, method=method, seed=seed, threads=MAP_THREADS)
+        coordinates, used = project_vectors(
+            vectors, store.space, method=method, seed=seed, threads=MAP_THREADS
+        )
         result = GalleryMap(_state(*keys), coordinates, used)
     if path is not None and fresh and write is not False:
         try:
             _write_map_file(path, keys, result)
         except OSError as error:
-            warnings.warn(MapFileWarning(f"the map file {path!r} could not be written: {error}"), stacklevel=2)
+            warnings.warn(
+                MapFileWarning(f"the map file {path!r} could not be written: {error}"), stacklevel=2
+            )
     result.coordinates.flags.writeable = False
     with _LOCK:
         if store._paths is rows:

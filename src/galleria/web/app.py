@@ -150,8 +150,8 @@ def create_app(
     (:func:`galleria.rerank.adaptive.default_rerank_params`), and the page says so. ``evaluation`` (a
     :class:`~galleria.evaluation.per_query.QueryResults`, ``galleria serve --eval DIR``) adds the
     evaluation pages; ``evaluation_labels`` (a :class:`~galleria.datasets.labels.LabelSummary`, from
-    the report's ``metrics.json``) is shown on them. ``uploads`` keeps the uploaded query images (by default the last 32, within
-    128 MB).
+    the report's ``metrics.json``) is shown on them. ``uploads`` keeps the uploaded query images (by
+    default the last 32, within 128 MB).
 
     ``root`` is the folder whose files may be read (default: the folder the store's images share;
     ValueError when they share none below ``/`` or a path is relative): a stored path whose real

@@ -68,7 +68,9 @@ def duplicates_router(store: Any, background: Background, render: Callable[..., 
         if state == "computing":
             return render(request, "duplicates.html", {**context, "computing": True})
         if state == "failed":
-            return render(request, "duplicates.html", {**context, "error": f"no duplicates found: {value}"}, 500)
+            return render(
+                request, "duplicates.html", {**context, "error": f"no duplicates found: {value}"}, 500
+            )
         pages = max(1, -(-len(value) // GROUPS_PER_PAGE))
         page = min(page, pages)
         start = (page - 1) * GROUPS_PER_PAGE

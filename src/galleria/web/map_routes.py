@@ -53,7 +53,8 @@ def scaled(coordinates: np.ndarray) -> np.ndarray:
         return np.zeros((0, 2), np.int64)
     low = coordinates.min(axis=0)
     span = float((coordinates.max(axis=0) - low).max()) or 1.0
-    return np.rint((coordinates - low) / span * MAP_SCALE).astype(np.int64)
+    out: np.ndarray = np.rint((coordinates - low) / span * MAP_SCALE).astype(np.int64)
+    return out
 
 
 def item_of(labels: GalleryLabels, path: str) -> dict[str, str]:
@@ -80,7 +81,9 @@ def _integer(name: str, text: str | None, default: int | None = None) -> int:
     return int(text)
 
 
-def map_router(store: Any, labels: GalleryLabels, background: Background, render: Callable[..., Any]) -> APIRouter:
+def map_router(
+    store: Any, labels: GalleryLabels, background: Background, render: Callable[..., Any]
+) -> APIRouter:
     """The routes of the map (see the module docstring)."""
     from galleria.store.gallery_map import gallery_map
 
@@ -165,7 +168,10 @@ def map_router(store: Any, labels: GalleryLabels, background: Background, render
         x_low, x_high = sorted((x0, x1))
         y_low, y_high = sorted((y0, y1))
         inside = np.flatnonzero(
-            (points[:, 0] >= x_low) & (points[:, 0] <= x_high) & (points[:, 1] >= y_low) & (points[:, 1] <= y_high)
+            (points[:, 0] >= x_low)
+            & (points[:, 0] <= x_high)
+            & (points[:, 1] >= y_low)
+            & (points[:, 1] <= y_high)
         )
         pages = max(1, -(-inside.size // REGION_PAGE_SIZE))
         page = min(page, pages)

@@ -31,16 +31,33 @@
   }
 
   function size() {
+    // As wide as the page; as tall as the map's shape asks, within 240 px and 75 % of the window.
     var width = Math.max(200, Math.floor(canvas.parentElement.clientWidth));
-    var height = Math.max(240, Math.min(Math.floor(width * 0.7), Math.floor(window.innerHeight * 0.75)));
+    var aspect = 0.7;
+    if (data && data.n > 1) {
+      var minX = SCALE, maxX = 0, minY = SCALE, maxY = 0;
+      for (var p = 0; p < data.n; p++) {
+        minX = Math.min(minX, data.xy[2 * p]); maxX = Math.max(maxX, data.xy[2 * p]);
+        minY = Math.min(minY, data.xy[2 * p + 1]); maxY = Math.max(maxY, data.xy[2 * p + 1]);
+      }
+      aspect = Math.max(1, maxY - minY) / Math.max(1, maxX - minX);
+    }
+    var height = Math.max(240, Math.min(Math.floor(width * aspect) + 2 * MARGIN, Math.floor(window.innerHeight * 0.75)));
     canvas.width = width; canvas.height = height;
   }
 
   function layout() {
     var n = data.n, xy = data.xy;
     var w = canvas.width - 2 * MARGIN, h = canvas.height - 2 * MARGIN;
-    var s = Math.min(w, h) / SCALE;
-    var ox = MARGIN + (w - s * SCALE) / 2, oy = MARGIN + (h - s * SCALE) / 2;
+    var minX = SCALE, maxX = 0, minY = SCALE, maxY = 0;
+    for (var p = 0; p < n; p++) {
+      minX = Math.min(minX, xy[2 * p]); maxX = Math.max(maxX, xy[2 * p]);
+      minY = Math.min(minY, xy[2 * p + 1]); maxY = Math.max(maxY, xy[2 * p + 1]);
+    }
+    if (n === 0) { minX = maxX = minY = maxY = 0; }
+    // One scale for both axes (the map keeps its shape), the points' extent centred.
+    var s = Math.min(w / Math.max(1, maxX - minX), h / Math.max(1, maxY - minY));
+    var ox = MARGIN + (w - s * (maxX - minX)) / 2 - s * minX, oy = MARGIN + (h - s * (maxY - minY)) / 2 - s * minY;
     screen = new Float32Array(2 * n);
     var columns = Math.ceil(canvas.width / CELL), rows = Math.ceil(canvas.height / CELL);
     var counts = new Int32Array(columns * rows + 1);
@@ -61,16 +78,32 @@
 
   function draw() {
     var width = canvas.width, height = canvas.height;
+    if (data.n <= 5000) {
+      // Few points: round dots drawn by the canvas, biggest for the smallest maps.
+      var radius = data.n > 1000 ? 2.5 : 4;
+      context.fillStyle = "#fff";
+      context.fillRect(0, 0, width, height);
+      for (var k = 0; k < data.n; k++) {
+        context.fillStyle = css(colours[k]);
+        context.beginPath();
+        context.arc(screen[2 * k], screen[2 * k + 1], radius, 0, 2 * Math.PI);
+        context.fill();
+      }
+      base = context.getImageData(0, 0, width, height);
+      overlay();
+      return;
+    }
+    // Many points: written straight into one pixel buffer (fast at 100,000 points).
     var image = context.createImageData(width, height);
     var pixels = new Uint32Array(image.data.buffer);
     pixels.fill(0xffffffff);
-    var radius = data.n > 20000 ? 1 : (data.n > 2000 ? 2 : 3);
+    var half = data.n > 20000 ? 1 : 2;
     for (var i = 0; i < data.n; i++) {
       var cx = Math.round(screen[2 * i]), cy = Math.round(screen[2 * i + 1]), colour = colours[i];
-      for (var dy = -radius + 1; dy < radius; dy++) {
+      for (var dy = -half + 1; dy < half; dy++) {
         var y = cy + dy;
         if (y < 0 || y >= height) { continue; }
-        for (var dx = -radius + 1; dx < radius; dx++) {
+        for (var dx = -half + 1; dx < half; dx++) {
           var x = cx + dx;
           if (x >= 0 && x < width) { pixels[y * width + x] = colour; }
         }
@@ -159,7 +192,7 @@
 
   function toMap(x, y) {
     var v = data.view;
-    return [Math.round((x - v.ox) / v.s), Math.round((y - v.oy) / v.s)];
+    return [Math.round((x - v.ox) / v.s), Math.round((y - v.oy) / v.s)];  // map units (0..65535)
   }
 
   var regionPage = 1, region = null;
@@ -267,8 +300,14 @@
     status.textContent = data.n + " images · " + (data.method === "tsne" ? "t-SNE" : "PCA") +
       (data.placed ? " · " + data.placed + " placed from their neighbours" : "");
     canvas.dataset.points = String(data.n);
+    size();
     layout();
     colourBy("label");
+    // Where point ``row`` is drawn, in page coordinates (for automation and tests).
+    canvas.galleriaPoint = function (row) {
+      var box = canvas.getBoundingClientRect(), scale = box.width / canvas.width;
+      return [box.left + screen[2 * row] * scale, box.top + screen[2 * row + 1] * scale];
+    };
     canvas.dataset.ready = "1";
   });
 })();

@@ -91,9 +91,6 @@ class GalleryMap:
     placed: int = 0
 
 
-# ---------------------------------------------------------------- pure numeric cores
-
-
 def _pca(vectors: np.ndarray) -> np.ndarray:
     centred = vectors.astype(np.float64) - vectors.mean(axis=0, dtype=np.float64)
     covariance = centred.T @ centred
@@ -127,11 +124,9 @@ def _tsne(vectors: np.ndarray, space: str, seed: int, threads: int) -> np.ndarra
 
 
 def _tsne_available() -> bool:
-    try:
-        import openTSNE  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("openTSNE") is not None
 
 
 def project_vectors(
@@ -218,9 +213,6 @@ def _state(prints: np.ndarray, checks: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-# ---------------------------------------------------------------- the side file
-
-
 def map_file_for(store_file: str | os.PathLike[str]) -> str:
     """The side file that keeps the map of the store file ``store_file``: ``STORE.map``."""
     return os.fspath(store_file) + MAP_SUFFIX
@@ -294,9 +286,6 @@ def _write_map_file(path: str, keys: tuple[np.ndarray, np.ndarray], result: Gall
     encoded = json.dumps(header, sort_keys=True).encode()
     with atomic_path(path) as temporary, open(temporary, "wb") as stream:
         stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded + payload)
-
-
-# ---------------------------------------------------------------- the stateful shell
 
 
 class _Held:

@@ -159,7 +159,7 @@ def test_a_hostile_map_file_is_ignored_with_a_warning_and_recomputed(tmp_path: P
     elif damage == "nan":  # a consistent file (digest and state right) holding a non-finite coordinate
         keys = module.fingerprints(store.paths, _vectors(store))
         coordinates = np.zeros((40, 2), np.float32)
-        coordinates[5, 1] = np.inf
+        coordinates[5, 1] = np.nan
         module._write_map_file(path, keys, GalleryMap(module._state(*keys), coordinates, "pca"))
     elif damage == "header_keys":
         _rewrite(path, {"extra": 1})

@@ -321,3 +321,47 @@ def test_the_label_summary_is_read_from_the_report(tmp_path: Path) -> None:
     (tmp_path / "metrics.json").write_text("{" * 5000)
     with pytest.raises(ValueError, match=r"metrics\.json"):
         read_label_summary(tmp_path)
+
+
+def test_serve_keeps_the_map_beside_the_store_and_ignores_a_hostile_one(
+    tmp_path: Path, gallery: tuple[Path, InMemoryImageEmbeddingStore]
+) -> None:
+    from galleria.cli._options import load_store
+    from galleria.store.gallery_map import MapFileWarning, map_file_for
+
+    store_file = tmp_path / "s.safetensors"
+    gallery[1].save_to_disk(store_file)
+    Path(map_file_for(store_file)).write_bytes(b"GALLERIA-MAP1\n" + b"\xff" * 64)  # hostile
+    import argparse
+
+    store = load_store(argparse.Namespace(), str(store_file))
+    client = TestClient(create_app(store))
+    with pytest.warns(MapFileWarning, match="ignored"):
+        body = _ready(client, "/api/map")
+    assert body["n"] == 25
+    kept = Path(map_file_for(store_file))
+    assert kept.stat().st_size == len(kept.read_bytes()) > 64 + 14  # rewritten: a valid map now
+    from galleria.store.gallery_map import read_map_file
+
+    assert read_map_file(kept, 25)[2].shape == (25, 2)
+
+
+def test_a_real_report_shows_its_label_summary(
+    tmp_path: Path, gallery: tuple[Path, InMemoryImageEmbeddingStore]
+) -> None:
+    from galleria.cli import main
+    from galleria.evaluation.per_label import read_label_summary
+    from galleria.evaluation.per_query import read_query_results
+
+    report = tmp_path / "report"
+    code = main(
+        ["evaluate", str(gallery[0]), "--embedder", "pixel:8", "--n-queries", "6", "--report", str(report)]
+    )
+    assert code == 0
+    summary = read_label_summary(report)
+    assert summary is not None and summary.n_labels == 3
+    client = TestClient(
+        create_app(gallery[1], evaluation=read_query_results(report), evaluation_labels=summary)
+    )
+    text = client.get("/eval").text
+    assert 'id="label-summary"' in text and 'id="per-label"' in text

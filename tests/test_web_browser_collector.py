@@ -200,3 +200,18 @@ def test_the_view_zooms_and_steps_through_the_results(server: tuple[str, int], b
     page.keyboard.press("Escape")
     page.wait_for_url("**/?path=green/green_04.jpg")
     assert problems == []
+
+
+def test_the_new_pages_fit_a_narrow_screen(server: tuple[str, int], browser: Any) -> None:
+    url, _ = server
+    page, problems = _page(browser, width=420)
+    for address, ready in (
+        ("/map", "#map[data-ready='1']"),
+        ("/duplicates", "#dup-count"),
+        ("/view/red/red_01.jpg", "#full"),
+    ):
+        page.goto(url + address)
+        page.wait_for_selector(ready, timeout=120_000)
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= page.evaluate("() => window.innerWidth"), address
+    assert problems == []

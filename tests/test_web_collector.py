@@ -365,3 +365,6 @@ def test_a_real_report_shows_its_label_summary(
     )
     text = client.get("/eval").text
     assert 'id="label-summary"' in text and 'id="per-label"' in text
+    one = client.get("/eval/0").text  # the recorded lists link to the full-size view too
+    links = re.findall(r'<a class="view-link" href="([^"]+)"', one)
+    assert links and all(client.get(link).status_code == 200 for link in links[:3])

@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "serve": "serve",
     "tune": "tune",
     "models": "models",
+    "methods": "methods",
 }
 
 

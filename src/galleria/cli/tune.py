@@ -20,6 +20,7 @@ from galleria.cli._options import (
     parse_float,
     parse_int,
 )
+from galleria.rerank.registry import RERANK_METHODS
 
 __all__ = ["add_parser", "run"]
 
@@ -81,7 +82,7 @@ def add_parser(subparsers: Any) -> None:
         "--methods",
         nargs="+",
         default=None,
-        choices=("plain", "aqe", "k-reciprocal", "diffusion", "gnn", "dba"),
+        choices=("plain", "aqe", *RERANK_METHODS),  # every declared method, plugins included
         help="settings families to search (default: all)",
     )
     validation = parser.add_mutually_exclusive_group()

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component, Param
 from galleria._validation import check_positive_int
 from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record, verify_checkpoint
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_int, config_name
@@ -347,3 +348,49 @@ class ClipEmbedder:
         embedder = cls.__new__(cls)
         embedder._setup(torch, open_clip, model_name, tag, path, recorded, device, batch_size)
         return embedder
+
+
+def parse_spec(rest: str) -> dict[str, Any]:
+    """The options of ``--embedder clip[:MODEL[:PRETRAINED]]`` (PRETRAINED an open_clip tag, a local
+    checkpoint, which may hold colons, or ``random``); ValueError phrased after the spec."""
+    parts = rest.split(":", 1) if rest else []
+    if not all(parts):
+        raise ValueError("is malformed: expected clip[:MODEL[:PRETRAINED]]")
+    options: dict[str, Any] = {"model_name": "ViT-B-32", "pretrained": "openai"}
+    if parts:
+        options["model_name"] = parts[0]
+    if len(parts) > 1:
+        options["pretrained"] = None if parts[1] == "random" else parts[1]
+    return options
+
+
+def _from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> ClipEmbedder:
+    return ClipEmbedder.from_config(config, checkpoint=checkpoint)
+
+
+#: The declaration of the CLIP embedder (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="embedder",
+    name="clip",
+    summary="an open_clip image tower (extra: clip); text queries too",
+    params=(
+        Param("model_name", str, "ViT-B-32", optional=True, help="the open_clip model (or hf-hub:NAME)"),
+        Param(
+            "pretrained",
+            str,
+            "openai",
+            optional=True,
+            help="weights: an open_clip tag, a local checkpoint file, or none (seeded random)",
+        ),
+        Param("device", str, None, optional=True, help="torch device (none: cuda when available, else cpu)"),
+        Param("batch_size", int, 64, 1, MAX_CONFIG_BATCH_SIZE, help="images embedded per batch"),
+    ),
+    build=ClipEmbedder,
+    order=10,
+    extra={
+        "spec": "clip[:MODEL[:PRETRAINED]]",
+        "parse_spec": parse_spec,
+        "from_config": _from_config,
+        "loading": "torch and open_clip",
+    },
+)

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from galleria._declare import Component, Param
 from galleria._validation import check_bool, check_positive_int
 from galleria.embedders._checkpoint import check_record, checkpoint_record, verify_checkpoint
-from galleria.embedders._config import check_config
+from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders._torch import import_extra, looks_like_path, pick_device
 from galleria.embedders._weights import fit_state_dict, read_state_dict
@@ -289,3 +290,52 @@ class TimmEmbedder:
             batch_size=config.get("batch_size", 32),
             normalize=config.get("normalize", True),
         )
+
+
+def parse_spec(rest: str) -> dict[str, Any]:
+    """The options of ``--embedder timm:MODEL:PRETRAINED`` (PRETRAINED a timm tag, a local checkpoint,
+    which may hold colons, or ``random``; no default: timm has no one set of weights for every model)."""
+    parts = rest.split(":", 1) if rest else []
+    if not parts or not all(parts):
+        raise ValueError("is malformed: expected timm:MODEL:PRETRAINED")
+    if len(parts) == 1:  # no weights named: refuse rather than embed with random weights silently
+        raise ValueError(
+            f"names no weights: give timm:{parts[0]}:PATH (a local checkpoint), timm:{parts[0]}:TAG "
+            f"(timm's hub weights) or timm:{parts[0]}:random (seeded random weights); `galleria models` "
+            "lists weights that work offline"
+        )
+    return {"model_name": parts[0], "pretrained": None if parts[1] == "random" else parts[1]}
+
+
+def _from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> TimmEmbedder:
+    return TimmEmbedder.from_config(config, checkpoint=checkpoint)
+
+
+#: The declaration of the timm embedder (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="embedder",
+    name="timm",
+    summary="a timm image model's pooled features (extra: timm), e.g. EfficientNet-Lite0",
+    params=(
+        Param("model_name", str, "tf_efficientnet_lite0", optional=True, help="the timm model"),
+        Param(
+            "pretrained",
+            str,
+            None,
+            optional=True,
+            help="weights: a timm tag, a local checkpoint file, or none (seeded random)",
+        ),
+        Param("device", str, None, optional=True, help="torch device (none: cuda when available, else cpu)"),
+        Param("batch_size", int, 32, 1, MAX_CONFIG_BATCH_SIZE, help="images embedded per batch"),
+        Param("normalize", bool, True, help="L2-normalise the features"),
+    ),
+    build=TimmEmbedder,
+    order=20,
+    extra={
+        "spec": "timm:MODEL:PRETRAINED",
+        "parse_spec": parse_spec,
+        "from_config": _from_config,
+        "loading": "torch and timm",
+        "cli_options": {"progress": True},
+    },
+)

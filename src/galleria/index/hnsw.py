@@ -9,6 +9,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from galleria._declare import Component, Param
 from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -328,3 +329,24 @@ class HnswIndex:
         index._index = graph
         index._rows = LiveRows(live, int(total))
         return index
+
+
+#: The declaration of the HNSW index (:mod:`galleria._declare`), its parameters those of
+#: :data:`HNSW_PARAMETERS` (whose own check, :func:`validate_hnsw_params`, the registry calls).
+COMPONENT = Component(
+    kind="index",
+    name="hnsw",
+    summary="faiss HNSW graph: approximate, fast to search, no training",
+    params=tuple(
+        Param(name, int, spec.default, spec.minimum, spec.maximum, optional=spec.optional, help=spec.meaning)
+        for name, spec in HNSW_PARAMETERS.items()
+    ),
+    build=HnswIndex,
+    order=10,
+    extra={
+        "creatable": True,
+        "validate": validate_hnsw_params,
+        "from_bytes": HnswIndex.from_bytes,
+        "faiss_blobs": frozenset({"graph"}),
+    },
+)

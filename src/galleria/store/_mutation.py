@@ -52,11 +52,15 @@ class MutationMixin(StoreCore):
         new = drop_duplicates(new, "paths", known=self._known(new))
         if not new:
             return
-        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip, on_progress)
+        digests: list[bytes] = []
+        kept, vectors, skipped = self._embed_files(
+            new, progress, "adding images", skip, on_progress, digests=digests
+        )
+        added = self._digest_rows(digests, len(kept))
         with self._lock.writing():
             fresh = np.flatnonzero(self._paths.rows_of(kept) < 0).tolist()
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
-                kept, vectors = [kept[position] for position in fresh], vectors[fresh]
+                kept, vectors, added = [kept[position] for position in fresh], vectors[fresh], added[fresh]
             if kept:
                 add_rows(self._index, vectors, kept)
                 if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
@@ -64,6 +68,10 @@ class MutationMixin(StoreCore):
                     self._vectors = (
                         stored if self._vectors is None else np.concatenate([self._vectors, stored])
                     )
+                held = self._pixel_digests
+                if held is None or len(held) != len(self._paths):
+                    held = np.zeros((len(self._paths), 8), dtype=np.uint8)
+                self._pixel_digests = np.concatenate([held, added])
                 self._paths = self._paths.extended(kept)
                 self._offline_diffusion = None  # computed over the old rows
                 self._rerank_statistics = None  # the gallery changed: recomputed on next use
@@ -96,6 +104,8 @@ class MutationMixin(StoreCore):
             keep[rows] = False
             if self._vectors is not None:
                 self._vectors = self._vectors[keep]
+            if self._pixel_digests is not None and len(self._pixel_digests) == len(keep):
+                self._pixel_digests = self._pixel_digests[keep]
             self._paths = self._paths.select(keep)
             self._offline_diffusion = None  # computed over the old rows
             self._rerank_statistics = None  # the gallery changed: recomputed on next use

@@ -158,7 +158,6 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_pixel_digests_are_recorded_kept_and_checked(tmp_path: Path) -> None:
     from attack_corpus import _read, _seal
-
     from galleria import PixelEmbedder
 
     written = _folder(tmp_path / "photos")

@@ -595,11 +595,12 @@ def _store(n: int = 30, d: int = 6, seed: int = 0) -> InMemoryImageEmbeddingStor
 def test_every_method_follows_the_protocol_and_batches_like_single_calls(method: str) -> None:
     store = _store()
     params = {
+        "k-reciprocal": {"k1": 6, "k2": 3},
         "diffusion": {"k": 5},
         "gnn": {"k1": 6, "k2": 3},
         "dba": {"neighbors": 3},
         "decoupled-diffusion": {"k": 5, "truncation": 12},
-    }.get(method, {"k1": 6, "k2": 3})
+    }.get(method, {})  # a method declared later: its defaults
     reranker = make_reranker(method, store, **params)
     assert isinstance(reranker, Reranker)
     search = reranker.store if isinstance(reranker, DBAReranker) else store

@@ -199,8 +199,10 @@ def _embedder(kind: str) -> Any:
 
 
 def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The checked ``--device`` and ``--batch-size`` of a command that makes an embedder."""
+    """The checked ``--device``, ``--batch-size`` and ``--runtime`` of a command that makes an embedder."""
     settings: dict[str, Any] = {}
+    if getattr(args, "runtime", None) is not None:
+        settings["runtime"] = args.runtime
     if getattr(args, "batch_size", None) is not None:
         settings["batch_size"] = parse_int("--batch-size", args.batch_size)
     if getattr(args, "device", None) is not None:
@@ -220,18 +222,48 @@ def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
-    """Build the embedder named by a spec (see :func:`parse_embedder_spec`) with its declared constructor."""
+def make_embedder(
+    spec: str, *, device: str | None = None, batch_size: int | None = None, runtime: str | None = None
+) -> Embedder:
+    """Build the embedder named by a spec (see :func:`parse_embedder_spec`) with its declared constructor.
+
+    ``runtime`` (``--runtime``) forces where a timm network (or a CLIP image side) runs; a checkpoint
+    path in the spec is remembered in the user's checkpoint registry, so that later commands find it
+    by its digest.
+    """
     kind, options = parse_embedder_spec(spec)
     component = _embedder(kind)
     extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     if device is not None and "device" in component.names:
         extra["device"] = device
+    if runtime is not None:
+        if "runtime" not in component.names:
+            raise CliError(f"--runtime applies to the timm and clip embedders, not {kind}")
+        extra["runtime"] = runtime
     loading = component.extra.get("loading")
     if loading:
         say(f"loading {loading}, then the {kind} model {options.get('model_name')} ...")
     embedder: Embedder = component.build(**options, **extra, **component.extra.get("cli_options", {}))
+    config = getattr(embedder, "config", None)
+    if callable(config):
+        remember_checkpoint_of(options.get("pretrained"), config())
     return embedder
+
+
+def remember_checkpoint_of(path: Any, config: dict[str, Any]) -> None:
+    """Keep a checkpoint path the user gave in the per-user registry, keyed by its recorded digest."""
+    digest = config.get("checkpoint_sha256")
+    if isinstance(path, str) and isinstance(digest, str) and os.path.isfile(path):
+        from galleria.embedders._cache import remember_checkpoint
+
+        remember_checkpoint(path, digest)
+
+
+RUNTIME_HELP = (
+    "where a timm network (or a clip image side) runs: onnx (ONNX Runtime, galleria[onnx]) or torch; by "
+    "default a timm network runs on onnx when onnxruntime is installed, clip on torch, and a store's "
+    "queries use the runtime it was built with"
+)
 
 
 def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> None:
@@ -244,6 +276,7 @@ def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> 
     group.add_argument(
         "--batch-size", default=None, metavar="N", help="images embedded per batch (default: the embedder's)"
     )
+    group.add_argument("--runtime", default=None, choices=("torch", "onnx"), help=RUNTIME_HELP)
 
 
 def add_load_options(parser: argparse.ArgumentParser) -> None:
@@ -253,8 +286,12 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         "--checkpoint",
         default=None,
         metavar="PATH",
-        help="local model file of a store built from one (checked against the digest it recorded)",
+        help=(
+            "local model file of a store built from one (checked against the digest it recorded); needed "
+            "only when galleria cannot find it (installed package, or a path given before)"
+        ),
     )
+    group.add_argument("--runtime", default=None, choices=("torch", "onnx"), help=RUNTIME_HELP)
     group.add_argument(
         "--root",
         default=None,
@@ -279,12 +316,15 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
     options: dict[str, Any] = {}
     if getattr(args, "checkpoint", None) is not None:
         options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
+    if getattr(args, "runtime", None) is not None:
+        options["runtime"] = args.runtime
     if getattr(args, "root", None) is not None:
         options["root"] = check_existing_folder("--root", args.root)
     if getattr(args, "connect", False):
         options["connect"] = True
     if embedder is not None:
         options.pop("checkpoint", None)  # the saved model is not rebuilt
+        options.pop("runtime", None)
     elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
         from galleria.cli._storefile import read_store_header
 
@@ -295,6 +335,8 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         if isinstance(config, dict) and isinstance(kind, str) and loading.get(kind):
             say(f"loading {loading[kind]}, then the {kind} model {config.get('model_name')} ...")
     store = InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+    if "checkpoint" in options and store.embedder is not None and hasattr(store.embedder, "config"):
+        remember_checkpoint_of(os.path.abspath(options["checkpoint"]), store.embedder.config())
     from galleria.store.graph import remember_graph_file
 
     remember_graph_file(store, path)  # the graph beside it (STORE.graph) is read when first needed

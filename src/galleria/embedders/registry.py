@@ -89,7 +89,9 @@ def embedder_config(embedder: object) -> dict[str, Any] | None:
     return dict(config)
 
 
-def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> Embedder:
+def embedder_from_config(
+    config: Mapping[str, Any], *, checkpoint: Any = None, runtime: str | None = None
+) -> Embedder:
     """Rebuild an embedder from a config written by :func:`embedder_config` (e.g. one in a store file).
 
     The config is untrusted: every value is checked before anything is built, and no file it names
@@ -102,6 +104,9 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
         A config with a ``"type"`` among :data:`EMBEDDER_TYPES`.
     checkpoint : str, os.PathLike or None
         The local checkpoint a CLIP config records (ValueError if it records none, or another one).
+    runtime : {"torch", "onnx"} or None
+        Force where a timm network, or a CLIP image side, runs (None: the runtime the config
+        records, if installed). Pixel embedders have no network.
 
     Raises
     ------
@@ -123,5 +128,6 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
     rebuild = component.extra.get("from_config") if component is not None else None
     if rebuild is None:
         raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")
-    embedder: Embedder = rebuild(config, checkpoint=checkpoint)
+    options = {} if runtime is None else {"runtime": runtime}
+    embedder: Embedder = rebuild(config, checkpoint=checkpoint, **options)
     return embedder

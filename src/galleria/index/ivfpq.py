@@ -21,6 +21,7 @@ import faiss as _faiss
 import numpy as np
 
 from galleria._declare import Component, Param
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -237,14 +238,16 @@ rerank_candidates, seed, build_workers, num_threads
         start = time.perf_counter()
         # A file's params never choose more processes than this machine lets the process use.
         workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
-        if workers > 1:
-            self._add_parallel(array, first, workers)
-        else:
-            with omp_threads(self._params["num_threads"]):
-                self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
-        if self._params["keep_vectors"]:
-            self._keep(array)
-        self._rows.append(count)
+        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
+        with deferred_interrupts():
+            if workers > 1:
+                self._add_parallel(array, first, workers)
+            else:
+                with omp_threads(self._params["num_threads"]):
+                    self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
+            if self._params["keep_vectors"]:
+                self._keep(array)
+            self._rows.append(count)
         if training:
             self._seconds["encoding"] = time.perf_counter() - start
             assert self._report is not None

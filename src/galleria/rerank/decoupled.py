@@ -225,10 +225,16 @@ def offline_diffusion(
 
 
 def _graph_lists(
-    store: InMemoryImageEmbeddingStore, width: int, graph_k: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_neighbour_lists` of a cosine store, from its neighbour graph (galleria.store.graph)."""
+    store: InMemoryImageEmbeddingStore, width: int, graph_k: int, state: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_neighbour_lists` of a cosine store, from its neighbour graph (galleria.store.graph),
+    when that graph is of gallery ``state`` (the store held that state before and after it was
+    read); None otherwise (the gallery changed: the caller computes the lists from its snapshot)."""
+    if gallery_state(store) != state:
+        return None
     ids, distances = neighbor_graph(store, max(width - 1, graph_k, 1))
+    if gallery_state(store) != state:
+        return None
     lists = np.empty((ids.shape[0], width), dtype=np.int32)
     lists[:, 0] = np.arange(ids.shape[0], dtype=np.int32)
     lists[:, 1:] = ids[:, : width - 1]
@@ -245,14 +251,15 @@ def _offline(
     tol: float,
     maxiter: int,
     store: InMemoryImageEmbeddingStore | None = None,
+    state: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     count = unit.shape[0]
     width = min(truncation, count)
     graph_k = min(k, count - 1)
-    if store is not None and store.space == "cosine":  # the store's graph holds these lists
-        lists, graph, similarities = _graph_lists(store, width, graph_k)
-    else:
-        lists, graph, similarities = _neighbour_lists(unit, width, graph_k)
+    found = None
+    if store is not None and state is not None and store.space == "cosine":  # the store's graph
+        found = _graph_lists(store, width, graph_k, state)
+    lists, graph, similarities = found if found is not None else _neighbour_lists(unit, width, graph_k)
     normalised = _normalised_affinity(graph, similarities, gamma)
     return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)
 
@@ -372,6 +379,7 @@ def _offline_of(
         params["tol"],
         params["maxiter"],
         store,
+        source.state,
     )
     computed = OfflineDiffusion(dict(params), positions, values)
     with store._lock.writing():

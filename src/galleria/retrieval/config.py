@@ -272,7 +272,7 @@ class RetrievalConfig:
         Examples
         --------
         >>> RetrievalConfig.from_settings({"rerank": True, "rerank_method": "gnn", "k1": 9}).title
-        'GNN (k1=9, k2=7, lambda_value=0.3, pool=200)'
+        'GNN (k1=9, k2=7, λ=0.3, pool=200)'
         """
         if not isinstance(settings, Mapping):
             raise TypeError(f"{where} must be a JSON object, got {type(settings).__name__}")

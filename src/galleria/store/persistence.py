@@ -166,6 +166,10 @@ def encode_store(
     if problem is not None:
         raise ValueError(f"the store cannot be saved: {problem}")
     count = len(paths)
+    if len(index) != count:  # never write a file that would not load
+        raise RuntimeError(
+            f"the store cannot be saved: its index holds {len(index)} rows but it names {count} paths"
+        )
     dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
     tensors: dict[str, np.ndarray | Packed] = {}
     if vectors is not None:
@@ -694,7 +698,9 @@ def _restore_index(
     return index, False
 
 
-def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim: int | None) -> Any:
+def _restore_embedder(
+    name: str, saved: Any, embedder: Any, checkpoint: Any, dim: int | None, runtime: Any = None
+) -> Any:
     if embedder is not None:
         if checkpoint is not None:
             raise ValueError("pass either embedder= or checkpoint=, not both")
@@ -713,7 +719,7 @@ def _restore_embedder(name: str, saved: Any, embedder: Any, checkpoint: Any, dim
             f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
         )
     try:
-        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint)
+        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint, runtime=runtime)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
     if dim is not None:  # before anything is embedded: the config must not choose the batch's size
@@ -757,6 +763,7 @@ def read_store(
     root: Any = None,
     connect: bool = False,
     mmap: bool = False,
+    runtime: Any = None,
 ) -> GalleryState:
     """Read and validate a store file; return its :class:`GalleryState` (see the module docstring).
 
@@ -809,7 +816,7 @@ def read_store(
         index, fill = _restore_index(name, header, arrays, search_index, connect)
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
-    loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim)
+    loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim, runtime)
     anchor = _reanchor(paths, root)
     skipped: list[str] = header["skipped"]
     if anchor is not None:  # the one step of loading that makes a str per row

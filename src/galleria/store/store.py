@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
@@ -249,7 +250,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
 
             space = self._index.space
             statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)
-        with self._lock.writing():
+        with self._lock.writing(), deferred_interrupts():
             if self._built:
                 return
             if paths:
@@ -320,6 +321,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         root: str | os.PathLike[str] | None = None,
         connect: bool = False,
         mmap: bool = False,
+        runtime: str | None = None,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -360,6 +362,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             while the store is in use (galleria's saves replace the file, which keeps the mapping
             valid). Adding or removing rows copies them into memory. Other indexes are read into
             memory either way, each tensor once.
+        runtime : {"torch", "onnx"} or None
+            Where the rebuilt embedder's network runs; None uses the runtime the store was built
+            with (when installed). See :mod:`galleria.embedders._runtime`.
 
         Raises
         ------
@@ -380,5 +385,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 root=root,
                 connect=connect,
                 mmap=mmap,
+                runtime=runtime,
             )
         )

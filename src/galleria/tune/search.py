@@ -632,8 +632,17 @@ def tune(
     # Optuna 5 reads a trial's constraints from ``Trial.set_constraint``; older ones from a function.
     native = hasattr(optuna.trial.Trial, "set_constraint")
 
+    interrupted: list[BaseException] = []
+
     def objective(trial: Any) -> float:
-        config, value = measure(_suggest(trial, families, choices))
+        try:
+            config, value = measure(_suggest(trial, families, choices))
+        except KeyboardInterrupt as error:
+            # Optuna would log the interrupted trial with a traceback: end the trial as pruned
+            # (logged at INFO, not shown), stop the study and raise the interrupt once it is out.
+            interrupted.append(error)
+            trial.study.stop()
+            raise optuna.TrialPruned() from None
         short = short_of_guard(repr(sorted(config.settings().items())))
         if native and guard_metric:
             trial.set_constraint("guard", short)
@@ -669,6 +678,8 @@ def tune(
     if remaining:
         left = None if timeout is None else max(0.0, float(timeout) - (time.perf_counter() - started))
         study.optimize(objective, n_trials=remaining, timeout=left)
+        if interrupted:
+            raise KeyboardInterrupt
 
     others = [
         _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)

@@ -103,7 +103,7 @@ def test_a_threshold_of_the_wrong_kind_is_a_type_error(bad: object) -> None:
 def test_defaults_come_from_the_embedder() -> None:
     assert default_threshold({"type": "pixel"}) == galleria.curation.dedup.DEFAULT_THRESHOLDS["pixel"]
     assert default_threshold(None) == galleria.curation.dedup.FALLBACK_THRESHOLD
-    assert galleria.duplicates is duplicate_groups
+    assert galleria.duplicates is duplicate_groups and galleria.duplicates.__name__ == "duplicates"
 
 
 def test_keep_rules(tmp_path: Path) -> None:

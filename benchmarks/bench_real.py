@@ -36,13 +36,16 @@ import _real_data  # noqa: E402
 from galleria.evaluation import RetrievalConfig  # noqa: E402
 from galleria.metrics import ranked_relevance  # noqa: E402
 from galleria.rerank.adaptive import PAPER_PARAMS, default_rerank_params, store_statistics  # noqa: E402
+from galleria.rerank.registry import RERANK_METHODS, reranker_component  # noqa: E402
 from galleria.retrieval import Searcher  # noqa: E402
 from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402
 from galleria.tune import tune  # noqa: E402
 
 DEPTH = 100
 POOL = 200
-METHODS = ("aqe", "k-reciprocal", "diffusion", "decoupled-diffusion", "gnn", "dba")
+_FIRST = ("aqe", "k-reciprocal", "diffusion", "decoupled-diffusion", "gnn", "dba")
+#: αQE and every declared re-ranker (a method declared later, e.g. ECN, adds its rows and column).
+METHODS = _FIRST + tuple(name for name in RERANK_METHODS if name not in _FIRST)
 #: The row of ``--expand --rerank`` (αQE, then k-reciprocal on the expanded query's pool).
 EXPAND_RERANK = "aqe+k-reciprocal"
 #: The summary's columns: each method's adaptive defaults (what ``--rerank`` uses), short names.
@@ -217,7 +220,7 @@ def summary(results: list[dict[str, Any]]) -> str:
 
     shown = (*METHODS, EXPAND_RERANK)
     methods = [m for m in shown if any(row["method"] == m for result in results for row in result["rows"])]
-    header = " | ".join(f"{SHORT[m]} adaptive" for m in methods)
+    header = " | ".join(f"{SHORT.get(m) or reranker_component(m).title} adaptive" for m in methods)
     lines = [
         f"| gallery × embedder | plain R@1 / mAP@100 | {header} | k-recip. paper | tuned (all methods) |",
         "| --- | ---: |" + " ---: |" * (len(methods) + 2),

@@ -1,7 +1,8 @@
 """CLIP from a local open_clip checkpoint file on the command line: ``--embedder clip:MODEL:PATH``.
 
 A (random) checkpoint is saved to disk and loaded back through the CLI spelling; the store records it
-by name and SHA-256, and ``search`` needs it passed again with ``--checkpoint``. ViT-S-32-alt (the
+by name and SHA-256; ``search`` finds it again at the path given at build (the per-user registry),
+and needs ``--checkpoint`` once it has moved. ViT-S-32-alt (the
 smallest open_clip architecture) stands in for ViT-B-32: the spelling and the code path are the same.
 """
 
@@ -60,5 +61,9 @@ def test_a_saved_checkpoint_loads_back_through_the_cli(
     assert main(["search", str(store), "--image", query, "--checkpoint", str(weights), "--json"]) == 0
     results = json.loads(capsys.readouterr().out)["queries"][0]["results"]
     assert results[0]["path"] == query
+    assert main(["search", str(store), "--image", query]) == 0  # the path given at build is remembered
+    weights.rename(weights.with_name("moved.bin"))
+    capsys.readouterr()
     assert main(["search", str(store), "--image", query]) == 2
-    assert "--checkpoint PATH" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--checkpoint PATH" in error and "looked in" in error

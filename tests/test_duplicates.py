@@ -103,7 +103,7 @@ def test_a_threshold_of_the_wrong_kind_is_a_type_error(bad: object) -> None:
 def test_defaults_come_from_the_embedder() -> None:
     assert default_threshold({"type": "pixel"}) == galleria.curation.dedup.DEFAULT_THRESHOLDS["pixel"]
     assert default_threshold(None) == galleria.curation.dedup.FALLBACK_THRESHOLD
-    assert galleria.duplicates is duplicate_groups
+    assert galleria.duplicates is duplicate_groups and galleria.duplicates.__name__ == "duplicates"
 
 
 def test_keep_rules(tmp_path: Path) -> None:
@@ -143,6 +143,8 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     names = [[Path(path).name for path in group] for group in payload["groups"]]
     assert sorted(names) == [["copy_of_00.bmp", "img00.png"], ["img01.png", "small_01.png"]]
     assert payload["keep"] == [min(group) for group in payload["groups"]]
+    kinds = {sorted(group)[0]: kind for group, kind in zip(names, payload["kinds"], strict=True)}
+    assert kinds == {"copy_of_00.bmp": "exact", "img01.png": "near"}
     assert os.path.exists(store + ".graph")  # the graph is kept beside the store
     assert main(["duplicates", store, "--csv", "--threshold", "0.05"]) == 0
     rows = capsys.readouterr().out.splitlines()
@@ -152,3 +154,37 @@ def test_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert text.startswith("2 group(s) of duplicates holding 4 of 14 images")
     assert main(["duplicates", store, "--threshold", "3"]) == 2
     assert "--threshold" in capsys.readouterr().err
+
+
+def test_pixel_digests_are_recorded_kept_and_checked(tmp_path: Path) -> None:
+    from attack_corpus import _read, _seal
+    from galleria import PixelEmbedder
+
+    written = _folder(tmp_path / "photos")
+    paths = sorted(str(path) for path in (tmp_path / "photos").iterdir())
+    store = InMemoryImageEmbeddingStore(paths[:-3], PixelEmbedder(size=8))
+    store.build_store()
+    store.add_images(paths[-3:])
+    digests = store.pixel_digests
+    assert digests is not None and digests.shape == (len(paths), 8) and digests.any(axis=1).all()
+    row = {path: position for position, path in enumerate(store.paths)}
+    copy, original = row[str(tmp_path / "photos" / "copy_of_00.bmp")], row[str(written[0])]
+    assert (digests[copy] == digests[original]).all()
+    assert len({bytes(digest) for digest in digests}) == len(paths) - 1  # the one exact pair
+    store.remove_images([str(written[5])])
+    assert store.pixel_digests is not None and len(store.pixel_digests) == len(paths) - 1
+    target = tmp_path / "s.safetensors"
+    store.save_to_disk(target)
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(target, PixelEmbedder(size=8))
+    assert loaded.pixel_digests is not None and (loaded.pixel_digests == store.pixel_digests).all()
+    groups = duplicate_groups(loaded, threshold=0.0)
+    assert [(sorted(Path(p).name for p in group.paths), group.exact) for group in groups] == [
+        (["copy_of_00.bmp", "img00.png"], True)
+    ]
+    header, tensors = _read(target)
+    tensors["pixel_digests"] = np.zeros((3, 8), dtype=np.uint8)  # hostile: not one row per image
+    _seal(tmp_path / "bad.safetensors", header, tensors)
+    with pytest.raises(ValueError, match="pixel_digests"):
+        InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "bad.safetensors")
+    vectors_only = InMemoryImageEmbeddingStore.from_embeddings(["/a", "/b"], np.eye(2))
+    assert vectors_only.pixel_digests is None

@@ -595,11 +595,12 @@ def _store(n: int = 30, d: int = 6, seed: int = 0) -> InMemoryImageEmbeddingStor
 def test_every_method_follows_the_protocol_and_batches_like_single_calls(method: str) -> None:
     store = _store()
     params = {
+        "k-reciprocal": {"k1": 6, "k2": 3},
         "diffusion": {"k": 5},
         "gnn": {"k1": 6, "k2": 3},
         "dba": {"neighbors": 3},
         "decoupled-diffusion": {"k": 5, "truncation": 12},
-    }.get(method, {"k1": 6, "k2": 3})
+    }.get(method, {})  # a method declared later: its defaults
     reranker = make_reranker(method, store, **params)
     assert isinstance(reranker, Reranker)
     search = reranker.store if isinstance(reranker, DBAReranker) else store
@@ -678,7 +679,10 @@ def test_full_functions_check_their_features(function: Any) -> None:
 
 
 def test_the_registry_sits_above_the_implementations() -> None:
-    """No implementation module imports the registry (no import circle); the registry names them all."""
+    """No implementation module imports the registry (no import circle); the registry names them all.
+
+    The adaptive rules' shell (adaptive.py) reads the declarations through the registry, inside its
+    functions only: it is not an implementation the registry imports at import time."""
     import ast
 
     import galleria.rerank as package
@@ -686,7 +690,7 @@ def test_the_registry_sits_above_the_implementations() -> None:
 
     folder = Path(package.__file__).parent
     for path in sorted(folder.glob("*.py")):
-        if path.name in ("__init__.py", "registry.py"):
+        if path.name in ("__init__.py", "registry.py", "adaptive.py"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = {

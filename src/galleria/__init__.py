@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "alpha_query_expansion": "galleria.expansion",
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
+    "PluginWarning": "galleria._warnings",
     "tune": "galleria.tune",
     "neighbor_graph": "galleria.store.graph",
     "duplicates": "galleria.curation.dedup",
@@ -56,6 +57,7 @@ __all__ = [
     "KReciprocalReranker",
     "MilvusIndex",
     "PixelEmbedder",
+    "PluginWarning",
     "SkippedImageWarning",
     "TimmEmbedder",
     "__version__",
@@ -79,7 +81,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from galleria._warnings import GalleriaWarning, SkippedImageWarning
+    from galleria._warnings import GalleriaWarning, PluginWarning, SkippedImageWarning
     from galleria.curation.dedup import duplicates
     from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder
     from galleria.engines import build_with_ray

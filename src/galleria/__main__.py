@@ -2,6 +2,10 @@
 
 import sys
 
-from galleria.cli import main
+try:
+    from galleria.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command line is still being imported
+    print("galleria: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

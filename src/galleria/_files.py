@@ -17,18 +17,23 @@ import os
 import re
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 __all__ = [
+    "StoreLockedError",
     "atomic_path",
     "atomic_write_bytes",
+    "check_output_path",
     "default_mode",
     "load_json",
+    "lock_path",
     "open_regular_file",
     "read_regular_file",
     "remove_stale_temporaries",
+    "writer_lock",
 ]
 
 
@@ -53,6 +58,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[str]:
     'done'
     """
     destination = os.path.abspath(os.fspath(target))
+    check_output_path(destination, "output file")
     remove_stale_temporaries(destination)
     handle, temporary = tempfile.mkstemp(
         prefix=f".{os.path.basename(destination)}.{os.getpid()}.",
@@ -156,3 +162,129 @@ def load_json(data: bytes, what: str) -> Any:
     from galleria._jsoncost import load_bounded_json
 
     return load_bounded_json(data, what)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    return "special file"
+
+
+def check_output_path(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` as a string, once it names nothing or a regular file; ValueError naming ``what`` otherwise.
+
+    Every file galleria writes is moved into place with ``os.replace``, which would replace whatever
+    the name held: a device node (``/dev/null``, as root), a FIFO, a socket, or a symbolic link
+    (the link itself, not its target). All of them are refused here, as is a folder, so an output
+    the user names can only create a file or replace a regular one. Whether an existing regular file
+    may be replaced is each command's own rule.
+
+    Examples
+    --------
+    >>> check_output_path("/dev/null", "--out")
+    Traceback (most recent call last):
+    ...
+    ValueError: --out '/dev/null' is a character device, not a regular file; give a file name
+    """
+    name = os.fspath(path)
+    try:
+        mode = os.lstat(name).st_mode
+    except FileNotFoundError:
+        return name
+    except OSError as error:
+        raise ValueError(f"{what} {name!r} cannot be checked: {error.strerror or error}") from None
+    if stat.S_ISREG(mode):
+        return name
+    if not stat.S_ISLNK(mode):
+        raise ValueError(f"{what} {name!r} is a {_kind(mode)}, not a regular file; give a file name")
+    kind = "symbolic link" if os.path.exists(name) else "dangling symbolic link"
+    raise ValueError(f"{what} {name!r} is a {kind}, not a regular file; remove it or give another name")
+
+
+# ---------------------------------------------------------------------------- one writer per store
+
+#: Suffix of the lock file beside a store that a writer holds while it changes the store.
+LOCK_SUFFIX = ".lock"
+
+
+class StoreLockedError(OSError):
+    """Another process holds the writer lock of a store file."""
+
+
+def lock_path(store: str | os.PathLike[str]) -> str:
+    """The lock file of the store file ``store``."""
+    return os.fspath(store) + LOCK_SUFFIX
+
+
+def _try_lock(name: str) -> int | None:
+    """An open descriptor of ``name`` holding an exclusive lock, or None if another holds it."""
+    import fcntl
+
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NONBLOCK", 0)
+    try:
+        descriptor = os.open(name, flags, default_mode())
+    except OSError as error:
+        raise OSError(f"cannot open the lock file {name!r}: {error.strerror or error}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError(f"the lock file {name!r} is not a regular file; remove it")
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return None
+        # A holder that finished may have unlinked the name after we opened it: lock the file the
+        # name holds now, or try again.
+        try:
+            same = os.path.samestat(os.fstat(descriptor), os.stat(name, follow_symlinks=False))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(descriptor)
+            return _try_lock(name)
+        return descriptor
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+        raise
+
+
+@contextmanager
+def writer_lock(store: str | os.PathLike[str], wait: float = 0.0, what: str = "store") -> Iterator[str]:
+    """Hold the writer lock of the store file ``store`` (an ``flock`` on ``STORE.lock``) inside the block.
+
+    One process at a time changes a store: the lock is taken before the store is read, so the next
+    writer reads what the previous one saved. Another holder makes this wait up to ``wait`` seconds,
+    then raise :class:`StoreLockedError` (an OSError) naming the store. The lock dies with its
+    process (the kernel releases it), so a killed writer never leaves a store locked; the lock file
+    is removed on release. Network file systems are not supported (their locks may not be honoured).
+    """
+    name = lock_path(os.path.abspath(os.fspath(store)))
+    deadline = time.monotonic() + max(0.0, wait)
+    pause = 0.02
+    while (descriptor := _try_lock(name)) is None:
+        if time.monotonic() >= deadline:
+            waited = f" after waiting {wait:g} s" if wait > 0 else ""
+            raise StoreLockedError(
+                f"{what} {os.fspath(store)!r} is being changed by another galleria process (lock "
+                f"{name!r} held){waited}; try again when it is done, or pass --wait SECONDS"
+            )
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(0.2, pause * 2)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(name)
+        os.close(descriptor)

@@ -13,7 +13,7 @@ Examples
 
 from __future__ import annotations
 
-__all__ = ["GalleriaWarning", "RecallTargetWarning", "SkippedImageWarning"]
+__all__ = ["GalleriaWarning", "PluginWarning", "RecallTargetWarning", "SkippedImageWarning"]
 
 
 class GalleriaWarning(UserWarning):
@@ -35,3 +35,8 @@ class SkippedImageWarning(GalleriaWarning, RuntimeWarning):
 
 class RecallTargetWarning(GalleriaWarning):
     """An approximate index measured a recall below its ``recall_target`` while it was built."""
+
+
+class PluginWarning(GalleriaWarning):
+    """A plugin (an entry point of ``galleria.rerankers``, ``galleria.indexes`` or ``galleria.embedders``)
+    failed to import or declared a malformed component, and was skipped; the built-ins are unaffected."""

@@ -37,9 +37,11 @@ COMMANDS: dict[str, str] = {
     "add": "add",
     "remove": "remove",
     "sync": "sync",
+    "check": "check",
     "serve": "serve",
     "tune": "tune",
     "models": "models",
+    "methods": "methods",
 }
 
 
@@ -81,7 +83,11 @@ def _one_line_warnings(command: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    parser = build_parser()
+    try:  # building the parser imports every command module: Ctrl-C may land there too
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("galleria: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warnings(args.command)

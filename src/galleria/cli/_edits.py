@@ -9,17 +9,20 @@ Both files are written atomically (the store first).
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from galleria._files import atomic_write_bytes, load_json, read_regular_file
+from galleria._files import atomic_write_bytes, load_json, read_regular_file, writer_lock
 from galleria.cli._common import CliError
 
 __all__ = [
     "MANIFEST_SUFFIX",
+    "add_wait_option",
     "expand_paths",
     "file_stat",
     "manifest_path",
@@ -27,6 +30,7 @@ __all__ = [
     "read_manifest",
     "readable",
     "save_with_manifest",
+    "store_writer",
 ]
 
 MANIFEST_SUFFIX = ".files.json"
@@ -98,11 +102,51 @@ def read_manifest(store_path: str) -> dict[str, Stat]:
 
 
 def save_with_manifest(store: Any, store_path: str, stats: Mapping[str, Stat]) -> None:
-    """Save ``store`` to ``store_path`` atomically, then its manifest with the stats of its paths."""
+    """Save ``store`` to ``store_path`` atomically, then its manifest with the stats of its paths.
+
+    The store is what matters; the manifest is a hint. When the store is saved but its manifest
+    cannot be written (a full disk), the old manifest is removed (it describes another store) and a
+    warning says so: the command succeeds, and ``sync`` falls back to comparing file times.
+    """
     store.save_to_disk(store_path)
     files = {path: list(stats[path]) for path in store.paths if path in stats}
     payload = {"format": _FORMAT, "version": 1, "files": files}
-    atomic_write_bytes(manifest_path(store_path), (json.dumps(payload, sort_keys=True) + "\n").encode())
+    name = manifest_path(store_path)
+    try:
+        atomic_write_bytes(name, (json.dumps(payload, sort_keys=True) + "\n").encode())
+    except OSError as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)
+        print(
+            f"warning: the store {store_path!r} is saved, but its file manifest {name!r} could not be "
+            f"written ({error.strerror or error}); `galleria sync` will compare file times instead",
+            file=sys.stderr,
+        )
+
+
+def add_wait_option(parser: argparse.ArgumentParser) -> None:
+    """``--wait SECONDS`` of the commands that change a store file."""
+    parser.add_argument(
+        "--wait",
+        default="0",
+        metavar="SECONDS",
+        help="when another galleria process is changing the store, wait up to SECONDS for it to finish "
+        "instead of failing at once (default: %(default)s)",
+    )
+
+
+@contextlib.contextmanager
+def store_writer(args: argparse.Namespace, store_path: str) -> Iterator[None]:
+    """Hold the writer lock of ``store_path`` (``STORE.lock``; :func:`galleria._files.writer_lock`).
+
+    Taken before the store is read, so a second writer reads what the first one saved; without
+    ``--wait`` a store another process is changing is refused at once (exit 2).
+    """
+    from galleria.cli._options import parse_float
+
+    wait = parse_float("--wait", getattr(args, "wait", "0"))
+    with writer_lock(store_path, wait):
+        yield
 
 
 def expand_paths(items: Iterable[str], what: str) -> list[str]:

@@ -58,6 +58,12 @@ def check_output_paths(args: argparse.Namespace) -> None:
         raise CliError(f"--report {args.out!r} is a file; give a folder for metrics.json")
     if args.per_query is not None and os.path.isdir(args.per_query):
         raise CliError(f"--per-query {args.per_query!r} is a directory; give a .csv file path")
+    from galleria._files import check_output_path
+
+    if args.per_query is not None:  # a device, FIFO, socket or symbolic link is never replaced
+        check_output_path(args.per_query, "--per-query")
+    if args.out is not None:
+        check_output_path(os.path.join(args.out, "metrics.json"), "--report")
 
 
 def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, meta: dict[str, Any]) -> int:

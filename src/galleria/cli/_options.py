@@ -16,15 +16,28 @@ from typing import Any
 from galleria._validation import MAX_COUNT
 from galleria.cli._common import CliError
 from galleria.embedders.base import Embedder
+from galleria.embedders.registry import embedder_component, embedder_components
 from galleria.evaluation.configs import DEFAULT_POOL
 from galleria.expansion import MAX_EXPANSION_ALPHA
 from galleria.index.base import SPACES
+from galleria.index.registry import INDEX_NAMES, index_components
+from galleria.rerank.registry import (
+    DEFAULT_METHOD,
+    PRECOMPUTED_METHODS,
+    RERANK_METHODS,
+    reranker_component,
+    reranker_components,
+)
 from galleria.viewer.text import shorten_middle
 
-#: The values of ``--rerank-method`` (galleria.rerank.RERANK_METHODS, without importing the re-rankers).
-RERANK_METHOD_CHOICES: tuple[str, ...] = ("k-reciprocal", "diffusion", "gnn", "dba", "decoupled-diffusion")
-#: The values of ``build --precompute-rerank`` (galleria.rerank.registry.PRECOMPUTED_METHODS).
-PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = ("decoupled-diffusion",)
+#: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
+RERANK_METHOD_CHOICES: tuple[str, ...] = RERANK_METHODS
+#: The values of ``build --precompute-rerank``: the methods whose declaration has an offline part.
+PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = PRECOMPUTED_METHODS
+#: ``--k1``, ``--k2``, ``--lambda``: shortcuts of the parameters of these names, for the methods
+#: that declare all three (k-reciprocal and the GNN among the built-ins).
+_SHORTCUTS = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda"}
+_SHORTCUT_METHODS = tuple(c.name for c in reranker_components() if set(_SHORTCUTS) <= set(c.names))
 
 __all__ = [
     "DEFAULT_POOL",
@@ -93,11 +106,12 @@ def add_deprecated_alias(group: Any, old: str, *, dest: str, replacement: str, *
     )
 
 
+#: ``--embedder``'s help: every declared embedder's spelling (plugins included).
 EMBEDDER_HELP = (
-    "pixel[:SIZE][:gray] | clip[:MODEL[:PRETRAINED]] | timm:MODEL:PRETRAINED, PRETRAINED a weights "
-    "tag, a local checkpoint file or 'random'; `galleria models` lists them (default: %(default)s)"
+    " | ".join(c.extra["spec"] for c in embedder_components() if "spec" in c.extra)
+    + ", PRETRAINED a weights tag, a local checkpoint file or 'random'; `galleria models` lists them "
+    "(default: %(default)s)"
 )
-_SPEC_FORMS = "pixel[:SIZE][:gray], clip[:MODEL[:PRETRAINED]] or timm:MODEL:PRETRAINED"
 
 
 def parse_int(option: str, text: Any, *, minimum: int = 1) -> int:
@@ -155,9 +169,11 @@ def check_existing_file(what: str, path: str) -> str:
 def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """Check an embedder spec; return the kind and its keyword arguments.
 
-    ``pixel``, ``pixel:16``, ``pixel:16:gray`` or ``pixel:gray`` (thumbnail side, one gray channel);
-    ``clip``, ``clip:MODEL``, ``clip:MODEL:PRETRAINED`` where PRETRAINED is an open_clip weights tag,
-    a local checkpoint path (which may itself hold colons) or ``random`` (seeded random weights).
+    ``NAME[:...]``: NAME is a declared embedder and the rest is read by its declaration's
+    ``parse_spec``. ``pixel``, ``pixel:16``, ``pixel:16:gray`` or ``pixel:gray`` (thumbnail side, one
+    gray channel); ``clip``, ``clip:MODEL``, ``clip:MODEL:PRETRAINED`` where PRETRAINED is an open_clip
+    weights tag, a local checkpoint path (which may itself hold colons) or ``random`` (seeded random
+    weights); ``timm:MODEL:PRETRAINED`` likewise.
 
     Examples
     --------
@@ -167,58 +183,32 @@ def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
     ('clip', {'model_name': 'ViT-B-32', 'pretrained': None})
     """
     kind, _, rest = spec.partition(":")
-    if kind == "pixel":
-        options: dict[str, Any] = {"size": 32, "grayscale": False}
-        parts = rest.split(":") if rest else []
-        if len(parts) > 2:
-            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
-        for position, part in enumerate(parts):
-            if part == "gray" and (position == len(parts) - 1):
-                options["grayscale"] = True
-            elif position == 0 and part.isdigit() and int(part) > 0:
-                options["size"] = int(part)
-            else:
-                raise CliError(
-                    f"--embedder {spec!r} is malformed: {part!r} is neither a positive thumbnail size "
-                    f"nor 'gray' (expected {_SPEC_FORMS})"
-                )
-        return "pixel", options
-    if kind == "clip":
-        parts = rest.split(":", 1) if rest else []
-        if not all(parts):
-            raise CliError(f"--embedder {spec!r} is malformed: expected {_SPEC_FORMS}")
-        clip_options: dict[str, Any] = {"model_name": "ViT-B-32", "pretrained": "openai"}
-        if parts:
-            clip_options["model_name"] = parts[0]
-        if len(parts) > 1:
-            clip_options["pretrained"] = None if parts[1] == "random" else parts[1]
-        return "clip", clip_options
-    if kind == "timm":
-        # timm:MODEL:PRETRAINED — PRETRAINED is a timm tag, a local checkpoint path (colons allowed) or
-        # random; unlike clip there is no default (timm has no one set of weights for every model).
-        parts = rest.split(":", 1) if rest else []
-        if not parts or not all(parts):
-            raise CliError(f"--embedder {spec!r} is malformed: expected timm:MODEL:PRETRAINED")
-        if len(parts) == 1:  # no weights named: refuse rather than embed with random weights silently
-            raise CliError(
-                f"--embedder {spec!r} names no weights: give timm:{parts[0]}:PATH (a local checkpoint), "
-                f"timm:{parts[0]}:TAG (timm's hub weights) or timm:{parts[0]}:random (seeded random "
-                "weights); `galleria models` lists weights that work offline"
-            )
-        timm_options: dict[str, Any] = {"model_name": parts[0], "pretrained": None}
-        timm_options["pretrained"] = None if parts[1] == "random" else parts[1]
-        return "timm", timm_options
-    raise CliError(f"unknown embedder {spec!r}: expected {_SPEC_FORMS}")
+    for component in embedder_components():
+        parse = component.extra.get("parse_spec")
+        if component.name == kind and parse is not None:
+            try:
+                return kind, dict(parse(rest))
+            except ValueError as error:
+                raise CliError(f"--embedder {spec!r} {error}") from None
+    forms = ", ".join(c.extra["spec"] for c in embedder_components() if "spec" in c.extra)
+    raise CliError(f"unknown embedder {spec!r}: expected {forms}")
+
+
+def _embedder(kind: str) -> Any:
+    return embedder_component(kind)
 
 
 def embedder_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The checked ``--device`` and ``--batch-size`` of a command that makes an embedder."""
+    """The checked ``--device``, ``--batch-size`` and ``--runtime`` of a command that makes an embedder."""
     settings: dict[str, Any] = {}
+    if getattr(args, "runtime", None) is not None:
+        settings["runtime"] = args.runtime
     if getattr(args, "batch_size", None) is not None:
         settings["batch_size"] = parse_int("--batch-size", args.batch_size)
     if getattr(args, "device", None) is not None:
-        if parse_embedder_spec(args.embedder)[0] == "pixel":
-            raise CliError(f"--device applies to clip and timm embedders, not --embedder {args.embedder!r}")
+        if "device" not in _embedder(parse_embedder_spec(args.embedder)[0]).names:
+            takers = " and ".join(c.name for c in embedder_components() if "device" in c.names)
+            raise CliError(f"--device applies to {takers} embedders, not --embedder {args.embedder!r}")
         settings["device"] = args.device
     return settings
 
@@ -232,26 +222,48 @@ def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def make_embedder(spec: str, *, device: str | None = None, batch_size: int | None = None) -> Embedder:
-    """Build the embedder named by a spec (see :func:`parse_embedder_spec`)."""
-    from galleria.embedders import ClipEmbedder, PixelEmbedder
+def make_embedder(
+    spec: str, *, device: str | None = None, batch_size: int | None = None, runtime: str | None = None
+) -> Embedder:
+    """Build the embedder named by a spec (see :func:`parse_embedder_spec`) with its declared constructor.
 
+    ``runtime`` (``--runtime``) forces where a timm network (or a CLIP image side) runs; a checkpoint
+    path in the spec is remembered in the user's checkpoint registry, so that later commands find it
+    by its digest.
+    """
     kind, options = parse_embedder_spec(spec)
+    component = _embedder(kind)
     extra: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
-    if kind == "pixel":
-        return PixelEmbedder(size=options["size"], grayscale=options["grayscale"], **extra)
-    if device is not None:
+    if device is not None and "device" in component.names:
         extra["device"] = device
-    if kind == "timm":
-        say(f"loading torch and timm, then the timm model {options['model_name']} ...")
-        from galleria.embedders import TimmEmbedder
-
-        return TimmEmbedder(options["model_name"], pretrained=options["pretrained"], progress=True, **extra)
-    say(f"loading torch and open_clip, then the CLIP model {options['model_name']} ...")
-    embedder: Embedder = ClipEmbedder(
-        model_name=options["model_name"], pretrained=options["pretrained"], **extra
-    )
+    if runtime is not None:
+        if "runtime" not in component.names:
+            raise CliError(f"--runtime applies to the timm and clip embedders, not {kind}")
+        extra["runtime"] = runtime
+    loading = component.extra.get("loading")
+    if loading:
+        say(f"loading {loading}, then the {kind} model {options.get('model_name')} ...")
+    embedder: Embedder = component.build(**options, **extra, **component.extra.get("cli_options", {}))
+    config = getattr(embedder, "config", None)
+    if callable(config):
+        remember_checkpoint_of(options.get("pretrained"), config())
     return embedder
+
+
+def remember_checkpoint_of(path: Any, config: dict[str, Any]) -> None:
+    """Keep a checkpoint path the user gave in the per-user registry, keyed by its recorded digest."""
+    digest = config.get("checkpoint_sha256")
+    if isinstance(path, str) and isinstance(digest, str) and os.path.isfile(path):
+        from galleria.embedders._cache import remember_checkpoint
+
+        remember_checkpoint(path, digest)
+
+
+RUNTIME_HELP = (
+    "where a timm network (or a clip image side) runs: onnx (ONNX Runtime, galleria[onnx]) or torch; by "
+    "default a timm network runs on onnx when onnxruntime is installed, clip on torch, and a store's "
+    "queries use the runtime it was built with"
+)
 
 
 def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> None:
@@ -264,6 +276,7 @@ def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> 
     group.add_argument(
         "--batch-size", default=None, metavar="N", help="images embedded per batch (default: the embedder's)"
     )
+    group.add_argument("--runtime", default=None, choices=("torch", "onnx"), help=RUNTIME_HELP)
 
 
 def add_load_options(parser: argparse.ArgumentParser) -> None:
@@ -273,8 +286,12 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         "--checkpoint",
         default=None,
         metavar="PATH",
-        help="local model file of a store built from one (checked against the digest it recorded)",
+        help=(
+            "local model file of a store built from one (checked against the digest it recorded); needed "
+            "only when galleria cannot find it (installed package, or a path given before)"
+        ),
     )
+    group.add_argument("--runtime", default=None, choices=("torch", "onnx"), help=RUNTIME_HELP)
     group.add_argument(
         "--root",
         default=None,
@@ -299,22 +316,27 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
     options: dict[str, Any] = {}
     if getattr(args, "checkpoint", None) is not None:
         options["checkpoint"] = check_existing_file("--checkpoint", args.checkpoint)
+    if getattr(args, "runtime", None) is not None:
+        options["runtime"] = args.runtime
     if getattr(args, "root", None) is not None:
         options["root"] = check_existing_folder("--root", args.root)
     if getattr(args, "connect", False):
         options["connect"] = True
     if embedder is not None:
         options.pop("checkpoint", None)  # the saved model is not rebuilt
+        options.pop("runtime", None)
     elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
         from galleria.cli._storefile import read_store_header
 
         entry = read_store_header(path).get("embedder")
         config = entry.get("config") if isinstance(entry, dict) else None
         kind = config.get("type") if isinstance(config, dict) else None
-        if isinstance(config, dict) and kind in ("clip", "timm"):
-            library = "open_clip" if kind == "clip" else "timm"
-            say(f"loading torch and {library}, then the {kind} model {config.get('model_name')} ...")
+        loading = {c.name: c.extra.get("loading") for c in embedder_components()}
+        if isinstance(config, dict) and isinstance(kind, str) and loading.get(kind):
+            say(f"loading {loading[kind]}, then the {kind} model {config.get('model_name')} ...")
     store = InMemoryImageEmbeddingStore.load_from_disk(path, embedder, **options)
+    if "checkpoint" in options and store.embedder is not None and hasattr(store.embedder, "config"):
+        remember_checkpoint_of(os.path.abspath(options["checkpoint"]), store.embedder.config())
     from galleria.store.graph import remember_graph_file
 
     remember_graph_file(store, path)  # the graph beside it (STORE.graph) is read when first needed
@@ -331,8 +353,10 @@ def add_store_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--index",
         default="exact",
-        choices=("exact", "hnsw", "ivfpq"),
-        help="search index (default: %(default)s)",
+        choices=INDEX_NAMES,
+        help="search index: "
+        + "; ".join(f"{c.name}, {c.summary}" for c in index_components() if c.name in INDEX_NAMES)
+        + " (default: %(default)s)",
     )
     add_index_param_option(group)
     group.add_argument(
@@ -357,7 +381,11 @@ def add_index_param_option(group: Any) -> None:
         default=None,
         metavar="KEY=VALUE",
         help="a parameter of the index, repeatable (e.g. --index ivfpq --index-param lists=16 "
-        "--index-param bits=6; hnsw: graph_degree, search_candidates, ...); see docs/cli.md",
+        "--index-param bits=6); "
+        + "; ".join(
+            f"{c.name}: {', '.join(c.names)}" for c in index_components() if c.name in INDEX_NAMES and c.names
+        )
+        + ". `galleria methods --kind index` lists ranges and defaults",
     )
 
 
@@ -409,42 +437,61 @@ def index_params(args: argparse.Namespace) -> dict[str, Any] | None:
     return params
 
 
+def _paper_text(method: str) -> str:
+    """A method's paper values for ``--help`` (``k1 20, k2 6, λ 0.3``)."""
+    component = reranker_component(method)
+    return component.describe(component.paper_params()).replace("=", " ")
+
+
+def rerank_param_help() -> str:
+    """``--rerank-param``'s help: every method's declared parameter names."""
+    methods = "; ".join(f"{c.name}: {', '.join(c.names)}" for c in reranker_components() if c.names)
+    return (
+        "a parameter of --rerank-method by its declared name, repeatable (e.g. --rerank-method diffusion "
+        f"--rerank-param k=30); {methods}. `galleria methods` lists ranges and defaults"
+    )
+
+
 def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = DEFAULT_POOL) -> None:
-    """``--rerank`` and its ``--k1``, ``--k2``, ``--lambda``, ``--pool``."""
+    """``--rerank`` and its ``--rerank-method``, ``--rerank-preset``, ``--rerank-param``, ``--k1``,
+    ``--k2``, ``--lambda``, ``--pool`` (choices and help derived from the declarations)."""
     group = parser.add_argument_group("re-ranking")
-    group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates (k-reciprocal)")
+    group.add_argument("--rerank", action="store_true", help="re-rank a pool of candidates")
+    others = ", ".join(name for name in RERANK_METHOD_CHOICES if name != DEFAULT_METHOD)
     group.add_argument(
         "--rerank-method",
         default=None,
         choices=RERANK_METHOD_CHOICES,
-        help="re-ranking method (default: k-reciprocal); --k1/--k2/--lambda also set gnn's, other methods "
-        "take their defaults or --settings",
+        metavar="METHOD",
+        help=f"re-ranking method: {DEFAULT_METHOD} (default), {others}; --k1/--k2/--lambda set "
+        f"{' and '.join(_SHORTCUT_METHODS)}'s, --rerank-param any method's",
     )
     group.add_argument(
         "--rerank-preset",
         default=None,
         choices=("adaptive", "paper"),
         help="where parameters not given come from: adaptive (default: read from the gallery's "
-        "reciprocal-neighbour statistics) or paper (the published values: k1 20, k2 6, λ 0.3; αQE's "
-        "α 3, n 50)",
+        "reciprocal-neighbor statistics) or paper (the published values: "
+        f"{_paper_text(DEFAULT_METHOD)} for {DEFAULT_METHOD}; αQE's α 3, n 50)",
     )
     group.add_argument(
-        "--k1",
+        "--rerank-param",
+        dest="rerank_param",
+        action="append",
         default=None,
-        metavar="N",
-        help="k1, the neighbourhood size (paper: 20; else from the gallery)",
+        metavar="NAME=VALUE",
+        help=rerank_param_help(),
     )
-    group.add_argument(
-        "--k2", default=None, metavar="N", help="k2, local query expansion (paper: 6; else from the gallery)"
-    )
-    group.add_argument(
-        "--lambda",
-        dest="lambda_value",
-        default=None,
-        metavar="X",
-        help="weight of the original distance (k-reciprocal) or similarity (gnn), in [0, 1] "
-        "(paper: 0.3; else from the gallery)",
-    )
+    declared = reranker_component(DEFAULT_METHOD)
+    for name, option in _SHORTCUTS.items():
+        param = declared.param(name)
+        group.add_argument(
+            option,
+            dest=name,
+            default=None,
+            metavar="X" if param.type is float else "N",
+            help=f"{param.help}, in {param.range_text()} (paper: {param.paper}; else from the gallery)",
+        )
     group.add_argument(
         "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
     )
@@ -492,9 +539,34 @@ def _require(args: argparse.Namespace, flag: str, names: dict[str, str]) -> None
             raise CliError(f"{option} needs {flag}")
 
 
+def _rerank_params_given(args: argparse.Namespace, method: str) -> dict[str, Any]:
+    """The ``--rerank-param NAME=VALUE`` values, each read as its declared type and checked."""
+    component = reranker_component(method)
+    params: dict[str, Any] = {}
+    for text in getattr(args, "rerank_param", None) or ():
+        name, equals, value = str(text).partition("=")
+        name = name.strip()
+        if not equals or not name or not value.strip():
+            raise CliError(
+                f"--rerank-param must be NAME=VALUE (e.g. k1=20), got {shorten_middle(text, 40)!r}"
+            )
+        if name not in component.names:
+            raise CliError(
+                f"--rerank-param: {method} has no parameter {name!r}; it takes {list(component.names)}"
+            )
+        if name in params:
+            raise CliError(f"--rerank-param {name} is given twice")
+        try:
+            params[name] = component.param(name).parse(value)
+        except (TypeError, ValueError) as error:
+            raise CliError(f"--rerank-param: {error}") from None
+    return params
+
+
 def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``); None without --rerank."""
-    options = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda", "pool": "--pool"}
+    """The checked re-ranking settings (``k1``, ``k2``, ``lambda_value``, ``pool``; or ``rerank_method``
+    and ``rerank_params``); None without --rerank."""
+    options = {**_SHORTCUTS, "pool": "--pool"}
     method = getattr(args, "rerank_method", None)
     preset = getattr(args, "rerank_preset", None)
     if not args.rerank:
@@ -502,34 +574,41 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
         if not getattr(args, "expand", False):  # the preset also sets αQE's values
             needed["rerank_preset"] = "--rerank-preset"
         _require(args, "--rerank", needed)
+        if getattr(args, "rerank_param", None):
+            raise CliError("--rerank-param needs --rerank")
         return None
-    method = method or "k-reciprocal"
-    explicit = [args.k1, args.k2, args.lambda_value] != [None, None, None]
+    method = method or DEFAULT_METHOD
+    given = _rerank_params_given(args, method)
+    explicit = any(getattr(args, dest) is not None for dest in _SHORTCUTS) or bool(given)
     if preset == "adaptive" and explicit:
         raise CliError(
-            "--rerank-preset adaptive reads k1, k2 and λ from the gallery; drop --k1/--k2/--lambda "
-            "or use --rerank-preset paper"
+            "--rerank-preset adaptive reads the parameters from the gallery; drop --k1/--k2/--lambda "
+            "and --rerank-param, or use --rerank-preset paper"
         )
-    if preset != "paper" and not explicit:  # the default: parameters read from the gallery
-        pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
-        adaptive: dict[str, Any] = {"rerank_preset": "adaptive", "pool": pool}
-        return adaptive if method == "k-reciprocal" else {"rerank_method": method, **adaptive}
-    if method not in ("k-reciprocal", "gnn"):
-        _require(args, "--rerank-method k-reciprocal or gnn", {"k1": "--k1", "k2": "--k2"})
-    if method not in ("k-reciprocal", "gnn"):
-        _require(args, "--rerank-method k-reciprocal or gnn", {"lambda_value": "--lambda"})
-    defaults = (26, 7) if method == "gnn" else (20, 6)
-    k1 = parse_int("--k1", defaults[0] if args.k1 is None else args.k1)
-    k2 = parse_int("--k2", defaults[1] if args.k2 is None else args.k2)
-    if k2 > k1:
-        raise CliError(f"--k2 must not exceed --k1, got --k2 {k2} > --k1 {k1}")
-    lambda_value = parse_float(
-        "--lambda", 0.3 if args.lambda_value is None else args.lambda_value, maximum=1.0
-    )
     pool = parse_int("--pool", args.pool_default if args.pool is None else args.pool)
-    if method == "k-reciprocal":
-        return {"k1": k1, "k2": k2, "lambda_value": lambda_value, "pool": pool}
-    params = {"k1": k1, "k2": k2, "lambda_value": lambda_value} if method == "gnn" else {}
+    if preset != "paper" and not explicit:  # the default: parameters read from the gallery
+        adaptive: dict[str, Any] = {"rerank_preset": "adaptive", "pool": pool}
+        return adaptive if method == DEFAULT_METHOD else {"rerank_method": method, **adaptive}
+    shortcut = " or ".join(_SHORTCUT_METHODS)
+    if method not in _SHORTCUT_METHODS:
+        _require(args, f"--rerank-method {shortcut}", {"k1": "--k1", "k2": "--k2"})
+        _require(args, f"--rerank-method {shortcut}", {"lambda_value": "--lambda"})
+    component = reranker_component(method)
+    params = component.paper_params()
+    if method in _SHORTCUT_METHODS:
+        k1 = parse_int("--k1", params["k1"] if args.k1 is None else args.k1)
+        k2 = parse_int("--k2", params["k2"] if args.k2 is None else args.k2)
+        if k2 > k1:
+            raise CliError(f"--k2 must not exceed --k1, got --k2 {k2} > --k1 {k1}")
+        lam = params["lambda_value"] if args.lambda_value is None else args.lambda_value
+        params.update(k1=k1, k2=k2, lambda_value=parse_float("--lambda", lam, maximum=1.0))
+    params.update(given)
+    try:
+        component.check(params, pool=pool)  # the one validator (same message as the API's)
+    except (TypeError, ValueError) as error:
+        raise CliError(f"--rerank-method {method}: {error}") from None
+    if method == DEFAULT_METHOD:
+        return {**params, "pool": pool}
     return {"rerank_method": method, "rerank_params": params, "pool": pool}
 
 
@@ -574,6 +653,7 @@ def settings_config(args: argparse.Namespace) -> Any:
             ("pool", "--pool"),
             ("rerank_method", "--rerank-method"),
             ("rerank_preset", "--rerank-preset"),
+            ("rerank_param", "--rerank-param"),
         )
         if getattr(args, dest, None) not in (None, False)
     ]

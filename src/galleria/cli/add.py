@@ -6,7 +6,15 @@ import argparse
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
-from galleria.cli._edits import expand_paths, file_stat, read_manifest, readable, save_with_manifest
+from galleria.cli._edits import (
+    add_wait_option,
+    expand_paths,
+    file_stat,
+    read_manifest,
+    readable,
+    save_with_manifest,
+    store_writer,
+)
 from galleria.cli._options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
@@ -36,12 +44,21 @@ def add_parser(subparsers: Any) -> None:
         "--skip-errors", action="store_true", help="skip unreadable images instead of stopping"
     )
     add_load_options(parser)
+    add_wait_option(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Add the images and save the store."""
+    from galleria.cli._options import check_existing_file
+
+    check_existing_file("store file", args.store)
+    with store_writer(args, args.store):  # one writer at a time; the store is read under the lock
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from galleria.cli._options import check_existing_file
     from galleria.store.reading import ImageReadError
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
 import time
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
-from galleria.cli._edits import file_stat, save_with_manifest
+from galleria.cli._edits import add_wait_option, file_stat, save_with_manifest, store_writer
 from galleria.cli._options import (
     PRECOMPUTE_RERANK_CHOICES,
     add_store_options,
@@ -75,6 +74,7 @@ def add_parser(subparsers: Any) -> None:
         help="replace STORE if it exists (without it, an existing store is never replaced)",
     )
     add_store_options(parser)
+    add_wait_option(parser)
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -111,19 +111,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _check_out(out: str, overwrite: bool) -> None:
-    """CliError if ``out`` exists and is not a regular file, or exists and ``--overwrite`` is not given."""
+    """CliError if ``out`` is not a regular file (:func:`galleria._files.check_output_path`), or
+    exists and ``--overwrite`` is not given."""
+    from galleria._files import check_output_path
+
     try:
-        mode = os.stat(out).st_mode
-    except FileNotFoundError:
-        if os.path.islink(out):
-            raise CliError(
-                f"--out {out!r} is a dangling symbolic link; remove it or give another name"
-            ) from None
-        return
-    if not stat.S_ISREG(mode):
-        kind = "FIFO" if stat.S_ISFIFO(mode) else "device or special file"
-        raise CliError(f"--out {out!r} is a {kind}, not a regular file; give a file name")
-    if not overwrite:
+        check_output_path(out, "--out")
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    if os.path.exists(out) and not overwrite:
         raise CliError(f"--out {out!r} already exists; pass --overwrite to replace it")
 
 
@@ -157,10 +153,6 @@ def _check_checkpoint(path: str, embedder: Any, index: str, space: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build and save the store; print how many images were indexed and skipped."""
-
-    from galleria.datasets import list_images
-    from galleria.datasets.labels import labels_root_of
-
     image_dir = check_existing_folder("IMAGE_DIR", args.image_dir)
     parse_embedder_spec(args.embedder)
     workers = parse_int("--workers", args.workers)
@@ -170,10 +162,21 @@ def run(args: argparse.Namespace) -> int:
     out = args.out
     if os.path.isdir(out):
         raise CliError(f"--out {out!r} is a directory; give a file name such as gallery.safetensors")
-    _check_out(out, args.overwrite)
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise CliError(f"--out {out!r}: folder {parent!r} does not exist")
+    _check_out(out, args.overwrite)
+    with store_writer(args, out):  # one writer per store (its checkpoint included)
+        _check_out(out, args.overwrite)  # another build may have finished while this one waited
+        return _build(args, image_dir, workers, every, settings)
+
+
+def _build(args: argparse.Namespace, image_dir: str, workers: int, every: float, settings: Any) -> int:
+    """Everything ``run`` does once the arguments are checked and the writer lock is held."""
+    from galleria.datasets import list_images
+    from galleria.datasets.labels import labels_root_of
+
+    out = args.out
     partial = checkpoint_path(out)
     if os.path.exists(partial) and not args.resume:
         raise CliError(

@@ -70,6 +70,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "index_build": getattr(index, "build_report", None),
         "embedder": config,
         "text_queries": isinstance(config, dict) and config.get("type") == "clip",
+        "runtime": _runtime_of(config),
         "skipped": store.skipped,
         "rerank": _rerank_record(store),
         "labels_root": store.labels_root,
@@ -136,6 +137,14 @@ def _rerank_text(record: dict[str, Any]) -> str:
     return "; ".join(parts) if parts else "nothing kept (computed on first use)"
 
 
+def _runtime_of(config: dict[str, Any] | None) -> str | None:
+    """Where the store's network ran when it was built (older timm stores and CLIP: torch)."""
+    if not isinstance(config, dict) or config.get("type") not in ("timm", "clip"):
+        return None
+    runtime = config.get("runtime", "torch")
+    return runtime if runtime in ("torch", "onnx") else None
+
+
 def _embedder_text(config: dict[str, Any] | None) -> str:
     if config is None:
         return "none (made from vectors; search it by vector)"
@@ -191,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         f"space:          {info['space']}",
         f"dim:            {info['dim']}",
         f"text queries:   {'yes' if info['text_queries'] else 'no'}",
+        *([f"runtime:        {info['runtime']}"] if info["runtime"] else []),
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",

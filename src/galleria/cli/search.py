@@ -146,6 +146,22 @@ def _image_queries(
     return kept, arrays, bad
 
 
+def _refuse_text_without_text_side(path: str) -> None:
+    """CliError when the store's recorded embedder has no text side (read from the header only)."""
+    from galleria.cli._options import check_existing_file
+    from galleria.cli._storefile import read_store_header
+
+    entry = read_store_header(check_existing_file("store file", path)).get("embedder")
+    config = entry.get("config") if isinstance(entry, dict) else None
+    kind = config.get("type") if isinstance(config, dict) else None
+    if entry is not None and kind != "clip" and isinstance(kind, str):
+        names = {"timm": "TimmEmbedder", "pixel": "PixelEmbedder"}
+        raise CliError(
+            f"--text needs an embedder with a text side (clip); store {path!r} was built with "
+            f"{names.get(kind, kind)}, which embeds images only"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Answer the queries and print the ranked paths and scores."""
     from galleria.retrieval import Searcher
@@ -159,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     query_names: list[str] = []
     if kind == "image":
         query_names = list(args.image) if args.image else query_paths_from(args.queries)
+    if kind == "text":
+        _refuse_text_without_text_side(args.store)  # from the header: before any model is loaded
     store = load_store(args, args.store)
     if store.embedder is None:
         raise CliError(

@@ -7,7 +7,14 @@ import os
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
-from galleria.cli._edits import file_stat, read_manifest, readable, save_with_manifest
+from galleria.cli._edits import (
+    add_wait_option,
+    file_stat,
+    read_manifest,
+    readable,
+    save_with_manifest,
+    store_writer,
+)
 from galleria.cli._options import add_load_options, check_existing_folder, load_store
 
 __all__ = ["add_parser", "moved_root", "plan_sync", "run"]
@@ -40,6 +47,7 @@ def add_parser(subparsers: Any) -> None:
         "--skip-errors", action="store_true", help="skip unreadable images instead of stopping"
     )
     add_load_options(parser)
+    add_wait_option(parser)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(run=run)
 
@@ -123,14 +131,22 @@ def _refuse_a_moved_gallery(stored: list[str], listed: list[str], folder: str, s
 
 def run(args: argparse.Namespace) -> int:
     """Synchronise the store with the folder and save it."""
-    from galleria.datasets import list_images
-    from galleria.store.reading import ImageReadError
+    from galleria.cli._options import check_existing_file
 
     if os.path.isdir(args.store) and os.path.isfile(args.folder):
         raise CliError(
             "the store comes first: galleria sync STORE FOLDER "
             f"(here: galleria sync {args.folder} {args.store})"
         )
+    check_existing_file("store file", args.store)
+    with store_writer(args, args.store):  # one writer at a time; the store is read under the lock
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from galleria.datasets import list_images
+    from galleria.store.reading import ImageReadError
+
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)
     listed = list_images(folder)

@@ -20,6 +20,7 @@ from galleria.cli._options import (
     parse_float,
     parse_int,
 )
+from galleria.rerank.registry import RERANK_METHODS
 
 __all__ = ["add_parser", "run"]
 
@@ -81,7 +82,7 @@ def add_parser(subparsers: Any) -> None:
         "--methods",
         nargs="+",
         default=None,
-        choices=("plain", "aqe", "k-reciprocal", "diffusion", "gnn", "dba"),
+        choices=("plain", "aqe", *RERANK_METHODS),  # every declared method, plugins included
         help="settings families to search (default: all)",
     )
     validation = parser.add_mutually_exclusive_group()
@@ -151,6 +152,7 @@ def _validation_queries(args: argparse.Namespace) -> int | float:
 
 def run(args: argparse.Namespace) -> int:
     """Tune on the gallery (the test queries held out) and write the settings file."""
+    from galleria._files import check_output_path
     from galleria.cli._labelled import gallery_of_store, open_source, split_of, split_option
     from galleria.store import InMemoryImageEmbeddingStore
     from galleria.tune import tune
@@ -169,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if os.path.isdir(args.out) or not os.path.isdir(out_dir):
         raise CliError(f"--out {args.out!r} must be a file in an existing folder")
+    check_output_path(args.out, "--out")  # a device, FIFO, socket or symbolic link is never replaced
     if os.path.isdir(args.source):
         parse_embedder_spec(args.embedder)
     option = split_option(args, DEFAULT_QUERY_FRACTION)

@@ -158,7 +158,7 @@ class DuplicateGroup:
         return {"paths": list(self.paths), "kind": "exact" if self.exact else "near", "keep": self.keep}
 
 
-def duplicate_groups(
+def duplicates(
     store: Any,
     *,
     threshold: Any = None,
@@ -212,5 +212,5 @@ def duplicate_groups(
     ]
 
 
-#: The names the package exports (``galleria.duplicates``).
-find_duplicates = duplicates = duplicate_groups
+#: Other names of :func:`duplicates` (``galleria.duplicates`` is the public one).
+duplicate_groups = find_duplicates = duplicates

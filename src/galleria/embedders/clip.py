@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component, Param
 from galleria._validation import check_positive_int
 from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record, verify_checkpoint
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_int, config_name
@@ -20,7 +21,7 @@ from galleria.embedders.base import ImageInput
 
 __all__ = ["ClipEmbedder"]
 
-_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", *CHECKPOINT_KEYS})
+_CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", "runtime", *CHECKPOINT_KEYS})
 _CONFIG_WHERE = "clip embedder config"
 #: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
 RANDOM_WEIGHTS_SEED = 0
@@ -100,6 +101,8 @@ class ClipEmbedder:
         pretrained: str | os.PathLike[str] | None = "openai",
         device: Any = None,
         batch_size: int = 64,
+        *,
+        runtime: str | None = None,
     ) -> None:
         torch, open_clip = _import_clip()
         if not isinstance(model_name, str):
@@ -112,7 +115,7 @@ class ClipEmbedder:
         batch_size = check_positive_int("batch_size", batch_size)
         tag, checkpoint = self._check_pretrained(open_clip, model_name, pretrained, hub_model)
         record = checkpoint_record(checkpoint) if checkpoint is not None else None
-        self._setup(torch, open_clip, model_name, tag, checkpoint, record, device, batch_size)
+        self._setup(torch, open_clip, model_name, tag, checkpoint, record, device, batch_size, runtime)
 
     def _setup(
         self,
@@ -124,7 +127,13 @@ class ClipEmbedder:
         record: dict[str, str] | None,
         device: Any,
         batch_size: int,
+        runtime: Any = None,
     ) -> None:
+        from galleria.embedders._runtime import check_runtime
+
+        # CLIP's text side needs torch anyway: ONNX Runtime runs its image side only when asked.
+        self._runtime = "onnx" if check_runtime(runtime) == "onnx" else "torch"
+        self._network: Any = None
         self.batch_size = batch_size
         self._model_name = model_name
         self._tag = tag
@@ -133,6 +142,21 @@ class ClipEmbedder:
         self._torch = torch
         self._device = pick_device(torch, device)
         self._model, self._preprocess, self._tokenizer = self._load(open_clip)
+        if self._runtime == "onnx":
+            self._open_network()
+
+    def _open_network(self) -> None:
+        from galleria.embedders._clip_onnx import clip_network, clip_preprocess
+
+        spec = clip_preprocess(self._preprocess)
+        if spec is None or self._device.type != "cpu":
+            raise ValueError(
+                f"runtime 'onnx' needs the cpu device and open_clip's usual square transform; "
+                f"{self._model_name!r} on {self._device} has {self._preprocess}"
+            )
+        weights = self._record["checkpoint_sha256"] if self._record is not None else f"tag:{self._tag}"
+        self._spec = spec
+        self._network = clip_network(self._torch, self._model, self._model_name, weights, spec, self.dim)
 
     @staticmethod
     def _check_pretrained(
@@ -248,6 +272,12 @@ class ClipEmbedder:
     def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Return the (len(images), dim) unit-norm float32 embeddings of RGB uint8 arrays or PIL images."""
         items = [to_pil(image, position) for position, image in enumerate(check_images(images))]
+        if self._network is not None:
+            if not items:
+                return np.zeros((0, self.dim), dtype=np.float32)
+            from galleria.embedders._onnx import embed_onnx
+
+            return embed_onnx(self._network, self._spec, items, self.batch_size, True)
         torch = self._torch
         batches = [
             torch.stack(
@@ -283,9 +313,16 @@ class ClipEmbedder:
             "pretrained": self._tag,
             "batch_size": self.batch_size,
         }
+        if self._runtime == "onnx":
+            config["runtime"] = "onnx"  # recorded only when it is not torch (older configs stay equal)
         if self._record is not None:
             config.update(self._record)
         return config
+
+    @property
+    def runtime(self) -> str:
+        """Where the image side runs: ``"torch"`` or ``"onnx"`` (the text side always runs on torch)."""
+        return self._runtime
 
     @classmethod
     def from_config(
@@ -294,13 +331,15 @@ class ClipEmbedder:
         device: Any = None,
         *,
         checkpoint: str | os.PathLike[str] | None = None,
+        runtime: str | None = None,
     ) -> ClipEmbedder:
         """Rebuild an embedder from :meth:`config` output (on ``device``, auto-selected by default).
 
         The config is untrusted input (it may come from a store file): its values are checked before
         any model is built, ``model_name`` must be an open_clip architecture and ``pretrained`` one of
         its weight tags or None — never a path, URL or hub repository. A config that records a local
-        checkpoint needs that file passed as ``checkpoint``; its SHA-256 must match the record.
+        checkpoint needs a file with the SHA-256 it records: ``checkpoint`` when given, else one the user
+        gave before (:func:`~galleria.embedders._runtime.find_checkpoint`).
 
         Raises
         ------
@@ -332,6 +371,15 @@ class ClipEmbedder:
                 "pretrained must be null with a checkpoint"
             )
         path = None
+        if record is not None and checkpoint is None:  # a file the user gave before, found by digest
+            from galleria.embedders._runtime import find_checkpoint
+
+            checkpoint, looked = find_checkpoint(record[1])
+            if checkpoint is None:
+                try:
+                    verify_checkpoint(config, None, _CONFIG_WHERE)
+                except ValueError as error:
+                    raise ValueError(f"{error}. galleria looked in {'; '.join(looked)}") from None
         if record is not None or checkpoint is not None:
             path = verify_checkpoint(config, checkpoint, _CONFIG_WHERE)
         torch, open_clip = _import_clip()
@@ -345,5 +393,62 @@ class ClipEmbedder:
                 )
         recorded = None if record is None else dict(zip(CHECKPOINT_KEYS, record, strict=True))
         embedder = cls.__new__(cls)
-        embedder._setup(torch, open_clip, model_name, tag, path, recorded, device, batch_size)
+        from galleria.embedders._runtime import pick_runtime
+
+        chosen = pick_runtime(config, runtime, _CONFIG_WHERE)
+        embedder._setup(torch, open_clip, model_name, tag, path, recorded, device, batch_size, chosen)
         return embedder
+
+
+def parse_spec(rest: str) -> dict[str, Any]:
+    """The options of ``--embedder clip[:MODEL[:PRETRAINED]]`` (PRETRAINED an open_clip tag, a local
+    checkpoint, which may hold colons, or ``random``); ValueError phrased after the spec."""
+    parts = rest.split(":", 1) if rest else []
+    if not all(parts):
+        raise ValueError("is malformed: expected clip[:MODEL[:PRETRAINED]]")
+    options: dict[str, Any] = {"model_name": "ViT-B-32", "pretrained": "openai"}
+    if parts:
+        options["model_name"] = parts[0]
+    if len(parts) > 1:
+        options["pretrained"] = None if parts[1] == "random" else parts[1]
+    return options
+
+
+def _from_config(config: Mapping[str, Any], *, checkpoint: Any = None, runtime: Any = None) -> ClipEmbedder:
+    return ClipEmbedder.from_config(config, checkpoint=checkpoint, runtime=runtime)
+
+
+#: The declaration of the CLIP embedder (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="embedder",
+    name="clip",
+    summary="an open_clip image tower (extra: clip); text queries too",
+    params=(
+        Param("model_name", str, "ViT-B-32", optional=True, help="the open_clip model (or hf-hub:NAME)"),
+        Param(
+            "pretrained",
+            str,
+            "openai",
+            optional=True,
+            help="weights: an open_clip tag, a local checkpoint file, or none (seeded random)",
+        ),
+        Param("device", str, None, optional=True, help="torch device (none: cuda when available, else cpu)"),
+        Param(
+            "runtime",
+            str,
+            None,
+            choices=("onnx", "torch"),
+            optional=True,
+            help="where the image side runs: onnx (ONNX Runtime) or torch (none: torch)",
+        ),
+        Param("batch_size", int, 64, 1, MAX_CONFIG_BATCH_SIZE, help="images embedded per batch"),
+    ),
+    build=ClipEmbedder,
+    order=10,
+    extra={
+        "spec": "clip[:MODEL[:PRETRAINED]]",
+        "parse_spec": parse_spec,
+        "from_config": _from_config,
+        "loading": "torch and open_clip",
+    },
+)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from galleria._declare import Component, Param
 from galleria._validation import MAX_VECTOR_DIM, check_bool, check_positive_int
 from galleria.distances import normalize_rows
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_bool, config_int
@@ -156,3 +157,45 @@ class PixelEmbedder:
                 f"{MAX_CONFIG_BATCH_FLOATS} floats per batch"
             )
         return cls(size=(width, height), grayscale=grayscale, batch_size=batch_size)
+
+
+def parse_spec(rest: str) -> dict[str, Any]:
+    """The options of ``--embedder pixel[:SIZE][:gray]`` (``rest`` follows ``pixel:``); ValueError
+    phrased after the spec (``is malformed: ...``)."""
+    options: dict[str, Any] = {"size": 32, "grayscale": False}
+    parts = rest.split(":") if rest else []
+    if len(parts) > 2:
+        raise ValueError("is malformed: expected pixel[:SIZE][:gray]")
+    for position, part in enumerate(parts):
+        if part == "gray" and position == len(parts) - 1:
+            options["grayscale"] = True
+        elif position == 0 and part.isdigit() and int(part) > 0:
+            options["size"] = int(part)
+        else:
+            raise ValueError(
+                f"is malformed: {part!r} is neither a positive thumbnail size nor 'gray' (expected "
+                "pixel[:SIZE][:gray])"
+            )
+    return options
+
+
+def _from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> PixelEmbedder:
+    if checkpoint is not None:
+        raise ValueError(f"a pixel embedder takes no checkpoint, but checkpoint={checkpoint!r} was given")
+    return PixelEmbedder.from_config(config)
+
+
+#: The declaration of the pixel embedder (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="embedder",
+    name="pixel",
+    summary="resized pixels, centred and L2-normalised: no model, no extra",
+    params=(
+        Param("size", int, 32, 1, MAX_CONFIG_SIDE, help="thumbnail side in pixels"),
+        Param("grayscale", bool, False, help="one gray channel instead of RGB"),
+        Param("batch_size", int, 256, 1, MAX_CONFIG_BATCH_SIZE, help="images embedded per batch"),
+    ),
+    build=PixelEmbedder,
+    order=0,
+    extra={"spec": "pixel[:SIZE][:gray]", "parse_spec": parse_spec, "from_config": _from_config},
+)

@@ -1,21 +1,65 @@
-"""Save and rebuild embedders from their JSON-able configs (no pickle)."""
+"""The embedders by name, and rebuilding them from their JSON-able configs (no pickle).
+
+Every embedder declares itself in its own module: a module of :mod:`galleria.embedders` with a
+module-level ``COMPONENT`` (a :class:`galleria._declare.Component` of kind ``"embedder"``) is found
+by scanning the package, and an installed package adds one through the entry-point group
+``galleria.embedders``. Its ``extra`` carries ``from_config(config, checkpoint=None)``,
+``parse_spec(rest)`` (the ``--embedder NAME:...`` spelling), ``spec`` (that spelling, for help) and,
+for the ones that load a model, ``loading`` (what is imported, said on a terminal).
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
+import galleria.embedders as _package
+from galleria._declare import Component
+from galleria._plugins import merge_components
+from galleria._validation import check_choice
 from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
-from galleria.embedders.clip import ClipEmbedder
-from galleria.embedders.pixel import PixelEmbedder
-from galleria.embedders.timm import TimmEmbedder
 
-__all__ = ["EMBEDDER_TYPES", "check_config", "embedder_config", "embedder_from_config"]
+__all__ = [
+    "EMBEDDER_TYPES",
+    "check_config",
+    "embedder_component",
+    "embedder_components",
+    "embedder_config",
+    "embedder_from_config",
+]
 
-#: Embedder types that :func:`embedder_from_config` can rebuild.
-EMBEDDER_TYPES: tuple[str, ...] = ("pixel", "clip", "timm")
+
+def _builtin_components() -> list[Component]:
+    found = []
+    for module in pkgutil.iter_modules(_package.__path__):
+        if module.name.startswith("_") or module.name == "registry":
+            continue
+        declared = getattr(importlib.import_module(f"{_package.__name__}.{module.name}"), "COMPONENT", None)
+        if isinstance(declared, Component) and declared.kind == "embedder":
+            found.append(declared)
+    return found
+
+
+_COMPONENTS: dict[str, Component] = {
+    component.name: component for component in merge_components("embedder", _builtin_components())
+}
+
+#: Embedder types that :func:`embedder_from_config` can rebuild (every declared embedder).
+EMBEDDER_TYPES: tuple[str, ...] = tuple(_COMPONENTS)
+
+
+def embedder_components() -> tuple[Component, ...]:
+    """Every embedder's declaration (built-in, then plugins)."""
+    return tuple(_COMPONENTS.values())
+
+
+def embedder_component(name: Any) -> Component:
+    """The declaration of the embedder ``name`` (ValueError naming it when unknown)."""
+    return _COMPONENTS[check_choice("embedder", name, EMBEDDER_TYPES)]
 
 
 def embedder_config(embedder: object) -> dict[str, Any] | None:
@@ -45,7 +89,9 @@ def embedder_config(embedder: object) -> dict[str, Any] | None:
     return dict(config)
 
 
-def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -> Embedder:
+def embedder_from_config(
+    config: Mapping[str, Any], *, checkpoint: Any = None, runtime: str | None = None
+) -> Embedder:
     """Rebuild an embedder from a config written by :func:`embedder_config` (e.g. one in a store file).
 
     The config is untrusted: every value is checked before anything is built, and no file it names
@@ -58,6 +104,9 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
         A config with a ``"type"`` among :data:`EMBEDDER_TYPES`.
     checkpoint : str, os.PathLike or None
         The local checkpoint a CLIP config records (ValueError if it records none, or another one).
+    runtime : {"torch", "onnx"} or None
+        Force where a timm network, or a CLIP image side, runs (None: the runtime the config
+        records, if installed). Pixel embedders have no network.
 
     Raises
     ------
@@ -75,12 +124,10 @@ def embedder_from_config(config: Mapping[str, Any], *, checkpoint: Any = None) -
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a mapping, got {type(config).__name__}")
     kind = config.get("type")
-    if kind == "pixel":
-        if checkpoint is not None:
-            raise ValueError(f"a pixel embedder takes no checkpoint, but checkpoint={checkpoint!r} was given")
-        return PixelEmbedder.from_config(config)
-    if kind == "clip":
-        return ClipEmbedder.from_config(config, checkpoint=checkpoint)
-    if kind == "timm":
-        return TimmEmbedder.from_config(config, checkpoint=checkpoint)
-    raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")
+    component = _COMPONENTS.get(kind) if isinstance(kind, str) else None
+    rebuild = component.extra.get("from_config") if component is not None else None
+    if rebuild is None:
+        raise ValueError(f"unknown embedder type {kind!r} in config; known types are {EMBEDDER_TYPES}")
+    options = {} if runtime is None else {"runtime": runtime}
+    embedder: Embedder = rebuild(config, checkpoint=checkpoint, **options)
+    return embedder

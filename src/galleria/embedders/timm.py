@@ -17,10 +17,27 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from galleria._declare import Component, Param
 from galleria._validation import check_bool, check_positive_int
+from galleria.embedders._cache import cache_dir, model_key, onnx_path
 from galleria.embedders._checkpoint import check_record, checkpoint_record, verify_checkpoint
-from galleria.embedders._config import check_config
+from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config
 from galleria.embedders._images import check_images, to_pil
+from galleria.embedders._onnx import (
+    OnnxNetwork,
+    cached_entry,
+    embed_onnx,
+    export_network,
+    onnxruntime_available,
+)
+from galleria.embedders._preprocess import Preprocess, from_timm_config
+from galleria.embedders._runtime import (
+    check_runtime,
+    choose_runtime,
+    find_checkpoint,
+    pick_runtime,
+    shipped_file,
+)
 from galleria.embedders._torch import import_extra, looks_like_path, pick_device
 from galleria.embedders._weights import fit_state_dict, read_state_dict
 from galleria.embedders.base import ImageInput
@@ -28,7 +45,16 @@ from galleria.embedders.base import ImageInput
 __all__ = ["TimmEmbedder"]
 
 _CONFIG_KEYS = frozenset(
-    {"type", "model_name", "pretrained", "batch_size", "normalize", "checkpoint_name", "checkpoint_sha256"}
+    {
+        "type",
+        "model_name",
+        "pretrained",
+        "batch_size",
+        "normalize",
+        "checkpoint_name",
+        "checkpoint_sha256",
+        "runtime",
+    }
 )
 #: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
 RANDOM_WEIGHTS_SEED = 0
@@ -95,25 +121,74 @@ class TimmEmbedder:
         batch_size: int = 32,
         normalize: bool = True,
         progress: bool = False,
+        runtime: str | None = None,
+        num_threads: int | None = None,
+        _record: dict[str, str] | None = None,
     ) -> None:
-        torch, timm = _import_timm()
         if not isinstance(model_name, str):
             raise TypeError(f"model_name must be a str, got {model_name!r} ({type(model_name).__name__})")
-        if not model_name or not timm.is_model(model_name):
-            raise ValueError(f"model_name {model_name!r} is not a timm model; see timm.list_models()")
         self.batch_size = check_positive_int("batch_size", batch_size)
         self._normalize = check_bool("normalize", normalize)
         self.progress = check_bool("progress", progress)
-        self._torch = torch
+        requested = check_runtime(runtime)
+        self._threads = None if num_threads is None else check_positive_int("num_threads", num_threads)
         self._model_name = model_name
-        self._device = pick_device(torch, device)
         self._tag, self._checkpoint = self._check_pretrained(pretrained)
-        self._record = checkpoint_record(self._checkpoint) if self._checkpoint is not None else None
-        self._model = self._load(timm).to(self._device).eval()
-        config = timm.data.resolve_data_config({}, model=self._model)
+        if self._checkpoint is not None:
+            self._record: dict[str, str] | None = checkpoint_record(self._checkpoint)
+        else:
+            self._record = _record
+        weights = self._record["checkpoint_sha256"] if self._record is not None else f"tag:{self._tag}"
+        self._key = model_key("timm", model_name, weights)
+        entry = cached_entry(self._key) if requested != "torch" and onnxruntime_available() else None
+        self._runtime = choose_runtime(requested, device, entry is not None)
+        self._torch: Any = None
+        self._model: Any = None
+        self._network: OnnxNetwork | None = None
+        if self._runtime == "onnx" and entry is not None:
+            self._device: Any = "cpu"
+            self._open_network(entry)
+            return
+        if _record is not None and self._checkpoint is None:
+            raise ValueError(f"the ONNX file of {model_name!r} with these weights is not in the cache")
+        self._load_torch(device)
+
+    def _open_network(self, entry: dict[str, Any]) -> None:
+        self._network = OnnxNetwork(self._key, entry, num_threads=self._threads)
+        self._preprocess: Preprocess | None = self._network.preprocess
+        self._dim = self._network.dim
+        spec = self._network.preprocess
+        self._data_config: dict[str, Any] = {
+            "input_size": (3, spec.crop, spec.crop),
+            "interpolation": spec.interpolation,
+            "mean": spec.mean,
+            "std": spec.std,
+            "crop_pct": spec.crop / spec.resize,
+            "crop_mode": "center",
+        }
+
+    def _load_torch(self, device: Any) -> None:
+        torch, timm = _import_timm()
+        if not self._model_name or not timm.is_model(self._model_name):
+            raise ValueError(f"model_name {self._model_name!r} is not a timm model; see timm.list_models()")
+        self._torch = torch
+        self._device = pick_device(torch, "cpu" if self._runtime == "onnx" else device)
+        model = self._load(timm).to(self._device).eval()
+        config = timm.data.resolve_data_config({}, model=model)
         self._data_config = dict(config)
+        self._dim = int(model.num_features)
+        self._preprocess = from_timm_config(config)
+        if self._runtime == "onnx":
+            if self._preprocess is None or self._device.type != "cpu":
+                raise ValueError(
+                    f"runtime 'onnx' needs the cpu device and a square centre-crop input; "
+                    f"{self._model_name!r}"
+                    f" on {self._device} has {config}"
+                )
+            self._open_network(export_network(torch, model, self._key, self._preprocess, self._dim))
+            return
+        self._model = model
         self._transform = timm.data.create_transform(**config)
-        self._dim = int(self._model.num_features)
 
     def _check_pretrained(self, pretrained: Any) -> tuple[str | bool | None, str | None]:
         """Return ``(tag, checkpoint path)``: a timm tag / True / None, or a local file."""
@@ -130,6 +205,9 @@ class TimmEmbedder:
             )
         if not pretrained:
             raise ValueError("pretrained must be None, True, a timm tag or a checkpoint path, got ''")
+        shipped = shipped_file(self._model_name, pretrained) if not looks_like_path(pretrained) else None
+        if shipped is not None:
+            return None, shipped
         if os.path.exists(pretrained):
             if not os.path.isfile(pretrained):
                 raise ValueError(f"pretrained checkpoint {pretrained!r} is not a file")
@@ -179,7 +257,7 @@ class TimmEmbedder:
         source = self._record["checkpoint_name"] if self._record is not None else self._tag
         return (
             f"TimmEmbedder(model_name={self._model_name!r}, pretrained={source!r}, "
-            f"device={str(self._device)!r}, batch_size={self.batch_size})"
+            f"device={str(self._device)!r}, batch_size={self.batch_size}, runtime={self._runtime!r})"
         )
 
     @property
@@ -204,14 +282,32 @@ class TimmEmbedder:
 
     @property
     def model(self) -> Any:
-        """The torch module (classifier removed)."""
+        """The torch module (classifier removed); None when the network runs on ONNX Runtime."""
         return self._model
+
+    @property
+    def runtime(self) -> str:
+        """Where the network runs: ``"torch"`` or ``"onnx"`` (ONNX Runtime)."""
+        return self._runtime
+
+    @property
+    def onnx_file(self) -> str | None:
+        """The cached ONNX file the network runs from (runtime ``"onnx"``), else None."""
+        return str(onnx_path(self._key)) if self._network is not None else None
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        """The (width, height) images are resized to before the centre crop (a store drafts JPEGs to it)."""
+        side = int(self._data_config["input_size"][-1])
+        return side, side
 
     def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Return the (len(images), dim) float32 features of RGB uint8 arrays or PIL images."""
         items = [to_pil(image, position) for position, image in enumerate(check_images(images))]
         if not items:
             return np.zeros((0, self._dim), dtype=np.float32)
+        if self._network is not None and self._preprocess is not None:
+            return embed_onnx(self._network, self._preprocess, items, self.batch_size, self._normalize)
         torch = self._torch
         outputs: list[np.ndarray] = []
         starts = range(0, len(items), self.batch_size)
@@ -244,6 +340,7 @@ class TimmEmbedder:
             "pretrained": self._tag,
             "batch_size": self.batch_size,
             "normalize": self._normalize,
+            "runtime": self._runtime,
         }
         if self._record is not None:
             result.update(self._record)
@@ -251,12 +348,15 @@ class TimmEmbedder:
 
     @classmethod
     def from_config(
-        cls, config: Mapping[str, Any], *, checkpoint: Any = None, device: Any = None
+        cls, config: Mapping[str, Any], *, checkpoint: Any = None, device: Any = None, runtime: Any = None
     ) -> TimmEmbedder:
         """Rebuild an embedder from :meth:`config` output.
 
-        A config that records a local checkpoint needs ``checkpoint=`` (the file, whose SHA-256 must
-        match the record); the config never names a path that is opened.
+        A config that records a local checkpoint is rebuilt from a file with that SHA-256: the
+        ``checkpoint=`` given, else one galleria finds by itself (an installed weights package, or a
+        path the user gave before; :func:`~galleria.embedders._runtime.find_checkpoint`), else the
+        ONNX file exported from it in the cache. The config never names a path that is opened.
+        ``runtime`` forces one; otherwise the runtime the config records is used when it is installed.
 
         Raises
         ------
@@ -276,7 +376,7 @@ class TimmEmbedder:
         if check_record(config, where) is not None:
             if pretrained not in (None, False):
                 raise ValueError(f"{where} records both a tag and a local checkpoint")
-            source: Any = verify_checkpoint(config, checkpoint, where)
+            return cls._from_record(config, checkpoint, device, pick_runtime(config, runtime, where))
         elif checkpoint is not None:
             verify_checkpoint(config, checkpoint, where)  # raises: the config records no checkpoint
             source = None  # pragma: no cover
@@ -288,4 +388,93 @@ class TimmEmbedder:
             device=device,
             batch_size=config.get("batch_size", 32),
             normalize=config.get("normalize", True),
+            runtime=pick_runtime(config, runtime, where),
         )
+
+    @classmethod
+    def _from_record(
+        cls, config: Mapping[str, Any], checkpoint: Any, device: Any, runtime: str
+    ) -> TimmEmbedder:
+        """Rebuild from a config that records a local checkpoint (see :meth:`from_config`)."""
+        where = "timm embedder config"
+        record = check_record(config, where)
+        assert record is not None
+        model_name = config.get("model_name", "tf_efficientnet_lite0")
+        options: dict[str, Any] = {
+            "model_name": model_name,
+            "device": device,
+            "batch_size": config.get("batch_size", 32),
+            "normalize": config.get("normalize", True),
+            "runtime": runtime,
+        }
+        if checkpoint is not None:
+            return cls(pretrained=verify_checkpoint(config, checkpoint, where), **options)
+        found, looked = find_checkpoint(record[1])
+        if found is not None:
+            return cls(pretrained=verify_checkpoint(config, found, where), **options)
+        key = model_key("timm", model_name, record[1])
+        if runtime != "torch" and onnxruntime_available() and cached_entry(key) is not None:
+            return cls(_record={"checkpoint_name": record[0], "checkpoint_sha256": record[1]}, **options)
+        looked.append(f"the ONNX cache ({cache_dir()}: no export of these weights)")
+        try:
+            verify_checkpoint(config, None, where)
+        except ValueError as error:
+            raise ValueError(f"{error}. galleria looked in {'; '.join(looked)}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def parse_spec(rest: str) -> dict[str, Any]:
+    """The options of ``--embedder timm:MODEL:PRETRAINED`` (PRETRAINED a timm tag, a local checkpoint,
+    which may hold colons, or ``random``; no default: timm has no one set of weights for every model)."""
+    parts = rest.split(":", 1) if rest else []
+    if not parts or not all(parts):
+        raise ValueError("is malformed: expected timm:MODEL:PRETRAINED")
+    if len(parts) == 1:  # no weights named: refuse rather than embed with random weights silently
+        raise ValueError(
+            f"names no weights: give timm:{parts[0]}:PATH (a local checkpoint), timm:{parts[0]}:TAG "
+            f"(timm's hub weights) or timm:{parts[0]}:random (seeded random weights); `galleria models` "
+            "lists weights that work offline"
+        )
+    return {"model_name": parts[0], "pretrained": None if parts[1] == "random" else parts[1]}
+
+
+def _from_config(config: Mapping[str, Any], *, checkpoint: Any = None, runtime: Any = None) -> TimmEmbedder:
+    return TimmEmbedder.from_config(config, checkpoint=checkpoint, runtime=runtime)
+
+
+#: The declaration of the timm embedder (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="embedder",
+    name="timm",
+    summary="a timm image model's pooled features (extra: timm), e.g. EfficientNet-Lite0",
+    params=(
+        Param("model_name", str, "tf_efficientnet_lite0", optional=True, help="the timm model"),
+        Param(
+            "pretrained",
+            str,
+            None,
+            optional=True,
+            help="weights: a timm tag, a local checkpoint file, or none (seeded random)",
+        ),
+        Param("device", str, None, optional=True, help="torch device (none: cuda when available, else cpu)"),
+        Param(
+            "runtime",
+            str,
+            None,
+            choices=("onnx", "torch"),
+            optional=True,
+            help="where the network runs: onnx (ONNX Runtime) or torch (none: onnx when installed)",
+        ),
+        Param("batch_size", int, 32, 1, MAX_CONFIG_BATCH_SIZE, help="images embedded per batch"),
+        Param("normalize", bool, True, help="L2-normalise the features"),
+    ),
+    build=TimmEmbedder,
+    order=20,
+    extra={
+        "spec": "timm:MODEL:PRETRAINED",
+        "parse_spec": parse_spec,
+        "from_config": _from_config,
+        "loading": "torch and timm",
+        "cli_options": {"progress": True},
+    },
+)

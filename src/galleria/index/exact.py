@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -284,3 +285,15 @@ class ExactIndex:
             index._buffer = np.ascontiguousarray(vectors)
             index._size = vectors.shape[0]
         return index
+
+
+#: The declaration of the exact index (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="index",
+    name="exact",
+    summary="brute-force search, exact (numpy); the default",
+    params=(),
+    build=ExactIndex,
+    order=0,
+    extra={"creatable": True, "from_bytes": ExactIndex.from_bytes},
+)

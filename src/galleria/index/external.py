@@ -7,6 +7,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from galleria._declare import Component
 from galleria._validation import is_int
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
@@ -235,3 +236,15 @@ class ExternalSearchIndex:
             raise ValueError("serialised external index has an invalid 'live' row array")
         index._rows = LiveRows(live, int(total))
         return index
+
+
+#: The declaration of the external index (:mod:`galleria._declare`): a faiss index the caller built.
+COMPONENT = Component(
+    kind="index",
+    name="external",
+    summary="a faiss index the caller built and filled (any type numbering its vectors 0 .. n - 1)",
+    params=(),
+    build=ExternalSearchIndex,
+    order=40,
+    extra={"from_bytes": ExternalSearchIndex.from_bytes, "faiss_blobs": frozenset({"faiss"})},
+)

@@ -9,6 +9,8 @@ from typing import Any
 import faiss
 import numpy as np
 
+from galleria._declare import Component, Param
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -196,9 +198,11 @@ class HnswIndex:
         array = prepare_vectors(check_vectors("vectors", vectors, self.dim, self.space), self._space)
         if self._index is None:
             self._index = self._new_faiss_index(array.shape[1])
-        with omp_threads(self._num_threads):
+        # The graph and the row bookkeeping change together: Ctrl-C (which faiss also checks
+        # inside its own loop) is held back until both have.
+        with deferred_interrupts(), omp_threads(self._num_threads):
             self._index.add(array)
-        self._rows.append(array.shape[0])
+            self._rows.append(array.shape[0])
 
     def _search_settings(self, width: int) -> Any:
         """Per-call faiss search parameters (cached per width while no row is masked)."""
@@ -290,6 +294,11 @@ class HnswIndex:
     def packed(self) -> _serial.Packed:
         """What :meth:`to_bytes` returns, as parts written without joining them (the graph streamed)."""
         arrays: dict[str, np.ndarray | _serial.Streamed] = {"live": self._rows.internal}
+        if self._index is not None and int(self._index.ntotal) != self._rows.total:
+            raise RuntimeError(
+                f"the hnsw graph holds {int(self._index.ntotal)} vectors but its row table "
+                f"{self._rows.total}; refusing to write an index that would not load"
+            )
         if self._index is not None:
             arrays["graph"] = FaissPart(self._index)
         meta = {"space": self._space, "dim": self.dim, "params": self.params(), "total": self._rows.total}
@@ -328,3 +337,24 @@ class HnswIndex:
         index._index = graph
         index._rows = LiveRows(live, int(total))
         return index
+
+
+#: The declaration of the HNSW index (:mod:`galleria._declare`), its parameters those of
+#: :data:`HNSW_PARAMETERS` (whose own check, :func:`validate_hnsw_params`, the registry calls).
+COMPONENT = Component(
+    kind="index",
+    name="hnsw",
+    summary="faiss HNSW graph: approximate, fast to search, no training",
+    params=tuple(
+        Param(name, int, spec.default, spec.minimum, spec.maximum, optional=spec.optional, help=spec.meaning)
+        for name, spec in HNSW_PARAMETERS.items()
+    ),
+    build=HnswIndex,
+    order=10,
+    extra={
+        "creatable": True,
+        "validate": validate_hnsw_params,
+        "from_bytes": HnswIndex.from_bytes,
+        "faiss_blobs": frozenset({"graph"}),
+    },
+)

@@ -20,6 +20,8 @@ from typing import Any
 import faiss as _faiss
 import numpy as np
 
+from galleria._declare import Component, Param
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -236,14 +238,16 @@ rerank_candidates, seed, build_workers, num_threads
         start = time.perf_counter()
         # A file's params never choose more processes than this machine lets the process use.
         workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
-        if workers > 1:
-            self._add_parallel(array, first, workers)
-        else:
-            with omp_threads(self._params["num_threads"]):
-                self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
-        if self._params["keep_vectors"]:
-            self._keep(array)
-        self._rows.append(count)
+        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
+        with deferred_interrupts():
+            if workers > 1:
+                self._add_parallel(array, first, workers)
+            else:
+                with omp_threads(self._params["num_threads"]):
+                    self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
+            if self._params["keep_vectors"]:
+                self._keep(array)
+            self._rows.append(count)
         if training:
             self._seconds["encoding"] = time.perf_counter() - start
             assert self._report is not None
@@ -423,3 +427,37 @@ rerank_candidates, seed, build_workers, num_threads
         elif "kept" in arrays:
             raise ValueError("serialised ivfpq index holds kept vectors but keep_vectors is False")
         return index
+
+
+def _declared(name: str, spec: Any) -> Param:
+    """One entry of :data:`IVFPQ_PARAMETERS` as a declared parameter."""
+    kind = {"int": int, "float": float, "bool": bool, "choice": str}[spec.kind]
+    low, high = (spec.minimum, spec.maximum) if kind in (int, float) else (None, None)
+    return Param(
+        name,
+        kind,
+        spec.default,
+        low,
+        high,
+        choices=tuple(spec.choices),
+        optional=spec.optional,
+        help=spec.meaning,
+    )
+
+
+#: The declaration of the IVF-PQ index (:mod:`galleria._declare`), its parameters those of
+#: :data:`IVFPQ_PARAMETERS` (whose own check, :func:`validate_ivfpq_params`, the registry calls).
+COMPONENT = Component(
+    kind="index",
+    name="ivfpq",
+    summary="faiss IVF-PQ: compressed codes, shape and probes chosen from the data and a recall target",
+    params=tuple(_declared(name, spec) for name, spec in IVFPQ_PARAMETERS.items()),
+    build=IvfPqIndex,
+    order=20,
+    extra={
+        "creatable": True,
+        "validate": validate_ivfpq_params,
+        "from_bytes": IvfPqIndex.from_bytes,
+        "faiss_blobs": frozenset({"faiss"}),
+    },
+)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component, Param
 from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -500,3 +501,20 @@ class MilvusIndex:
             )
         index._rows = LiveRows(live, int(total))
         return index
+
+
+#: The declaration of the Milvus index (:mod:`galleria._declare`); made by the caller (it needs a
+#: server), rebuilt from a store file only with ``connect``.
+COMPONENT = Component(
+    kind="index",
+    name="milvus",
+    summary="a Milvus collection (extra: milvus); built by the caller with a uri and a collection",
+    params=(
+        Param("uri", str, None, optional=True, help="the Milvus server or Milvus Lite file"),
+        Param("collection", str, None, optional=True, help="the collection's name"),
+        Param("index_type", str, "FLAT", choices=tuple(MILVUS_INDEX_TYPES), help="Milvus's index type"),
+    ),
+    build=MilvusIndex,
+    order=30,
+    extra={"from_bytes": MilvusIndex.from_bytes},
+)

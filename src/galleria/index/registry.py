@@ -1,23 +1,65 @@
-"""Index names, parameter validation and construction by name (what the store and its files use)."""
+"""Index names, parameter validation and construction by name (what the store and its files use).
+
+Every index declares itself in its own module: a module of :mod:`galleria.index` with a module-level
+``COMPONENT`` (a :class:`galleria._declare.Component` of kind ``"index"``) is found by scanning the
+package, and an installed package adds one through the entry-point group ``galleria.indexes``. Its
+``extra`` says whether it is made by name (``creatable``), its own parameter check (``validate``;
+else the declaration's), how a store file rebuilds it (``from_bytes``) and which of its arrays hold
+faiss's binary format (``faiss_blobs``).
+"""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
+import galleria.index as _package
+from galleria._declare import Component
+from galleria._plugins import merge_components
 from galleria._validation import check_choice
 from galleria.index.base import SPACES, SearchIndex
-from galleria.index.exact import ExactIndex
-from galleria.index.external import ExternalSearchIndex
-from galleria.index.hnsw import HnswIndex, validate_hnsw_params
-from galleria.index.ivfpq import IvfPqIndex, validate_ivfpq_params
-from galleria.index.milvus import MilvusIndex
 
-__all__ = ["FAISS_BLOBS", "INDEX_NAMES", "create_index", "index_from_bytes", "validate_index_params"]
+__all__ = [
+    "FAISS_BLOBS",
+    "INDEX_NAMES",
+    "create_index",
+    "index_component",
+    "index_components",
+    "index_from_bytes",
+    "validate_index_params",
+]
 
-#: Built-in indexes that can be created by name.
-INDEX_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq")
-_SERIALISED_NAMES: tuple[str, ...] = ("exact", "hnsw", "ivfpq", "milvus", "external")
+
+def _builtin_components() -> list[Component]:
+    found = []
+    for module in pkgutil.iter_modules(_package.__path__):
+        if module.name.startswith("_") or module.name == "registry":
+            continue
+        declared = getattr(importlib.import_module(f"{_package.__name__}.{module.name}"), "COMPONENT", None)
+        if isinstance(declared, Component) and declared.kind == "index":
+            found.append(declared)
+    return found
+
+
+_COMPONENTS: dict[str, Component] = {
+    component.name: component for component in merge_components("index", _builtin_components())
+}
+
+#: Indexes that can be created by name (``search_index="hnsw"``, ``--index hnsw``).
+INDEX_NAMES: tuple[str, ...] = tuple(name for name, c in _COMPONENTS.items() if c.extra.get("creatable"))
+_SERIALISED_NAMES: tuple[str, ...] = tuple(name for name, c in _COMPONENTS.items() if "from_bytes" in c.extra)
+
+
+def index_components() -> tuple[Component, ...]:
+    """Every index's declaration (built-in, then plugins)."""
+    return tuple(_COMPONENTS.values())
+
+
+def index_component(name: Any) -> Component:
+    """The declaration of the index ``name`` (ValueError naming it when unknown)."""
+    return _COMPONENTS[check_choice("search_index", name, tuple(_COMPONENTS))]
 
 
 def validate_index_params(name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -36,14 +78,17 @@ def validate_index_params(name: str, params: Mapping[str, Any] | None) -> dict[s
     check_choice("search_index", name, INDEX_NAMES)
     if params is not None and not isinstance(params, Mapping):
         raise TypeError(f"index_params must be a mapping or None, got {type(params).__name__}")
-    if name == "exact":
+    component = _COMPONENTS[name]
+    if not component.params:
         if params:
             names = sorted(map(str, params))
-            raise ValueError(f"the exact index takes no parameters, got index_params with {names}")
+            raise ValueError(f"the {name} index takes no parameters, got index_params with {names}")
         return {}
-    if name == "ivfpq":
-        return validate_ivfpq_params(params)
-    return validate_hnsw_params(params)
+    validate = component.extra.get("validate")
+    if validate is not None:
+        checked: dict[str, Any] = validate(params)
+        return checked
+    return component.check(dict(params or {}))
 
 
 def create_index(name: str, space: str, params: Mapping[str, Any] | None = None) -> SearchIndex:
@@ -56,19 +101,14 @@ def create_index(name: str, space: str, params: Mapping[str, Any] | None = None)
     """
     checked = validate_index_params(name, params)
     check_choice("space", space, SPACES)
-    if name == "exact":
-        return ExactIndex(space)
-    if name == "ivfpq":
-        return IvfPqIndex(space, **checked)
-    return HnswIndex(space, **checked)
+    index: SearchIndex = _COMPONENTS[name].build(space, **checked)
+    return index
 
 
 #: Per serialised index type, the arrays of its container that hold faiss's binary format: a store
 #: file's loader hands faiss these bytes where they lie instead of reading them into an array.
 FAISS_BLOBS: dict[str, frozenset[str]] = {
-    "hnsw": frozenset({"graph"}),
-    "ivfpq": frozenset({"faiss"}),
-    "external": frozenset({"faiss"}),
+    name: frozenset(c.extra["faiss_blobs"]) for name, c in _COMPONENTS.items() if "faiss_blobs" in c.extra
 }
 
 
@@ -80,12 +120,5 @@ def index_from_bytes(name: str, data: Any) -> SearchIndex:
     mismatched data raises ValueError; nothing is unpickled.
     """
     check_choice("name", name, _SERIALISED_NAMES)
-    if name == "exact":
-        return ExactIndex.from_bytes(data)
-    if name == "hnsw":
-        return HnswIndex.from_bytes(data)
-    if name == "ivfpq":
-        return IvfPqIndex.from_bytes(data)
-    if name == "milvus":
-        return MilvusIndex.from_bytes(data)  # reconnects to the recorded uri and collection
-    return ExternalSearchIndex.from_bytes(data)
+    index: SearchIndex = _COMPONENTS[name].extra["from_bytes"](data)  # milvus reconnects to its uri
+    return index

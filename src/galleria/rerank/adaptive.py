@@ -39,6 +39,7 @@ from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.rerank._common import stable_smallest
 
 __all__ = [
+    "AQE_PAPER_PARAMS",
     "PAPER_PARAMS",
     "PRESETS",
     "PROBE_KS",
@@ -46,7 +47,9 @@ __all__ = [
     "GalleryStatistics",
     "default_rerank_params",
     "gallery_statistics",
+    "paper_params",
     "params_from_statistics",
+    "read_statistics",
     "store_statistics",
 ]
 
@@ -58,15 +61,10 @@ SAMPLE = 200
 RECORD_VERSION = 1
 #: The preset names: ``"adaptive"`` (from the gallery; the default) and ``"paper"`` (the published values).
 PRESETS: tuple[str, ...] = ("adaptive", "paper")
-#: The published / conventional parameters of each method, by name (``--rerank-preset paper``).
-PAPER_PARAMS: dict[str, dict[str, Any]] = {
-    "k-reciprocal": {"k1": 20, "k2": 6, "lambda_value": 0.3},
-    "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 50},
-    "diffusion": {"k": 50, "query_k": 10, "alpha": 0.99, "gamma": 3.0},
-    "gnn": {"k1": 26, "k2": 7, "lambda_value": 0.3},
-    "dba": {"neighbors": 10, "alpha": 3.0, "aqe_neighbors": 10, "aqe_alpha": 3.0},
-    "decoupled-diffusion": {"k": 50, "truncation": 1000, "query_k": 10, "alpha": 0.99, "gamma": 3.0},
-}
+#: The published parameters of αQE and every re-ranker (derived from the declarations on first use).
+PAPER_PARAMS: dict[str, dict[str, Any]]
+#: αQE's published parameters (the re-rankers' are declared with them: ``Param.paper``).
+AQE_PAPER_PARAMS: dict[str, Any] = {"expansion_alpha": 3.0, "expansion_neighbors": 50}
 _MAX_ITEMS = 1 << 40
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -308,9 +306,58 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     >>> params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["k-reciprocal"]["lambda_value"]
     1.0
     """
-    # A neighbourhood may span at most a tenth of the gallery: in a small one (Fashion-MNIST with 12
-    # images a class: 120 items) a neighbourhood of 20 reaches past every class, its members are
-    # mutual by chance, and the sizes read from it overshoot the classes.
+    from galleria.rerank.registry import reranker_components
+
+    return {name: _rule(stats, name) for name in ("aqe", *(c.name for c in reranker_components()))}
+
+
+def _rule(stats: GalleryStatistics, name: str) -> dict[str, Any]:
+    """The parameters ``name``'s rule (αQE's here, a re-ranker's in its declaration) gives ``stats``;
+    a method without a rule keeps its paper values (or its defaults)."""
+    if name == "aqe":
+        return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if read_statistics(stats).flat else 2}
+    from galleria.rerank.registry import reranker_component
+
+    component = reranker_component(name)
+    if component.adaptive is None:
+        return component.paper_params() or component.defaults()
+    return dict(component.adaptive(stats))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the rules read from a gallery's statistics (see :func:`params_from_statistics`).
+
+    ``share`` and ``mutual`` are the mean share and median count of mutual neighbors among the
+    first 20 (fewer in a small gallery: see ``room``); ``flat``: no structure to lean on;
+    ``majority``: most neighbors mutual; ``reach``: ``mutual · share / 2``; ``lam``: k-reciprocal's
+    λ rule; ``room``: the most items a neighborhood may span, a tenth of the gallery (at least
+    5) — in a small one (Fashion-MNIST with 12 images a class: 120 items) a neighborhood of 20
+    reaches past every class, its members are mutual by chance, and sizes read from it overshoot
+    the classes. The rules cap their neighborhood sizes at it (:meth:`capped`).
+    """
+
+    share: float
+    mutual: float
+    flat: bool
+    majority: bool
+    reach: float
+    lam: float
+    room: int
+
+    def capped(self, value: float, low: int, high: int) -> int:
+        """``value`` rounded and clipped to [low, high], then held within ``max(low, room)``."""
+        return min(_clip(value, low, high), max(low, self.room))
+
+
+def read_statistics(stats: GalleryStatistics) -> Reading:
+    """The quantities every adaptive rule reads, from ``stats`` (the rules live with their methods).
+
+    Examples
+    --------
+    >>> read_statistics(GalleryStatistics(2, 0, (), (), ())).flat
+    True
+    """
     room = max(PROBE_KS[0], stats.n_items // ROOM_SHARE)
     if stats.n_sample == 0:
         share, mutual = 0.0, 0.0
@@ -318,36 +365,13 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
         share, mutual = stats.at(min(20, room))
     flat = mutual < MIN_MUTUAL or share < MIN_SHARE
     majority = not flat and share >= MAJORITY
-    reach = mutual * share / 2.0
     lam = 1.0 if flat else round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)
-    k1 = min(_clip(2 * mutual, 4, 20), max(4, room))
-    graph_k = min(_clip(2 * mutual, 10, 30), max(10, room))
-    walk = 0.0 if flat else DIFFUSION_ALPHA
-    dba_n = _clip(mutual * share / 3.0, 1, 10) if majority else 1
-    gnn_k1 = min(_clip(2 * mutual, 4, 26), max(4, room))
-    return {
-        "k-reciprocal": {"k1": k1, "k2": min(k1, _clip(reach, 2, 6)), "lambda_value": lam},
-        "aqe": {"expansion_alpha": 3.0, "expansion_neighbors": 1 if flat else 2},
-        "diffusion": {"k": graph_k, "query_k": 1, "alpha": walk, "gamma": 3.0},
-        "decoupled-diffusion": {
-            "k": graph_k,
-            "truncation": 1000,
-            "query_k": 1,
-            "alpha": walk,
-            "gamma": 3.0,
-        },
-        "gnn": {
-            "k1": gnn_k1,
-            "k2": min(gnn_k1, _clip(reach, 1, 7)) if majority else 2,
-            "lambda_value": lam if majority or flat else GNN_MINORITY_LAMBDA,
-        },
-        "dba": {
-            "neighbors": dba_n,
-            "alpha": DBA_ALPHA if majority else DBA_OFF_ALPHA,
-            "aqe_neighbors": dba_n,
-            "aqe_alpha": 3.0,
-        },
-    }
+    return Reading(share, mutual, flat, majority, mutual * share / 2.0, lam, room)
+
+
+def clip_round(value: float, low: int, high: int) -> int:
+    """``value`` rounded and clipped to [low, high] (the rules' neighborhood sizes)."""
+    return _clip(value, low, high)
 
 
 def store_statistics(store: Any) -> GalleryStatistics:
@@ -394,8 +418,25 @@ def default_rerank_params(
     >>> default_rerank_params(store, preset="paper")
     {'k1': 20, 'k2': 6, 'lambda_value': 0.3}
     """
-    name = check_choice("method", method, tuple(PAPER_PARAMS))
+    name = check_choice("method", method, tuple(paper_params()))
     chosen = check_choice("preset", preset, PRESETS)
     if chosen == "paper":
-        return dict(PAPER_PARAMS[name])
-    return dict(params_from_statistics(store_statistics(store))[name])
+        return dict(paper_params()[name])
+    return _rule(store_statistics(store), name)  # this method's rule only
+
+
+def paper_params() -> dict[str, dict[str, Any]]:
+    """The published parameters of αQE and of every re-ranker, by name (from their declarations)."""
+    from galleria.rerank.registry import reranker_components
+
+    result = {"aqe": dict(AQE_PAPER_PARAMS)}
+    for component in reranker_components():
+        result[component.name] = component.paper_params() or component.defaults()
+    return result
+
+
+def __getattr__(name: str) -> Any:
+    # PAPER_PARAMS is derived from the declarations, which import this module: computed on first use.
+    if name == "PAPER_PARAMS":
+        return paper_params()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,12 +35,14 @@ Image Retrieval with No Human Annotation", TPAMI 2018).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
-from galleria.expansion import alpha_query_expansion, check_expansion_alpha
+from galleria.expansion import MAX_EXPANSION_ALPHA, alpha_query_expansion, check_expansion_alpha
 from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import take_snapshot
@@ -118,13 +120,14 @@ def augment_store(
     *,
     neighbors: int = 10,
     alpha: float = 3.0,
+    neighbor_lists: np.ndarray | None = None,
     neighbour_lists: np.ndarray | None = None,
 ) -> InMemoryImageEmbeddingStore:
     """A new store over the DBA-augmented vectors of ``store`` (same paths, embedder, index kind).
 
     The original store is left unchanged. The new store records the augmentation
     (:attr:`~galleria.store.InMemoryImageEmbeddingStore.augmentation`), and its saved file keeps
-    it. Images added to it later are not augmented. ``neighbour_lists`` — the (n, m ≥ neighbors)
+    it. Images added to it later are not augmented. ``neighbor_lists`` — the (n, m ≥ neighbors)
     output of :func:`~galleria.rerank.base.top_similar` on the store's vectors with
     ``exclude_self=True`` — lets a caller that augments one store many times (the tuner) find the
     neighbours once; it is trusted as given.
@@ -147,14 +150,20 @@ def augment_store(
         raise ValueError(f"store is already augmented ({store.augmentation}); augment the original store")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
+    if neighbour_lists is not None:  # the old spelling, kept working
+        warnings.warn(
+            "augment_store(neighbour_lists=...) is deprecated; use neighbor_lists=",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if neighbor_lists is not None:
+            raise TypeError("give neighbor_lists or its old name neighbour_lists, not both")
+        neighbor_lists = neighbour_lists
     snapshot = take_snapshot(store)  # paths and vectors of one gallery state
-    if (
-        neighbour_lists is None
-    ):  # the gallery's neighbour graph (galleria.index.neighbor_graph), of that state
-        neighbour_lists = build_graph(
-            snapshot.vectors, min(count, max(len(snapshot.vectors) - 1, 1)), snapshot.space
-        )[0]
-    augmented = _augment(snapshot.vectors, count, power, neighbour_lists)
+    if neighbor_lists is None:  # the gallery's neighbor graph (galleria.index.neighbor_graph), of that state
+        wanted = min(count, max(len(snapshot.vectors) - 1, 1))
+        neighbor_lists = build_graph(snapshot.vectors, wanted, snapshot.space)[0]
+    augmented = _augment(snapshot.vectors, count, power, neighbor_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(
         list(snapshot.paths),
@@ -333,3 +342,70 @@ def dba_aqe_rerank_features(
         )
         result[start:stop] = 1.0 - (expanded @ augmented.T).astype(np.float64)
     return result
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """At a majority of mutual neighbors n = clip(m·s/3, 1, 10) and α 10; else one neighbor at α 1000."""
+    from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
+
+    reading = read_statistics(stats)
+    count = clip_round(reading.mutual * reading.share / 3.0, 1, 10) if reading.majority else 1
+    alpha = DBA_ALPHA if reading.majority else DBA_OFF_ALPHA
+    return {"neighbors": count, "alpha": alpha, "aqe_neighbors": count, "aqe_alpha": 3.0}
+
+
+#: The declaration of DBA + αQE (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="dba",
+    label="DBA + αQE",
+    summary="database-side augmentation, then αQE, then search again (Radenović et al.)",
+    params=(
+        Param(
+            "neighbors",
+            int,
+            10,
+            1,
+            10_000,
+            paper=10,
+            cost=True,
+            space=Space("int", 1, 50, log=True),
+            help="neighbors averaged into each gallery vector",
+        ),
+        Param(
+            "alpha",
+            float,
+            3.0,
+            0.0,
+            MAX_EXPANSION_ALPHA,
+            paper=3.0,
+            space=Space("float", 0.0, 5.0),
+            help="exponent of the augmentation weights",
+        ),
+        Param(
+            "aqe_neighbors",
+            int,
+            10,
+            1,
+            10_000,
+            paper=10,
+            cost=True,
+            space=Space("int", 1, 50, log=True),
+            help="matches averaged into the query",
+        ),
+        Param(
+            "aqe_alpha",
+            float,
+            3.0,
+            0.0,
+            MAX_EXPANSION_ALPHA,
+            paper=3.0,
+            space=Space("float", 0.0, 5.0),
+            help="exponent of the query expansion weights",
+        ),
+    ),
+    build=DBAReranker,
+    adaptive=_adaptive,
+    with_aqe=False,
+    order=30,
+)

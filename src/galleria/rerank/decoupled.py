@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._declare import Component, Param, Space
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
@@ -47,7 +49,7 @@ from galleria.rerank._consistent import (
     take_snapshot,
 )
 from galleria.rerank.base import check_features, check_store, similarities_from_distances, top_similar
-from galleria.rerank.diffusion import conjugate_gradient
+from galleria.rerank.diffusion import WALK_PARAMS, conjugate_gradient
 from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
 from galleria.store._state import OfflineDiffusion
 from galleria.store.candidate import Candidate
@@ -223,10 +225,16 @@ def offline_diffusion(
 
 
 def _graph_lists(
-    store: InMemoryImageEmbeddingStore, width: int, graph_k: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_neighbour_lists` of a cosine store, from its neighbour graph (galleria.store.graph)."""
+    store: InMemoryImageEmbeddingStore, width: int, graph_k: int, state: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_neighbour_lists` of a cosine store, from its neighbour graph (galleria.store.graph),
+    when that graph is of gallery ``state`` (the store held that state before and after it was
+    read); None otherwise (the gallery changed: the caller computes the lists from its snapshot)."""
+    if gallery_state(store) != state:
+        return None
     ids, distances = neighbor_graph(store, max(width - 1, graph_k, 1))
+    if gallery_state(store) != state:
+        return None
     lists = np.empty((ids.shape[0], width), dtype=np.int32)
     lists[:, 0] = np.arange(ids.shape[0], dtype=np.int32)
     lists[:, 1:] = ids[:, : width - 1]
@@ -243,14 +251,15 @@ def _offline(
     tol: float,
     maxiter: int,
     store: InMemoryImageEmbeddingStore | None = None,
+    state: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     count = unit.shape[0]
     width = min(truncation, count)
     graph_k = min(k, count - 1)
-    if store is not None and store.space == "cosine":  # the store's graph holds these lists
-        lists, graph, similarities = _graph_lists(store, width, graph_k)
-    else:
-        lists, graph, similarities = _neighbour_lists(unit, width, graph_k)
+    found = None
+    if store is not None and state is not None and store.space == "cosine":  # the store's graph
+        found = _graph_lists(store, width, graph_k, state)
+    lists, graph, similarities = found if found is not None else _neighbour_lists(unit, width, graph_k)
     normalised = _normalised_affinity(graph, similarities, gamma)
     return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)
 
@@ -370,6 +379,7 @@ def _offline_of(
         params["tol"],
         params["maxiter"],
         store,
+        source.state,
     )
     computed = OfflineDiffusion(dict(params), positions, values)
     with store._lock.writing():
@@ -545,3 +555,50 @@ def _pool_diffusion(
     hit = ranked[slots] == reached
     result: np.ndarray = np.bincount(order[slots[hit]], weights=spread[hit], minlength=len(candidates))
     return result
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """As diffusion's rule (query_k 1, k = clip(2m, 10, 30), α 0.9 or 0), truncation as the paper."""
+    from galleria.rerank.diffusion import COMPONENT as DIFFUSION
+
+    assert DIFFUSION.adaptive is not None
+    walk = DIFFUSION.adaptive(stats)
+    return {"k": walk["k"], "truncation": 1000, "query_k": 1, "alpha": walk["alpha"], "gamma": walk["gamma"]}
+
+
+_LARGEST = 1 << 20
+#: The declaration of decoupled diffusion (:mod:`galleria._declare`): the registry finds it here.
+#: ``k`` and ``alpha`` are searched over a few values each: each pair is one offline part, which
+#: the tuner's trials come back to; ``query_k`` is online and free.
+COMPONENT = Component(
+    kind="reranker",
+    name="decoupled-diffusion",
+    summary="decoupled diffusion (Yang et al., AAAI 2019): an offline walk per item, a cheap online step",
+    params=(
+        # k and maxiter shape the offline part (once per gallery), not a request: no cost
+        replace(
+            WALK_PARAMS["k"], high=_LARGEST, cost=False, space=Space("categorical", choices=(10, 20, 30, 50))
+        ),
+        Param(
+            "truncation",
+            int,
+            1000,
+            1,
+            _LARGEST,
+            paper=1000,
+            cost=True,
+            help="gallery items each offline walk keeps",
+        ),
+        WALK_PARAMS["query_k"],
+        replace(WALK_PARAMS["alpha"], space=Space("categorical", choices=(0.0, 0.9, 0.99))),
+        replace(WALK_PARAMS["gamma"], space=None),
+        WALK_PARAMS["tol"],
+        replace(WALK_PARAMS["maxiter"], high=_LARGEST, cost=False),
+    ),
+    build=DecoupledDiffusionReranker,
+    adaptive=_adaptive,
+    prepared=True,
+    pools=(100, 200, 400, 1000),
+    order=40,
+    extra={"offline": OFFLINE_PARAMS, "precompute": prepare_offline_diffusion},
+)

@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from galleria._deadline import check_deadline
+from galleria._declare import Component, Param, Space
 from galleria._validation import (
     check_bool,
     check_choice,
@@ -77,8 +78,10 @@ __all__ = [
     "diffusion_pools",
     "diffusion_rerank_features",
     "gallery_graph",
+    "graph_neighbors",
     "graph_neighbours",
     "solve_conjugate_gradient",
+    "truncated_neighbors",
     "truncated_neighbours",
 ]
 
@@ -105,7 +108,7 @@ def check_diffusion_params(
     return neighbours, query_neighbours, weight, power, tolerance, iterations
 
 
-def graph_neighbours(k: int, count_self: bool) -> int:
+def graph_neighbors(k: int, count_self: bool) -> int:
     """How many *other* items each item links to for ``k`` (``k - 1`` when ``k`` counts the item)."""
     return k - 1 if count_self else k
 
@@ -239,7 +242,7 @@ def diffusion_pools(
     sims[:, diagonal, diagonal] = -np.inf
     affinity = np.zeros((count, size, size), dtype=np.float64)
     if neighbours is None:
-        others = min(graph_neighbours(k, count_self), size - 1)
+        others = min(graph_neighbors(k, count_self), size - 1)
         member = np.zeros((count, size, size), dtype=bool)
         if others > 0:
             top = _top_positions(sims, others)
@@ -300,7 +303,7 @@ def gallery_graph(
     return _GRAPHS.get(store, others, lambda source: _graph_of(source, others), snapshot).value
 
 
-def truncated_neighbours(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
+def truncated_neighbors(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:
     """``(B, N, N)`` mask: candidate ``j`` of pool ``b`` is among the gallery neighbours of candidate ``i``.
 
     ``rows`` (B, N) are the candidates' gallery rows; the gallery graph is restricted to each pool.
@@ -417,7 +420,7 @@ class DiffusionReranker(PoolReranker):
     def _prepare_graph(
         self, store: InMemoryImageEmbeddingStore, snapshot: GallerySnapshot | None
     ) -> Prepared[_GalleryGraph]:
-        graph = gallery_graph(store, graph_neighbours(self._k, self._count_self), snapshot)
+        graph = gallery_graph(store, graph_neighbors(self._k, self._count_self), snapshot)
         return Prepared(int(graph.rows.token), graph)
 
     def _scores_for_pools(
@@ -428,7 +431,7 @@ class DiffusionReranker(PoolReranker):
         store, graph = self._store, structure
         among = pairwise_distances_batched(vectors, vectors, store.space)
         return self._diffuse(
-            probe, similarities_from_distances(among, store.space), truncated_neighbours(graph, rows)
+            probe, similarities_from_distances(among, store.space), truncated_neighbors(graph, rows)
         )
 
     def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
@@ -499,7 +502,7 @@ def diffusion_rerank_features(
     neighbours, query_neighbours, weight, power, tolerance, iterations = check_diffusion_params(
         k, query_k, alpha, gamma, tol, maxiter
     )
-    others = graph_neighbours(neighbours, check_bool("count_self", count_self))
+    others = graph_neighbors(neighbours, check_bool("count_self", count_self))
     probes = check_features("probe_features", probe_features)
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     size = gallery.shape[0]
@@ -534,3 +537,84 @@ def diffusion_rerank_features(
         np.put_along_axis(query, chosen[begin:stop], values, axis=1)
         result[begin:stop] = -conjugate_gradient(matvec, query, tol=tolerance, maxiter=iterations)
     return result
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """query_k 1, k = clip(2m, 10, 30), α 0.9 (0 on a flat gallery), γ 3 (docs/reranking.md)."""
+    from galleria.rerank.adaptive import DIFFUSION_ALPHA, read_statistics
+
+    reading = read_statistics(stats)
+    walk = 0.0 if reading.flat else DIFFUSION_ALPHA
+    return {"k": reading.capped(2 * reading.mutual, 10, 30), "query_k": 1, "alpha": walk, "gamma": 3.0}
+
+
+#: The diffusion parameters shared with decoupled diffusion (declared once, here).
+WALK_PARAMS: dict[str, Param] = {
+    "k": Param(
+        "k",
+        int,
+        50,
+        1,
+        10_000,
+        paper=50,
+        cost=True,
+        space=Space("int", 3, 100, log=True),
+        help="neighbors per item in the kNN graph",
+    ),
+    "query_k": Param(
+        "query_k",
+        int,
+        10,
+        1,
+        10_000,
+        paper=10,
+        cost=True,
+        space=Space("int", 1, 30, log=True),
+        help="the query's neighbors that start the walk",
+    ),
+    "alpha": Param(
+        "alpha",
+        float,
+        0.99,
+        0.0,
+        1.0,
+        high_open=True,
+        paper=0.99,
+        space=Space("float", 0.5, 0.99),
+        help="weight of the walk against the query's own similarities",
+    ),
+    "gamma": Param(
+        "gamma",
+        float,
+        3.0,
+        0.0,
+        1000.0,
+        paper=3.0,
+        space=Space("float", 1.0, 5.0),
+        help="exponent of the edge similarities",
+    ),
+    "tol": Param("tol", float, 1e-6, 0.0, 1.0, help="conjugate gradient's relative tolerance"),
+    "maxiter": Param("maxiter", int, 20, 1, 10_000, cost=True, help="conjugate gradient's iterations"),
+}
+
+#: The declaration of diffusion (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="diffusion",
+    summary="diffusion on the kNN graph (Iscen et al., CVPR 2017), solved by conjugate gradient",
+    params=(
+        *WALK_PARAMS.values(),
+        Param("count_self", bool, True, help="whether k counts the item itself"),
+        Param("graph", str, "gallery", choices=GRAPHS, help="the graph: the whole gallery or each pool"),
+    ),
+    build=DiffusionReranker,
+    adaptive=_adaptive,
+    prepared=True,
+    pools=(100, 200, 400, 1000),
+    order=10,
+)
+
+
+#: Deprecated spellings (public names spell "neighbor"); kept working.
+graph_neighbours = graph_neighbors
+truncated_neighbours = truncated_neighbors

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._declare import Component, Param, Space
 from galleria._validation import check_fraction, check_positive_int
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
@@ -340,3 +341,63 @@ def gnn_rerank_features(
         for begin in range(0, count, step):
             result[begin : begin + step] -= lam * (probes[begin : begin + step] @ gallery.T)
     return result
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """k1 = clip(2m, 4, 26); k2 and λ as k-reciprocal's at a majority of mutual neighbors, else 2 and 0.9."""
+    from galleria.rerank.adaptive import GNN_MINORITY_LAMBDA, clip_round, read_statistics
+
+    reading = read_statistics(stats)
+    k1 = reading.capped(2 * reading.mutual, 4, 26)
+    return {
+        "k1": k1,
+        "k2": min(k1, clip_round(reading.reach, 1, 7)) if reading.majority else 2,
+        "lambda_value": reading.lam if reading.majority or reading.flat else GNN_MINORITY_LAMBDA,
+    }
+
+
+#: The declaration of GNN re-ranking (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="gnn",
+    label="GNN",
+    summary="GNN re-ranking (Zhang et al. 2020): neighbor similarities aggregated over a kNN graph",
+    params=(
+        Param(
+            "k1",
+            int,
+            26,
+            1,
+            10_000,
+            paper=26,
+            cost=True,
+            space=Space("int", 3, 60),
+            help="neighbors of each item in the graph",
+        ),
+        Param(
+            "k2",
+            int,
+            7,
+            1,
+            10_000,
+            paper=7,
+            at_most="k1",
+            space=Space("int", 1, 10),
+            help="neighbors aggregated (at most k1)",
+        ),
+        Param(
+            "lambda_value",
+            float,
+            DEFAULT_LAMBDA,
+            0.0,
+            1.0,
+            paper=0.3,
+            space=Space("float", 0.0, 1.0),
+            help="weight of the original similarity",
+        ),
+    ),
+    build=GnnReranker,
+    adaptive=_adaptive,
+    pool_power=2,  # every pair of the pool is compared
+    order=20,
+)

@@ -26,12 +26,20 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Param, Space
 from galleria._validation import check_bool
 from galleria.rerank._consistent import take_snapshot
 from galleria.rerank.base import check_store
 from galleria.store.store import InMemoryImageEmbeddingStore
 
-__all__ = ["QueryTransform", "check_vector_power", "normalise_vectors", "normalised_store"]
+__all__ = [
+    "PREPARATION_PARAMS",
+    "QueryTransform",
+    "check_vector_power",
+    "normalise_vectors",
+    "normalised_store",
+    "preparation_constraint",
+]
 
 
 def check_vector_power(value: Any) -> float:
@@ -140,3 +148,57 @@ def normalised_store(
     )
     result._query_transform = QueryTransform(power, mean)
     return result
+
+
+#: The gallery-preparation parameters every ``prepared`` re-ranker takes (declared once, here):
+#: power normalisation and centring, then DBA before the method. Each is left out at its no-op
+#: default, so that settings without them read as before; ``dba_alpha`` only counts with
+#: ``dba_neighbors`` > 0.
+PREPARATION_PARAMS: tuple[Param, ...] = (
+    Param(
+        "vector_power",
+        float,
+        1.0,
+        0.0,
+        1.0,
+        low_open=True,
+        omit_default=True,
+        space=Space("categorical", choices=(1.0, 0.5)),
+        help="power normalisation of the vectors before re-ranking (1: none; 0.5: signed square root)",
+    ),
+    Param(
+        "centre",
+        bool,
+        False,
+        omit_default=True,
+        space=Space("categorical", choices=(False, True)),
+        help="centre the vectors on the gallery's mean before re-ranking",
+    ),
+    Param(
+        "dba_neighbors",
+        int,
+        0,
+        0,
+        10_000,
+        omit_default=True,
+        cost=False,
+        space=Space("categorical", choices=(2, 5, 10)),
+        help="neighbors averaged into each gallery vector before re-ranking (0: no DBA)",
+    ),
+    Param(
+        "dba_alpha",
+        float,
+        3.0,
+        0.0,
+        1000.0,
+        space=Space("categorical", choices=(1.0, 3.0)),
+        help="exponent of that augmentation's weights",
+    ),
+)
+
+
+def preparation_constraint(params: dict[str, Any]) -> dict[str, Any]:
+    """``dba_alpha`` is kept only with ``dba_neighbors`` > 0 (it means nothing without)."""
+    if params.get("dba_neighbors", 0) > 0:
+        return params
+    return {key: value for key, value in params.items() if key != "dba_alpha"}

@@ -1,12 +1,18 @@
 """The registry of re-ranking methods: every method by name, its parameters, their validation.
 
-It sits above the implementations (it imports them; none of them imports it), so a new method is
-one entry in :data:`_METHODS` — its parameter names, its constructor and its store-free check.
+Every method declares itself in its own module: a module of :mod:`galleria.rerank` with a
+module-level ``COMPONENT`` (a :class:`galleria._declare.Component`) is found by scanning the package,
+and an installed package adds one through the entry-point group ``galleria.rerankers``
+(:mod:`galleria._plugins`). A new method is therefore one new module; nothing here names it. This
+module sits above the implementations (it imports them; none of them imports it at import time).
 
+* :func:`reranker_components` / :func:`reranker_component` — the declarations, the default first;
 * :data:`RERANK_METHODS` — the names :func:`make_reranker` knows, the default first;
 * :data:`METHOD_PARAMS` — the keyword parameters each method takes (besides the store);
 * :func:`make_reranker` — build a method's re-ranker on a store;
-* :func:`check_method_params` — validate a method's parameters without a store, defaults filled in;
+* :func:`check_method_params` — validate a method's parameters without a store, defaults filled in
+  (the one validator the CLI, the API, settings files and stores share: :meth:`Component.check`);
+* :func:`label` — how reports name a method with its parameters;
 * :data:`AUGMENTABLE_METHODS` — the methods that can run on a prepared gallery: power-normalised
   and centred vectors (``vector_power`` < 1, ``centre``; :mod:`galleria.rerank.normalise`), then
   DBA-augmented ones (``dba_neighbors`` > 0, ``dba_alpha``; as for the ``dba`` method,
@@ -19,28 +25,20 @@ one entry in :data:`_METHODS` — its parameter names, its constructor and its s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import importlib
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from galleria._validation import check_bool, check_choice, check_positive_int, is_int
-from galleria.expansion import check_expansion_alpha
-from galleria.rerank._common import check_hyperparameters
+import galleria.rerank as _package
+from galleria._declare import Component, format_value
+from galleria._plugins import merge_components
+from galleria._validation import check_choice
 from galleria.rerank._prepared import cached_preparation
 from galleria.rerank.base import Reranker
-from galleria.rerank.dba import DBAReranker, augmented_store_for
-from galleria.rerank.decoupled import (
-    OFFLINE_PARAMS,
-    DecoupledDiffusionReranker,
-    check_decoupled_params,
-    prepare_offline_diffusion,
-)
-from galleria.rerank.diffusion import GRAPHS as DIFFUSION_GRAPHS
-from galleria.rerank.diffusion import DiffusionReranker, check_diffusion_params
-from galleria.rerank.gnn import DEFAULT_LAMBDA as DEFAULT_GNN_LAMBDA
-from galleria.rerank.gnn import GnnReranker, check_gnn_params
-from galleria.rerank.normalise import check_vector_power, normalised_store
-from galleria.rerank.reranker import KReciprocalReranker
+from galleria.rerank.dba import augmented_store_for
+from galleria.rerank.normalise import PREPARATION_PARAMS, normalised_store, preparation_constraint
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -51,51 +49,82 @@ __all__ = [
     "RERANK_METHODS",
     "check_method_params",
     "check_precompute_method",
+    "label",
     "make_reranker",
     "precompute_rerank",
     "prepared_store",
+    "reranker_component",
+    "reranker_components",
 ]
 
-
-@dataclass(frozen=True)
-class _Method:
-    """One method: its parameter names, its re-ranker's constructor, its store-free check."""
-
-    params: tuple[str, ...]
-    build: Callable[..., Reranker]
-    check: Callable[[Mapping[str, Any]], dict[str, Any]]
+#: The gallery-preparation parameter names of the ``prepared`` methods.
+_PREPARE_PARAMS = tuple(param.name for param in PREPARATION_PARAMS)
 
 
-def _check_k_reciprocal(params: Mapping[str, Any]) -> dict[str, Any]:
-    k1, k2, lam = check_hyperparameters(
-        params.get("k1", 20), params.get("k2", 6), params.get("lambda_value", 0.3)
-    )
-    return {"k1": k1, "k2": k2, "lambda_value": lam}
+def _with_preparation(component: Component) -> Component:
+    """A ``prepared`` method's declaration with the preparation parameters appended."""
+    if not component.prepared or set(_PREPARE_PARAMS) <= set(component.names):
+        return component
+    own = component.constraints
+
+    def constraints(params: dict[str, Any]) -> dict[str, Any]:
+        amended = own(params) if own is not None else None
+        return preparation_constraint(params if amended is None else amended)
+
+    return replace(component, params=(*component.params, *PREPARATION_PARAMS), constraints=constraints)
 
 
-#: The parameters of a method that can run on a prepared gallery (normalised, then augmented).
-_PREPARE_PARAMS = ("vector_power", "centre", "dba_neighbors", "dba_alpha")
+def _builtin_components() -> list[Component]:
+    """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
+    found = []
+    for module in pkgutil.iter_modules(_package.__path__):
+        if module.name.startswith("_") or module.name in ("registry", "adaptive"):
+            continue
+        declared = getattr(importlib.import_module(f"{_package.__name__}.{module.name}"), "COMPONENT", None)
+        if isinstance(declared, Component) and declared.kind == "reranker":
+            found.append(declared)
+    return found
+
+
+_COMPONENTS: dict[str, Component] = {
+    component.name: _with_preparation(component)
+    for component in merge_components("reranker", _builtin_components())
+}
+
+
+def reranker_components() -> tuple[Component, ...]:
+    """Every re-ranking method's declaration (built-in, then plugins), the default first."""
+    return tuple(_COMPONENTS.values())
+
+
+def reranker_component(method: Any) -> Component:
+    """The declaration of ``method`` (TypeError / ValueError naming ``method`` when unknown)."""
+    return _COMPONENTS[check_choice("method", method, RERANK_METHODS)]
+
+
+#: The methods that can re-rank on the DBA-augmented gallery (``dba_neighbors``, ``dba_alpha``).
+AUGMENTABLE_METHODS: tuple[str, ...] = tuple(name for name, c in _COMPONENTS.items() if c.prepared)
+#: The re-ranking methods :func:`make_reranker` knows, the default first.
+RERANK_METHODS: tuple[str, ...] = tuple(_COMPONENTS)
+#: The method used when none is named.
+DEFAULT_METHOD = RERANK_METHODS[0]
+#: The keyword parameters each method takes (besides the store).
+METHOD_PARAMS: dict[str, tuple[str, ...]] = {name: c.names for name, c in _COMPONENTS.items()}
+
+
+#: The preparation step alone, declared as a component so that its check is the same code.
+_PREPARATION = Component(
+    "reranker",
+    "preparation",
+    PREPARATION_PARAMS,
+    build=normalised_store,
+    constraints=preparation_constraint,
+)
 
 
 def _check_preparation(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``vector_power`` (in (0, 1]; 1: none), ``centre`` (bool), ``dba_neighbors`` (a non-negative
-    int; 0: no augmentation) and ``dba_alpha`` — each left out at its no-op value, so that a
-    setting without them reads as before."""
-    result: dict[str, Any] = {}
-    power = check_vector_power(params.get("vector_power", 1.0))
-    if power != 1.0:
-        result["vector_power"] = power
-    if check_bool("centre", params.get("centre", False)):
-        result["centre"] = True
-    neighbors = params.get("dba_neighbors", 0)
-    if not is_int(neighbors):
-        raise TypeError(f"dba_neighbors must be an int, got {neighbors!r} ({type(neighbors).__name__})")
-    if neighbors < 0:
-        raise ValueError(f"dba_neighbors must be >= 0 (0: no augmentation), got {neighbors!r}")
-    alpha = check_expansion_alpha("dba_alpha", params.get("dba_alpha", 3.0))
-    if neighbors:
-        result.update(dba_neighbors=int(neighbors), dba_alpha=alpha)
-    return result
+    """The preparation parameters of ``params``, checked, each left out at its no-op value."""
+    return _PREPARATION.check({key: params[key] for key in _PREPARE_PARAMS if key in params})
 
 
 def prepared_store(
@@ -135,82 +164,6 @@ def _prepare(
     return store
 
 
-_DIFFUSION_PARAMS = ("k", "query_k", "alpha", "gamma", "tol", "maxiter", "count_self", "graph")
-
-
-def _check_diffusion(params: Mapping[str, Any]) -> dict[str, Any]:
-    values = check_diffusion_params(
-        params.get("k", 50),
-        params.get("query_k", 10),
-        params.get("alpha", 0.99),
-        params.get("gamma", 3.0),
-        params.get("tol", 1e-6),
-        params.get("maxiter", 20),
-    )
-    count_self = check_bool("count_self", params.get("count_self", True))
-    graph = check_choice("graph", params.get("graph", "gallery"), DIFFUSION_GRAPHS)
-    return {
-        **dict(zip(_DIFFUSION_PARAMS, (*values, count_self, graph), strict=True)),
-        **_check_preparation(params),
-    }
-
-
-def _check_gnn(params: Mapping[str, Any]) -> dict[str, Any]:
-    k1, k2, lam = check_gnn_params(
-        params.get("k1", 26), params.get("k2", 7), params.get("lambda_value", DEFAULT_GNN_LAMBDA)
-    )
-    return {"k1": k1, "k2": k2, "lambda_value": lam}
-
-
-def _check_dba(params: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "neighbors": check_positive_int("neighbors", params.get("neighbors", 10)),
-        "alpha": check_expansion_alpha("alpha", params.get("alpha", 3.0)),
-        "aqe_neighbors": check_positive_int("aqe_neighbors", params.get("aqe_neighbors", 10)),
-        "aqe_alpha": check_expansion_alpha("aqe_alpha", params.get("aqe_alpha", 3.0)),
-    }
-
-
-_DECOUPLED_PARAMS = ("k", "truncation", "query_k", "alpha", "gamma", "tol", "maxiter")
-
-
-def _check_decoupled(params: Mapping[str, Any]) -> dict[str, Any]:
-    values = check_decoupled_params(
-        params.get("k", 50),
-        params.get("truncation", 1000),
-        params.get("query_k", 10),
-        params.get("alpha", 0.99),
-        params.get("gamma", 3.0),
-        params.get("tol", 1e-6),
-        params.get("maxiter", 20),
-    )
-    return {**dict(zip(_DECOUPLED_PARAMS, values, strict=True)), **_check_preparation(params)}
-
-
-#: Every method by name, the default first.
-_METHODS: dict[str, _Method] = {
-    "k-reciprocal": _Method(("k1", "k2", "lambda_value"), KReciprocalReranker, _check_k_reciprocal),
-    "diffusion": _Method(_DIFFUSION_PARAMS + _PREPARE_PARAMS, DiffusionReranker, _check_diffusion),
-    "gnn": _Method(("k1", "k2", "lambda_value"), GnnReranker, _check_gnn),
-    "dba": _Method(("neighbors", "alpha", "aqe_neighbors", "aqe_alpha"), DBAReranker, _check_dba),
-    "decoupled-diffusion": _Method(
-        _DECOUPLED_PARAMS + _PREPARE_PARAMS, DecoupledDiffusionReranker, _check_decoupled
-    ),
-}
-
-#: The methods that can re-rank on the DBA-augmented gallery (``dba_neighbors``, ``dba_alpha``).
-AUGMENTABLE_METHODS: tuple[str, ...] = tuple(
-    name for name, method in _METHODS.items() if "dba_neighbors" in method.params
-)
-
-#: The re-ranking methods :func:`make_reranker` knows, the default first.
-RERANK_METHODS: tuple[str, ...] = tuple(_METHODS)
-#: The method used when none is named.
-DEFAULT_METHOD = RERANK_METHODS[0]
-#: The keyword parameters each method takes (besides the store).
-METHOD_PARAMS: dict[str, tuple[str, ...]] = {name: method.params for name, method in _METHODS.items()}
-
-
 def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any) -> Reranker:
     """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
 
@@ -235,39 +188,59 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     >>> type(make_reranker("diffusion", store, k=2)).__name__
     'DiffusionReranker'
     """
-    name = check_choice("method", method, RERANK_METHODS)
-    if name in AUGMENTABLE_METHODS:
-        extra = sorted(set(params) - set(_METHODS[name].params))
+    component = reranker_component(method)
+    if component.prepared:
+        extra = sorted(set(params) - set(component.names))
         if extra:
-            raise TypeError(f"unknown {name} parameter(s) {extra}; it takes {list(_METHODS[name].params)}")
+            raise TypeError(
+                f"unknown {component.name} parameter(s) {extra}; it takes {list(component.names)}"
+            )
         preparation = _check_preparation(params)
         params = {key: value for key, value in params.items() if key not in _PREPARE_PARAMS}
         store = prepared_store(store, preparation)
-    return _METHODS[name].build(store, **params)
+    built: Reranker = component.build(store, **params)
+    return built
 
 
-def check_method_params(method: Any, params: Any) -> dict[str, Any]:
+def check_method_params(method: Any, params: Any, *, pool: int | None = None) -> dict[str, Any]:
     """Validate a method name and its parameters without a store; return all of them, defaults filled in.
 
-    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value.
+    Raises TypeError / ValueError naming the method, an unknown parameter, or a bad value; with
+    ``pool`` (the candidates re-ranked per query), also work per query over the method's bound.
+    This is the one validator of re-ranking parameters (:meth:`galleria._declare.Component.check`):
+    the command line, the API, settings files and store files all reach it.
 
     Examples
     --------
     >>> check_method_params("gnn", {"k1": 10})
     {'k1': 10, 'k2': 7, 'lambda_value': 0.3}
     """
-    name = check_choice("method", method, RERANK_METHODS)
-    if not isinstance(params, dict):
-        raise TypeError(f"the {name} parameters must be a dict, got {type(params).__name__}")
-    entry = _METHODS[name]
-    unknown = sorted(set(params) - set(entry.params))
-    if unknown:
-        raise ValueError(f"unknown {name} parameter(s) {unknown}; it takes {list(entry.params)}")
-    return entry.check(params)
+    return reranker_component(method).check(params, pool=pool)
 
 
-#: The methods whose offline part a store can keep, computed at build time (``--precompute-rerank``).
-PRECOMPUTED_METHODS: tuple[str, ...] = ("decoupled-diffusion",)
+def label(method: Any, params: Mapping[str, Any] | None = None, *, pool: int | None = None) -> str:
+    """How reports name ``method`` with ``params`` (its declared label, the values in declared order).
+
+    Examples
+    --------
+    >>> label("gnn", {"k1": 26, "k2": 7, "lambda_value": 0.3}, pool=200)
+    'GNN (k1=26, k2=7, λ=0.3, pool=200)'
+    >>> label("dba")
+    'DBA + αQE'
+    """
+    component = reranker_component(method)
+    parts = [component.describe(params or {})]
+    if pool is not None:
+        parts.append(f"pool={format_value(pool)}")
+    shown = ", ".join(part for part in parts if part)
+    return f"{component.title} ({shown})" if shown else component.title
+
+
+#: The methods whose offline part a store can keep, computed at build time (``--precompute-rerank``):
+#: those whose declaration carries ``extra["precompute"]`` (and ``extra["offline"]``, its parameters).
+PRECOMPUTED_METHODS: tuple[str, ...] = tuple(
+    name for name, c in _COMPONENTS.items() if "precompute" in c.extra
+)
 
 
 def check_precompute_method(method: Any) -> str:
@@ -305,5 +278,6 @@ def precompute_rerank(
 
     name = check_precompute_method(method)
     params = check_method_params(name, default_rerank_params(store, name, preset))
-    prepare_offline_diffusion(store, **{key: params[key] for key in OFFLINE_PARAMS})
+    extra = _COMPONENTS[name].extra
+    extra["precompute"](store, **{key: params[key] for key in extra["offline"]})
     return params

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
@@ -364,3 +365,58 @@ def _check_candidates(name: str, candidates: Any, store_id: str) -> list[Candida
             raise ValueError(f"{name} holds the path {candidate.path!r} more than once")
         seen.add(candidate.path)
     return pool
+
+
+def _adaptive(stats: Any) -> dict[str, Any]:
+    """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1), λ = clip(1.3 − 1.4·s, 0.3, 0.9); λ 1 if flat."""
+    from galleria.rerank.adaptive import clip_round, read_statistics
+
+    reading = read_statistics(stats)
+    k1 = reading.capped(2 * reading.mutual, 4, 20)
+    return {"k1": k1, "k2": min(k1, clip_round(reading.reach, 2, 6)), "lambda_value": reading.lam}
+
+
+#: The declaration of k-reciprocal re-ranking (:mod:`galleria._declare`): the registry finds it here.
+COMPONENT = Component(
+    kind="reranker",
+    name="k-reciprocal",
+    summary="k-reciprocal encoding (Zhong et al., CVPR 2017): Jaccard distance of reciprocal neighborhoods",
+    params=(
+        Param(
+            "k1",
+            int,
+            20,
+            1,
+            10_000,
+            paper=20,
+            cost=True,
+            space=Space("int", 4, 60),
+            help="size of the k-reciprocal neighborhoods",
+        ),
+        Param(
+            "k2",
+            int,
+            6,
+            1,
+            10_000,
+            paper=6,
+            at_most="k1",
+            space=Space("int", 1, 10),
+            help="neighbors averaged in the local query expansion (at most k1)",
+        ),
+        Param(
+            "lambda_value",
+            float,
+            0.3,
+            0.0,
+            1.0,
+            paper=0.3,
+            space=Space("float", 0.0, 1.0),
+            help="weight of the original distance against the Jaccard distance",
+        ),
+    ),
+    build=KReciprocalReranker,
+    adaptive=_adaptive,
+    pool_power=2,  # every pair of the pool is compared
+    order=0,
+)

@@ -18,7 +18,13 @@ from typing import Any
 
 from galleria._validation import check_bool, check_choice, check_positive_int
 from galleria.expansion import check_expansion_alpha
-from galleria.rerank.registry import DEFAULT_METHOD, METHOD_PARAMS, check_method_params
+from galleria.rerank.registry import (
+    DEFAULT_METHOD,
+    METHOD_PARAMS,
+    check_method_params,
+    label,
+    reranker_component,
+)
 
 __all__ = ["DEFAULT_POOL", "PRESETS", "RetrievalConfig", "standard_configs"]
 
@@ -129,7 +135,10 @@ class RetrievalConfig:
             taken = set(METHOD_PARAMS[method])
             params.update({key: value for key, value in given.items() if key in taken and key not in params})
         preset = check_choice("rerank_preset", rerank_preset, PRESETS)
-        checked = check_method_params(method, params)  # every value checked, defaults filled in
+        # every value checked, defaults filled in; the work of one request is bounded too
+        checked = check_method_params(
+            method, params, pool=check_positive_int("pool", pool) if rerank else None
+        )
         # adaptive: the values the method's adaptive rule gives are left out until a gallery is met
         rule = _rule_keys(method)
         kept = (
@@ -263,7 +272,7 @@ class RetrievalConfig:
         Examples
         --------
         >>> RetrievalConfig.from_settings({"rerank": True, "rerank_method": "gnn", "k1": 9}).title
-        'GNN (k1=9, k2=7, lambda_value=0.3, pool=200)'
+        'GNN (k1=9, k2=7, λ=0.3, pool=200)'
         """
         if not isinstance(settings, Mapping):
             raise TypeError(f"{where} must be a JSON object, got {type(settings).__name__}")
@@ -296,13 +305,13 @@ class RetrievalConfig:
                 shown_alpha = "adaptive" if alpha is None else _shown(alpha)
                 shown_n = "adaptive" if neighbors is None else str(neighbors)
                 parts.append(f"αQE (α={shown_alpha}, n={shown_n})")
-        if self.rerank:
-            label = {"dba": "DBA + αQE", "gnn": "GNN"}.get(self.rerank_method, self.rerank_method)
-            names = {"lambda_value": "λ"} if self.rerank_method == DEFAULT_METHOD else {}
-            values = [f"{names.get(key, key)}={_shown(value)}" for key, value in self.rerank_params.items()]
+        if self.rerank:  # the method's declared label and values (galleria.rerank.registry.label)
+            described = label(self.rerank_method, self.rerank_params)
+            title = reranker_component(self.rerank_method).title
+            values = [described[len(title) + 2 : -1]] if described != title else []
             if self.open_params():
                 values.insert(0, "adaptive")
-            parts.append(f"{label} ({', '.join([*values, f'pool={self.pool}'])})")
+            parts.append(f"{title} ({', '.join([*values, f'pool={self.pool}'])})")
         return " + ".join(parts) if parts else "plain retrieval"
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_bool, check_callback, check_path_list
 from galleria.distances import prepare_vectors
 from galleria.store._checks import absolute_paths, drop_duplicates
@@ -52,19 +53,37 @@ class MutationMixin(StoreCore):
         new = drop_duplicates(new, "paths", known=self._known(new))
         if not new:
             return
-        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip, on_progress)
-        with self._lock.writing():
+        digests: list[bytes] = []
+        kept, vectors, skipped = self._embed_files(
+            new, progress, "adding images", skip, on_progress, digests=digests
+        )
+        added = self._digest_rows(digests, len(kept))
+        with self._lock.writing(), deferred_interrupts():
             fresh = np.flatnonzero(self._paths.rows_of(kept) < 0).tolist()
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
-                kept, vectors = [kept[position] for position in fresh], vectors[fresh]
+                kept, vectors, added = [kept[position] for position in fresh], vectors[fresh], added[fresh]
             if kept:
-                add_rows(self._index, vectors, kept)
-                if self._vectors is not None or (not self._index.can_reconstruct and not self._paths):
+                # Everything that can fail is computed first; then the index and the bookkeeping
+                # change together, with Ctrl-C held back until both have (galleria._interrupts).
+                own = self._vectors
+                if own is not None or (not self._index.can_reconstruct and not self._paths):
                     stored = prepare_vectors(vectors, self._index.space)
-                    self._vectors = (
-                        stored if self._vectors is None else np.concatenate([self._vectors, stored])
-                    )
-                self._paths = self._paths.extended(kept)
+                    own = stored if own is None else np.concatenate([own, stored])
+                held = self._pixel_digests
+                if held is None or len(held) != len(self._paths):
+                    held = np.zeros((len(self._paths), 8), dtype=np.uint8)
+                digests_after = np.concatenate([held, added])
+                paths = self._paths.extended(kept)
+                before = len(self._index)
+                try:
+                    add_rows(self._index, vectors, kept)
+                except BaseException:
+                    if len(self._index) > before:  # never leave rows the path table does not name
+                        self._index.remove(np.arange(before, len(self._index)))
+                    raise
+                self._vectors = own
+                self._pixel_digests = digests_after
+                self._paths = paths
                 self._offline_diffusion = None  # computed over the old rows
                 self._rerank_statistics = None  # the gallery changed: recomputed on next use
             self._skipped = self._skipped + skipped
@@ -87,15 +106,20 @@ class MutationMixin(StoreCore):
         gone = check_path_list("paths", paths, allow_empty=True)
         self._require_built()
         self._require_own("remove images")
-        with self._lock.writing():
+        with self._lock.writing(), deferred_interrupts():
             rows = np.unique(self._rows_of(gone))
             if len(rows) == 0:
                 return
-            self._index.remove(rows)
             keep = np.ones(len(self._paths), dtype=bool)
             keep[rows] = False
-            if self._vectors is not None:
-                self._vectors = self._vectors[keep]
-            self._paths = self._paths.select(keep)
+            own = None if self._vectors is None else self._vectors[keep]
+            digests = self._pixel_digests
+            if digests is not None and len(digests) == len(keep):
+                digests = digests[keep]
+            paths = self._paths.select(keep)
+            self._index.remove(rows)
+            self._vectors = own
+            self._pixel_digests = digests
+            self._paths = paths
             self._offline_diffusion = None  # computed over the old rows
             self._rerank_statistics = None  # the gallery changed: recomputed on next use

@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_bool, check_callback, check_path_list, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.index import SearchIndex
@@ -145,6 +146,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._offline_diffusion = state.offline_diffusion
         store._labels_root = state.labels_root
         store._set_gallery(state.paths, state.vectors)
+        store._pixel_digests = state.pixel_digests
         if state.rerank_statistics is not None:
             from galleria.rerank.adaptive import GalleryStatistics
 
@@ -238,8 +240,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         check_callback("on_progress", on_progress)
         if self._built:
             return
+        digests: list[bytes] = []
         paths, vectors, skipped = self._embed_files(
-            self._pending, progress, "building gallery", on_images=on_progress
+            self._pending, progress, "building gallery", on_images=on_progress, digests=digests
         )
         statistics = None
         if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
@@ -247,7 +250,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
 
             space = self._index.space
             statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)
-        with self._lock.writing():
+        with self._lock.writing(), deferred_interrupts():
             if self._built:
                 return
             if paths:
@@ -260,6 +263,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 )
             self._skipped = skipped
             self._set_gallery(paths, vectors)
+            self._pixel_digests = self._digest_rows(digests, len(paths))
             self._rerank_statistics = statistics
 
     # ------------------------------------------------------------------ persistence
@@ -299,6 +303,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 if statistics is None or statistics.n_items != len(self._paths)
                 else statistics.record(),
                 labels_root=self._labels_root,
+                pixel_digests=self._pixel_digests
+                if self._pixel_digests is not None and len(self._pixel_digests) == len(self._paths)
+                else None,
             )
             tensors, header = persistence.encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)
@@ -314,6 +321,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         root: str | os.PathLike[str] | None = None,
         connect: bool = False,
         mmap: bool = False,
+        runtime: str | None = None,
     ) -> InMemoryImageEmbeddingStore:
         """Read a store written by :meth:`save_to_disk`; the file is untrusted input.
 
@@ -354,6 +362,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             while the store is in use (galleria's saves replace the file, which keeps the mapping
             valid). Adding or removing rows copies them into memory. Other indexes are read into
             memory either way, each tensor once.
+        runtime : {"torch", "onnx"} or None
+            Where the rebuilt embedder's network runs; None uses the runtime the store was built
+            with (when installed). See :mod:`galleria.embedders._runtime`.
 
         Raises
         ------
@@ -374,5 +385,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 root=root,
                 connect=connect,
                 mmap=mmap,
+                runtime=runtime,
             )
         )

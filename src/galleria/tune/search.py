@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,15 @@ import numpy as np
 from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.datasets.folder import stratified_split
 from galleria.metrics import hit_rate, mean_average_precision, mean_reciprocal_rank, ranked_relevance
-from galleria.rerank.registry import AUGMENTABLE_METHODS, DEFAULT_METHOD, RERANK_METHODS
+from galleria.rerank.adaptive import AQE_PAPER_PARAMS
+from galleria.rerank.normalise import PREPARATION_PARAMS
+from galleria.rerank.registry import (
+    AUGMENTABLE_METHODS,
+    DEFAULT_METHOD,
+    RERANK_METHODS,
+    reranker_component,
+    reranker_components,
+)
 from galleria.retrieval import RetrievalConfig, Searcher
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
@@ -70,21 +78,16 @@ METRICS: tuple[str, ...] = ("map@100", "recall@1", "recall@5", "mrr", "map@r")
 #: The settings families searched: plain retrieval, αQE alone, and every re-ranking method.
 SEARCH_METHODS: tuple[str, ...] = ("plain", "aqe", *RERANK_METHODS)
 _DEPTH = 100
-_POOLS = (100, 200, 400, 1000)
-#: DBA before a diffusion: the neighbourhoods and weights searched (each pair one augmented copy).
-_AUGMENT_NEIGHBORS = (2, 5, 10)
-_AUGMENT_ALPHAS = (1.0, 3.0)
-#: The diffusions' power normalisations searched (1: none), each with and without centring.
-_VECTOR_POWERS = (1.0, 0.5)
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
 _DBA_MAX = 50
-#: Decoupled diffusion's graph sizes and walk weights searched (each pair is one offline part).
-_DECOUPLED_KS = (10, 20, 30, 50)
-_DECOUPLED_ALPHAS = (0.0, 0.9, 0.99)
 #: The families also searched on the DBA-augmented gallery (and over pools up to 1,000).
 _AUGMENTED = AUGMENTABLE_METHODS
-#: The families that can run after αQE (the expanded query's candidates re-ranked).
-_WITH_AQE = ("k-reciprocal", "diffusion", "decoupled-diffusion", "gnn")
+#: The families that can run after αQE (the expanded query's candidates re-ranked): declared.
+_WITH_AQE = tuple(component.name for component in reranker_components() if component.with_aqe)
+#: The gallery-preparation parameters, by name (their tuner spaces are declared with them).
+_PREPARATION = {param.name: param for param in PREPARATION_PARAMS}
+#: Trial keys that keep their old spelling (``k-reciprocal.lambda``).
+_TRIAL_NAMES = {"lambda_value": "lambda"}
 #: Guard metrics: a recommended setting may not lower it (``None``: no guard).
 GUARDS: tuple[str, ...] = ("recall@1",)
 #: How far the lower end of the guard difference (mean − spread over the splits) may fall below 0.
@@ -171,7 +174,7 @@ class _Split:
                 )[0]
             _make_room(self.augmented, 2)
             self.augmented[key] = augment_store(
-                base, neighbors=neighbors, alpha=alpha, neighbour_lists=self.neighbour_lists[base_key]
+                base, neighbors=neighbors, alpha=alpha, neighbor_lists=self.neighbour_lists[base_key]
             )
         return self.augmented[key]
 
@@ -324,6 +327,11 @@ def _default_settings(method: str) -> dict[str, Any]:
     return {"rerank": True, "rerank_method": method}
 
 
+def _trial_key(method: str, name: str) -> str:
+    """Optuna's name of ``method``'s parameter ``name`` (``gnn.k1``; λ keeps its old ``.lambda``)."""
+    return f"{method}.{_TRIAL_NAMES.get(name, name)}"
+
+
 def _adaptive_trial(family: str, store: InMemoryImageEmbeddingStore) -> dict[str, Any]:
     """Optuna's parameters for ``family``'s adaptive defaults on ``store`` (empty for plain retrieval)."""
     from galleria.rerank.adaptive import default_rerank_params
@@ -333,84 +341,103 @@ def _adaptive_trial(family: str, store: InMemoryImageEmbeddingStore) -> dict[str
     params = default_rerank_params(store, family)
     if family == "aqe":
         return {"aqe.alpha": params["expansion_alpha"], "aqe.n": params["expansion_neighbors"]}
-    names = {"lambda_value": "lambda"}
-    return {f"{family}.{names.get(key, key)}": value for key, value in params.items()}
+    return {_trial_key(family, key): value for key, value in params.items()}
+
+
+def _paper_trial(family: str) -> dict[str, Any]:
+    """Optuna's parameters for ``family``'s paper values (those the search covers), from the declaration."""
+    if family == "aqe":
+        return {
+            "aqe.alpha": AQE_PAPER_PARAMS["expansion_alpha"],
+            "aqe.n": AQE_PAPER_PARAMS["expansion_neighbors"],
+        }
+    if family == "plain":
+        return {}
+    component = reranker_component(family)
+    return {
+        _trial_key(family, param.name): param.paper
+        for param in component.params
+        if param.has_paper and param.space is not None and param.name not in _PREPARATION
+    }
 
 
 def _choices(adaptive: Mapping[str, Any]) -> dict[str, tuple[Any, ...]]:
-    """The categorical choices of the search: the fixed ones plus the adaptive trial's values."""
-    ks = set(_DECOUPLED_KS) | {adaptive.get("decoupled-diffusion.k", _DECOUPLED_KS[0])}
-    alphas = set(_DECOUPLED_ALPHAS) | {adaptive.get("decoupled-diffusion.alpha", _DECOUPLED_ALPHAS[0])}
-    return {"decoupled-diffusion.k": tuple(sorted(ks)), "decoupled-diffusion.alpha": tuple(sorted(alphas))}
+    """The categorical choices of the search: each declared categorical space plus the adaptive
+    trial's value for it (so that the adaptive trial is a point of the space)."""
+    result: dict[str, tuple[Any, ...]] = {}
+    for component in reranker_components():
+        for param in component.params:
+            if param.space is None or param.space.kind != "categorical" or param.name in _PREPARATION:
+                continue
+            key = _trial_key(component.name, param.name)
+            values = set(param.space.choices)
+            if key in adaptive:
+                values.add(adaptive[key])
+            result[key] = tuple(sorted(values))
+    return result
 
 
 def _suggest(
     trial: Any, methods: Sequence[str], choices: Mapping[str, tuple[Any, ...]] | None = None
 ) -> dict[str, Any]:
-    """Optuna's proposal for one trial, as ``RetrievalConfig`` keyword arguments."""
+    """Optuna's proposal for one trial, as ``RetrievalConfig`` keyword arguments.
+
+    The space of each method is its declaration's: every parameter with a tuner ``space`` (a
+    categorical one widened by ``choices``), a parameter declared ``at_most`` another clipped to it,
+    the declared pools, αQE before it when declared ``with_aqe``, and the preparation parameters
+    for a ``prepared`` method.
+    """
     choices = _choices({}) if choices is None else choices
     method = trial.suggest_categorical("method", list(methods))
+    component = None if method in ("plain", "aqe") else reranker_component(method)
     options: dict[str, Any] = {}
-    if method == "aqe" or (method in _WITH_AQE and trial.suggest_categorical(f"{method}.aqe", [False, True])):
+    if method == "aqe" or (
+        component is not None
+        and component.with_aqe
+        and trial.suggest_categorical(f"{method}.aqe", [False, True])
+    ):
         options["query_expansion"] = True
         options["expansion_alpha"] = trial.suggest_float("aqe.alpha", 0.0, 5.0)
         options["expansion_neighbors"] = trial.suggest_int("aqe.n", 1, 50, log=True)
-    if method in ("plain", "aqe"):
+    if component is None:
         return options
     options["rerank"] = True
     options["rerank_method"] = method
-    pools = _POOLS if method in _AUGMENTED else _POOLS[:-1]  # the pool methods stop at 400
-    options["pool"] = trial.suggest_categorical(f"{method}.pool", list(pools))
-    if method == "k-reciprocal":
-        k1 = trial.suggest_int("k-reciprocal.k1", 4, 60)
-        options["k1"] = k1
-        options["k2"] = min(k1, trial.suggest_int("k-reciprocal.k2", 1, 10))
-        options["lambda_value"] = trial.suggest_float("k-reciprocal.lambda", 0.0, 1.0)
-    elif method == "diffusion":
-        options["rerank_params"] = {
-            "k": trial.suggest_int("diffusion.k", 3, 100, log=True),
-            "query_k": trial.suggest_int("diffusion.query_k", 1, 30, log=True),
-            "alpha": trial.suggest_float("diffusion.alpha", 0.5, 0.99),
-            "gamma": trial.suggest_float("diffusion.gamma", 1.0, 5.0),
-        }
-    elif method == "decoupled-diffusion":
-        # The offline part (kept per split's store) depends on k and α: a few values each, so that
-        # trials come back to an offline part already computed; query_k is online and free.
-        options["rerank_params"] = {
-            "k": trial.suggest_categorical("decoupled-diffusion.k", list(choices["decoupled-diffusion.k"])),
-            "query_k": trial.suggest_int("decoupled-diffusion.query_k", 1, 30, log=True),
-            "alpha": trial.suggest_categorical(
-                "decoupled-diffusion.alpha", list(choices["decoupled-diffusion.alpha"])
-            ),
-        }
-    elif method == "gnn":
-        k1 = trial.suggest_int("gnn.k1", 3, 60)
-        options["rerank_params"] = {
-            "k1": k1,
-            "k2": min(k1, trial.suggest_int("gnn.k2", 1, 10)),
-            "lambda_value": trial.suggest_float("gnn.lambda", 0.0, 1.0),
-        }
+    options["pool"] = trial.suggest_categorical(f"{method}.pool", list(component.pools))
+    params: dict[str, Any] = {}
+    for param in component.params:
+        if param.space is None or param.name in _PREPARATION:
+            continue
+        key = _trial_key(method, param.name)
+        space = param.space
+        if space.kind == "categorical" and key in choices:
+            space = replace(space, choices=tuple(choices[key]))
+        value = space.suggest(trial, key)
+        params[param.name] = min(params[param.at_most], value) if param.at_most else value
+    if component.prepared:
+        params.update(_suggest_preparation(trial, method))
+    if method == DEFAULT_METHOD:
+        options.update(params)
     else:
-        options["rerank_params"] = {
-            "neighbors": trial.suggest_int("dba.neighbors", 1, _DBA_MAX, log=True),
-            "alpha": trial.suggest_float("dba.alpha", 0.0, 5.0),
-            "aqe_neighbors": trial.suggest_int("dba.aqe_neighbors", 1, 50, log=True),
-            "aqe_alpha": trial.suggest_float("dba.aqe_alpha", 0.0, 5.0),
-        }
-    if method in _AUGMENTED:
-        power = trial.suggest_categorical(f"{method}.vector_power", list(_VECTOR_POWERS))
-        if power != 1.0:
-            options["rerank_params"]["vector_power"] = power
-        if trial.suggest_categorical(f"{method}.centre", [False, True]):
-            options["rerank_params"]["centre"] = True
-    if method in _AUGMENTED and trial.suggest_categorical(f"{method}.dba", [False, True]):
-        options["rerank_params"]["dba_neighbors"] = trial.suggest_categorical(
-            f"{method}.dba_neighbors", list(_AUGMENT_NEIGHBORS)
-        )
-        options["rerank_params"]["dba_alpha"] = trial.suggest_categorical(
-            f"{method}.dba_alpha", list(_AUGMENT_ALPHAS)
-        )
+        options["rerank_params"] = params
     return options
+
+
+def _suggest_preparation(trial: Any, method: str) -> dict[str, Any]:
+    """The preparation steps proposed before ``method``: power, centring, then DBA or not."""
+    params: dict[str, Any] = {}
+    for name in ("vector_power", "centre"):
+        space = _PREPARATION[name].space
+        assert space is not None
+        value = space.suggest(trial, f"{method}.{name}")
+        if value != _PREPARATION[name].default:
+            params[name] = value
+    if trial.suggest_categorical(f"{method}.dba", [False, True]):
+        for name in ("dba_neighbors", "dba_alpha"):
+            space = _PREPARATION[name].space
+            assert space is not None
+            params[name] = space.suggest(trial, f"{method}.{name}")
+    return params
 
 
 def _as_options(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -600,13 +627,22 @@ def tune(
         return plain_guard - guarded[key] - GUARD_MARGIN if guard_metric else 0.0
 
     adaptive_trials = {family: _adaptive_trial(family, first.store) for family in families}
-    choices = _choices(adaptive_trials.get("decoupled-diffusion", {}))
+    choices = _choices({key: value for trial in adaptive_trials.values() for key, value in trial.items()})
 
     # Optuna 5 reads a trial's constraints from ``Trial.set_constraint``; older ones from a function.
     native = hasattr(optuna.trial.Trial, "set_constraint")
 
+    interrupted: list[BaseException] = []
+
     def objective(trial: Any) -> float:
-        config, value = measure(_suggest(trial, families, choices))
+        try:
+            config, value = measure(_suggest(trial, families, choices))
+        except KeyboardInterrupt as error:
+            # Optuna would log the interrupted trial with a traceback: end the trial as pruned
+            # (logged at INFO, not shown), stop the study and raise the interrupt once it is out.
+            interrupted.append(error)
+            trial.study.stop()
+            raise optuna.TrialPruned() from None
         short = short_of_guard(repr(sorted(config.settings().items())))
         if native and guard_metric:
             trial.set_constraint("guard", short)
@@ -629,39 +665,21 @@ def tune(
             params.update({f"{family}.dba": False, f"{family}.vector_power": 1.0, f"{family}.centre": False})
         if family in RERANK_METHODS:
             params[f"{family}.pool"] = 200
-        table: dict[str, dict[str, Any]] = {
-            "k-reciprocal": {"k-reciprocal.k1": 20, "k-reciprocal.k2": 6, "k-reciprocal.lambda": 0.3},
-            "diffusion": {
-                "diffusion.k": 50,
-                "diffusion.query_k": 10,
-                "diffusion.alpha": 0.99,
-                "diffusion.gamma": 3.0,
-            },
-            "gnn": {"gnn.k1": 26, "gnn.k2": 7, "gnn.lambda": 0.3},
-            "decoupled-diffusion": {
-                "decoupled-diffusion.k": 50,
-                "decoupled-diffusion.query_k": 10,
-                "decoupled-diffusion.alpha": 0.99,
-            },
-            "dba": {
-                "dba.neighbors": 10,
-                "dba.alpha": 3.0,
-                "dba.aqe_neighbors": 10,
-                "dba.aqe_alpha": 3.0,
-            },
-            "aqe": {"aqe.alpha": 3.0, "aqe.n": 50},
-        }
-        study.enqueue_trial({**params, **table.get(family, {})})
+        paper = _paper_trial(family)
+        study.enqueue_trial({**params, **paper})
         adaptive = adaptive_trials[family]
         if adaptive:  # the defaults read from the (validation) gallery
             study.enqueue_trial({**params, **adaptive})
         if family in _AUGMENTED:  # the paper's values on the normalised gallery, with a deep pool
-            prepared = {f"{family}.pool": _POOLS[-1], f"{family}.vector_power": 0.5, f"{family}.centre": True}
-            study.enqueue_trial({**params, **table[family], **prepared})
+            deepest = max(reranker_component(family).pools)
+            prepared = {f"{family}.pool": deepest, f"{family}.vector_power": 0.5, f"{family}.centre": True}
+            study.enqueue_trial({**params, **paper, **prepared})
     remaining = max(0, budget - 1)  # plain retrieval was the first trial
     if remaining:
         left = None if timeout is None else max(0.0, float(timeout) - (time.perf_counter() - started))
         study.optimize(objective, n_trials=remaining, timeout=left)
+        if interrupted:
+            raise KeyboardInterrupt
 
     others = [
         _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)

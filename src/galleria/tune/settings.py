@@ -54,7 +54,7 @@ def config_from_settings(settings: Any, name: str = "tuned", where: str = "setti
     Examples
     --------
     >>> config_from_settings({"rerank": True, "rerank_method": "gnn", "k1": 9}).title
-    'GNN (k1=9, k2=7, lambda_value=0.3, pool=200)'
+    'GNN (k1=9, k2=7, λ=0.3, pool=200)'
     """
     return RetrievalConfig.from_settings(settings, name=name, where=where)
 

@@ -1,0 +1,206 @@
+"""Running an embedder's image network on ONNX Runtime (optional extra ``galleria[onnx]``).
+
+A network is exported once with torch (``torch.onnx.export``, TorchScript exporter) into galleria's model
+cache (:mod:`galleria.embedders._cache`), and its manifest entry records the file's SHA-256 and size,
+the feature length and the preprocessing. Loading reads the manifest entry, checks the file's size
+before reading it and its SHA-256 once read, and hands ONNX Runtime the verified bytes, never a path:
+a damaged or swapped file is refused before ONNX Runtime parses a byte of it. Loading needs
+onnxruntime only; exporting needs torch and onnx too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from galleria._files import read_regular_file
+from galleria.embedders._cache import (
+    MAX_ONNX_BYTES,
+    onnx_path,
+    read_manifest,
+    write_manifest_entry,
+)
+from galleria.embedders._preprocess import Preprocess
+from galleria.embedders._torch import import_extra
+
+__all__ = [
+    "OnnxNetwork",
+    "cached_entry",
+    "embed_onnx",
+    "export_network",
+    "onnxruntime_available",
+    "usable_threads",
+]
+
+_OPSET = 17
+_MAX_DIM = 1 << 16
+
+
+def onnxruntime_available() -> bool:
+    """Whether onnxruntime can be imported here (looked up without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("onnxruntime") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def usable_threads(requested: int | None = None) -> int:
+    """``requested`` threads (None: every CPU this process may use), capped at those CPUs."""
+    try:
+        available = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        available = os.cpu_count() or 1
+    return max(1, available if requested is None else min(requested, available))
+
+
+def _check_entry(key: str, entry: Any) -> dict[str, Any]:
+    """A manifest entry with every value checked (ValueError naming the key otherwise)."""
+    where = f"ONNX manifest entry {key[:12]}…"
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where} is not an object")
+    digest, size, dim = entry.get("sha256"), entry.get("size"), entry.get("dim")
+    if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        raise ValueError(f"{where}: sha256 must be 64 lower-case hex digits, got {digest!r}")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_ONNX_BYTES:
+        raise ValueError(f"{where}: size must be an int in [1, {MAX_ONNX_BYTES}], got {size!r}")
+    if not isinstance(dim, int) or isinstance(dim, bool) or not 0 < dim <= _MAX_DIM:
+        raise ValueError(f"{where}: dim must be an int in [1, {_MAX_DIM}], got {dim!r}")
+    preprocess = Preprocess.from_dict(entry.get("preprocess"))
+    return {"sha256": digest, "size": size, "dim": dim, "preprocess": preprocess}
+
+
+def cached_entry(key: str) -> dict[str, Any] | None:
+    """The checked manifest entry of ``key`` when its ONNX file is in the cache, else None."""
+    entry = read_manifest().get(key)
+    if entry is None or not onnx_path(key).is_file():
+        return None
+    return _check_entry(key, entry)
+
+
+def verified_bytes(key: str, entry: Mapping[str, Any]) -> bytes:
+    """The ONNX file of ``key``, read only once its size matches, returned only once its digest does."""
+    path = onnx_path(key)
+    try:
+        size = os.stat(path).st_size
+    except OSError as error:
+        raise ValueError(f"ONNX file {str(path)!r} cannot be read: {error.strerror or error}") from error
+    if size != entry["size"]:
+        raise ValueError(
+            f"ONNX file {str(path)!r} holds {size} bytes, but the cache manifest records {entry['size']}: "
+            "it was damaged or replaced; delete it and it is exported again"
+        )
+    data = read_regular_file(path, "ONNX file", entry["size"])
+    actual = hashlib.sha256(data).hexdigest()
+    if len(data) != entry["size"] or actual != entry["sha256"]:
+        raise ValueError(
+            f"ONNX file {str(path)!r} has sha256 {actual[:12]}…, but the cache manifest records "
+            f"{entry['sha256'][:12]}…: it was damaged or replaced; delete it and it is exported again"
+        )
+    return data
+
+
+def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim: int) -> dict[str, Any]:
+    """Export ``model`` (images → features) to the cache under ``key``; return its checked entry."""
+    import_extra("exporting a network to ONNX", "onnx", "onnx")
+    from galleria._files import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    dummy = torch.zeros((1, 3, preprocess.crop, preprocess.crop), dtype=torch.float32)
+    # Not under inference_mode: it would make attention layers take their fused fast path, which
+    # has no ONNX form; the exporter traces without recording gradients anyway.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter, chosen on purpose
+        torch.onnx.export(
+            model,
+            (dummy,),
+            buffer,
+            input_names=["images"],
+            output_names=["features"],
+            dynamic_axes={"images": {0: "batch"}, "features": {0: "batch"}},
+            opset_version=_OPSET,
+            dynamo=False,
+        )
+    data = buffer.getvalue()
+    path = onnx_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, data)
+    entry = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "dim": int(dim),
+        "preprocess": preprocess.to_dict(),
+    }
+    write_manifest_entry(key, entry)
+    return _check_entry(key, entry)
+
+
+class OnnxNetwork:
+    """An ONNX Runtime session over verified bytes: (n, 3, h, w) float32 → (n, dim) float32."""
+
+    def __init__(self, key: str, entry: Mapping[str, Any], *, num_threads: int | None = None) -> None:
+        (ort,) = import_extra("the ONNX Runtime path", "onnx", "onnxruntime")
+        data = verified_bytes(key, entry)  # before onnxruntime sees anything
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = usable_threads(num_threads)
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        # Idle ONNX Runtime threads sleep instead of spinning: the CPU they would burn is what the
+        # store's decoding threads and the preprocessing helper need on a machine with few cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.threads = options.intra_op_num_threads
+        self.dim = int(entry["dim"])
+        self.preprocess: Preprocess = entry["preprocess"]
+        self._session = ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+        self._input = self._session.get_inputs()[0].name
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        """The features of one preprocessed batch."""
+        (features,) = self._session.run(None, {self._input: np.ascontiguousarray(batch, dtype=np.float32)})
+        output = np.asarray(features, dtype=np.float32)
+        if output.ndim != 2 or output.shape != (batch.shape[0], self.dim):
+            raise ValueError(
+                f"the ONNX network returned shape {output.shape}, expected ({batch.shape[0]}, {self.dim})"
+            )
+        return output
+
+
+def embed_onnx(
+    network: OnnxNetwork, spec: Preprocess, images: list[Any], batch_size: int, normalize: bool
+) -> np.ndarray:
+    """The (n, dim) features of RGB PIL ``images``, in batches of at most ``batch_size``.
+
+    While ONNX Runtime runs one part, a helper thread prepares the next (resize, crop, normalise),
+    so the two overlap where the CPU has room; parts of at most 8 images keep that overlap tight.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from galleria.embedders._preprocess import prepare_batch
+
+    step = max(1, min(batch_size, 8))
+    parts = [images[start : start + step] for start in range(0, len(images), step)]
+    outputs: list[np.ndarray] = []
+    if len(parts) == 1:
+        outputs.append(network.run(prepare_batch(parts[0], spec)))
+    else:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="galleria-prepare") as pool:
+            pending = pool.submit(prepare_batch, parts[0], spec)
+            for position in range(len(parts)):
+                batch = pending.result()
+                if position + 1 < len(parts):
+                    pending = pool.submit(prepare_batch, parts[position + 1], spec)
+                outputs.append(network.run(batch))
+    features = np.concatenate(outputs, axis=0)
+    if normalize:
+        norms = np.linalg.norm(features, axis=1, keepdims=True)
+        features = features / np.maximum(norms, np.float32(1e-12))
+    return np.ascontiguousarray(features, dtype=np.float32)

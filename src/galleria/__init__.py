@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "PluginWarning": "galleria._warnings",
     "tune": "galleria.tune",
     "neighbor_graph": "galleria.store.graph",
+    "duplicates": "galleria.curation.dedup",
 }
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "__version__",
     "alpha_query_expansion",
     "build_with_ray",
+    "duplicates",
     "image_text_retrieval",
     "iter_k_reciprocal_rerank_features",
     "k_reciprocal_rerank",
@@ -80,6 +82,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from galleria._warnings import GalleriaWarning, PluginWarning, SkippedImageWarning
+    from galleria.curation.dedup import duplicates
     from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder
     from galleria.engines import build_with_ray
     from galleria.expansion import alpha_query_expansion

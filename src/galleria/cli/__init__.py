@@ -30,6 +30,8 @@ COMMANDS: dict[str, str] = {
     "evaluate-scores": "evaluate_scores",
     "info": "info",
     "graph": "graph",
+    "duplicates": "duplicates",
+    "map": "map_",
     "import": "import_",
     "export": "export",
     "add": "add",

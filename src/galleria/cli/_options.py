@@ -340,6 +340,9 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
     from galleria.store.graph import remember_graph_file
 
     remember_graph_file(store, path)  # the graph beside it (STORE.graph) is read when first needed
+    from galleria.store.gallery_map import remember_map_file
+
+    remember_map_file(store, path)  # and its map (STORE.map), for the page's /map
     return store
 
 

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         from galleria.tune.settings import read_settings
 
         defaults = read_settings(check_existing_file("settings file", args.settings))
-    evaluation = None
+    evaluation = evaluation_labels = None
     if args.eval is not None:
         from galleria.evaluation.per_query import FILE_NAME, read_query_results
 
@@ -131,6 +131,12 @@ def run(args: argparse.Namespace) -> int:
                 "`galleria evaluate` or `galleria demo` (run it again to write one)"
             )
         evaluation = read_query_results(folder)
+        from galleria.evaluation.per_label import read_label_summary
+
+        try:
+            evaluation_labels = read_label_summary(folder)
+        except (ValueError, OSError) as error:
+            print(f"galleria serve: warning: the label summary is not shown: {error}", file=sys.stderr)
     _check_bind(args.host, port)
     from galleria.web._guard import normalise_hosts
 
@@ -146,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             root=args.root,
             allowed_hosts=hosts,
             evaluation=evaluation,
+            evaluation_labels=evaluation_labels,
             request_timeout=request_timeout,
         )
     except ValueError as error:

@@ -9,12 +9,17 @@ filters its query list by label.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from galleria.evaluation.per_query import QueryOutcome, QueryResults
 
-__all__ = ["LabelFigures", "per_label_metrics"]
+__all__ = ["LabelFigures", "per_label_metrics", "read_label_summary"]
+
+#: Largest ``metrics.json`` read for its label summary (bytes).
+MAX_METRICS_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,3 +70,43 @@ def per_label_metrics(results: QueryResults) -> list[LabelFigures]:
         for label, queries in groups.items()
     ]
     return sorted(rows, key=lambda row: (row.map_at_100[1], row.recall_at_1[1], row.label))
+
+
+def _label_summary(entry: Any, name: str) -> Any:
+    from galleria.datasets.labels import LabelSummary
+
+    per_label = entry.get("images_per_label") if isinstance(entry, dict) else None
+    if not isinstance(entry, dict) or set(entry) != {"n_labels", "images_per_label", "root"}:
+        raise ValueError(f"{name}: dataset.labels must hold n_labels, images_per_label and root")
+    if not isinstance(per_label, dict) or set(per_label) != {"min", "median"}:
+        raise ValueError(f"{name}: dataset.labels.images_per_label must hold min and median")
+    count, low, median, root = entry["n_labels"], per_label["min"], per_label["median"], entry["root"]
+    if type(count) is not int or type(low) is not int or count < 0 or low < 0:
+        raise ValueError(f"{name}: dataset.labels counts must be non-negative integers")
+    if isinstance(median, bool) or not isinstance(median, (int, float)) or not 0 <= median < 1e12:
+        raise ValueError(f"{name}: dataset.labels.images_per_label.median must be a number")
+    if root is not None and (not isinstance(root, str) or len(root) > 4096):
+        raise ValueError(f"{name}: dataset.labels.root must be a folder name or null")
+    return LabelSummary(count, low, float(median), root)
+
+
+def read_label_summary(folder: str | os.PathLike[str]) -> Any:
+    """The :class:`~galleria.datasets.labels.LabelSummary` a report folder's ``metrics.json`` records
+    (``dataset.labels``), or None when the folder has no such file or the file records none.
+
+    The file is untrusted: at most :data:`MAX_METRICS_BYTES`, parsed by the bounded JSON reader,
+    the entry checked key by key; ValueError naming the file otherwise.
+    """
+    from galleria._files import load_json, open_regular_file
+
+    name = os.path.join(os.fspath(folder), "metrics.json")
+    if not os.path.lexists(name):
+        return None
+    with open_regular_file(name, "metrics file") as stream:
+        data = stream.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        raise ValueError(f"metrics file {name!r} is larger than {MAX_METRICS_BYTES} bytes")
+    payload = load_json(data, f"metrics file {name!r}")
+    dataset = payload.get("dataset") if isinstance(payload, dict) else None
+    entry = dataset.get("labels") if isinstance(dataset, dict) else None
+    return None if entry is None else _label_summary(entry, f"metrics file {name!r}")

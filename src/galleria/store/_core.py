@@ -43,6 +43,7 @@ class StoreCore:
     _offline_diffusion: OfflineDiffusion | None  # set by galleria.rerank.decoupled; None once rows change
     _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
     _labels_root: str | None  # the folder the labels were drawn from at build, if recorded
+    _pixel_digests: np.ndarray | None  # (n, 8) uint8 digests of the decoded pixels; zero rows unknown
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -63,6 +64,7 @@ class StoreCore:
         self._offline_diffusion = None
         self._rerank_statistics = None
         self._labels_root = None
+        self._pixel_digests = None
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4
@@ -87,8 +89,10 @@ class StoreCore:
         description: str,
         skip_errors: bool | None = None,
         on_images: Any = None,
+        digests: list[bytes] | None = None,
     ) -> tuple[list[str], np.ndarray, list[str]]:
-        """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped."""
+        """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped
+        (``digests`` receives the kept images' pixel digests)."""
         return embed_files(
             paths,
             self._embedder,
@@ -101,6 +105,7 @@ class StoreCore:
             description=description,
             on_images=on_images,
             pace=self._embed_pace,
+            digests=digests,
         )
 
     # ------------------------------------------------------------------ read-only views
@@ -132,6 +137,26 @@ class StoreCore:
         if self._index.dim is not None:
             return self._index.dim
         return None if self._vectors is None else int(self._vectors.shape[1])
+
+    @property
+    def pixel_digests(self) -> np.ndarray | None:
+        """(n, 8) uint8 digests of each gallery image's decoded pixels, in row order (a copy), recorded
+        when the images were read (:func:`~galleria.store._embedding.pixel_digest`); an all-zero row
+        is an image whose pixels were never read here (vectors given by the caller). None when no
+        row has one. Equal digests mean the same pixels: ``galleria duplicates`` groups them."""
+        with self._lock.reading():
+            digests = self._pixel_digests
+            if digests is None or len(digests) != len(self._paths):
+                return None
+            copy: np.ndarray = digests.copy()
+            return copy
+
+    def _digest_rows(self, digests: list[bytes], count: int) -> np.ndarray:
+        """``digests`` (``count`` of them, or none) as an (count, 8) uint8 array (zeros: unknown)."""
+        if len(digests) != count:
+            return np.zeros((count, 8), dtype=np.uint8)
+        rows: np.ndarray = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(count, 8).copy()
+        return rows
 
     @property
     def labels_root(self) -> str | None:

@@ -14,7 +14,28 @@ from galleria.store._checks import check_embedding_output
 from galleria.store.gallery import iter_decoded_batches
 from galleria.store.reading import reader_for
 
-__all__ = ["check_directions", "embed_files", "embed_queries"]
+__all__ = ["DIGEST_BYTES", "check_directions", "embed_files", "embed_queries", "pixel_digest"]
+
+#: Bytes of a pixel digest (:func:`pixel_digest`).
+DIGEST_BYTES = 8
+
+
+def pixel_digest(image: np.ndarray) -> bytes:
+    """A 64-bit digest of decoded pixels (BLAKE2b over the shape and the bytes): two images get the
+    same digest when, and (but for a 2⁻⁶⁴ chance) only when, they decoded to the same pixels.
+
+    Examples
+    --------
+    >>> a = np.zeros((2, 2, 3), dtype=np.uint8)
+    >>> pixel_digest(a) == pixel_digest(a.copy()), pixel_digest(a) == pixel_digest(a.reshape(4, 1, 3))
+    (True, False)
+    """
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"galleria-pixels")
+    digest.update(repr(tuple(image.shape)).encode())
+    digest.update(np.ascontiguousarray(image).data)
+    return digest.digest()
 
 
 def check_directions(vectors: np.ndarray, space: str, what: str) -> None:
@@ -40,8 +61,11 @@ def embed_files(
     description: str,
     on_images: Any = None,
     pace: list[float] | None = None,
+    digests: list[bytes] | None = None,
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """Decode and embed ``paths``; return the paths kept, their (n, d) vectors and the paths skipped.
+
+    ``digests``, when given, receives the :func:`pixel_digest` of every kept image, in order.
 
     Progress moves per image: a bar (or, off a terminal, a line every few seconds) when
     ``progress``, or ``on_images(1)`` when given (a caller's own bar spanning several calls). A
@@ -77,6 +101,8 @@ def embed_files(
                     dim = output.shape[1]
                     chunks.append(output)
                     kept.extend(batch.paths)
+                    if digests is not None:
+                        digests.extend(pixel_digest(image) for image in batch.images)
         finally:
             batches.close()
     if pace is not None and pacer.seconds_per_item is not None:

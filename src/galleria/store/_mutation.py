@@ -53,11 +53,15 @@ class MutationMixin(StoreCore):
         new = drop_duplicates(new, "paths", known=self._known(new))
         if not new:
             return
-        kept, vectors, skipped = self._embed_files(new, progress, "adding images", skip, on_progress)
+        digests: list[bytes] = []
+        kept, vectors, skipped = self._embed_files(
+            new, progress, "adding images", skip, on_progress, digests=digests
+        )
+        added = self._digest_rows(digests, len(kept))
         with self._lock.writing(), deferred_interrupts():
             fresh = np.flatnonzero(self._paths.rows_of(kept) < 0).tolist()
             if len(fresh) != len(kept):  # another thread added some of them meanwhile
-                kept, vectors = [kept[position] for position in fresh], vectors[fresh]
+                kept, vectors, added = [kept[position] for position in fresh], vectors[fresh], added[fresh]
             if kept:
                 # Everything that can fail is computed first; then the index and the bookkeeping
                 # change together, with Ctrl-C held back until both have (galleria._interrupts).
@@ -65,6 +69,10 @@ class MutationMixin(StoreCore):
                 if own is not None or (not self._index.can_reconstruct and not self._paths):
                     stored = prepare_vectors(vectors, self._index.space)
                     own = stored if own is None else np.concatenate([own, stored])
+                held = self._pixel_digests
+                if held is None or len(held) != len(self._paths):
+                    held = np.zeros((len(self._paths), 8), dtype=np.uint8)
+                digests_after = np.concatenate([held, added])
                 paths = self._paths.extended(kept)
                 before = len(self._index)
                 try:
@@ -74,6 +82,7 @@ class MutationMixin(StoreCore):
                         self._index.remove(np.arange(before, len(self._index)))
                     raise
                 self._vectors = own
+                self._pixel_digests = digests_after
                 self._paths = paths
                 self._offline_diffusion = None  # computed over the old rows
                 self._rerank_statistics = None  # the gallery changed: recomputed on next use
@@ -104,9 +113,13 @@ class MutationMixin(StoreCore):
             keep = np.ones(len(self._paths), dtype=bool)
             keep[rows] = False
             own = None if self._vectors is None else self._vectors[keep]
+            digests = self._pixel_digests
+            if digests is not None and len(digests) == len(keep):
+                digests = digests[keep]
             paths = self._paths.select(keep)
             self._index.remove(rows)
             self._vectors = own
+            self._pixel_digests = digests
             self._paths = paths
             self._offline_diffusion = None  # computed over the old rows
             self._rerank_statistics = None  # the gallery changed: recomputed on next use

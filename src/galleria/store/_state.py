@@ -65,6 +65,8 @@ class GalleryState:
     labels_root : str or None
         The folder the gallery's labels were drawn from at build (each image's label is its first
         folder under it), if recorded.
+    pixel_digests : (len(paths), 8) uint8 array or None
+        Each image's digest of its decoded pixels (zero rows: unknown), if recorded.
     """
 
     index: SearchIndex
@@ -78,6 +80,8 @@ class GalleryState:
     rerank_statistics: dict[str, Any] | None = None
     #: The folder whose first-level sub-folders are the gallery's labels (recorded at build).
     labels_root: str | None = None
+    #: Each row's pixel digest (galleria.store._embedding.pixel_digest), if recorded.
+    pixel_digests: np.ndarray | None = None
 
 
 def add_rows(index: SearchIndex, vectors: np.ndarray, paths: Sequence[str]) -> None:

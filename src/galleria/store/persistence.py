@@ -112,7 +112,9 @@ _PATH_TENSORS = ("path_bytes", "path_offsets")
 _OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics", "labels_root"})
 #: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
 _DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
-_TENSOR_NAMES = frozenset({"index", "vectors", *_DIFFUSION_TENSORS, *_PATH_TENSORS})
+#: Each row's 8-byte digest of its decoded pixels (exact duplicates: galleria.curation.dedup).
+_DIGEST_TENSOR = "pixel_digests"
+_TENSOR_NAMES = frozenset({"index", "vectors", _DIGEST_TENSOR, *_DIFFUSION_TENSORS, *_PATH_TENSORS})
 #: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
 #: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
 REMOTE_INDEXES = frozenset({"milvus"})
@@ -199,6 +201,8 @@ def encode_store(
         tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
     tensors["path_offsets"] = paths.offsets
     tensors["path_bytes"] = paths.data
+    if state.pixel_digests is not None:
+        tensors[_DIGEST_TENSOR] = state.pixel_digests
     offline = state.offline_diffusion
     if offline is not None:
         tensors["diffusion_positions"] = offline.positions
@@ -566,6 +570,22 @@ def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected:
     return array
 
 
+def _read_digests(
+    name: str, file: BinaryIO, layout: Layout, recorded: dict[str, Any], rows: int
+) -> np.ndarray | None:
+    """The ``pixel_digests`` tensor, if the file holds one: exactly (rows, 8) uint8, checked before
+    it is read."""
+    span = layout.tensors.get(_DIGEST_TENSOR)
+    if span is None:
+        return None
+    if span.numpy_dtype != np.uint8 or tuple(span.shape) != (rows, 8):
+        raise ValueError(
+            f"{name!r}: tensor {_DIGEST_TENSOR!r} must be ({rows}, 8) uint8, "
+            f"got {span.dtype} {tuple(span.shape)}"
+        )
+    return _read_plain(name, file, _DIGEST_TENSOR, span, recorded[_DIGEST_TENSOR]["sha256"])
+
+
 def _read_index_tensor(
     name: str, file: BinaryIO, span: TensorSpan, expected: str, kind: str, mmap: bool
 ) -> Any:
@@ -790,6 +810,7 @@ def read_store(
         for key in _DIFFUSION_TENSORS:
             if key in layout.tensors:
                 arrays[key] = _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"])
+        digests = _read_digests(name, file, layout, recorded, rows)
         vectors = arrays.get("vectors")
         offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, rows)
         index, fill = _restore_index(name, header, arrays, search_index, connect)
@@ -823,4 +844,5 @@ def read_store(
         offline,
         rerank_statistics=statistics,
         labels_root=labels_root,
+        pixel_digests=digests,
     )

@@ -146,6 +146,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._offline_diffusion = state.offline_diffusion
         store._labels_root = state.labels_root
         store._set_gallery(state.paths, state.vectors)
+        store._pixel_digests = state.pixel_digests
         if state.rerank_statistics is not None:
             from galleria.rerank.adaptive import GalleryStatistics
 
@@ -239,8 +240,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         check_callback("on_progress", on_progress)
         if self._built:
             return
+        digests: list[bytes] = []
         paths, vectors, skipped = self._embed_files(
-            self._pending, progress, "building gallery", on_images=on_progress
+            self._pending, progress, "building gallery", on_images=on_progress, digests=digests
         )
         statistics = None
         if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
@@ -261,6 +263,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 )
             self._skipped = skipped
             self._set_gallery(paths, vectors)
+            self._pixel_digests = self._digest_rows(digests, len(paths))
             self._rerank_statistics = statistics
 
     # ------------------------------------------------------------------ persistence
@@ -300,6 +303,9 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 if statistics is None or statistics.n_items != len(self._paths)
                 else statistics.record(),
                 labels_root=self._labels_root,
+                pixel_digests=self._pixel_digests
+                if self._pixel_digests is not None and len(self._pixel_digests) == len(self._paths)
+                else None,
             )
             tensors, header = persistence.encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)

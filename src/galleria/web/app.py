@@ -39,10 +39,14 @@ from galleria.viewer.thumbnails import (
     MAX_CONCURRENT_DECODES,
     encode_pixels,
 )
+from galleria.web._background import Background
 from galleria.web._files import GalleryFiles, NotServedError
 from galleria.web._guard import Guard, normalise_hosts
 from galleria.web._work import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, RequestTimeout, WorkerPool
+from galleria.web.duplicates_routes import duplicates_router
+from galleria.web.map_routes import map_router
 from galleria.web.pages import SETTING_KEYS, UPLOAD_GONE, Site, add_pages
+from galleria.web.view_routes import view_router
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 
@@ -120,6 +124,7 @@ def create_app(
     thumbnail_cache_bytes: int = DEFAULT_CACHE_BYTES,
     defaults: Any = None,
     evaluation: Any = None,
+    evaluation_labels: Any = None,
     uploads: UploadStore | None = None,
     root: Any = None,
     allowed_hosts: Iterable[str] | None = None,
@@ -131,7 +136,9 @@ def create_app(
 
     Routes: the pages (see :mod:`galleria.web.pages`: ``GET /`` browses the gallery or shows a
     search, ``POST /`` takes the search form and redirects to the search's address, ``GET /eval``
-    lists an evaluation's queries), ``GET /thumb/{path}`` and ``GET /image/{path}`` (pixels of the
+    lists an evaluation's queries; ``GET /map``, ``GET /duplicates``, ``GET /view/{path}``: see
+    :mod:`galleria.web.map_routes`, :mod:`~galleria.web.duplicates_routes`,
+    :mod:`~galleria.web.view_routes`), ``GET /thumb/{path}`` and ``GET /image/{path}`` (pixels of the
     gallery's own images, by their path relative to the gallery root, re-encoded as JPEG or PNG;
     anything else is a 404), ``POST /api/search``, ``GET /api/info``, ``GET /openapi.json`` and
     ``/favicon.ico``.
@@ -142,8 +149,9 @@ def create_app(
     parameters a request leaves out (``k1``, ``k2``, ``lambda``) are read from the gallery
     (:func:`galleria.rerank.adaptive.default_rerank_params`), and the page says so. ``evaluation`` (a
     :class:`~galleria.evaluation.per_query.QueryResults`, ``galleria serve --eval DIR``) adds the
-    evaluation pages. ``uploads`` keeps the uploaded query images (by default the last 32, within
-    128 MB).
+    evaluation pages; ``evaluation_labels`` (a :class:`~galleria.datasets.labels.LabelSummary`, from
+    the report's ``metrics.json``) is shown on them. ``uploads`` keeps the uploaded query images (by
+    default the last 32, within 128 MB).
 
     ``root`` is the folder whose files may be read (default: the folder the store's images share;
     ValueError when they share none below ``/`` or a path is relative): a stored path whose real
@@ -348,9 +356,17 @@ def create_app(
             max_upload_bytes=max_upload_bytes,
             decode_upload=decode_bytes,
             evaluation=evaluation,
+            evaluation_labels=evaluation_labels,
             workers=pool,
         ),
     )
+    # The collector's views (issue 28): the map, the duplicate groups, the full-size view.
+    background = Background()
+    app.state.background = background
+    render = app.state.render_page
+    app.include_router(map_router(store, labels, background, render))
+    app.include_router(duplicates_router(store, background, render))
+    app.include_router(view_router(labels, render))
 
     @app.get("/thumb/{relative:path}")
     def thumbnail(relative: str) -> Response:

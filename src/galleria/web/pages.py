@@ -29,6 +29,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import UploadFile
 
+from galleria.evaluation.per_label import per_label_metrics
 from galleria.store.reading import ImageReadError
 from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore
 from galleria.viewer.browse import BrowsePage, browse_gallery
@@ -69,6 +70,8 @@ class Site:
     max_upload_bytes: int
     decode_upload: Callable[[bytes], Any]
     evaluation: Any = None
+    #: The label summary of the evaluation's report (``metrics.json``), if it records one.
+    evaluation_labels: Any = None
     #: The worker pool (:class:`galleria.web._work.WorkerPool`) searches and uploads run in.
     workers: Any = None
 
@@ -156,7 +159,6 @@ def add_pages(app: FastAPI, site: Site) -> None:
     evaluation = site.evaluation
     order = evaluation.worst_first() if evaluation is not None else []
     place = {position: rank for rank, position in enumerate(order)}
-    eval_pages = max(1, -(-len(order) // EVAL_PAGE_SIZE))
 
     def relative(path: str) -> str | None:
         """``path`` relative to the gallery root, None when it is not an image of this gallery."""
@@ -191,6 +193,8 @@ def add_pages(app: FastAPI, site: Site) -> None:
             "thumb": thumb,
         }
         return templates.TemplateResponse(request, template, {**base, **context}, status_code=status)
+
+    app.state.render_page = render  # the other views' routers render through the same base
 
     def browse(
         request: Request,
@@ -358,36 +362,59 @@ def add_pages(app: FastAPI, site: Site) -> None:
             404,
         )
 
+    by_label: dict[str, list[int]] = {}
+    for position in order:
+        by_label.setdefault(evaluation.queries[position].label, []).append(position)
+    label_rows = per_label_metrics(evaluation) if evaluation is not None else []
+
     @app.get("/eval", response_class=HTMLResponse)
     def eval_list(request: Request) -> HTMLResponse:
-        """The evaluation's queries, the one whose AP re-ranking lowered most first, in pages."""
+        """The evaluation's queries, the one whose AP re-ranking lowered most first, in pages;
+        the per-label figures, worst label first; ``label=`` keeps one label's queries."""
         if evaluation is None:
             return no_evaluation(request)
         raw = request.query_params.get("page", "1")
-        pages = eval_pages
+        label = request.query_params.get("label")
+        if label is not None and label not in by_label:
+            shown = label if len(label) <= 40 else label[:37] + "..."
+            context = {**_eval_context(1, None), "error": f"no label {shown!r} in this evaluation"}
+            return render(request, "eval_list.html", context, 404)
         number = _page_number(raw)
         if number is None or number < 1:
             shown = raw if len(raw) <= 40 else raw[:37] + "..."
             return render(
                 request,
                 "eval_list.html",
-                {**_eval_context(1, pages), "error": f"page must be a positive integer, got {shown!r}"},
+                {**_eval_context(1, label), "error": f"page must be a positive integer, got {shown!r}"},
                 400,
             )
-        return render(request, "eval_list.html", _eval_context(min(number, pages), pages))
+        return render(request, "eval_list.html", _eval_context(number, label))
 
-    def _eval_context(page: int, pages: int) -> dict[str, Any]:
+    def _eval_context(page: int, label: str | None) -> dict[str, Any]:
+        chosen = order if label is None else by_label[label]
+        pages = max(1, -(-len(chosen) // EVAL_PAGE_SIZE))
+        page = min(page, pages)
         start = (page - 1) * EVAL_PAGE_SIZE
         rows = [
             {
-                "rank": rank + 1,
+                "rank": place[position] + 1,
                 "position": position,
                 "outcome": evaluation.queries[position],
                 "change": evaluation.change(position),
             }
-            for rank, position in enumerate(order[start : start + EVAL_PAGE_SIZE], start=start)
+            for position in chosen[start : start + EVAL_PAGE_SIZE]
         ]
-        return {"evaluation": evaluation, "rows": rows, "page_number": page, "pages": pages}
+        suffix = "" if label is None else "&label=" + quote(label, safe="")
+        return {
+            "evaluation": evaluation,
+            "rows": rows,
+            "page_number": page,
+            "pages": pages,
+            "label_rows": label_rows,
+            "label_filter": label,
+            "label_suffix": suffix,
+            "label_summary": site.evaluation_labels,
+        }
 
     @app.get("/eval/{number}", response_class=HTMLResponse)
     def eval_query(request: Request, number: str) -> HTMLResponse:
@@ -401,7 +428,7 @@ def add_pages(app: FastAPI, site: Site) -> None:
                 request,
                 "eval_list.html",
                 {
-                    **_eval_context(1, max(1, -(-len(order) // EVAL_PAGE_SIZE))),
+                    **_eval_context(1, None),
                     "error": f"no query {shown!r} in this evaluation",
                 },
                 404,

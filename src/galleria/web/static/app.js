@@ -42,3 +42,25 @@
     folder.addEventListener("change", function () { folder.form.submit(); });
   }
 })();
+// Result lists: opening an image's full-size view remembers its list, so that the view steps
+// through it with the arrow keys and Esc comes back here.
+(function () {
+  "use strict";
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest ? event.target.closest("a.view-link") : null;
+    if (!link) { return; }
+    var list = link.closest("ol");
+    var views = Array.prototype.map.call(list ? list.querySelectorAll("a.view-link") : [link], function (a) {
+      return a.getAttribute("href");
+    });
+    try {
+      sessionStorage.setItem("galleria.results", JSON.stringify({
+        views: views, back: window.location.pathname + window.location.search
+      }));
+    } catch (error) { /* storage refused: the view opens without the list */ }
+  });
+  // The duplicates view reloads itself while the groups are being found.
+  if (document.getElementById("computing")) {
+    setTimeout(function () { window.location.reload(); }, 1500);
+  }
+})();

@@ -1,0 +1,78 @@
+"""``galleria map``: compute the gallery's 2-D map and keep it beside the store (STORE.map)."""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from typing import Any
+
+from galleria.cli._common import add_command, print_json
+from galleria.cli._options import add_load_options, load_store
+
+__all__ = ["add_parser", "run"]
+
+_EXAMPLES = """\
+  galleria map photos.safetensors
+  galleria map photos.safetensors --method pca --json
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``galleria map``."""
+    parser = add_command(
+        subparsers,
+        "map",
+        help="compute the gallery's 2-D map (for the page's /map) and keep it beside the store",
+        description=(
+            "Lay the gallery's vectors out in two dimensions (t-SNE with the map extra, "
+            "pip install 'galleria[map]'; PCA without it) and keep the map in STORE.map, keyed to the "
+            "store's vectors. A map of the same gallery is reused; images added since it was drawn are "
+            "placed from their nearest mapped neighbours (--rebuild draws it anew). galleria serve "
+            "shows it at /map."
+        ),
+        examples=_EXAMPLES,
+    )
+    parser.add_argument("store", metavar="STORE", help="store file written by `galleria build`")
+    parser.add_argument(
+        "--method", default="auto", choices=("auto", "tsne", "pca"), help="projection (default: auto)"
+    )
+    parser.add_argument("--rebuild", action="store_true", help="draw the map anew even if STORE.map holds it")
+    add_load_options(parser)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compute (or reuse) the map, keep it, print the figures."""
+    import os
+
+    from galleria.store.gallery_map import gallery_map, map_file_for
+
+    store = load_store(args, args.store)
+    side = map_file_for(args.store)
+    if args.rebuild and os.path.exists(side):
+        os.remove(side)
+    start = time.perf_counter()
+    result = gallery_map(store, method=args.method, store_file=args.store)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_bytes = int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+    figures: dict[str, object] = {
+        "images": len(store),
+        "method": result.method,
+        "placed": result.placed,
+        "seconds": round(seconds, 3),
+        "peak_rss_bytes": peak_bytes,
+        "file": side,
+    }
+    if args.json:
+        print_json(figures)
+    else:
+        placed = f", {result.placed} placed from their neighbours" if result.placed else ""
+        print(
+            f"map of {len(store)} images ({result.method}{placed}) in {seconds:.1f} s, "
+            f"peak memory {peak_bytes / 2**20:.0f} MiB: {side}"
+        )
+    return 0

@@ -91,7 +91,7 @@ def test_file_is_plain_safetensors_with_a_json_header(gallery: list[str], tmp_pa
     store.save_to_disk(file)
     with safe_open(str(file), framework="numpy") as reader:
         header = json.loads(reader.metadata()["galleria"])
-        assert set(reader.keys()) == {"index", "path_bytes", "path_offsets"}
+        assert set(reader.keys()) == {"index", "path_bytes", "path_offsets", "pixel_digests"}
         tensors = {key: reader.get_tensor(key) for key in reader.keys()}
     assert header["format_version"] == FORMAT_VERSION
     assert header["rows"] == 5 and stored_paths(tensors) == gallery[:5]

@@ -386,7 +386,7 @@ def gallery_map(
     if path is not None and fresh and write is not False:
         try:
             _write_map_file(path, keys, result)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # a full disk, or a name that is no regular file
             warnings.warn(
                 MapFileWarning(f"the map file {path!r} could not be written: {error}"), stacklevel=2
             )

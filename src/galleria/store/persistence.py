@@ -580,8 +580,8 @@ def _read_digests(
         return None
     if span.numpy_dtype != np.uint8 or tuple(span.shape) != (rows, 8):
         raise ValueError(
-            f"{name!r}: tensor {_DIGEST_TENSOR!r} must be ({rows}, 8) uint8, "
-            f"got {span.dtype} {tuple(span.shape)}"
+            f"{name!r}: tensor {_DIGEST_TENSOR!r} does not match the header: it must hold one row per "
+            f"image, ({rows}, 8) uint8, got {span.dtype} {tuple(span.shape)}"
         )
     return _read_plain(name, file, _DIGEST_TENSOR, span, recorded[_DIGEST_TENSOR]["sha256"])
 

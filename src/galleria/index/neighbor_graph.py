@@ -1,0 +1,361 @@
+"""The gallery's neighbour graph: every item's ``k`` nearest *other* items, computed blockwise.
+
+A pure core over a (n, d) float32 array of vectors as an index of ``space`` stores them (unit rows
+for cosine). Row ``i`` of the result holds the ids (rows of ``vectors``) of ``i``'s ``k`` nearest
+other rows and their distances in ``space`` (:mod:`galleria.distances`), sorted by distance, ties
+to the lower id; ``i`` itself is never among them (another row equal to it may be).
+
+Three ways to build it, all in blocks so that memory stays O(n·k) plus one block (and, for
+``hnsw``, the HNSW graph with its copy of the vectors):
+
+* ``exact``: every row against every row, :data:`BLOCK_ELEMENTS` distances at a time. Cost n²·d.
+* ``hnsw``: a faiss HNSW graph (M=16, efConstruction=40) is built over the vectors and searched for
+  every item's ``k + 1`` candidates (efSearch=64); the candidates' distances are recomputed exactly
+  and sorted by (distance, id). The approximation is a true neighbour HNSW did not return.
+* ``ivf``: an inverted-file pass. A k-means coarse quantiser (faiss) cuts the gallery into cells
+  of about ``cell_size`` items; the items of a cell are compared, exactly, with the items of the
+  ``probes`` cells whose centroids lie nearest the cell's own centroid (more when those hold fewer
+  than ``k + 1`` items). The candidates' distances are the exact ones, so the only approximation
+  is a true neighbour lying outside the probed cells. Cost about n·probes·cell_size·d.
+
+``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``hnsw`` above. ``ivf`` is cheaper per
+item but misses more neighbours of items near a cell's border (benchmarks/bench_graph.py measures it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_choice, check_positive_int
+from galleria.distances import pairwise_distances
+
+__all__ = [
+    "BLOCK_ELEMENTS",
+    "EXACT_LIMIT",
+    "MAX_GRAPH_K",
+    "METHODS",
+    "approximate_graph",
+    "build_graph",
+    "check_graph_arrays",
+    "exact_graph",
+    "graph_recall",
+    "hnsw_graph",
+    "smallest_sorted",
+]
+
+#: Galleries up to this size get the exact graph from ``method="auto"``.
+EXACT_LIMIT = 100_000
+#: Distances computed at once in one block (float32: 64 MB).
+BLOCK_ELEMENTS = 1 << 24
+#: The most neighbours a graph may keep per item (a file claiming more is refused).
+MAX_GRAPH_K = 4096
+#: The ways a graph can be built.
+METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
+#: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
+CELL_SIZE = 1024
+PROBES = 8
+
+
+#: Rows at least this many times wider than ``k`` are first cut down through a strided sample.
+_CUT = 32
+_STRIDE = 16
+
+
+def _select(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`smallest_sorted` by one selection per row, redoing stably the rows tied at the k-th value."""
+    positions = np.argpartition(values, k - 1, axis=1)[:, :k]
+    found = np.take_along_axis(values, positions, axis=1)
+    bound = found.max(axis=1, keepdims=True)
+    # a row whose k-th value is tied with entries left out may have kept a higher position: redo it
+    tied = np.flatnonzero(
+        np.count_nonzero(values == bound, axis=1) != np.count_nonzero(found == bound, axis=1)
+    )
+    if tied.size:
+        redone = np.argsort(values[tied], axis=1, kind="stable")[:, :k]
+        positions[tied] = redone
+        found[tied] = np.take_along_axis(values[tied], redone, axis=1)
+    order = np.lexsort((positions, found), axis=1)
+    return np.take_along_axis(positions, order, axis=1), np.take_along_axis(found, order, axis=1)
+
+
+def smallest_sorted(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and values of the ``k`` smallest entries of each row, by (value, position).
+
+    Equal to ``np.argsort(values, axis=1, kind="stable")[:, :k]`` and the values there; ``values``
+    (m, w) must hold no NaN (``+inf`` marks an entry that may not be chosen), ``k <= w``. Wide rows
+    are first cut down: the k-th smallest of every 16th entry bounds the row's k-th smallest from
+    above, and only the entries at or below it (kept in position order) are selected among.
+
+    Examples
+    --------
+    >>> smallest_sorted(np.array([[0.5, 0.1, 0.1, 0.0]]), 3)[0].tolist()
+    [[3, 1, 2]]
+    """
+    count, width = values.shape
+    if k == 0 or count == 0:
+        return np.empty((count, k), dtype=np.int64), np.empty((count, k), dtype=values.dtype)
+    if k >= width:
+        order = np.argsort(values, axis=1, kind="stable")[:, :k]
+        return order, np.take_along_axis(values, order, axis=1)
+    if width < _CUT * k:
+        return _select(values, k)
+    bound = np.partition(values[:, ::_STRIDE], k - 1, axis=1)[:, k - 1 : k]
+    found = np.flatnonzero(values <= bound)
+    rows = found // width
+    counts = np.bincount(rows, minlength=count)
+    slots = np.arange(found.size) - (np.cumsum(counts) - counts)[rows]
+    kept = np.full((count, int(counts.max())), np.inf, dtype=values.dtype)
+    kept[rows, slots] = values.ravel()[found]
+    where = np.zeros(kept.shape, dtype=np.int64)
+    where[rows, slots] = found - rows * width
+    local, chosen = _select(kept, k) if kept.shape[1] > k else smallest_sorted(kept, k)
+    return np.take_along_axis(where, local, axis=1), chosen
+
+
+def _check_vectors(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:
+    array = np.ascontiguousarray(vectors, dtype=np.float32)
+    if array.ndim != 2:
+        raise ValueError(f"vectors must be a 2-D array, got shape {array.shape}")
+    wanted = check_positive_int("k", k)
+    if wanted > MAX_GRAPH_K:
+        raise ValueError(f"k must be at most {MAX_GRAPH_K}, got {k!r}")
+    check_choice("space", space, ("cosine", "ip", "l2"))
+    return array, min(wanted, max(array.shape[0] - 1, 0))
+
+
+def _neighbours_among(
+    vectors: np.ndarray, rows: np.ndarray, candidates: np.ndarray, k: int, space: str, block: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest of ``candidates`` (ascending ids) to each of ``rows``, never the row itself."""
+    ids = np.empty((rows.size, k), dtype=np.int32)
+    distances = np.empty((rows.size, k), dtype=np.float32)
+    chosen = vectors if candidates.size == vectors.shape[0] else vectors[candidates]
+    step = max(1, block // max(1, candidates.size))
+    for begin in range(0, rows.size, step):
+        part = rows[begin : begin + step]
+        block_distances = pairwise_distances(vectors[part], chosen, space)
+        where = np.minimum(np.searchsorted(candidates, part), candidates.size - 1)
+        own = candidates[where] == part
+        block_distances[np.flatnonzero(own), where[own]] = np.inf
+        positions, values = smallest_sorted(block_distances, k)
+        ids[begin : begin + step] = candidates[positions]
+        distances[begin : begin + step] = values
+    return ids, distances
+
+
+def exact_graph(
+    vectors: Any, k: Any, space: str, *, rows: np.ndarray | None = None, block_elements: int = BLOCK_ELEMENTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exact k-NN graph of ``vectors`` (or only of the given ``rows``, each among all rows).
+
+    Returns ``(ids, distances)``: (m, k') int32 and float32, k' = min(k, n - 1).
+
+    Examples
+    --------
+    >>> ids, distances = exact_graph(np.array([[0.0], [1.0], [3.0]]), 1, "l2")
+    >>> ids.ravel().tolist(), distances.ravel().tolist()
+    ([1, 0, 1], [1.0, 1.0, 4.0])
+    """
+    array, wanted = _check_vectors(vectors, k, space)
+    size = array.shape[0]
+    chosen = np.arange(size, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    everything = np.arange(size, dtype=np.int64)
+    return _neighbours_among(array, chosen, everything, wanted, space, block_elements)
+
+
+def _cells(array: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """k-means centroids (count, d) of ``array`` and each row's cell (nearest centroid)."""
+    import faiss
+
+    size, dim = array.shape
+    sample = np.random.default_rng(seed).choice(size, size=min(size, count * 64), replace=False)
+    kmeans = faiss.Kmeans(dim, count, niter=12, seed=seed, verbose=False)
+    kmeans.train(np.ascontiguousarray(array[np.sort(sample)]))
+    centroids = np.asarray(kmeans.centroids, dtype=np.float32).reshape(count, dim)
+    cells = np.empty(size, dtype=np.int64)
+    step = max(1, BLOCK_ELEMENTS // count)
+    for begin in range(0, size, step):
+        cells[begin : begin + step] = np.argmin(
+            pairwise_distances(array[begin : begin + step], centroids, "l2"), 1
+        )
+    return centroids, cells
+
+
+def approximate_graph(
+    vectors: Any,
+    k: Any,
+    space: str,
+    *,
+    cell_size: int = CELL_SIZE,
+    probes: int = PROBES,
+    seed: int = 0,
+    block_elements: int = BLOCK_ELEMENTS,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k-NN graph through an inverted file (module docstring): exact distances, probed cells.
+
+    Same result layout as :func:`exact_graph`; deterministic for a given ``seed``.
+    """
+    array, wanted = _check_vectors(vectors, k, space)
+    size = array.shape[0]
+    count = max(1, min(size // max(1, check_positive_int("cell_size", cell_size)), 1 << 16))
+    probed = min(count, check_positive_int("probes", probes))
+    ids = np.empty((size, wanted), dtype=np.int32)
+    distances = np.empty((size, wanted), dtype=np.float32)
+    if wanted == 0 or count <= probed:
+        return (
+            exact_graph(array, wanted, space, block_elements=block_elements) if wanted else (ids, distances)
+        )
+    centroids, cells = _cells(array, count, seed)
+    order = np.argsort(cells, kind="stable")
+    starts = np.searchsorted(cells[order], np.arange(count + 1))
+    sizes = np.diff(starts)
+    between = pairwise_distances(centroids, centroids, "l2")
+    np.fill_diagonal(between, -1.0)  # a cell probes itself first
+    for cell in np.flatnonzero(sizes):
+        nearest = np.argsort(between[cell], kind="stable")
+        enough = int(np.searchsorted(np.cumsum(sizes[nearest]), wanted + 1)) + 1
+        chosen = nearest[: max(probed, enough)]
+        candidates = np.sort(np.concatenate([order[starts[c] : starts[c + 1]] for c in chosen]))
+        members = order[starts[cell] : starts[cell + 1]]
+        found = _neighbours_among(array, members, candidates, wanted, space, block_elements)
+        ids[members], distances[members] = found
+    return ids, distances
+
+
+def _refined(
+    vectors: np.ndarray, rows: np.ndarray, found: np.ndarray, k: int, space: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` nearest of each row's candidates ``found`` (-1: none) by exact distance, ties by id."""
+    size = vectors.shape[0]
+    ordered = np.sort(np.where((found < 0) | (found == rows[:, None]), size, found), axis=1)
+    real = ordered < size
+    safe = np.where(real, ordered, 0)
+    left = vectors[rows]
+    gathered = vectors[safe]  # (b, c, d)
+    gram = np.einsum("bd,bcd->bc", left, gathered)
+    if space == "l2":
+        squared = np.einsum("bd,bd->b", left, left)[:, None] + np.einsum("bcd,bcd->bc", gathered, gathered)
+        distances = np.maximum(squared - np.float32(2.0) * gram, np.float32(0.0))
+    else:
+        distances = np.float32(1.0) - gram
+        if space == "cosine":
+            distances = np.maximum(distances, np.float32(0.0))
+    distances = np.where(real, distances, np.inf).astype(np.float32)
+    positions, values = smallest_sorted(distances, k)
+    return np.take_along_axis(ordered, positions, axis=1).astype(np.int32), values
+
+
+def hnsw_graph(
+    vectors: Any,
+    k: Any,
+    space: str,
+    *,
+    m: int = 16,
+    ef_construction: int = 40,
+    ef_search: int = 64,
+    block_rows: int = 8192,
+    report: Callable[[str], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k-NN graph through a faiss HNSW graph over the vectors, its candidates refined exactly.
+
+    Each item's ``k + 1`` HNSW candidates get their exact distances (as :func:`exact_graph` computes
+    them, up to float32 rounding) and are sorted by (distance, id), the item itself left out. Same
+    result layout as :func:`exact_graph`. HNSW is built by several threads, so two builds may differ
+    in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes.
+    """
+    import faiss
+
+    array, wanted = _check_vectors(vectors, k, space)
+    size, dim = array.shape
+    ids = np.empty((size, wanted), dtype=np.int32)
+    distances = np.empty((size, wanted), dtype=np.float32)
+    if wanted == 0:
+        return ids, distances
+    metric = faiss.METRIC_L2 if space == "l2" else faiss.METRIC_INNER_PRODUCT
+    index = faiss.IndexHNSWFlat(dim, check_positive_int("m", m), metric)
+    index.hnsw.efConstruction = check_positive_int("ef_construction", ef_construction)
+    index.add(array)
+    if report is not None:
+        report("hnsw built")
+    index.hnsw.efSearch = max(check_positive_int("ef_search", ef_search), wanted + 1)
+    for begin in range(0, size, block_rows):
+        rows = np.arange(begin, min(size, begin + block_rows), dtype=np.int64)
+        _, found = index.search(array[rows], min(size, wanted + 1))
+        ids[rows], distances[rows] = _refined(array, rows, found, wanted, space)
+        if report is not None and (begin // block_rows) % 16 == 15:
+            report(f"searched {rows[-1] + 1} of {size}")
+    return ids, distances
+
+
+def build_graph(vectors: Any, k: Any, space: str, method: str = "auto") -> tuple[np.ndarray, np.ndarray, str]:
+    """``(ids, distances, method used)``: ``auto`` is exact up to :data:`EXACT_LIMIT` items, HNSW above."""
+    chosen = check_choice("method", method, METHODS)
+    size = np.shape(vectors)[0]
+    if chosen == "auto":
+        chosen = "exact" if size <= EXACT_LIMIT else "hnsw"
+    if chosen == "exact":
+        return (*exact_graph(vectors, k, space), chosen)
+    if chosen == "hnsw":
+        return (*hnsw_graph(vectors, k, space), chosen)
+    return (*approximate_graph(vectors, k, space), chosen)
+
+
+def graph_recall(ids: np.ndarray, exact_ids: np.ndarray) -> float:
+    """Mean fraction of each row's exact neighbours found in the same row of ``ids``."""
+    if exact_ids.size == 0:
+        return 1.0
+    hits = sum(np.intersect1d(found, truth).size for found, truth in zip(ids, exact_ids, strict=True))
+    return float(hits / exact_ids.size)
+
+
+def check_graph_arrays(
+    ids: Any,
+    distances: Any,
+    size: int,
+    what: str,
+    *,
+    vectors: np.ndarray | None = None,
+    space: str = "l2",
+    sample: int = 64,
+    seed: int = 0,
+) -> None:
+    """Refuse a graph that is not one of ``size`` items (a file is untrusted): ValueError naming ``what``.
+
+    Checks dtypes, shapes, id ranges, no item among its own neighbours, no repeated neighbour, rows
+    sorted by (distance, id), finite distances; with ``vectors``, recomputes the distances of a
+    sample of rows and compares them.
+    """
+    if not (isinstance(ids, np.ndarray) and ids.dtype == np.int32 and ids.ndim == 2):
+        raise ValueError(f"{what}: the neighbour ids must be a 2-D int32 array")
+    if not (
+        isinstance(distances, np.ndarray) and distances.dtype == np.float32 and distances.shape == ids.shape
+    ):
+        raise ValueError(f"{what}: the distances must be a float32 array shaped like the ids {ids.shape}")
+    count, k = ids.shape
+    if count != size or k > max(size - 1, 0) or k > MAX_GRAPH_K:
+        raise ValueError(f"{what}: a graph of shape {ids.shape} does not fit a store of {size} items")
+    if k == 0:
+        return
+    if ids.min() < 0 or ids.max() >= size:
+        raise ValueError(f"{what}: neighbour ids must lie in [0, {size}), got {ids.min()}..{ids.max()}")
+    if not np.isfinite(distances).all():
+        raise ValueError(f"{what}: the distances must be finite")
+    if (ids == np.arange(size, dtype=np.int32)[:, None]).any():
+        raise ValueError(f"{what}: an item is listed among its own neighbours")
+    if k > 1 and (np.diff(np.sort(ids, axis=1), axis=1) == 0).any():
+        raise ValueError(f"{what}: a neighbour is listed twice in one row")
+    step, same = np.diff(distances, axis=1), np.diff(ids.astype(np.int64), axis=1)
+    if (step < 0).any() or ((step == 0) & (same <= 0)).any():
+        raise ValueError(f"{what}: rows must be sorted by distance, ties by increasing id, without repeats")
+    if vectors is not None:
+        rows = np.random.default_rng(seed).choice(size, size=min(size, sample), replace=False)
+        left = vectors[rows][:, None, :]
+        recomputed = np.stack(
+            [pairwise_distances(left[i], vectors[ids[r]], space)[0] for i, r in enumerate(rows)]
+        )
+        if not np.allclose(recomputed, distances[rows], rtol=1e-4, atol=1e-4 * math.sqrt(vectors.shape[1])):
+            raise ValueError(f"{what}: the distances do not match the store's vectors")

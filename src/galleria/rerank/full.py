@@ -55,11 +55,13 @@ METRICS: tuple[str, ...] = ("cosine", "euclidean")
 
 #: Elements per block of distance rows (float64: 32 MB).
 _BLOCK_ELEMENTS = 1 << 22
-#: Blocks of rows computed from features hold this many times ``_BLOCK_ELEMENTS`` (float32: 64 MB): a
-#: BLAS product of few rows against the whole set repacks all the features for every block, and at
-#: 44 rows (MSMT17 size) that doubled the time of the product. Every row's values are the same at
-#: any block size; only the speed and the memory of a block change.
+#: Blocks of rows computed from features in the first pass: up to this many times the rows of
+#: ``_BLOCK_ELEMENTS``, and no more than ``_PRODUCT_ROWS`` rows unless a block already holds more. A BLAS
+#: product of few rows against the whole set repacks all the features for every block: at MSMT17
+#: size (44 rows a block) that nearly doubled the time of the products; from about 200 rows on, larger
+#: blocks gain little and cost memory. A row's values are the same in any block.
 _PRODUCT_BLOCKS = 4
+_PRODUCT_ROWS = 192
 #: Columns per strided chunk of the fast neighbour search on cosine features (see _chunked_lists).
 _CHUNK = 16
 #: Chunks taken beyond the neighbour-list width (a margin that keeps the check of the cut passing).
@@ -389,8 +391,11 @@ def _row_step(size: int) -> int:
 
 
 def _first_step(source: _Source) -> int:
-    """Rows per block of the first pass: :func:`_row_step`, times ``_PRODUCT_BLOCKS`` on features."""
-    return _row_step(source.size) * (_PRODUCT_BLOCKS if isinstance(source, _FeatureSource) else 1)
+    """Rows per block of the first pass: :func:`_row_step`, more on features (see ``_PRODUCT_ROWS``)."""
+    step = _row_step(source.size)
+    if not isinstance(source, _FeatureSource):
+        return step
+    return max(step, min(_PRODUCT_ROWS, _PRODUCT_BLOCKS * step))
 
 
 def _scaled_rows(

@@ -32,7 +32,13 @@ from galleria.distances import pairwise_distances
 from galleria.rerank import full
 from galleria.rerank._common import one_blas_thread, parallel_blocks
 
-__all__ = ["GRAPH_METHODS", "SCALE_SAMPLE", "iter_k_reciprocal_rerank_approximate"]
+__all__ = [
+    "GRAPH_METHODS",
+    "SCALE_SAMPLE",
+    "PreparedApproximate",
+    "iter_k_reciprocal_rerank_approximate",
+    "prepare_k_reciprocal_approximate",
+]
 
 #: Ways to build the neighbour graph (see :func:`galleria.index.neighbor_graph.build_graph`).
 GRAPH_METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
@@ -91,25 +97,94 @@ def iter_k_reciprocal_rerank_approximate(
     ...     probe, gallery, k1=2, k2=1, graph="exact")]
     [([0, 1], (2, 4))]
     """
-    source, (k1, k2, lambda_value, chosen) = full._feature_source(
-        probe, gallery, metric, k1, k2, lambda_value, mode
-    )
+    checked = _checked(probe, gallery, metric, k1, k2, lambda_value, mode, graph, scale_sample)
+    return _stream(checked)
+
+
+def prepare_k_reciprocal_approximate(
+    probe: Any,
+    gallery: Any,
+    *,
+    metric: str = "cosine",
+    k1: int = 20,
+    k2: int = 6,
+    lambda_value: float = 0.3,
+    mode: str = "reference",
+    graph: Any = "hnsw",
+    scale_sample: int = SCALE_SAMPLE,
+) -> PreparedApproximate:
+    """Everything of :func:`iter_k_reciprocal_rerank_approximate` but its output, done now.
+
+    The result computes any block of probes on its own (:meth:`PreparedApproximate.block`), with
+    the same values whatever the blocks: what a distributed run sends to its workers once.
+    """
+    checked = _checked(probe, gallery, metric, k1, k2, lambda_value, mode, graph, scale_sample)
+    return _prepare(*checked)
+
+
+class PreparedApproximate:
+    """The row scales and the Jaccard index of the graph lists' features: output blocks on demand."""
+
+    def __init__(self, source: full._FeatureSource, scales: np.ndarray, jaccard: Any, mode: str) -> None:
+        self.source = source
+        self.scales = scales
+        self.jaccard = jaccard
+        self.mode = mode
+
+    @property
+    def probes(self) -> int:
+        return self.source.probes
+
+    @property
+    def step(self) -> int:
+        """Probes per block of the streamed output (fixed by the gallery's size alone)."""
+        return max(2, _OUTPUT_ELEMENTS // max(1, self.source.gallery))
+
+    def block(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(probe_rows, distances)`` of probes ``start:stop``; a row's values do not depend on the block."""
+        source, mode = self.source, self.mode
+        if not 0 <= start < stop <= source.probes:
+            raise ValueError(f"block must lie within [0, {source.probes}], got {start}:{stop}")
+        raw = _distances(source, start, stop, slice(source.probes, source.size))
+        if mode == "reference":
+            original = np.square(raw, out=raw)
+            original /= self.scales[start:stop, None]
+        else:
+            floored = np.maximum(raw, 0.0, out=raw)
+            original = np.empty(floored.shape, dtype=np.float32)
+            np.divide(floored, self.scales[start:stop, None], out=original, casting="same_kind")
+        self.jaccard.into(original, start)
+        return np.arange(start, stop), original
+
+
+_Checked = tuple[full._FeatureSource, tuple[int, int, int], float, str, Any, int]
+
+
+def _checked(
+    probe: Any,
+    gallery: Any,
+    metric: Any,
+    k1: Any,
+    k2: Any,
+    lambda_value: Any,
+    mode: Any,
+    graph: Any,
+    scale_sample: Any,
+) -> _Checked:
+    """Every argument checked (graph ids included); nothing built yet."""
+    source, settings = full._feature_source(probe, gallery, metric, k1, k2, lambda_value, mode)
+    first, second, weight, chosen = settings
     sample = check_positive_int("scale_sample", scale_sample)
-    width, half_width, second = full._settings(source.size, k1, k2, chosen)
-    ids = _graph_ids(source, graph, width - 1)
-    return _stream(source, ids, sample, (width, half_width, second), lambda_value, chosen)
-
-
-def _graph_ids(source: full._FeatureSource, graph: Any, wanted: int) -> np.ndarray:
-    """The graph's (size, wanted) neighbour ids: built with a method, or given and checked."""
+    widths = full._settings(source.size, first, second, chosen)
     if isinstance(graph, str):
         if graph not in GRAPH_METHODS:
             raise ValueError(f"graph must be one of {GRAPH_METHODS} or an array of ids, got {graph!r}")
-        from galleria.index.neighbor_graph import build_graph
+        return source, widths, weight, chosen, graph, sample
+    return source, widths, weight, chosen, _given_ids(source, graph, widths[0] - 1), sample
 
-        space = "cosine" if source.metric == "cosine" else "l2"
-        ids, _, _ = build_graph(source.features, max(wanted, 1), space, graph)
-        return np.asarray(ids[:, :wanted], dtype=np.int64)
+
+def _given_ids(source: full._FeatureSource, graph: Any, wanted: int) -> np.ndarray:
+    """Graph ids handed in: a (size, >= wanted) array of member indices, cut to ``wanted`` columns."""
     array = np.asarray(graph)
     if array.dtype.kind not in "iu" or array.ndim != 2:
         raise TypeError(
@@ -124,6 +199,15 @@ def _graph_ids(source: full._FeatureSource, graph: Any, wanted: int) -> np.ndarr
     if kept.size and (kept.min() < 0 or kept.max() >= source.size):
         raise ValueError(f"graph ids must lie in [0, {source.size}), got {kept.min()}..{kept.max()}")
     return kept
+
+
+def _built_ids(source: full._FeatureSource, method: str, wanted: int) -> np.ndarray:
+    """The k-NN graph of probes + gallery by ``method``, ``wanted`` neighbours a member."""
+    from galleria.index.neighbor_graph import build_graph
+
+    space = "cosine" if source.metric == "cosine" else "l2"
+    ids, _, _ = build_graph(source.features, max(wanted, 1), space, method)
+    return np.asarray(ids[:, :wanted], dtype=np.int64)
 
 
 def _ranking(ids: np.ndarray) -> np.ndarray:
@@ -173,16 +257,17 @@ def _scales(source: full._FeatureSource, sample: int, mode: str) -> np.ndarray:
     return scales
 
 
-def _stream(
+def _prepare(
     source: full._FeatureSource,
-    ids: np.ndarray,
-    sample: int,
     widths: tuple[int, int, int],
     lambda_value: float,
     mode: str,
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Eqs. 3–12 on the graph lists, then the output one block of probes at a time."""
+    graph: Any,
+    sample: int,
+) -> PreparedApproximate:
+    """Eqs. 3–11 on the graph lists: everything the output blocks need."""
     width, half_width, second = widths
+    ids = _built_ids(source, graph, width - 1) if isinstance(graph, str) else graph
     ranking = _ranking(ids)
     del ids
     scales = _scales(source, sample, mode)
@@ -193,23 +278,15 @@ def _stream(
         features = full._query_expansion(features, ranking, second)
     del ranking
     jaccard = full._Jaccard(features, source.probes, source.gallery, lambda_value, mode)
-    del features
-    probes, size = source.probes, source.size
-    step = max(2, _OUTPUT_ELEMENTS // max(1, source.gallery))
-    gallery = slice(probes, size)
+    return PreparedApproximate(source, scales, jaccard, mode)
+
+
+def _stream(checked: _Checked) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The output one block of probes at a time (the work starts at the first ``next``)."""
+    prepared = _prepare(*checked)
+    step, probes = prepared.step, prepared.probes
 
     def block(start: int, nothing: None) -> tuple[np.ndarray, np.ndarray]:
-        stop = min(start + step, probes)
-        raw = _distances(source, start, stop, gallery)
-        if mode == "reference":
-            values = np.square(raw, out=raw)
-            values /= scales[start:stop, None]
-            original = values
-        else:
-            floored = np.maximum(raw, 0.0, out=raw)
-            original = np.empty(floored.shape, dtype=np.float32)
-            np.divide(floored, scales[start:stop, None], out=original, casting="same_kind")
-        jaccard.into(original, start)
-        return np.arange(start, stop), original
+        return prepared.block(start, min(start + step, probes))
 
     yield from parallel_blocks(block, range(0, probes, step))

@@ -133,12 +133,12 @@ class PreparedApproximate:
 
     @property
     def probes(self) -> int:
-        return self.source.probes
+        return int(self.source.probes)
 
     @property
     def step(self) -> int:
         """Probes per block of the streamed output (fixed by the gallery's size alone)."""
-        return max(2, _OUTPUT_ELEMENTS // max(1, self.source.gallery))
+        return max(2, _OUTPUT_ELEMENTS // max(1, int(self.source.gallery)))
 
     def block(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_rows, distances)`` of probes ``start:stop``; a row's values do not depend on the block."""

@@ -10,7 +10,7 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
 
 * ``exact``: every row against every row, :data:`BLOCK_ELEMENTS` distances at a time. Cost n²·d.
 * ``hnsw``: a faiss HNSW graph (M=16, efConstruction=40) is built over the vectors and searched for
-  every item's ``k + 1`` candidates (efSearch=64); the candidates' distances are recomputed exactly
+  every item's ``k + 1`` candidates (efSearch=128); the candidates' distances are recomputed exactly
   and sorted by (distance, id). The approximation is a true neighbour HNSW did not return.
 * ``ivf``: an inverted-file pass. A k-means coarse quantiser (faiss) cuts the gallery into cells
   of about ``cell_size`` items; the items of a cell are compared, exactly, with the items of the
@@ -256,7 +256,7 @@ def hnsw_graph(
     *,
     m: int = 16,
     ef_construction: int = 40,
-    ef_search: int = 64,
+    ef_search: int = 128,
     block_rows: int = 8192,
     report: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,12 @@ cosine distances. Two runs, each in its own child process, side by side:
 * ``streamed``: :func:`galleria.iter_k_reciprocal_rerank_features` consumed by
   :func:`galleria.metrics.reid_evaluate` — the probe×gallery matrix never exists;
 * ``matrix``: :func:`galleria.k_reciprocal_rerank_features` (the whole P×G float32 matrix), then
-  :func:`galleria.metrics.reid_evaluate` on it.
+  :func:`galleria.metrics.reid_evaluate` on it;
+* ``before`` (with ``--before-src DIR``): ``streamed`` run by an earlier galleria's source folder
+  (e.g. ``git archive`` of the commit before a change), in the same script as ``streamed``, so that
+  before and after are measured side by side and their figures compared for equality;
+* ``approximate``: :func:`galleria.rerank.iter_k_reciprocal_rerank_approximate` (neighbour lists
+  from an HNSW graph refined exactly) consumed by :func:`galleria.metrics.reid_evaluate`.
 
 Peak RSS is the child's own ``VmHWM`` (its inputs included); the figures of both runs are compared
 for equality. Metric learning: :func:`galleria.metrics.metric_learning_evaluate` on 60,000 × 128-d
@@ -54,6 +59,17 @@ SIZES = {
         "cameras": 15,
         "junk": 0,
         "noisy": 1,
+    },
+    # Harder clustered features (issue 24 §4): the noisy ones plus a unit offset per camera of weight
+    # 0.2, shared by every identity seen by that camera — neighbourhoods overlap across identities.
+    "msmt17-hard": {
+        "probes": 11_659,
+        "gallery": 82_161,
+        "identities": 3_060,
+        "cameras": 15,
+        "junk": 0,
+        "noisy": 1,
+        "camera": 0.2,
     },
     "market1501-noisy": {
         "probes": 3_368,
@@ -105,14 +121,19 @@ def reid_data(size: str, folder: Path) -> None:
     cameras = rng.normal(size=(spec["cameras"], dim))
 
     noisy = bool(spec.get("noisy"))
+    sigma = float(spec.get("sigma", 2.0))  # noise norm against unit centres (noisy features)
+    shared = float(spec.get("camera", 0.0))  # noisy features: weight of a unit offset per camera
     if noisy:
         centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+        cameras /= np.linalg.norm(cameras, axis=1, keepdims=True)
 
     def draw(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ids = rng.integers(0, spec["identities"], size=count)
         cams = rng.integers(0, spec["cameras"], size=count)
         if noisy:
-            vectors = centres[ids] + 2.0 / np.sqrt(dim) * rng.normal(size=(count, dim))
+            vectors = centres[ids] + sigma / np.sqrt(dim) * rng.normal(size=(count, dim))
+            if shared:
+                vectors += shared * cameras[cams]
         else:
             vectors = centres[ids] + 0.8 * cameras[cams] + 1.6 * rng.normal(size=(count, dim))
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -137,6 +158,9 @@ def reid_child(kind: str, folder: Path) -> None:
     from galleria import iter_k_reciprocal_rerank_features, k_reciprocal_rerank_features
     from galleria.metrics import reid_evaluate
 
+    if kind == "approximate":
+        from galleria.rerank.approximate import iter_k_reciprocal_rerank_approximate
+
     probe, gallery = np.load(folder / "probe.npy"), np.load(folder / "gallery.npy")
     labels = [
         np.load(folder / f"{name}.npy") for name in ("probe_ids", "gallery_ids", "probe_cams", "gallery_cams")
@@ -145,9 +169,13 @@ def reid_child(kind: str, folder: Path) -> None:
     cpu_start = cpu_seconds()
     start = time.perf_counter()
     settings = {"k1": K1, "k2": K2, "lambda_value": LAMBDA, "mode": "reference"}
-    if kind == "streamed":
+    if kind in ("streamed", "before"):
         result = reid_evaluate(iter_k_reciprocal_rerank_features(probe, gallery, **settings), *labels)
         rerank_seconds = float("nan")  # interleaved with the evaluation
+    elif kind == "approximate":
+        stream = iter_k_reciprocal_rerank_approximate(probe, gallery, graph="hnsw", **settings)
+        result = reid_evaluate(stream, *labels)
+        rerank_seconds = float("nan")
     else:
         matrix = k_reciprocal_rerank_features(probe, gallery, **settings)
         rerank_seconds = time.perf_counter() - start
@@ -187,7 +215,9 @@ def _load() -> float:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
 
-def bench_reid(sizes: list[str], kinds: tuple[str, ...] = ("streamed", "matrix")) -> dict[str, Any]:
+def bench_reid(
+    sizes: list[str], kinds: tuple[str, ...] = ("streamed", "matrix"), before_src: str | None = None
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="bench_protocols_") as name:
@@ -204,7 +234,12 @@ def bench_reid(sizes: list[str], kinds: tuple[str, ...] = ("streamed", "matrix")
                     "--folder",
                     str(folder),
                 ]
-                done = subprocess.run(command, capture_output=True, text=True, check=True)
+                environment = dict(os.environ)
+                if kind == "before":
+                    if before_src is None:
+                        raise SystemExit("--kinds before needs --before-src DIR (an earlier src/ folder)")
+                    environment["PYTHONPATH"] = before_src
+                done = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
                 record = json.loads(done.stdout.strip().splitlines()[-1])
                 record["load_before"] = before
                 record["load_after"] = _load()
@@ -215,15 +250,19 @@ def bench_reid(sizes: list[str], kinds: tuple[str, ...] = ("streamed", "matrix")
                     f"mAP {record['mAP']:.4f}  load {before:.1f}→{record['load_after']:.1f}",
                     flush=True,
                 )
-            same = None
-            if len(runs) == 2:
-                streamed = np.load(folder / "figures_streamed.npz")
-                matrix = np.load(folder / "figures_matrix.npz")
-                same = all(
-                    np.array_equal(streamed[key], matrix[key], equal_nan=True) for key in ("cmc", "ap", "inp")
-                )
-            results[size] = {**SIZES[size], "runs": runs, "identical": same}
-            print(f"{size}: streamed figures identical to the matrix run's: {same}", flush=True)
+            same: dict[str, bool] = {}
+            for other in ("matrix", "before"):
+                if "streamed" in runs and other in runs:
+                    streamed = np.load(folder / "figures_streamed.npz")
+                    figures = np.load(folder / f"figures_{other}.npz")
+                    same[other] = all(
+                        np.array_equal(streamed[key], figures[key], equal_nan=True)
+                        for key in ("cmc", "ap", "inp")
+                    )
+                    print(
+                        f"{size}: streamed figures identical to the {other} run's: {same[other]}", flush=True
+                    )
+            results[size] = {**SIZES[size], "runs": runs, "identical": same or None}
     return results
 
 
@@ -305,6 +344,40 @@ def bench_metric_learning(quick: bool) -> dict[str, Any]:
     return {"runs": runs}
 
 
+def _comparisons(size: str, entry: dict[str, Any]) -> list[str]:
+    """One line per pair of runs of a size: streamed against matrix, before and approximate."""
+    runs, same, lines = entry["runs"], entry["identical"] or {}, []
+    streamed = runs.get("streamed")
+    if streamed is None:
+        return lines
+    if "matrix" in same:
+        matrix = runs["matrix"]
+        lines.append(
+            f"- {size}: streamed peak RSS {streamed['peak_mb']:.0f} MB vs {matrix['peak_mb']:.0f} MB "
+            f"({matrix['peak_mb'] / streamed['peak_mb']:.1f}× less); time {streamed['seconds']:.1f} s vs "
+            f"{matrix['seconds']:.1f} s; CMC, per-query AP and INP identical: {same['matrix']}."
+        )
+    if "before" in same:
+        before = runs["before"]
+        lines.append(
+            f"- {size}: before → after {before['seconds']:.1f} s → {streamed['seconds']:.1f} s wall "
+            f"({before['seconds'] / streamed['seconds']:.2f}×), {before['cpu_seconds']:.1f} s → "
+            f"{streamed['cpu_seconds']:.1f} s CPU ({before['cpu_seconds'] / streamed['cpu_seconds']:.2f}×), "
+            f"peak RSS {before['peak_mb']:.0f} → {streamed['peak_mb']:.0f} MB; CMC, per-query AP and INP "
+            f"identical: {same['before']}."
+        )
+    if "approximate" in runs:
+        approx = runs["approximate"]
+        lines.append(
+            f"- {size}: approximate vs exact streamed: mAP {approx['mAP']:.4f} vs {streamed['mAP']:.4f} "
+            f"(Δ {approx['mAP'] - streamed['mAP']:+.4f}), rank-1 {approx['rank1']:.4f} vs "
+            f"{streamed['rank1']:.4f}; {approx['seconds']:.1f} s vs {streamed['seconds']:.1f} s wall "
+            f"({streamed['seconds'] / approx['seconds']:.2f}× faster), {approx['cpu_seconds']:.1f} s vs "
+            f"{streamed['cpu_seconds']:.1f} s CPU ({streamed['cpu_seconds'] / approx['cpu_seconds']:.2f}×)."
+        )
+    return lines
+
+
 def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, quick: bool) -> str:
     lines = [
         "## Protocols: streamed re-ranking + re-identification evaluation, metric learning",
@@ -343,14 +416,7 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
                 )
         lines.append("")
         for size, entry in reid.items():
-            if entry["identical"] is None:
-                continue
-            streamed, matrix = entry["runs"]["streamed"], entry["runs"]["matrix"]
-            lines.append(
-                f"- {size}: streamed peak RSS {streamed['peak_mb']:.0f} MB vs {matrix['peak_mb']:.0f} MB "
-                f"({matrix['peak_mb'] / streamed['peak_mb']:.1f}× less); time {streamed['seconds']:.1f} s vs "
-                f"{matrix['seconds']:.1f} s; CMC, per-query AP and INP identical: {entry['identical']}."
-            )
+            lines += _comparisons(size, entry)
         lines += [
             "",
             "Targets (quiet machine): MSMT17 size, streamed re-ranking + `reid_evaluate` ≤ 2 GB peak RSS and "
@@ -358,7 +424,12 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
             "upper bound of the quiet one.",
             "",
         ]
-        goals = {"msmt17": (2048.0, 60.0), "msmt17-noisy": (2048.0, 60.0), "market1501": (None, 3.0)}
+        goals = {
+            "msmt17": (2048.0, 60.0),
+            "msmt17-noisy": (2048.0, 60.0),
+            "msmt17-hard": (2048.0, 60.0),
+            "market1501": (None, 3.0),
+        }
         for size, (memory_goal, time_goal) in goals.items():
             if size not in reid or "streamed" not in reid[size]["runs"]:
                 continue
@@ -422,8 +493,13 @@ def main() -> None:
         "--kinds",
         nargs="+",
         default=["streamed", "matrix"],
-        choices=("streamed", "matrix"),
+        choices=("before", "streamed", "matrix", "approximate"),
         help="runs per size",
+    )
+    parser.add_argument(
+        "--before-src",
+        default=None,
+        help="an earlier galleria's src/ folder, run as the 'before' kind (e.g. from git archive)",
     )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--folder", default=None, help=argparse.SUPPRESS)
@@ -439,7 +515,7 @@ def main() -> None:
         return
     default = ["market1501", "msmt17", "market1501-noisy", "msmt17-noisy"]
     sizes = args.sizes or (["quick", "quick-noisy"] if args.quick else default)
-    reid = bench_reid(sizes, tuple(args.kinds)) if args.part in (None, "reid") else None
+    reid = bench_reid(sizes, tuple(args.kinds), args.before_src) if args.part in (None, "reid") else None
     learning = bench_metric_learning(args.quick) if args.part in (None, "metric-learning") else None
     text = write_report(reid, learning, args.quick)
     print(text)

@@ -12,6 +12,8 @@ k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
   (``mode="paper"`` or ``"reference"``) in memory near O(n·k) plus the output;
 * :func:`iter_k_reciprocal_rerank_features` / :func:`iter_k_reciprocal_rerank` — the same output, a block
   of probes at a time, so the P×G matrix never exists;
+* :func:`iter_k_reciprocal_rerank_approximate` — the same stream with neighbour lists from a k-NN graph
+  (for galleries of millions, see :mod:`galleria.rerank.approximate`);
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
 The other re-rankers behind the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`):
@@ -25,6 +27,7 @@ parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) o
 from __future__ import annotations
 
 from galleria.rerank.adaptive import default_rerank_params
+from galleria.rerank.approximate import iter_k_reciprocal_rerank_approximate
 from galleria.rerank.base import Reranker
 from galleria.rerank.batched import rerank_pools
 from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
@@ -63,6 +66,7 @@ __all__ = [
     "diffusion_rerank_features",
     "gnn_rerank_features",
     "iter_k_reciprocal_rerank",
+    "iter_k_reciprocal_rerank_approximate",
     "iter_k_reciprocal_rerank_features",
     "k_reciprocal_rerank",
     "k_reciprocal_rerank_features",

@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--method", default="auto", choices=("auto", "exact", "hnsw", "ivf"))
     parser.add_argument("--sample", type=int, default=2000)
     parser.add_argument("--ef-search", type=int, default=128, help="HNSW efSearch (the library's default)")
+    parser.add_argument("--m", type=int, default=32, help="HNSW M (the library's default)")
+    parser.add_argument("--ef-construction", type=int, default=80, help="HNSW efConstruction (the default)")
     parser.add_argument("--brute-force", action="store_true", help="compare sampled rows with a full sort")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -52,7 +54,15 @@ def main() -> None:
         )
 
     if args.method == "hnsw" or (args.method == "auto" and args.rows > EXACT_LIMIT):
-        ids, distances = hnsw_graph(data, args.k, "cosine", ef_search=args.ef_search, report=report)
+        ids, distances = hnsw_graph(
+            data,
+            args.k,
+            "cosine",
+            m=args.m,
+            ef_construction=args.ef_construction,
+            ef_search=args.ef_search,
+            report=report,
+        )
         method = "hnsw"
     else:
         ids, distances, method = build_graph(data, args.k, "cosine", args.method)
@@ -63,6 +73,8 @@ def main() -> None:
         "k": args.k,
         "method": method,
         "ef_search": args.ef_search if method == "hnsw" else None,
+        "m": args.m if method == "hnsw" else None,
+        "ef_construction": args.ef_construction if method == "hnsw" else None,
         "generate_s": round(generated, 1),
         "graph_s": round(time.perf_counter() - wall, 1),
         "graph_cpu_s": round(time.process_time() - cpu, 1),

@@ -9,9 +9,11 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
 ``hnsw``, the HNSW graph with its copy of the vectors):
 
 * ``exact``: every row against every row, :data:`BLOCK_ELEMENTS` distances at a time. Cost n²·d.
-* ``hnsw``: a faiss HNSW graph (M=16, efConstruction=40) is built over the vectors and searched for
+* ``hnsw``: a faiss HNSW graph (M=32, efConstruction=80) is built over the vectors and searched for
   every item's ``k + 1`` candidates (efSearch=128); the candidates' distances are recomputed exactly
-  and sorted by (distance, id). The approximation is a true neighbour HNSW did not return.
+  and sorted by (distance, id). The approximation is a true neighbour HNSW did not return. At
+  1M × 128 clustered vectors, k = 30: recall@30 0.998 in 291 s on 2 cores, 1.68 GB peak
+  (``benchmarks/bench_graph.py``; M=16 / efConstruction=40 gave 0.924 in 229 s).
 * ``ivf``: an inverted-file pass. A k-means coarse quantiser (faiss) cuts the gallery into cells
   of about ``cell_size`` items; the items of a cell are compared, exactly, with the items of the
   ``probes`` cells whose centroids lie nearest the cell's own centroid (more when those hold fewer
@@ -254,8 +256,8 @@ def hnsw_graph(
     k: Any,
     space: str,
     *,
-    m: int = 16,
-    ef_construction: int = 40,
+    m: int = 32,
+    ef_construction: int = 80,
     ef_search: int = 128,
     block_rows: int = 8192,
     report: Callable[[str], None] | None = None,

@@ -241,6 +241,16 @@ class ExactIndex:
             return np.zeros((ids.size, 0), np.float32)
         return np.take(self._buffer, ids, axis=0)  # a copy; faster than fancy indexing
 
+    def snapshot(self) -> np.ndarray:
+        """A read-only view of every stored vector, without a copy. Rows below the current size are
+        never written in place (``add`` appends past them or grows into a new buffer, ``remove``
+        builds a new one), so the view keeps the vectors of this moment however the index changes."""
+        if self._dim is None:
+            return np.zeros((0, 0), np.float32)
+        view = self._buffer[: self._size]
+        view.flags.writeable = False
+        return view
+
     def remove(self, rows: np.ndarray) -> None:
         """Delete the given rows (duplicates count once); the rest are renumbered compactly, order kept."""
         ids = check_rows(rows, self._size)

@@ -96,9 +96,17 @@ def _rows_and_vectors(store: InMemoryImageEmbeddingStore) -> tuple[object, np.nd
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
         raise RuntimeError("the store is not built yet; call build_store() first")
+    from galleria.index.exact import ExactIndex
+
     with store._lock.reading():
         rows = store._paths
-        vectors = store._gallery_vectors(np.arange(len(rows), dtype=np.int64))
+        if store._vectors is not None:  # replaced, never written in place: a view is a snapshot
+            vectors = store._vectors.view()
+            vectors.flags.writeable = False
+        elif isinstance(store._index, ExactIndex):  # no copy of a million vectors (ExactIndex.snapshot)
+            vectors = store._index.snapshot()
+        else:
+            vectors = store._gallery_vectors(np.arange(len(rows), dtype=np.int64))
     return rows, np.ascontiguousarray(vectors, dtype=np.float32)
 
 

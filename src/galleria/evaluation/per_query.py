@@ -112,10 +112,8 @@ class QueryResults:
 
     def config(self, name: str) -> RetrievalConfig:
         """The configuration called ``name``, read back from its recorded settings."""
-        from galleria.tune.settings import config_from_settings
-
         entry = next(entry for entry in self.configurations if entry["name"] == name)
-        return config_from_settings(entry["settings"], name=name, where=f"configuration {name!r}")
+        return RetrievalConfig.from_settings(entry["settings"], name=name, where=f"configuration {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document (``schema`` first)."""
@@ -357,10 +355,8 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
         if not _is_fraction(score):
             raise check.fail(f"{key}.map@100", "must be a number from 0 to 1", score)
         settings = check.mapping(f"{key}.settings", entry.get("settings"))
-        from galleria.tune.settings import config_from_settings
-
         try:
-            config_from_settings(settings, name=config_name, where=f"{name!r}: {key}.settings")
+            RetrievalConfig.from_settings(settings, name=config_name, where=f"{name!r}: {key}.settings")
         except (TypeError, OverflowError) as error:  # a wrong kind of value, named where the check does not
             text = str(error)
             where = f"{name!r}: {key}.settings"

@@ -34,7 +34,7 @@ def _peak_mb() -> float:
 def _thumbnail_child(way: str, path: str, threads: int, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     from PIL import Image
 
-    from galleria.store.reading import ImageReadError
+    from galleria.images.reading import ImageReadError
     from galleria.viewer.thumbnails import ThumbnailCache
 
     Image.MAX_IMAGE_PIXELS = None if way == "before, no bomb check" else Image.MAX_IMAGE_PIXELS

@@ -213,7 +213,7 @@ def run_corpus(tries: int = 20, seed: int = 15, progress: Callable[[str], None] 
     from fastapi.testclient import TestClient
 
     from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
-    from galleria.store.reading import read_rgb
+    from galleria.images.reading import read_rgb
     from galleria.web import create_app
 
     rng = np.random.default_rng(seed)
@@ -372,7 +372,7 @@ def run_corpus(tries: int = 20, seed: int = 15, progress: Callable[[str], None] 
                 elif answer.status_code == 200:
                     ok = ok and is_image and answer.headers["content-type"] in {"image/png", "image/jpeg"}
                     if ok and route == "image" and answer.headers["content-type"] == "image/png":
-                        from galleria.store.reading import decode_rgb
+                        from galleria.images.reading import decode_rgb
 
                         served_path = unquote(answer.url.path[len("/image/") :])
                         ok = np.array_equal(decode_rgb(answer.content), pixels_of[served_path])

@@ -17,10 +17,10 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder, SkippedImageWarning
-from galleria.embedders.decoding import draft_for, rgb_array, to_rgb_image
+from galleria.images.decoding import draft_for, rgb_array, to_rgb_image
+from galleria.images.queries import as_image_list
+from galleria.images.reading import reader_for
 from galleria.store import ImageReadError, read_rgb
-from galleria.store.queries import as_image_list
-from galleria.store.reading import reader_for
 
 # Exif orientation → the transpose that undoes it (applied to the upright picture, it gives what is stored).
 STORED_FROM_UPRIGHT = {

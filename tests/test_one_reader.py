@@ -15,7 +15,7 @@ from PIL import Image
 
 from _image_kinds import png_bomb, write_image_kinds
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
-from galleria.store.reading import (
+from galleria.images.reading import (
     DEFAULT_MAX_PIXELS,
     ImageReadError,
     ImageTooLargeError,
@@ -193,13 +193,13 @@ def test_cli_queries_are_read_with_the_gallery_draft(kinds: dict[str, Path], sto
 
 
 def test_no_other_module_opens_an_image_with_pillow() -> None:
-    """galleria.store.reading is the one place that calls Image.open (its rules: embedders.decoding)."""
+    """galleria.images.reading is the one place that calls Image.open (its rules: images.decoding)."""
     offenders = []
     for path in SRC.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         if re.search(r"\bImage\.open\(|\bImageFile\.Parser\(|\bImage\.frombytes\(", text):
             offenders.append(str(path.relative_to(SRC)))
-    assert offenders == ["store/reading.py"], offenders
+    assert offenders == ["images/reading.py"], offenders
 
 
 def test_no_pillow_warning_reaches_stderr(kinds: dict[str, Path], tmp_path: Path) -> None:
@@ -214,7 +214,7 @@ def test_no_pillow_warning_reaches_stderr(kinds: dict[str, Path], tmp_path: Path
     script = f"""
 import sys
 from pathlib import Path
-from galleria.store.reading import read_rgb, decode_rgb, ImageReadError
+from galleria.images.reading import read_rgb, decode_rgb, ImageReadError
 from galleria.viewer.thumbnails import make_thumbnail
 paths = {[str(p) for p in kinds.values()] + [str(odd), str(truncated_exif)]!r}
 for path in paths:

@@ -17,7 +17,7 @@ pytest.importorskip("pyarrow", reason="the galleria[ray] extra is not installed"
 from _store_support import make_images, write_corrupt  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder, build_with_ray  # noqa: E402
 from galleria.engines import read_shards  # noqa: E402
-from galleria.store.reading import ImageReadError, read_rgb  # noqa: E402
+from galleria.images.reading import ImageReadError, read_rgb  # noqa: E402
 
 
 class DiesOnceEmbedder:

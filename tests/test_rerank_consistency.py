@@ -21,9 +21,9 @@ import pytest
 
 from _store_support import make_images, pixel_embedder
 from galleria import Candidate, InMemoryImageEmbeddingStore
+from galleria.images.reading import read_rgb
 from galleria.rerank.registry import RERANK_METHODS, make_reranker
 from galleria.store._rwlock import ReadWriteLock
-from galleria.store.reading import read_rgb
 
 #: Small explicit parameters (the adaptive defaults would read the moving gallery).
 PARAMS: dict[str, dict[str, Any]] = {

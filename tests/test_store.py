@@ -27,9 +27,9 @@ from galleria import (
     alpha_query_expansion,
 )
 from galleria.distances import pairwise_distances, prepare_vectors
+from galleria.images.batches import iter_decoded_batches
+from galleria.images.queries import as_image_list
 from galleria.store import ImageReadError, read_rgb
-from galleria.store.gallery import iter_decoded_batches
-from galleria.store.queries import as_image_list
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 
 from _store_support import make_images, pixel_embedder
 from galleria import InMemoryImageEmbeddingStore, KReciprocalReranker
+from galleria.images.reading import read_rgb
 from galleria.store._rwlock import ReadWriteLock
-from galleria.store.reading import read_rgb
 
 
 @pytest.fixture(autouse=True)

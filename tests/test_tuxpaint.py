@@ -38,7 +38,7 @@ def test_classes_are_second_level_folders(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not os.path.isdir(TUXPAINT_STAMPS), reason="tuxpaint-stamps-default is not installed")
 def test_the_installed_stamps() -> None:
-    from galleria.store.reading import read_rgb
+    from galleria.images.reading import read_rgb
 
     folder = load_tuxpaint_stamps()
     counts = Counter(folder.labels)

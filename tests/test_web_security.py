@@ -84,7 +84,7 @@ def test_listed_non_images_are_404_never_their_bytes(planted: dict[str, Any]) ->
 
 
 def test_image_route_serves_the_decoded_pixels(planted: dict[str, Any]) -> None:
-    from galleria.store.reading import decode_rgb, read_rgb
+    from galleria.images.reading import decode_rgb, read_rgb
 
     client = TestClient(create_app(_store(planted["listed"])))
     for name, path in planted["kinds"].items():

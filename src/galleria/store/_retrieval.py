@@ -10,13 +10,13 @@ import numpy as np
 
 from galleria.embedders.base import batch_size_of
 from galleria.expansion import adaptive_expansion, alpha_query_expansion
+from galleria.images.queries import as_image_list, as_text_list
+from galleria.images.reading import reader_for
 from galleria.store._checks import check_query_vectors, check_retrieval_args
 from galleria.store._core import StoreCore
 from galleria.store._embedding import check_directions, embed_queries
 from galleria.store._snapshot import store_statistics
 from galleria.store.candidate import Candidate
-from galleria.store.queries import as_image_list, as_text_list
-from galleria.store.reading import reader_for
 
 __all__ = ["RetrievalMixin"]
 

@@ -67,9 +67,16 @@ def test_tune_finds_a_lift_where_expansion_helps() -> None:
     assert {trial["settings"].get("rerank_method", "aqe") for trial in result.trials[1:]} <= {"aqe", "dba"}
 
 
-def test_the_package_itself_is_callable() -> None:
+def test_tune_gallery_and_the_deprecated_callable_package() -> None:
     store, labels = _clustered(50.0)
-    assert galleria.tune(store, labels, n_trials=1, validation_queries=5, n_splits=1).trials[0]["number"] == 0
+    assert (
+        galleria.tune_gallery(store, labels, n_trials=1, validation_queries=5, n_splits=1).trials[0]["number"]
+        == 0
+    )
+    with pytest.warns(DeprecationWarning, match="tune_gallery"):
+        old = galleria.tune(store, labels, n_trials=1, validation_queries=5, n_splits=1)  # type: ignore[operator]
+    assert old.trials[0]["number"] == 0
+    assert galleria.tune.tune is galleria.tune_gallery
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,7 @@ __all__ = [
     "TuneResult",
     "score_lists",
     "tune",
+    "tune_gallery",
 ]
 
 #: Metrics the tuner can maximise.
@@ -222,7 +223,7 @@ def _make_room(kept: dict[Any, Any], most: int) -> None:
 
 @dataclass(frozen=True)
 class TuneResult:
-    """What :func:`tune` found: the recommended configuration and the evidence for it."""
+    """What :func:`tune_gallery` found: the recommended configuration and the evidence for it."""
 
     #: The setting to use: the best one, or plain retrieval when nothing beat it.
     config: RetrievalConfig
@@ -498,7 +499,7 @@ def _make_split(
     return _Split(seed, gallery, vectors[query_rows], query_labels, gallery_labels, min(depth, len(gallery)))
 
 
-def tune(
+def tune_gallery(
     store: InMemoryImageEmbeddingStore,
     labels: Mapping[str, Hashable] | Sequence[Hashable],
     *,
@@ -775,3 +776,7 @@ def tune(
         guard_diffs=guard_diffs,
         checked=checked,
     )
+
+
+#: The function's name before galleria 0.3 (``from galleria.tune import tune``); kept as an alias.
+tune = tune_gallery

@@ -1,6 +1,6 @@
 """A deliberately literal, slow transcription of k-reciprocal re-ranking ("paper" mode).
 
-Written from the spec (spec/k_reciprocal_reranking.rst) and the rules pinned in DESIGN §4, with
+Written from the definitions in docs/reranking.md ("k-reciprocal re-ranking, defined"), with
 Python sets and loops and no code shared with ``galleria.rerank``. It is the oracle the fast code is
 tested against; it is only ever run on small sets.
 """

@@ -87,7 +87,7 @@ def setup(
 def _literal_scores(
     lists: list[list[Candidate]], query_labels: list[str], gallery_labels: dict[str, str]
 ) -> dict[str, float]:
-    """The metrics of DESIGN.md §4, transcribed literally from ranked lists."""
+    """The metrics of docs/metrics.md, transcribed literally from ranked lists."""
     recall_1 = recall_5 = ap_sum = rr_sum = 0.0
     for candidates, label in zip(lists, query_labels, strict=True):
         relevant = [gallery_labels[c.path] == label for c in candidates[:100]]

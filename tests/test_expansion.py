@@ -1,4 +1,4 @@
-"""Alpha query expansion against a literal, per-query transcription of DESIGN.md §4."""
+"""Alpha query expansion against a literal, per-query transcription of docs/reranking.md."""
 
 from __future__ import annotations
 

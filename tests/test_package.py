@@ -1,4 +1,4 @@
-"""The package surface: the fixed public names of DESIGN.md §3 and the command list."""
+"""The package surface: the fixed public names and the command list."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from rerank_oracle import oracle_rerank
 def dense_reference(
     pg: np.ndarray, pp: np.ndarray, gg: np.ndarray, k1: int, k2: int, lambda_value: float
 ) -> np.ndarray:
-    """A literal dense transcription of the 7-step reference algorithm of DESIGN §4."""
+    """A literal dense transcription of the 7-step reference algorithm of docs/reranking.md."""
     probes = pg.shape[0]
     # 1. stack and square (float32)
     dist = np.square(np.block([[pp, pg], [pg.T, gg]]).astype(np.float32))

@@ -9,8 +9,8 @@ so the query itself weighs 1, ``alpha = 0`` gives every positively similar match
 large ``alpha`` keeps only the closest matches. This is a pure function on vectors; the store
 searches once, reads back the matches' vectors, calls it, and searches again with the result.
 
-The expanded query has unit norm (DESIGN.md §4). In the ``cosine`` and ``ip`` spaces of unit
-vectors that is the natural scale; in an ``l2`` store of vectors with other norms the second search
+The expanded query has unit norm (``docs/reranking.md``, "Alpha query expansion"). In the ``cosine``
+and ``ip`` spaces of unit vectors that is the natural scale; in an ``l2`` store of vectors with other norms the second search
 compares a unit vector with raw vectors, so αQE there is meaningful only for normalised embeddings.
 """
 

@@ -31,7 +31,7 @@ class KReciprocalReranker:
     For one query, the pool is the probe followed by its candidates. ``d(p, g_i)`` is each
     candidate's score; the distances among candidates are computed from the store's vectors in the
     store's space. The candidates are re-ordered by ``d* = (1 - λ) · d_J + λ · d`` (Eq. 12, with ``d``
-    scaled per row as pinned in DESIGN §4), and each returned :class:`~galleria.store.Candidate` is
+    scaled per row as docs/reranking.md defines), and each returned :class:`~galleria.store.Candidate` is
     scored by its ``d*`` (in [0, 1], lower is better).
 
     Parameters

@@ -48,7 +48,7 @@ class RetrievalMixin(StoreCore):
         k : int
             Results per query; above the gallery size the whole gallery is returned.
         query_expansion : bool
-            Apply alpha query expansion (DESIGN.md §4) before the final search.
+            Apply alpha query expansion (``docs/reranking.md``) before the final search.
         expansion_alpha : float, optional
             αQE exponent (finite, ≥ 0). None (the default): the adaptive rule's, read from this
             gallery (3; see :func:`galleria.rerank.adaptive.params_from_statistics`).

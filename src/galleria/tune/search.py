@@ -320,14 +320,6 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def _default_settings(method: str) -> dict[str, Any]:
-    if method == "plain":
-        return {}
-    if method == "aqe":
-        return {"query_expansion": True}
-    return {"rerank": True, "rerank_method": method}
-
-
 def _trial_key(method: str, name: str) -> str:
     """Optuna's name of ``method``'s parameter ``name`` (``gnn.k1``; λ keeps its old ``.lambda``)."""
     return f"{method}.{_TRIAL_NAMES.get(name, name)}"
@@ -439,25 +431,6 @@ def _suggest_preparation(trial: Any, method: str) -> dict[str, Any]:
             assert space is not None
             params[name] = space.suggest(trial, f"{method}.{name}")
     return params
-
-
-def _as_options(settings: Mapping[str, Any]) -> dict[str, Any]:
-    options = dict(settings)
-    method = options.get("rerank_method", DEFAULT_METHOD)
-    if method != DEFAULT_METHOD:
-        params = {key: options.pop(key) for key in list(options) if key not in _CONFIG_KEYS}
-        options["rerank_params"] = params
-    return options
-
-
-_CONFIG_KEYS = {
-    "query_expansion",
-    "expansion_alpha",
-    "expansion_neighbors",
-    "rerank",
-    "rerank_method",
-    "pool",
-}
 
 
 def _labels_of(store: InMemoryImageEmbeddingStore, labels: Any) -> list[Hashable]:

@@ -10,8 +10,9 @@ large ``alpha`` keeps only the closest matches. This is a pure function on vecto
 searches once, reads back the matches' vectors, calls it, and searches again with the result.
 
 The expanded query has unit norm (``docs/reranking.md``, "Alpha query expansion"). In the ``cosine``
-and ``ip`` spaces of unit vectors that is the natural scale; in an ``l2`` store of vectors with other norms the second search
-compares a unit vector with raw vectors, so αQE there is meaningful only for normalised embeddings.
+and ``ip`` spaces of unit vectors that is the natural scale; in an ``l2`` store of vectors with other
+norms the second search compares a unit vector with raw vectors, so αQE there is meaningful only for
+normalised embeddings.
 """
 
 from __future__ import annotations

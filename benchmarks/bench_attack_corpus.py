@@ -1,5 +1,5 @@
-"""Run the attack corpus of ``tests/attack_corpus.py`` at a larger scale, one process per row, and print
-tries / clean / bad per row (a row whose process dies counts every untried case as bad).
+"""Run the attack corpus of ``tests/_support/attack_corpus.py`` at a larger scale, one process per row,
+and print tries / clean / bad per row (a row whose process dies counts every untried case as bad).
 
     python benchmarks/bench_attack_corpus.py --scale 10
 
@@ -24,7 +24,7 @@ TESTS = HERE.parent / "tests"
 
 def _child(row: str, scale: int) -> None:
     sys.path.insert(0, str(TESTS))
-    from attack_corpus import run_row
+    from _support.attack_corpus import run_row
 
     with tempfile.TemporaryDirectory() as folder:
         tally = run_row(row, Path(folder), scale)
@@ -46,7 +46,7 @@ def main() -> None:
     import faiss
 
     sys.path.insert(0, str(TESTS))
-    from attack_corpus import ROWS
+    from _support.attack_corpus import ROWS
 
     print(f"faiss {faiss.__version__}, scale {args.scale}, load {os.getloadavg()[0]:.2f}")
     print(f"| {'row':<66} | tries | clean | bad |")

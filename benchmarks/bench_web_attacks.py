@@ -3,7 +3,8 @@
 Run ``.venv/bin/python benchmarks/bench_web_attacks.py`` (a minute or two on 2 cores; ``--tries 4`` for a
 smoke run). It prints two markdown tables for ``docs/benchmarks.md``:
 
-(a) the attack corpus of ``tests/_web_attacks.py`` at ``--tries`` mutations per gallery file: per family,
+(a) the attack corpus of ``tests/_support/web_attacks.py`` at ``--tries`` mutations per gallery file: per
+    family,
     tries / clean / bad (target: 0 bad);
 (b) peak memory of 4 concurrent thumbnail requests for a small PNG of many pixels, each in a fresh child
     process: the way thumbnails were made before issue 15 (``Image.open`` + ``convert("RGB")`` at full
@@ -68,7 +69,7 @@ def _thumbnail_child(way: str, path: str, threads: int, queue: multiprocessing.Q
 
 
 def thumbnail_memory(folder: Path) -> str:
-    from _image_kinds import png_bomb
+    from _support.image_kinds import png_bomb
 
     lines = [
         "| image | way | peak RSS before → after (MB) | time (s) | answers |",
@@ -98,7 +99,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--skip-memory", action="store_true", help="only the attack corpus")
     args = parser.parse_args()
-    from _web_attacks import markdown_table, run_corpus
+    from _support.web_attacks import markdown_table, run_corpus
 
     load = os.getloadavg()
     started = time.perf_counter()

@@ -19,7 +19,7 @@ alone, how large and how trustworthy a neighbourhood is, and turns the estimate 
    mutual count, methods that move vectors (DBA, the GNN's aggregation) act only where a majority
    of neighbours are mutual, and a gallery without reciprocal structure gets (nearly) the plain
    order back. The targets, measured on real galleries without labels reaching the rules
-   (``benchmarks/bench_real.py``): Recall@1 not lower by more than 0.01, mAP@100 not lower.
+   (``benchmarks/suites/bench_real.py``): Recall@1 not lower by more than 0.01, mAP@100 not lower.
 
 Both are pure functions on arrays and records; :func:`default_rerank_params` is the shell that reads
 (or computes and caches) the statistics of a store. A store records its statistics when it is built

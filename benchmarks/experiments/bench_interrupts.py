@@ -20,8 +20,8 @@ uninterrupted run. Then:
 
 Usage::
 
-    PYTHONPATH=src python benchmarks/bench_interrupts.py --rounds 10
-    PYTHONPATH=src python benchmarks/bench_interrupts.py --rounds 50 --commands build-hnsw add
+    PYTHONPATH=src python benchmarks/experiments/bench_interrupts.py --rounds 10
+    PYTHONPATH=src python benchmarks/experiments/bench_interrupts.py --rounds 50 --commands build-hnsw add
 
 ``--per-label 40`` (the default) takes the first 40 digits of each label (400 images), so that a
 round takes seconds; ``--per-label 0`` uses all 1,797. Prints one line per round and a table of

@@ -1,6 +1,6 @@
 """ECN re-ranking on the real galleries of ``bench_real.py``: plain / paper / adaptive, and a sweep.
 
-Run ``.venv/bin/python benchmarks/bench_ecn.py`` (``--help``). Galleries with the pixel embedder
+Run ``.venv/bin/python benchmarks/experiments/bench_ecn.py`` (``--help``). Galleries with the pixel embedder
 (:mod:`_real_data`, vectors cached under ``--cache``): the digits, Fashion-MNIST (1,000 × 20,000),
 the Tux Paint stamps, and two galleries of many small classes: the stamps capped at 12 images per
 class (a fifth of them the queries, stratified, seed 0) and the Fashion-MNIST gallery capped at 12
@@ -25,11 +25,14 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+_BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: the shared helpers and the other suites
+sys.path.insert(0, str(_BENCH / "suites"))
+sys.path.insert(0, str(_BENCH))
+
+from bench_real import DEPTH, POOL, paired_interval, per_query  # noqa: E402
 
 import _real_data  # noqa: E402
-from bench_real import DEPTH, POOL, paired_interval, per_query  # noqa: E402
 from galleria.datasets.folder import stratified_split  # noqa: E402
 from galleria.distances import pairwise_distances_batched  # noqa: E402
 from galleria.rerank.adaptive import store_statistics  # noqa: E402

@@ -11,7 +11,7 @@ validation queries and a 1,197-image validation gallery, and on that validation 
 
 The chosen settings are then compared with the ones fixed in ``galleria.cli.demo`` and the three
 configurations are measured on the test split, side by side in one run (ratios against plain
-retrieval). Run: ``.venv/bin/python benchmarks/bench_demo.py [--quick]``; writes
+retrieval). Run: ``.venv/bin/python benchmarks/suites/bench_demo.py [--quick]``; writes
 ``docs/benchmarks/demo.md``. Timings share the machine with whatever else runs, so they are noisy.
 """
 
@@ -38,7 +38,7 @@ from galleria.evaluation import (
 )
 from galleria.store import InMemoryImageEmbeddingStore
 
-OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "demo.md"
+OUTPUT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "demo.md"
 
 
 def _store(split: QueryGallerySplit, embedder: dict[str, Any]) -> InMemoryImageEmbeddingStore:
@@ -173,7 +173,7 @@ def main() -> int:
     if not args.quick:
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
         header = (
-            "# Demo benchmark (`benchmarks/bench_demo.py`)\n\n"
+            "# Demo benchmark (`benchmarks/suites/bench_demo.py`)\n\n"
             + "\n\n".join((__doc__ or "").split("\n\n")[1:3])
             + "\n\n"
         )

@@ -1,6 +1,6 @@
 """Benchmark of the search indexes: HNSW recall and speed against the exact index and raw faiss.
 
-Run ``.venv/bin/python benchmarks/bench_index.py`` (about 10 minutes on 2 cores: building the HNSW
+Run ``.venv/bin/python benchmarks/suites/bench_index.py`` (about 10 minutes on 2 cores: building the HNSW
 graph over 100,000 × 512 vectors dominates) or with ``--quick`` for a small smoke run. Every figure
 is measured side by side in one run; timings are the best of several interleaved repetitions.
 
@@ -191,7 +191,7 @@ def markdown(setup: Setup, figures: dict[str, Any]) -> str:
     """The docs/benchmarks section for these figures."""
     q = setup.queries
     lines = [
-        "## Indexes (`benchmarks/bench_index.py`)",
+        "## Indexes (`benchmarks/suites/bench_index.py`)",
         "",
         f"Data: {setup.size:,} × {setup.dim} float32 vectors and {q:,} queries from `gaussian_mixture` "
         f"(seed {SEED}): {setup.clusters:,} centres ~ N(0, I), each point = centre + {setup.spread} × "

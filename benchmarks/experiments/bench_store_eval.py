@@ -11,7 +11,7 @@ as a user runs it (a fresh ``python -m galleria`` process, wall clock, imports i
 3. ``galleria evaluate S --expand --rerank --json`` (the stored vectors: no model is loaded).
 
 The figures of 1 and 3 must be equal (same split, same vectors). Run:
-``.venv/bin/python benchmarks/bench_store_eval.py``; prints a Markdown table.
+``.venv/bin/python benchmarks/experiments/bench_store_eval.py``; prints a Markdown table.
 """
 
 from __future__ import annotations

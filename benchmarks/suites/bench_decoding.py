@@ -1,6 +1,6 @@
 """Benchmark decoding large JPEGs with a draft (reduced DCT scale) against decoding them at full size.
 
-Run ``.venv/bin/python benchmarks/bench_decoding.py`` (about a minute on 2 cores) or with ``--quick``
+Run ``.venv/bin/python benchmarks/suites/bench_decoding.py`` (about a minute on 2 cores) or with ``--quick``
 for a smoke run. Every figure is measured in this one run, side by side, and written as a markdown
 section to ``docs/benchmarks/decoding.md``.
 
@@ -30,7 +30,7 @@ from PIL import Image
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
 from galleria.store import read_rgb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 8
 
 
@@ -98,7 +98,7 @@ def run(quick: bool) -> str:
         "",
         f"Machine: {os.cpu_count()} CPU cores, shared with other work (1-minute load average "
         f"{load_before:.1f} before the run, {os.getloadavg()[0]:.1f} after), so absolute times are noisy. "
-        "Produced by `benchmarks/bench_decoding.py" + (" --quick" if quick else "") + "`. "
+        "Produced by `benchmarks/suites/bench_decoding.py" + (" --quick" if quick else "") + "`. "
         f"A {width}×{height} JPEG ({megabytes:.1f} MB, quality 90, seed {SEED}); best of {repeats}.",
         "",
         "| `read_rgb` | seconds | decoded (H, W) | array | vs full size |",

@@ -1,6 +1,7 @@
 """Issue 19: the measured effect of each change that brings a re-ranker to its authors' formulation.
 
-Run ``.venv/bin/python benchmarks/bench_issue19.py`` (a few minutes on 2 cores; ``--quick`` for a
+Run ``.venv/bin/python benchmarks/experiments/bench_rerank_fidelity.py`` (a few minutes on 2 cores;
+``--quick`` for a
 smoke run). Prints one Markdown table; every row sets the old reading beside the new one on the
 same data, so the figures come from one run.
 
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def mean_ap(distances: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray) -> float:

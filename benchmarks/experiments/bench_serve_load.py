@@ -1,6 +1,6 @@
 """Issue 25 §3: ``galleria serve`` under load, a real uvicorn server on 127.0.0.1 in a child process.
 
-Run ``.venv/bin/python benchmarks/bench_serve_load.py`` (a few minutes on 2 cores). With
+Run ``.venv/bin/python benchmarks/experiments/bench_serve_load.py`` (a few minutes on 2 cores). With
 ``--before SRC`` (e.g. the ``src`` folder of a checkout of an earlier commit) each measurement is
 also taken with that source, side by side. It prints markdown tables:
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

@@ -1,7 +1,7 @@
 """Profile the IVF-PQ build at its defaults, phase by phase: faiss's own training settings against
 galleria's bounded ones (:class:`galleria.index._ivfpq_train.TrainingBudget`), side by side.
 
-Run ``.venv/bin/python benchmarks/bench_ivfpq_build.py --rows 200000 --dim 128``. Both builds use
+Run ``.venv/bin/python benchmarks/experiments/bench_ivfpq_build.py --rows 200000 --dim 128``. Both builds use
 the same data (``bench_scale.vectors``: clustered unit vectors, space ip) and every parameter at
 its default; only the training budget differs. Each phase is wall seconds
 (:attr:`IvfPqIndex.build_seconds`); CPU seconds are the process's for the whole build. Recall@10 is
@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: the shared helpers and the other suites
+sys.path.insert(0, str(_BENCH / "suites"))
+sys.path.insert(0, str(_BENCH))
 
-from bench_scale import vectors
-from galleria.index import ExactIndex, IvfPqIndex
-from galleria.index._ivfpq_train import FAISS_DEFAULT_BUDGET, TrainingBudget
+from bench_scale import vectors  # noqa: E402
+from galleria.index import ExactIndex, IvfPqIndex  # noqa: E402
+from galleria.index._ivfpq_train import FAISS_DEFAULT_BUDGET, TrainingBudget  # noqa: E402
 
 PHASES = (
     "opq rotation",

@@ -1,6 +1,6 @@
 """Benchmark of galleria.metrics: recall_at_k speed and memory, ranks_from_embeddings memory.
 
-Run ``.venv/bin/python benchmarks/bench_metrics.py`` (full size, about a minute) or with ``--quick``
+Run ``.venv/bin/python benchmarks/suites/bench_metrics.py`` (full size, about a minute) or with ``--quick``
 (small smoke run). Everything is measured side by side in this one run and written to
 ``docs/benchmarks/metrics.md``.
 
@@ -41,7 +41,7 @@ import numpy as np
 from galleria.metrics import ranks_from_embeddings, recall_at_k, retrieval_ranks
 
 KS = (1, 5, 10)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MB = 1024 * 1024
 
 
@@ -254,7 +254,7 @@ def main() -> None:
     print(f"  queries whose rank differs (block vs full matmul rounding): {differing} of {n}")
 
     lines = [
-        "## Metrics (`benchmarks/bench_metrics.py`)",
+        "## Metrics (`benchmarks/suites/bench_metrics.py`)",
         "",
         f"Machine: {platform.processor() or platform.machine()}, numpy {np.__version__}"
         + (

@@ -1,6 +1,6 @@
 """Named settings on a real gallery, side by side: what the tuner's guard sees, and the test change.
 
-Run ``.venv/bin/python benchmarks/bench_real_settings.py --gallery fashion --embedder pixel
+Run ``.venv/bin/python benchmarks/experiments/bench_real_settings.py --gallery fashion --embedder pixel
 SETTING...`` where each SETTING is ``METHOD:POOL:JSON`` (the method's ``rerank_params``), e.g.
 ``'decoupled-diffusion:1000:{"k": 50, "query_k": 10, "alpha": 0.99, "vector_power": 0.5, "centre": true}'``.
 
@@ -25,14 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+_BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: the shared helpers and the other suites
+sys.path.insert(0, str(_BENCH / "suites"))
+sys.path.insert(0, str(_BENCH))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-import _real_data
-import bench_real
-from galleria.evaluation import RetrievalConfig
-from galleria.store import InMemoryImageEmbeddingStore
-from galleria.tune.search import GUARD_MARGIN, _labels_of, _make_split
+import bench_real  # noqa: E402
+
+import _real_data  # noqa: E402
+from galleria.evaluation import RetrievalConfig  # noqa: E402
+from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402
+from galleria.tune.search import GUARD_MARGIN, _labels_of, _make_split  # noqa: E402
 
 
 def parse_setting(text: str) -> RetrievalConfig:

@@ -1,6 +1,6 @@
 """Benchmark the gallery store: threaded building, retrieval overhead over raw faiss, save + load.
 
-Run ``.venv/bin/python benchmarks/bench_store.py`` (about 5 minutes on 2 cores) or with ``--quick``
+Run ``.venv/bin/python benchmarks/suites/bench_store.py`` (about 5 minutes on 2 cores) or with ``--quick``
 for a small smoke run. Every figure is measured in this one run, side by side, and written as a
 markdown section to ``docs/benchmarks/store.md``.
 
@@ -33,7 +33,7 @@ from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
 from galleria.distances import normalize_rows
 from galleria.store import read_rgb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SEED = 2024
 VECTOR_SEED = 7
 
@@ -61,11 +61,11 @@ def write_jpegs(folder: Path, count: int, size: int = 256, seed: int = IMAGE_SEE
 def gaussian_mixture(count: int, dim: int) -> tuple[np.ndarray, np.ndarray, str]:
     """Gallery and 1,000 query vectors from the index benchmark's generator (our own as a fallback).
 
-    ``benchmarks/bench_index.py: gaussian_mixture`` with its full-size settings (1,000 centres,
+    ``benchmarks/suites/bench_index.py: gaussian_mixture`` with its full-size settings (1,000 centres,
     128-dimensional shared within-cluster spread, noise 0.1, unit norm, seed 0) and ``count`` points.
     If that module is missing, a seeded fallback: 100 centres ~ N(0, I), points = centre + N(0, 1.5² I).
     """
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     try:
         import bench_index
 
@@ -74,7 +74,7 @@ def gaussian_mixture(count: int, dim: int) -> tuple[np.ndarray, np.ndarray, str]
         return (
             gallery,
             queries,
-            f"`benchmarks/bench_index.py: gaussian_mixture` (seed {bench_index.SEED}): "
+            f"`benchmarks/suites/bench_index.py: gaussian_mixture` (seed {bench_index.SEED}): "
             f"{setup.clusters} centres ~ N(0, I) + {setup.spread} × a shared "
             f"{setup.latent_dim}-dimensional spread + {setup.noise} × N(0, I) noise, L2-normalised",
         )
@@ -260,7 +260,7 @@ def report(build: dict[str, float], search: dict[str, Any], quick: bool, loads: 
         f"Machine: {os.cpu_count()} CPU cores, shared with other work: 1-minute load average "
         f"{min(loads):.1f}–{max(loads):.1f} during the run, so absolute figures are noisy and the "
         "parallel speed-ups are lower bounds. "
-        "Produced by `benchmarks/bench_store.py`" + (" --quick" if quick else "") + ".",
+        "Produced by `benchmarks/suites/bench_store.py`" + (" --quick" if quick else "") + ".",
         "",
         f"### Building a store: {n} JPEG files, 256×256 (seed {IMAGE_SEED}), best of the runs",
         "",

@@ -1,6 +1,6 @@
 """Real galleries: plain / paper defaults / adaptive defaults / tuned, for every method, side by side.
 
-Run ``.venv/bin/python benchmarks/bench_real.py`` (``--help`` for the sizes and trials). Galleries
+Run ``.venv/bin/python benchmarks/suites/bench_real.py`` (``--help`` for the sizes and trials). Galleries
 (:mod:`_real_data`): the digits (300 test queries), Fashion-MNIST (1,000 test-part queries × 20,000
 training images by default; ``--fashion 300x3000`` for a smaller run) and the Tux Paint stamps (150
 test queries), each with the pixel embedder and EfficientNet-Lite0 (ImageNet weights). Vectors are
@@ -29,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+_BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: the shared helpers and the other suites
+sys.path.insert(0, str(_BENCH / "suites"))
+sys.path.insert(0, str(_BENCH))
 
 import _real_data  # noqa: E402
 from galleria.evaluation import RetrievalConfig  # noqa: E402
@@ -240,7 +242,8 @@ def markdown(results: list[dict[str, Any]]) -> str:
     lines = [
         "# Real galleries: plain, paper defaults, adaptive defaults, tuned",
         "",
-        "`benchmarks/bench_real.py`, exact cosine index; the paper and adaptive rows re-rank a pool of "
+        "`benchmarks/suites/bench_real.py`, exact cosine index; the paper and adaptive rows re-rank a "
+        "pool of "
         "200, a tuned row the pool its setting names (the tuner searches 100 to 1,000). Change = the row "
         "minus plain retrieval on the same test queries, with a paired 95 % bootstrap interval over the "
         "queries. *adaptive* = the parameters read from the gallery (`--rerank`'s default); *tuned* = "

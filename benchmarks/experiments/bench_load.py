@@ -1,6 +1,6 @@
 """Benchmark peak memory of saving and loading store files: each tensor held once (issue 18 §2).
 
-Run ``.venv/bin/python benchmarks/bench_load.py`` (defaults: an exact 1M × 512 store, IVF-PQ
+Run ``.venv/bin/python benchmarks/experiments/bench_load.py`` (defaults: an exact 1M × 512 store, IVF-PQ
 300k × 128 and 1M × 128 stores with a float16 copy, an HNSW 50k × 128 store and an exact 1M × 8
 store whose paths are most of the file; about 15 minutes and 5 GB on 2 cores) or ``--quick`` for a
 small run; ``--before /path/to/other/src`` builds and loads every store with that checkout too and
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def status_bytes(key: str) -> int:

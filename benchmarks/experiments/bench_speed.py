@@ -1,6 +1,6 @@
 """Benchmark: issue 17 §5's two short wall-clock figures, side by side, in one run (≤ 4 min, quiet machine).
 
-Run ``python benchmarks/bench_speed.py [--pyvisim-python PATH]``. Prints one table:
+Run ``python benchmarks/experiments/bench_speed.py [--pyvisim-python PATH]``. Prints one table:
 
 * full k-reciprocal re-ranking at Market-1501 size (3,368 × 15,913 × 256, the synthetic features of
   ``bench_protocols.py``, reference mode, k1 = 20, k2 = 6, λ = 0.3) from features: the whole matrix
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # benchmarks/
 sys.path.insert(0, str(HERE))
 
 import bench_protocols  # noqa: E402

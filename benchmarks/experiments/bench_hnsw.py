@@ -1,7 +1,7 @@
 """HNSW at a million vectors: build time (wall and CPU), faiss threads, memory, then recall@10 and
 queries/s for several ``search_candidates`` on the same graph, side by side.
 
-Run ``.venv/bin/python benchmarks/bench_hnsw.py --rows 1000000 --dim 128`` (add ``--graph-degree``
+Run ``.venv/bin/python benchmarks/experiments/bench_hnsw.py --rows 1000000 --dim 128`` (add ``--graph-degree``
 / ``--build-candidates`` to try other graphs). Data: ``bench_scale.vectors`` (clustered unit
 vectors, space ip), 1,000 queries from the same mixture (another seed); exact top-10 by blocked
 inner products over the same array (no second copy). One process: the index's memory is the growth
@@ -19,9 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: the shared helpers and the other suites
+sys.path.insert(0, str(_BENCH / "suites"))
+sys.path.insert(0, str(_BENCH))
 
-from bench_scale import vectors
+from bench_scale import vectors  # noqa: E402
 
 BLOCK = 100_000
 

@@ -1,6 +1,6 @@
 """Benchmark of decoupled diffusion (Yang et al., AAAI 2019): quality, offline build, online cost.
 
-Run ``.venv/bin/python benchmarks/bench_decoupled.py`` (tens of minutes on 2 busy cores) or with
+Run ``.venv/bin/python benchmarks/experiments/bench_decoupled.py`` (tens of minutes on 2 busy cores) or with
 ``--quick``. Prints one markdown report; every figure of a table comes from the same run.
 
 Part 1 — quality on clustered features: 30 classes × 40 gallery items in 128-d (Gaussian centres,

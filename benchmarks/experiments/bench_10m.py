@@ -1,6 +1,6 @@
 """Ten million vectors on one machine: IVF-PQ built chunk by chunk, peak RSS, size, QPS, recall@10.
 
-Run ``nice .venv/bin/python benchmarks/bench_10m.py --rows 1000000`` first (minutes), then
+Run ``nice .venv/bin/python benchmarks/experiments/bench_10m.py --rows 1000000`` first (minutes), then
 ``--rows 10000000`` (long on 2 shared cores). The build runs in a child process so that its peak
 RSS (``VmHWM`` of the child; the shard workers' peak beside it) is the build's alone. The vectors
 are never held whole: the synthetic clustered mixture of ``benchmarks/bench_scale.py`` (1,000
@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 from _proctree import tree_stat_fields
 
 LATENT = 64

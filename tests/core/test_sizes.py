@@ -32,7 +32,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "rerank/gnn.py",
         "rerank/reranker.py",
         "store/persistence.py",
-        "tune/search.py",
         "viewer/compare.py",
         "web/pages.py",
     }

@@ -26,7 +26,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "index/milvus.py",
         "rerank/dba.py",
         "rerank/decoupled.py",
-        "rerank/diffusion.py",
         "rerank/full.py",
         "rerank/gnn.py",
         "rerank/reranker.py",

@@ -18,7 +18,6 @@ MODULES_OVER: frozenset[str] = frozenset(
     {
         "embedders/clip.py",
         "embedders/timm.py",
-        "evaluation/per_query.py",
         "index/_faiss_check.py",
         "index/ivfpq.py",
         "index/milvus.py",
@@ -44,7 +43,7 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "cli/tune.py:run",
         "datasets/folder.py:stratified_split",
         "engines/ray_build.py:build_with_ray",
-        "evaluation/per_query.py:read_query_results",
+        "evaluation/_query_reading.py:read_query_results",
         "evaluation/pipeline.py:evaluate_retrieval",
         "evaluation/_html.py:report_html",
         "evaluation/report.py:write_report",

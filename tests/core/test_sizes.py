@@ -21,11 +21,8 @@ MODULES_OVER: frozenset[str] = frozenset(
         "index/_faiss_check.py",
         "index/ivfpq.py",
         "index/milvus.py",
-        "rerank/dba.py",
         "rerank/decoupled.py",
         "rerank/full.py",
-        "rerank/gnn.py",
-        "rerank/reranker.py",
         "store/persistence.py",
         "web/pages.py",
     }

@@ -8,7 +8,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 STAMP      := $(VENV)/.installed-stamp
 ALL_EXTRAS := dev,clip,demo,web,milvus,ray,timm,tune,onnx,clip-retrieval,map
 
-.PHONY: test demo lint types pytest install system-deps bench clean
+.PHONY: test demo lint types pytest install system-deps bench bench-quick clean
 
 $(BIN)/python:
 	@echo "creating the virtualenv $(VENV) ..."
@@ -52,9 +52,18 @@ test: lint types pytest
 demo: $(DEMO_STAMP)
 	$(BIN)/galleria demo
 
+# The suites that feed docs/benchmarks.md (one-off studies live in benchmarks/experiments/).
+BENCH_SUITES := $(sort $(wildcard benchmarks/suites/bench_*.py)) $(sort $(wildcard benchmarks/bench_*.py))
+
 bench: $(STAMP)
-	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
-	$(BIN)/python benchmarks/collect_report.py
+	for b in $(BENCH_SUITES); do $(BIN)/python $$b || exit 1; done
+	$(BIN)/python benchmarks/suites/collect_report.py
+
+# A smoke run: the suites that take --quick (the others are skipped, and say so).
+bench-quick: $(STAMP)
+	for b in $(BENCH_SUITES); do \
+		if grep -q -- '"--quick"' $$b; then $(BIN)/python $$b --quick || exit 1; else echo "skipped (no --quick): $$b"; fi; \
+	done
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,10 +1,10 @@
-"""Take the screenshots of ``galleria serve`` in ``docs/``: the handwritten digits, browsed and evaluated.
+"""Take the screenshots of ``galleria serve`` in ``docs/img/``: the handwritten digits, browsed and evaluated.
 
 Runs ``galleria evaluate`` on the digits (pixel embedder, k-reciprocal re-ranking) with ``--out``,
 builds a store of all the digits, serves it with ``--eval`` in this process and photographs four
 views in Debian's chromium (``apt-get install chromium``; needs the web and dev extras)::
 
-    python examples/serve_screenshots.py docs/
+    python examples/serve_screenshots.py docs/img/
 """
 
 from __future__ import annotations
@@ -74,4 +74,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "docs")
+    main(sys.argv[1] if len(sys.argv) > 1 else "docs/img")

@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
     "PluginWarning": "galleria._warnings",
-    "tune": "galleria.tune",
+    "tune_gallery": "galleria.tune",
     "neighbor_graph": "galleria.store.graph",
     "duplicates": "galleria.curation.dedup",
 }
@@ -78,9 +78,11 @@ __all__ = [
     "retrieval_ranks",
     "revisited_evaluate",
     "tune",
+    "tune_gallery",
 ]
 
 if TYPE_CHECKING:
+    from galleria import tune
     from galleria._warnings import GalleriaWarning, PluginWarning, SkippedImageWarning
     from galleria.curation.dedup import duplicates
     from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder
@@ -106,10 +108,12 @@ if TYPE_CHECKING:
     )
     from galleria.store import Candidate, InMemoryImageEmbeddingStore
     from galleria.store.graph import neighbor_graph
-    from galleria.tune import tune
+    from galleria.tune import tune_gallery
 
 
 def __getattr__(name: str) -> Any:
+    if name == "tune":  # the package (calling it is the deprecated spelling of tune_gallery)
+        return importlib.import_module("galleria.tune")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'galleria' has no attribute {name!r}")

@@ -9,9 +9,10 @@ so the query itself weighs 1, ``alpha = 0`` gives every positively similar match
 large ``alpha`` keeps only the closest matches. This is a pure function on vectors; the store
 searches once, reads back the matches' vectors, calls it, and searches again with the result.
 
-The expanded query has unit norm (DESIGN.md §4). In the ``cosine`` and ``ip`` spaces of unit
-vectors that is the natural scale; in an ``l2`` store of vectors with other norms the second search
-compares a unit vector with raw vectors, so αQE there is meaningful only for normalised embeddings.
+The expanded query has unit norm (``docs/reranking.md``, "Alpha query expansion"). In the ``cosine``
+and ``ip`` spaces of unit vectors that is the natural scale; in an ``l2`` store of vectors with other
+norms the second search compares a unit vector with raw vectors, so αQE there is meaningful only for
+normalised embeddings.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ import numpy as np
 
 from galleria._validation import check_nonnegative_float
 from galleria.distances import normalize_rows
+from galleria.statistics import GalleryStatistics, read_statistics
 
-__all__ = ["MAX_EXPANSION_ALPHA", "alpha_query_expansion", "check_expansion_alpha"]
+__all__ = ["MAX_EXPANSION_ALPHA", "adaptive_expansion", "alpha_query_expansion", "check_expansion_alpha"]
 
 #: Largest αQE exponent accepted. The weights ``cos ** alpha`` are float32: far above this every
 #: match but exact duplicates weighs 0 (an α of 1000 already gives a match at cos 0.99 a weight of
@@ -146,3 +148,16 @@ def alpha_query_expansion(
     weights[positive] = np.power(np.minimum(cosines[positive], 1.0), np.float32(alpha_value))
     expanded = unit_queries + np.einsum("qm,qmd->qd", weights, unit_neighbors)
     return _unit_rows(expanded)
+
+
+def adaptive_expansion(stats: GalleryStatistics) -> dict[str, Any]:
+    """αQE's parameters read from a gallery's statistics: ``α = 3`` and two matches, or one where the
+    gallery shows no neighbourhood structure (then the first result cannot be overtaken).
+
+    Examples
+    --------
+    >>> from galleria.statistics import GalleryStatistics
+    >>> adaptive_expansion(GalleryStatistics(2, 0, (), (), ()))
+    {'expansion_alpha': 3.0, 'expansion_neighbors': 1}
+    """
+    return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if read_statistics(stats).flat else 2}

@@ -169,7 +169,7 @@ def readable(paths: list[str], workers: int = 1) -> tuple[list[str], list[str]]:
     reading with ``workers`` threads; both lists keep the order of ``paths``."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from galleria.store.reading import ImageReadError, read_rgb
+    from galleria.images.reading import ImageReadError, read_rgb
     from galleria.viewer.text import printable
 
     def problem(path: str) -> str | None:

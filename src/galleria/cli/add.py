@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from galleria.cli._options import check_existing_file
-    from galleria.store.reading import ImageReadError
+    from galleria.images.reading import ImageReadError
 
     check_existing_file("store file", args.store)
     paths = expand_paths(args.paths, "PATH")

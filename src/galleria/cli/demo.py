@@ -5,7 +5,7 @@ split takes ``--queries`` of them as queries and indexes the rest with the pixel
 index; then plain retrieval, αQE, and αQE + k-reciprocal re-ranking are scored side by side.
 
 The settings below were chosen on a validation split carved out of the gallery (never on the
-queries): see ``benchmarks/bench_demo.py`` and ``docs/benchmarks/demo.md``.
+queries): see ``benchmarks/suites/bench_demo.py`` and ``docs/benchmarks/demo.md``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["DEMO_EMBEDDER", "DEMO_INDEX_PARAMS", "DEMO_SETTINGS", "add_parser", 
 DEMO_EMBEDDER: dict[str, Any] = {"size": 16, "grayscale": True}
 #: HNSW parameters of the demo's index.
 DEMO_INDEX_PARAMS: dict[str, Any] = {}
-#: αQE and re-ranking settings: the best validation mAP@100 of the grid in ``benchmarks/bench_demo.py``
+#: αQE and re-ranking settings: the best validation mAP@100 of the grid in ``benchmarks/suites/bench_demo.py``
 #: (on the expanded query's pool of 200). The plateau is flat: k1 30-50, k2 6, λ 0-0.1 all lie within
 #: 0.005 mAP@100 of each other there; λ = 0 ranks by the Jaccard distance of the k-reciprocal features alone.
 DEMO_SETTINGS: dict[str, Any] = {
@@ -41,7 +41,7 @@ FASHION_GALLERY = 20_000
 FASHION_EMBEDDER: dict[str, Any] = {"size": 28, "grayscale": True}
 
 #: Fashion-MNIST with the pixel embedder: the setting ``galleria.tune`` chose on validation splits of the
-#: gallery in ``benchmarks/bench_real.py`` (DBA + αQE; values rounded to three digits).
+#: gallery in ``benchmarks/suites/bench_real.py`` (DBA + αQE; values rounded to three digits).
 FASHION_TUNED: dict[str, Any] = {"neighbors": 9, "alpha": 4.07, "aqe_neighbors": 12, "aqe_alpha": 1.0}
 
 _EXAMPLES = """\

@@ -109,7 +109,7 @@ def _readable_queries(split: QueryGallerySplit, skip_errors: bool) -> tuple[list
     """The query paths and labels, without unreadable images when ``skip_errors`` (those are returned too)."""
     if not skip_errors:
         return split.query_paths, split.query_labels, []
-    from galleria.store.reading import ImageReadError, read_rgb
+    from galleria.images.reading import ImageReadError, read_rgb
 
     paths: list[str] = []
     labels: list[str] = []

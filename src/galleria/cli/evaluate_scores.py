@@ -8,23 +8,66 @@ mAP and mINP with the camera and junk rules. ``revisited``: Easy / Medium / Hard
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-import numpy as np
-
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._metric_learning import check_output_paths
-from galleria.cli._options import add_deprecated_alias, check_existing_file, parse_int
+from galleria.cli._options import add_deprecated_alias
+from galleria.cli._score_files import (  # moved there; importable from here as before
+    _JSON_BYTES_PER_CELL as _JSON_BYTES_PER_CELL,
+)
+from galleria.cli._score_files import (
+    _JSON_FLOOR as _JSON_FLOOR,
+)
+from galleria.cli._score_files import (
+    _METRIC_OF_SPACE as _METRIC_OF_SPACE,
+)
+from galleria.cli._score_files import (
+    _as_similarities as _as_similarities,
+)
+from galleria.cli._score_files import (
+    _format_rows as _format_rows,
+)
+from galleria.cli._score_files import (
+    _fraction as _fraction,
+)
+from galleria.cli._score_files import (
+    _load_json as _load_json,
+)
+from galleria.cli._score_files import (
+    _load_npy as _load_npy,
+)
+from galleria.cli._score_files import (
+    _matrix as _matrix,
+)
+from galleria.cli._score_files import (
+    _option_names as _option_names,
+)
+from galleria.cli._score_files import (
+    _table as _table,
+)
+from galleria.cli._score_files import (
+    evaluate as evaluate,
+)
+from galleria.cli._score_protocols import (  # moved there; importable from here as before
+    _run_metric_learning as _run_metric_learning,
+)
+from galleria.cli._score_protocols import (
+    _run_recall as _run_recall,
+)
+from galleria.cli._score_protocols import (
+    _run_reid as _run_reid,
+)
+from galleria.cli._score_protocols import (
+    _run_revisited as _run_revisited,
+)
 
 __all__ = ["add_parser", "run"]
 
 PROTOCOLS = ("retrieval", "reid", "revisited", "metric-learning")
 #: Old protocol names, still accepted with a warning: old → new.
 _DEPRECATED_PROTOCOLS = {"recall": "retrieval"}
-#: ``--space`` → the metric-learning core's name of the distance.
-_METRIC_OF_SPACE = {"cosine": "cosine", "l2": "euclidean"}
 
 _EXAMPLES = """\
   galleria evaluate-scores --scores sims.npy --ground-truth gt.npy
@@ -35,11 +78,6 @@ _EXAMPLES = """\
   galleria evaluate-scores --protocol metric-learning --embeddings emb.npy --labels labels.npy \\
       --report report/
 """
-
-#: Bytes a ground-truth JSON file may hold per query × gallery cell (and a floor), so that the file
-#: cannot make the command read more than the score matrix justifies.
-_JSON_BYTES_PER_CELL = 16
-_JSON_FLOOR = 1 << 20
 
 
 def add_parser(subparsers: Any) -> None:
@@ -124,74 +162,6 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _load_npy(option: str, path: str) -> np.ndarray:
-    """The array stored in a .npy file (memory-mapped, never unpickled), or a one-line CliError."""
-    check_existing_file(f"{option} file", path)
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(6)
-    except OSError as error:
-        raise CliError(f"{option} file {path!r} cannot be read: {error.strerror or error}") from None
-    if magic != b"\x93NUMPY":
-        raise CliError(f"{option} file {path!r} is not a .npy file (no NumPy header)")
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CliError(f"{option} file {path!r} is not a readable .npy array: {reason}") from None
-    if not isinstance(array, np.ndarray):
-        if hasattr(array, "close"):
-            array.close()
-        raise CliError(f"{option} file {path!r} is not a single .npy array (an .npz archive?)")
-    return array
-
-
-def evaluate(scores: Any, ground_truth: Any, ks: list[int]) -> dict[str, Any]:
-    """The figures printed by the command, as a JSON-able dict (library errors name the options)."""
-    from galleria.metrics._checks import as_positives, as_score_matrix
-    from galleria.metrics.ranks import ranks_of_matrix
-    from galleria.metrics.summary import mean_rank, median_rank, mrr_from_ranks, recall_from_ranks
-
-    matrix = as_score_matrix("--scores", scores)
-    positives = as_positives("--ground-truth", ground_truth, *matrix.shape)
-    ranks = ranks_of_matrix("--scores", matrix, positives)
-    return {
-        "n_queries": int(matrix.shape[0]),
-        "n_gallery": int(matrix.shape[1]),
-        "ks": ks,
-        "recall_at_k": [round(value, 4) for value in recall_from_ranks(ranks, ks)],
-        "mrr": mrr_from_ranks(ranks),
-        "median_rank": median_rank(ranks),
-        "mean_rank": mean_rank(ranks),
-    }
-
-
-def _table(figures: dict[str, Any]) -> str:
-    rows = [
-        ("queries", str(figures["n_queries"])),
-        ("gallery items", str(figures["n_gallery"])),
-    ]
-    rows += [
-        (f"Recall@{k}", f"{value:.4f}")
-        for k, value in zip(figures["ks"], figures["recall_at_k"], strict=True)
-    ]
-    rows += [
-        ("MRR", f"{figures['mrr']:.4f}"),
-        ("median rank (1-indexed)", f"{figures['median_rank']:g}"),
-        ("mean rank (1-indexed)", f"{figures['mean_rank']:.2f}"),
-    ]
-    return _format_rows(rows)
-
-
-def _format_rows(rows: list[tuple[str, str]]) -> str:
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
-
-
-def _fraction(value: Any) -> str:
-    return "n/a" if value is None or (isinstance(value, float) and np.isnan(value)) else f"{value:.4f}"
-
-
 def _check_options(args: argparse.Namespace) -> None:
     """Each option belongs to some protocols; one given to another protocol is an error, not ignored."""
     owners = {
@@ -227,173 +197,6 @@ def _check_options(args: argparse.Namespace) -> None:
     for dest in required:
         if getattr(args, dest) is None:
             raise CliError(f"--protocol {args.protocol} needs --{dest.replace('_', '-')}")
-
-
-def _matrix(args: argparse.Namespace) -> tuple[np.ndarray, str, bool]:
-    """The score or distance matrix, the option it came from, and whether higher is better."""
-    if args.scores is not None:
-        return _load_npy("--scores", args.scores), "--scores", True
-    return _load_npy("--distances", args.distances), "--distances", False
-
-
-def _as_similarities(matrix: np.ndarray, option: str, higher: bool) -> np.ndarray:
-    """A validated matrix as similarities (distances negated, which is exact and keeps ties)."""
-    from galleria.metrics._checks import as_score_matrix
-
-    checked = as_score_matrix(option, matrix)
-    if higher:
-        return checked
-    flipped: np.ndarray = np.negative(checked if checked.dtype.kind == "f" else checked.astype(np.float64))
-    return flipped
-
-
-def _load_json(option: str, path: str, limit: int) -> Any:
-    """A JSON document (never more than ``limit`` bytes are read), or a one-line CliError."""
-    check_existing_file(f"{option} file", path)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError as error:
-        raise CliError(f"{option} file {path!r} cannot be read: {error.strerror or error}") from None
-    if len(data) > limit:
-        raise CliError(f"{option} file {path!r} is larger than {limit} bytes, too large for these scores")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise CliError(f"{option} file {path!r} is not valid JSON: {error}") from None
-
-
-def _run_recall(args: argparse.Namespace, detail: bool) -> tuple[dict[str, Any], list[list[Any]], str]:
-    from galleria.metrics._checks import as_positives
-
-    ks = [parse_int("--ks", text) for text in (args.ks or ["1", "5", "10"])]
-    raw, option, higher = _matrix(args)
-    ground_truth = _load_npy("--ground-truth", args.ground_truth)
-    if higher:
-        figures = evaluate(raw, np.asarray(ground_truth), ks)
-        matrix = raw
-    else:
-        matrix = _as_similarities(raw, option, higher)
-        figures = evaluate(matrix, np.asarray(ground_truth), ks)
-    rows: list[list[Any]] = []
-    extra: dict[str, Any] = {}
-    if detail:
-        from galleria.evaluation.protocols import recall_detail
-
-        positives = as_positives("--ground-truth", np.asarray(ground_truth), *matrix.shape)
-        extra, rows = recall_detail(np.asarray(matrix), positives)
-    return {**figures, **extra}, rows, _table(figures)
-
-
-def _run_reid(args: argparse.Namespace, detail: bool) -> tuple[dict[str, Any], list[list[Any]], str]:
-    from galleria.evaluation.protocols import TOP, reid_report
-    from galleria.metrics.reid import reid_evaluate
-
-    raw, option, higher = _matrix(args)
-    labels = [
-        np.asarray(_load_npy(f"--{name}", getattr(args, name.replace("-", "_"))))
-        for name in ("query-ids", "gallery-ids", "query-cameras", "gallery-cameras")
-    ]
-    max_rank = parse_int("--max-rank", 50 if args.max_rank is None else args.max_rank)
-    ignore = (
-        [-1]
-        if args.ignore_ids is None
-        else [parse_int("--ignore-ids", x, minimum=-(2**63)) for x in args.ignore_ids]
-    )
-    try:
-        result = reid_evaluate(
-            raw,
-            *labels,
-            max_rank=max_rank,
-            ignore_ids=ignore,
-            higher_is_better=higher,
-            top_k=TOP if detail else 0,
-        )
-    except (TypeError, ValueError) as error:
-        raise type(error)(_option_names(str(error), option)) from None
-    figures, rows = reid_report(result)
-    payload = {"n_queries": len(result.ap), "n_gallery": int(np.asarray(labels[1]).shape[0]), **figures}
-    lines = [("queries (evaluated / skipped)", f"{result.valid_queries} / {result.skipped_queries}")]
-    lines += [("mAP", _fraction(result.mAP)), ("mINP", _fraction(result.mINP))]
-    lines += [(f"CMC@{k}", _fraction(float(result.cmc[k - 1]))) for k in (1, 5, 10, 20) if k <= max_rank]
-    return payload, rows, _format_rows(lines)
-
-
-def _option_names(message: str, matrix_option: str) -> str:
-    """A library message that starts with an argument's name, starting with the option's instead."""
-    names = {
-        "distances": matrix_option,
-        "query_ids": "--query-ids",
-        "gallery_ids": "--gallery-ids",
-        "query_cameras": "--query-cameras",
-        "gallery_cameras": "--gallery-cameras",
-    }
-    for name, option in names.items():
-        if message.startswith(name):
-            return option + message[len(name) :]
-    return message
-
-
-def _run_revisited(args: argparse.Namespace, detail: bool) -> tuple[dict[str, Any], list[list[Any]], str]:
-    from galleria.evaluation.protocols import revisited_report
-    from galleria.metrics._checks import as_ks
-    from galleria.metrics.revisited import check_revisited_ground_truth
-
-    raw, option, higher = _matrix(args)
-    matrix = _as_similarities(raw, option, higher)
-    n, m = matrix.shape
-    document = _load_json("--ground-truth", args.ground_truth, _JSON_FLOOR + _JSON_BYTES_PER_CELL * n * m)
-    if isinstance(document, dict) and "gnd" in document:
-        document = document["gnd"]
-    truth = check_revisited_ground_truth("--ground-truth", document, n, m)
-    kappas = as_ks("--kappas", [parse_int("--kappas", k) for k in (args.kappas or ["1", "5", "10"])])
-    figures, rows = revisited_report(matrix, truth, kappas)
-    payload = {"n_queries": n, "n_gallery": m, "kappas": kappas, **figures}
-    lines = []
-    for setting in ("easy", "medium", "hard"):
-        cells = [f"mAP {_fraction(figures[setting]['mAP'])}"]
-        cells += [f"mP@{k} {_fraction(figures[setting][f'mP@{k}'])}" for k in kappas]
-        lines.append((setting, "  ".join(cells) + f"  ({figures[setting]['valid_queries']} queries)"))
-    return payload, rows, _format_rows(lines)
-
-
-def _run_metric_learning(
-    args: argparse.Namespace, detail: bool
-) -> tuple[dict[str, Any], list[list[Any]], str]:
-    from galleria.evaluation.protocols import TOP, metric_learning_report
-    from galleria.metrics.metric_learning import metric_learning_evaluate
-
-    embeddings = _load_npy("--embeddings", args.embeddings)
-    labels = np.asarray(_load_npy("--labels", args.labels))
-    if (args.reference is None) != (args.reference_labels is None):
-        raise CliError("--reference and --reference-labels go together")
-    reference = None if args.reference is None else _load_npy("--reference", args.reference)
-    reference_labels = (
-        None
-        if args.reference_labels is None
-        else np.asarray(_load_npy("--reference-labels", args.reference_labels))
-    )
-    result = metric_learning_evaluate(
-        embeddings,
-        labels,
-        reference=reference,
-        reference_labels=reference_labels,
-        metric=_METRIC_OF_SPACE[args.metric or "cosine"],
-        full_ranking=detail,
-        top_k=TOP if detail else 0,
-    )
-    figures, rows = metric_learning_report(result)
-    if not detail:
-        figures.pop("pr_curve")
-    metric = _METRIC_OF_SPACE[args.metric or "cosine"]
-    payload = {"n_queries": len(result.n_positives), "metric": metric, **figures}
-    lines = [
-        ("queries (evaluated / skipped)", f"{result.valid_queries} / {result.skipped_queries}"),
-        ("Precision@1", _fraction(result.precision_at_1)),
-        ("R-precision", _fraction(result.r_precision)),
-        ("MAP@R", _fraction(result.map_at_r)),
-    ]
-    return payload, rows, _format_rows(lines)
 
 
 def run(args: argparse.Namespace) -> int:

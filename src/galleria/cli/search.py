@@ -114,7 +114,7 @@ def _image_queries(
     paths: list[str], skip_errors: bool, embedder: Any = None
 ) -> tuple[list[str], list[Any], list[str]]:
     """Read the query images as the store read its gallery: the paths kept, their arrays, the unreadable."""
-    from galleria.store.reading import ImageReadError, reader_for
+    from galleria.images.reading import ImageReadError, reader_for
 
     read_rgb = reader_for(embedder)  # the same draft scale for large JPEGs as the gallery's
 

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from galleria.datasets import list_images
-    from galleria.store.reading import ImageReadError
+    from galleria.images.reading import ImageReadError
 
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)

@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from galleria._files import check_output_path
     from galleria.cli._labelled import gallery_of_store, open_source, split_of, split_option
     from galleria.store import InMemoryImageEmbeddingStore
-    from galleria.tune import tune
+    from galleria.tune import tune_gallery
     from galleria.tune.provenance import split_record
 
     trials = parse_int("--trials", args.trials)
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  trial {number:>3}: {value:.4f}  {rounded_for_reading(title)}", file=sys.stderr)
 
     try:
-        result = tune(
+        result = tune_gallery(
             store,
             labels,
             metric=args.metric,

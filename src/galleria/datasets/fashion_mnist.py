@@ -10,7 +10,7 @@ An idx file is untrusted input: its header is checked (magic number, 28×28 imag
 than the data set's own) before anything is allocated, and a file that holds fewer or more bytes
 than its header promises is refused.
 
-:func:`benchmark_split` draws the fixed query/gallery split of ``benchmarks/bench_real.py`` and
+:func:`benchmark_split` draws the fixed query/gallery split of ``benchmarks/suites/bench_real.py`` and
 ``galleria demo --dataset fashion-mnist``: queries from the test part, gallery from the training
 part (so no query is in the gallery), both stratified by class and seeded.
 :func:`fashion_mnist_folder` writes such a split once as PNG files in the labelled layout, so the

@@ -5,7 +5,7 @@ sorted into ``<category>/<subcategory>/`` folders (``animals/birds``, ``symbols/
 them with further sub-folders. :func:`load_tuxpaint_stamps` labels every PNG under a second-level
 folder with that folder's ``category/subcategory`` path, keeps the classes with at least
 ``min_images`` images, and leaves out stamps that lie directly in a first-level folder. The images
-are RGBA; the store's one image reader (:func:`galleria.store.reading.read_rgb`) composites them on
+are RGBA; the store's one image reader (:func:`galleria.images.reading.read_rgb`) composites them on
 white, so nothing here decodes an image.
 """
 

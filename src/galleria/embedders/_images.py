@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from galleria.embedders.decoding import rgb_image
+from galleria.images.decoding import rgb_image
 
 __all__ = ["check_images", "to_pil"]
 
@@ -32,7 +32,7 @@ def check_images(images: Any) -> list[Any]:
 def to_pil(image: Any, position: int) -> Image.Image:
     """Return ``images[position]`` as an RGB PIL image, checking arrays are (H, W, 3) uint8.
 
-    PIL images follow the decoding rules of files (:mod:`galleria.embedders.decoding`): EXIF
+    PIL images follow the decoding rules of files (:mod:`galleria.images.decoding`): EXIF
     orientation, 16-bit and float scaling, transparency composited onto white.
     """
     if isinstance(image, Image.Image):

@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image
 
 from galleria._validation import is_int
+from galleria.images.reading import input_size_of  # moved there (galleria 0.3); re-exported
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of", "input_size_of"]
 
@@ -51,19 +52,3 @@ def batch_size_of(embedder: object) -> int:
     if is_int(size) and size > 0:
         return int(size)
     return DEFAULT_BATCH_SIZE
-
-
-def input_size_of(embedder: object) -> tuple[int, int] | None:
-    """The embedder's ``input_size`` as (width, height), or None if it declares none (or a malformed one).
-
-    Examples
-    --------
-    >>> from galleria.embedders import PixelEmbedder
-    >>> input_size_of(PixelEmbedder(size=(8, 4))), input_size_of(object())
-    ((8, 4), None)
-    """
-    size: Any = getattr(embedder, "input_size", None)
-    pair = (size, size) if is_int(size) else size
-    if isinstance(pair, (tuple, list)) and len(pair) == 2 and all(is_int(side) and side > 0 for side in pair):
-        return int(pair[0]), int(pair[1])
-    return None

@@ -29,8 +29,8 @@ class TrainingBudget:
     The defaults bound the PQ codebooks' k-means (``M`` clusterings of ``2**bits`` centroids, the
     bulk of training when sub-vectors are short) to ``pq_points_per_centroid`` residuals per
     centroid and ``pq_iterations`` rounds: a third of the work of faiss's own defaults (256 and
-    25) for codes within a few per cent of their reconstruction error (``tests/test_ivfpq_build.py``,
-    ``benchmarks/bench_ivfpq_build.py``). ``transposed_codebooks``
+    25) for codes within a few per cent of their reconstruction error (``tests/index/test_ivfpq_build.py``,
+    ``benchmarks/experiments/bench_ivfpq_build.py``). ``transposed_codebooks``
     encodes through faiss's transposed centroid layout, vectorised across the centroids (much
     faster for one- and two-dimensional sub-vectors). ``stop_at_plateau``: the probe search stops
     once doubling the probes no longer raises recall (:func:`tune_probes`). ``scalar_codebooks``:

@@ -21,7 +21,8 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
   is a true neighbour lying outside the probed cells. Cost about n·probes·cell_size·d.
 
 ``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``hnsw`` above. ``ivf`` is cheaper per
-item but misses more neighbours of items near a cell's border (benchmarks/bench_graph.py measures it).
+item but misses more neighbours of items near a cell's border (benchmarks/experiments/bench_graph.py
+measures it).
 """
 
 from __future__ import annotations

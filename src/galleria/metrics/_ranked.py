@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from galleria.rerank._common import stable_smallest
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "PR_LEVELS",

@@ -1,7 +1,7 @@
 """Ranks of the ground truth in a score matrix, without sorting.
 
-The spec (``recall_at_k.md``) sorts each row by descending score, ties by ascending gallery index,
-and takes the 0-indexed position of the ground truth. That position equals
+Recall@K (``docs/metrics.md``, "the tie rule") sorts each row by descending score, ties by ascending
+gallery index, and takes the 0-indexed position of the ground truth. That position equals
 
     rank = #{j : s[j] > s[gt]} + #{j < gt : s[j] == s[gt]}
 

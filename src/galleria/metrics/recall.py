@@ -1,4 +1,4 @@
-"""Recall@K exactly as the spec (``recall_at_k.md``) defines it."""
+"""Recall@K with the tie rule of ``docs/metrics.md`` ("Recall@K: the tie rule")."""
 
 from __future__ import annotations
 

@@ -26,6 +26,12 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
+from galleria.store._snapshot import (  # moved there (galleria 0.3); re-exported
+    GallerySnapshot,
+    gallery_state,
+    snapshot_locked,
+    take_snapshot,
+)
 from galleria.store.candidate import Candidate
 
 if TYPE_CHECKING:
@@ -45,16 +51,6 @@ T = TypeVar("T")
 
 #: Structure rebuilds tried against a moving gallery before the one-lock fallback.
 _TRIES = 3
-
-
-@dataclass(frozen=True)
-class GallerySnapshot:
-    """The whole gallery of one state: its token, the path table and the (n, d) stored vectors."""
-
-    state: int
-    paths: Any
-    vectors: np.ndarray
-    space: str
 
 
 @dataclass(frozen=True)
@@ -79,25 +75,6 @@ class CandidateRead:
     rows: np.ndarray
     vectors: np.ndarray
     prepared: Any
-
-
-def gallery_state(store: InMemoryImageEmbeddingStore) -> int:
-    """The token of the store's current gallery state (changes with every add or remove)."""
-    token: int = store._paths.token
-    return token
-
-
-def _snapshot_locked(store: InMemoryImageEmbeddingStore) -> GallerySnapshot:
-    """The store's whole gallery; call it holding the store's read lock."""
-    paths = store._paths
-    vectors = store._gallery_vectors(np.arange(len(paths), dtype=np.int64))
-    return GallerySnapshot(paths.token, paths, vectors, store.space)
-
-
-def take_snapshot(store: InMemoryImageEmbeddingStore) -> GallerySnapshot:
-    """The store's whole gallery, read under its read lock (one state)."""
-    with store._lock.reading():
-        return _snapshot_locked(store)
 
 
 def _rows_locked(
@@ -126,7 +103,7 @@ def read_candidates(
                 rows, vectors = _rows_locked(store, candidates)
                 return CandidateRead(state, rows, vectors, prepared.value)
     with store._lock.reading():  # the gallery keeps moving: rows and whole gallery from one lock
-        snapshot = _snapshot_locked(store)
+        snapshot = snapshot_locked(store)
         rows, vectors = _rows_locked(store, candidates)
     prepared = prepare(store, snapshot)
     if prepared.state != snapshot.state:  # pragma: no cover - a prepare that ignored its snapshot

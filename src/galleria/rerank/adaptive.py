@@ -19,7 +19,7 @@ alone, how large and how trustworthy a neighbourhood is, and turns the estimate 
    mutual count, methods that move vectors (DBA, the GNN's aggregation) act only where a majority
    of neighbours are mutual, and a gallery without reciprocal structure gets (nearly) the plain
    order back. The targets, measured on real galleries without labels reaching the rules
-   (``benchmarks/bench_real.py``): Recall@1 not lower by more than 0.01, mAP@100 not lower.
+   (``benchmarks/suites/bench_real.py``): Recall@1 not lower by more than 0.01, mAP@100 not lower.
 
 Both are pure functions on arrays and records; :func:`default_rerank_params` is the shell that reads
 (or computes and caches) the statistics of a store. A store records its statistics when it is built
@@ -29,22 +29,44 @@ every field typed) before anything uses it.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from galleria._validation import check_choice, check_positive_int, is_int
-from galleria.rerank._common import stable_smallest
+from galleria._validation import check_choice
+from galleria.expansion import adaptive_expansion
+from galleria.statistics import (  # moved there (galleria 0.3); re-exported
+    MAJORITY,
+    MIN_MUTUAL,
+    MIN_SHARE,
+    PROBE_KS,
+    RECORD_VERSION,
+    ROOM_SHARE,
+    SAMPLE,
+    GalleryStatistics,
+    Reading,
+    clip_round,
+    gallery_statistics,
+    read_statistics,
+)
+from galleria.store._snapshot import store_statistics  # moved there (galleria 0.3); re-exported
 
 __all__ = [
     "AQE_PAPER_PARAMS",
+    "DBA_ALPHA",
+    "DBA_OFF_ALPHA",
+    "DIFFUSION_ALPHA",
+    "GNN_MINORITY_LAMBDA",
+    "MAJORITY",
+    "MIN_MUTUAL",
+    "MIN_SHARE",
     "PAPER_PARAMS",
     "PRESETS",
     "PROBE_KS",
+    "RECORD_VERSION",
+    "ROOM_SHARE",
     "SAMPLE",
     "GalleryStatistics",
+    "Reading",
+    "clip_round",
     "default_rerank_params",
     "gallery_statistics",
     "paper_params",
@@ -53,178 +75,12 @@ __all__ = [
     "store_statistics",
 ]
 
-#: Neighbourhood sizes at which reciprocity is measured.
-PROBE_KS: tuple[int, ...] = (5, 10, 20)
-#: Gallery items sampled as probes (all of them in a smaller gallery).
-SAMPLE = 200
-#: Version of the statistics record (store files carry it).
-RECORD_VERSION = 1
 #: The preset names: ``"adaptive"`` (from the gallery; the default) and ``"paper"`` (the published values).
 PRESETS: tuple[str, ...] = ("adaptive", "paper")
 #: The published parameters of αQE and every re-ranker (derived from the declarations on first use).
 PAPER_PARAMS: dict[str, dict[str, Any]]
 #: αQE's published parameters (the re-rankers' are declared with them: ``Param.paper``).
 AQE_PAPER_PARAMS: dict[str, Any] = {"expansion_alpha": 3.0, "expansion_neighbors": 50}
-_MAX_ITEMS = 1 << 40
-_BLOCK_ELEMENTS = 1 << 22
-
-
-@dataclass(frozen=True)
-class GalleryStatistics:
-    """Reciprocal-neighbour statistics of a gallery (see the module docstring).
-
-    ``ks[i]`` is a neighbourhood size; ``share[i]`` the mean share of mutual neighbours among a
-    sampled item's first ``ks[i]``, in [0, 1]; ``median[i]`` their median count, in [0, ks[i]].
-    ``n_sample`` is 0 (and the tuples empty) for a gallery of fewer than 3 items.
-    """
-
-    n_items: int
-    n_sample: int
-    ks: tuple[int, ...]
-    share: tuple[float, ...]
-    median: tuple[float, ...]
-
-    def record(self) -> dict[str, Any]:
-        """The JSON-able record a store file keeps."""
-        return {
-            "version": RECORD_VERSION,
-            "n_items": self.n_items,
-            "n_sample": self.n_sample,
-            "ks": list(self.ks),
-            "share": [round(value, 6) for value in self.share],
-            "median": [float(value) for value in self.median],
-        }
-
-    @classmethod
-    def from_record(cls, record: Any) -> GalleryStatistics:
-        """Check a record (from a store file: untrusted) and return its statistics.
-
-        Raises
-        ------
-        ValueError
-            Anything but ``{"version": 1, "n_items", "n_sample", "ks", "share", "median"}`` with
-            integers in range, 1–8 increasing neighbourhood sizes below ``n_items``, shares in
-            [0, 1] and medians in [0, k].
-        """
-        keys = {"version", "n_items", "n_sample", "ks", "share", "median"}
-        if not isinstance(record, dict) or set(record) != keys:
-            raise ValueError(f"the re-ranking statistics must be an object with exactly {sorted(keys)}")
-        if record["version"] != RECORD_VERSION or isinstance(record["version"], bool):
-            raise ValueError(f"the re-ranking statistics have version {record['version']!r}, not 1")
-        n_items, n_sample = record["n_items"], record["n_sample"]
-        for name, value in (("n_items", n_items), ("n_sample", n_sample)):
-            if not is_int(value) or not 0 <= value <= _MAX_ITEMS:
-                raise ValueError(f"the re-ranking statistics' {name} must be a count, got {value!r}")
-        ks, share, median = record["ks"], record["share"], record["median"]
-        if not all(isinstance(v, list) and len(v) <= 8 for v in (ks, share, median)):
-            raise ValueError("the re-ranking statistics' ks, share, median must be lists of at most 8")
-        if not len(ks) == len(share) == len(median) or (n_sample == 0) != (len(ks) == 0):
-            raise ValueError("the re-ranking statistics' ks, share and median must have one entry per k")
-        if n_sample > n_items:
-            raise ValueError(f"the re-ranking statistics sample {n_sample} of {n_items} items")
-        if not all(is_int(k) and 1 <= k < max(n_items, 2) for k in ks) or ks != sorted(set(ks)):
-            raise ValueError(f"the re-ranking statistics' ks must increase within the gallery, got {ks!r}")
-        for k, s, m in zip(ks, share, median, strict=True):
-            if not (_real(s) and 0.0 <= s <= 1.0 and _real(m) and 0.0 <= m <= k):
-                raise ValueError(f"the re-ranking statistics at k={k} are out of range: {s!r}, {m!r}")
-        return cls(
-            int(n_items),
-            int(n_sample),
-            tuple(int(k) for k in ks),
-            tuple(float(s) for s in share),
-            tuple(float(m) for m in median),
-        )
-
-    def at(self, k: int) -> tuple[float, float]:
-        """``(share, median)`` at the largest measured neighbourhood size not above ``k``."""
-        chosen = [i for i, size in enumerate(self.ks) if size <= k] or [0]
-        return self.share[chosen[-1]], self.median[chosen[-1]]
-
-
-def _real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _scores(vectors: np.ndarray, rows: np.ndarray, space: str) -> np.ndarray:
-    """Similarity-like scores of ``rows`` against every vector, higher nearer, in ``space``."""
-    block: np.ndarray = vectors[rows] @ vectors.T
-    if space == "l2":  # -|a - b|^2 / 2 up to a per-row constant
-        block -= 0.5 * np.einsum("ij,ij->i", vectors, vectors)[None, :]
-    block[np.arange(len(rows)), rows] = -np.inf  # an item is not its own neighbour
-    return block
-
-
-def _neighbours(vectors: np.ndarray, rows: np.ndarray, k: int, space: str) -> np.ndarray:
-    """The first ``k`` neighbours of each of ``rows`` (self excluded; ties to the lower index)."""
-    result = np.empty((len(rows), k), dtype=np.int64)
-    step = max(1, _BLOCK_ELEMENTS // max(1, len(vectors)))
-    for start in range(0, len(rows), step):
-        part = rows[start : start + step]
-        result[start : start + step] = stable_smallest(-_scores(vectors, part, space), k)
-    return result
-
-
-def gallery_statistics(
-    vectors: Any, *, space: str = "cosine", sample: int = SAMPLE, seed: int = 0
-) -> GalleryStatistics:
-    """Reciprocal-neighbour statistics of a gallery's vectors (see the module docstring).
-
-    Parameters
-    ----------
-    vectors : (n, d) array
-        The gallery vectors, as the store's space keeps them (unit rows for ``"cosine"``).
-    space : {"cosine", "ip", "l2"}
-        Nearness: inner product (cosine, ip) or Euclidean distance (l2).
-    sample : int
-        How many items are probed (all of them when the gallery is smaller).
-    seed : int
-        Seed of the sample.
-
-    Examples
-    --------
-    >>> pairs = np.repeat(np.eye(4), 6, axis=0) + 0.01 * np.arange(24)[:, None]
-    >>> stats = gallery_statistics(pairs)
-    >>> stats.ks, stats.share[0]
-    ((5, 10, 20), 1.0)
-    """
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.ndim != 2 or not np.isfinite(array).all():
-        raise ValueError(f"vectors must be a finite (n, d) array, got shape {array.shape}")
-    check_choice("space", space, ("cosine", "ip", "l2"))
-    count = check_positive_int("sample", sample)
-    if not is_int(seed) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    n = array.shape[0]
-    if n < 3:
-        return GalleryStatistics(n, 0, (), (), ())
-    depth = min(max(PROBE_KS), n - 1)
-    ks = tuple(k for k in PROBE_KS if k <= depth) or (depth,)
-    rng = np.random.default_rng(int(seed))
-    rows = np.sort(rng.choice(n, size=min(count, n), replace=False))
-    lists = _neighbours(array, rows, depth, space)  # (S, depth)
-    others = np.unique(lists)
-    their = _neighbours(array, others, depth, space)  # (U, depth)
-    lookup = np.searchsorted(others, lists)  # row of each neighbour in `their`
-    # position of the probe in each neighbour's list (depth when absent)
-    found = their[lookup] == rows[:, None, None]  # (S, depth, depth)
-    position = np.where(found.any(axis=2), found.argmax(axis=2), depth)
-    shares, medians = [], []
-    for k in ks:
-        mutual = (position[:, :k] < k).sum(axis=1)
-        shares.append(round(float(np.mean(mutual) / k), 6))
-        medians.append(float(np.median(mutual)))
-    return GalleryStatistics(n, len(rows), ks, tuple(shares), tuple(medians))
-
-
-#: Below this median count of mutual neighbours among the first 20, a gallery has no neighbourhood
-#: structure to lean on, and the defaults do not re-rank (λ = 1, diffusion α = 0...).
-MIN_MUTUAL = 2.0
-#: Below this share of mutual neighbours, likewise.
-MIN_SHARE = 0.25
-#: The share of mutual neighbours from which a neighbourhood is trusted to *move vectors*: a majority
-#: of an item's first 20 are mutual. DBA (which rewrites the gallery) and the GNN's aggregation
-#: (which averages neighbours' similarity rows) change only by small amounts below it.
-MAJORITY = 0.5
 #: The diffusions' α (weight of the walk against the query's own similarities) when they diffuse.
 DIFFUSION_ALPHA = 0.9
 #: DBA's exponent of the neighbour weights ``cos ** α`` when it augments (the paper's 3 moves an
@@ -235,14 +91,6 @@ DBA_ALPHA = 10.0
 DBA_OFF_ALPHA = 1000.0
 #: The GNN's weight of the original similarity below :data:`MAJORITY`.
 GNN_MINORITY_LAMBDA = 0.9
-#: A neighbourhood spans at most ``n_items // ROOM_SHARE`` items (a tenth of the gallery): the
-#: statistics are read at the largest probe size within it, and every neighbourhood size is capped
-#: by it (galleries of fewer than 200 items only; larger ones read k = 20 as before).
-ROOM_SHARE = 10
-
-
-def _clip(value: float, low: int, high: int) -> int:
-    return int(min(high, max(low, round(value))))
 
 
 def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]]:
@@ -315,82 +163,13 @@ def _rule(stats: GalleryStatistics, name: str) -> dict[str, Any]:
     """The parameters ``name``'s rule (αQE's here, a re-ranker's in its declaration) gives ``stats``;
     a method without a rule keeps its paper values (or its defaults)."""
     if name == "aqe":
-        return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if read_statistics(stats).flat else 2}
+        return adaptive_expansion(stats)
     from galleria.rerank.registry import reranker_component
 
     component = reranker_component(name)
     if component.adaptive is None:
         return component.paper_params() or component.defaults()
     return dict(component.adaptive(stats))
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What the rules read from a gallery's statistics (see :func:`params_from_statistics`).
-
-    ``share`` and ``mutual`` are the mean share and median count of mutual neighbors among the
-    first 20 (fewer in a small gallery: see ``room``); ``flat``: no structure to lean on;
-    ``majority``: most neighbors mutual; ``reach``: ``mutual · share / 2``; ``lam``: k-reciprocal's
-    λ rule; ``room``: the most items a neighborhood may span, a tenth of the gallery (at least
-    5) — in a small one (Fashion-MNIST with 12 images a class: 120 items) a neighborhood of 20
-    reaches past every class, its members are mutual by chance, and sizes read from it overshoot
-    the classes. The rules cap their neighborhood sizes at it (:meth:`capped`).
-    """
-
-    share: float
-    mutual: float
-    flat: bool
-    majority: bool
-    reach: float
-    lam: float
-    room: int
-
-    def capped(self, value: float, low: int, high: int) -> int:
-        """``value`` rounded and clipped to [low, high], then held within ``max(low, room)``."""
-        return min(_clip(value, low, high), max(low, self.room))
-
-
-def read_statistics(stats: GalleryStatistics) -> Reading:
-    """The quantities every adaptive rule reads, from ``stats`` (the rules live with their methods).
-
-    Examples
-    --------
-    >>> read_statistics(GalleryStatistics(2, 0, (), (), ())).flat
-    True
-    """
-    room = max(PROBE_KS[0], stats.n_items // ROOM_SHARE)
-    if stats.n_sample == 0:
-        share, mutual = 0.0, 0.0
-    else:
-        share, mutual = stats.at(min(20, room))
-    flat = mutual < MIN_MUTUAL or share < MIN_SHARE
-    majority = not flat and share >= MAJORITY
-    lam = 1.0 if flat else round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)
-    return Reading(share, mutual, flat, majority, mutual * share / 2.0, lam, room)
-
-
-def clip_round(value: float, low: int, high: int) -> int:
-    """``value`` rounded and clipped to [low, high] (the rules' neighborhood sizes)."""
-    return _clip(value, low, high)
-
-
-def store_statistics(store: Any) -> GalleryStatistics:
-    """The statistics of a store's gallery: the recorded ones while they still describe it, else computed.
-
-    A store records them when it is built (and keeps them in its file); ``add_images`` /
-    ``remove_images`` drop them, and the next call computes and records them again.
-    """
-    from galleria.rerank._consistent import gallery_state, take_snapshot
-
-    recorded = getattr(store, "_rerank_statistics", None)
-    if isinstance(recorded, GalleryStatistics) and recorded.n_items == len(store):
-        return recorded
-    snapshot = take_snapshot(store)  # the vectors of one gallery state
-    stats = gallery_statistics(snapshot.vectors, space=store.space)
-    with store._lock.writing():
-        if gallery_state(store) == snapshot.state:  # kept only while they describe the gallery
-            store._rerank_statistics = stats
-    return stats
 
 
 def default_rerank_params(
@@ -414,6 +193,7 @@ def default_rerank_params(
     Examples
     --------
     >>> from galleria.store import InMemoryImageEmbeddingStore
+    >>> import numpy as np
     >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2))
     >>> default_rerank_params(store, preset="paper")
     {'k1': 20, 'k2': 6, 'lambda_value': 0.3}

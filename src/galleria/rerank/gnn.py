@@ -31,12 +31,40 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from galleria._declare import Component, Param, Space
-from galleria._validation import check_fraction, check_positive_int
 from galleria.distances import pairwise_distances_batched
-from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
+from galleria.rerank._gnn_core import (  # moved there; importable from here as before
+    DEFAULT_LAMBDA as DEFAULT_LAMBDA,
+)
+from galleria.rerank._gnn_core import (
+    ROUNDS as ROUNDS,
+)
+from galleria.rerank._gnn_core import (
+    _normalise_rows_dense as _normalise_rows_dense,
+)
+from galleria.rerank._gnn_core import (
+    _top_members as _top_members,
+)
+from galleria.rerank._gnn_core import (
+    check_gnn_params as check_gnn_params,
+)
+from galleria.rerank._gnn_core import (
+    gnn_pools as gnn_pools,
+)
+from galleria.rerank._gnn_features import (  # moved there; importable from here as before
+    _sparse_features as _sparse_features,
+)
+from galleria.rerank._gnn_features import (
+    _torch_device as _torch_device,
+)
+from galleria.rerank._gnn_features import (
+    _torch_features as _torch_features,
+)
+from galleria.rerank._gnn_features import (
+    gnn_rerank_features as gnn_rerank_features,
+)
+from galleria.rerank.base import PoolReranker, check_store
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -47,80 +75,6 @@ __all__ = [
     "gnn_pools",
     "gnn_rerank_features",
 ]
-
-#: Propagation rounds of the published method.
-ROUNDS = 2
-#: Weight of the original similarity in the final one (the authors' current code: ``lamb=0.3``).
-DEFAULT_LAMBDA = 0.3
-
-
-def check_gnn_params(k1: Any, k2: Any, lambda_value: Any = DEFAULT_LAMBDA) -> tuple[int, int, float]:
-    """Validate ``k1``, ``k2`` (positive ints, ``k2 <= k1``) and ``lambda_value`` (in [0, 1])."""
-    first = check_positive_int("k1", k1)
-    second = check_positive_int("k2", k2)
-    if second > first:
-        raise ValueError(f"k2 must not exceed k1, got k2={k2!r} > k1={k1!r}")
-    return first, second, check_fraction("lambda_value", lambda_value)
-
-
-def _normalise_rows_dense(matrix: np.ndarray) -> np.ndarray:
-    norms = np.sqrt(np.einsum("...ij,...ij->...i", matrix, matrix))[..., None]
-    result: np.ndarray = np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
-    return result
-
-
-def _top_members(values: np.ndarray, k: int) -> np.ndarray:
-    """Mask of every row's ``k`` largest entries, ties to the lower position (a top-k, no row sort)."""
-    size = values.shape[-1]
-    if k >= size:
-        return np.ones(values.shape, dtype=bool)
-    kth = -np.partition(-values, k - 1, axis=-1)[..., k - 1 : k]
-    mask: np.ndarray = values >= kth
-    flat = mask.reshape(-1, size)
-    over = np.flatnonzero(np.count_nonzero(flat, axis=1) > k)  # a tie at the k-th value: rare
-    if over.size:
-        rows = values.reshape(-1, size)[over]
-        edge = kth.reshape(-1, 1)[over]
-        above = rows > edge
-        tied = rows == edge
-        room = k - np.count_nonzero(above, axis=1, keepdims=True)
-        flat[over] = above | (tied & (np.cumsum(tied, axis=1) <= room))
-    return mask
-
-
-def gnn_pools(similarities: np.ndarray, *, k1: int, k2: int) -> np.ndarray:
-    """The propagated neighbour features ``A`` of ``B`` sets of ``n`` items, from (B, n, n) similarities.
-
-    ``k1`` is capped at ``n`` and ``k2`` at the capped ``k1``. Works in float32 with top-k
-    selections (a partition per row, not a sort); each propagation is one sparse-times-dense
-    product with ``k2`` non-zeros per row (``n²·k2`` work per set). Returns (B, n, n) float32.
-    """
-    count, size, _ = similarities.shape
-    first = min(k1, size)
-    second = min(k2, first)
-    sims = np.asarray(similarities, dtype=np.float32)
-    members = _top_members(sims, first)
-    adjacency = members.astype(np.float32)
-    if second == 1:
-        return adjacency
-    # W's non-zeros: the k2 nearest among each row's k1 (stable on -s over ascending positions).
-    chosen = np.nonzero(members)[2].reshape(count, size, first)
-    values = np.take_along_axis(sims, chosen, axis=2)
-    order = np.argsort(-values, axis=2, kind="stable")[:, :, :second]
-    near = np.take_along_axis(chosen, order, axis=2)
-    weights = np.take_along_axis(values, order, axis=2) ** 2  # (B, n, k2)
-    # Block-diagonal W over all sets: row (b, i) has its k2 non-zeros at columns (b, near_bij).
-    columns = (near + (np.arange(count) * size)[:, None, None]).ravel()
-    total = count * size
-    propagation = sp.csr_matrix(
-        (weights.ravel(), columns, np.arange(0, total * second + 1, second)), shape=(total, total)
-    )
-    for _ in range(ROUNDS):
-        adjacency = adjacency + adjacency.transpose(0, 2, 1)
-        adjacency = _normalise_rows_dense(
-            np.asarray(propagation @ adjacency.reshape(total, size)).reshape(count, size, size)
-        )
-    return adjacency
 
 
 class GnnReranker(PoolReranker):
@@ -199,148 +153,6 @@ class GnnReranker(PoolReranker):
         propagated = np.einsum("bj,bij->bi", features[:, 0], features[:, 1:]).astype(np.float64)
         result: np.ndarray = 1.0 - ((1.0 - self._lambda) * propagated + self._lambda * probe)
         return result
-
-
-def _sparse_features(features: np.ndarray, k1: int, k2: int) -> sp.csr_matrix:
-    size = features.shape[0]
-    ranks, values = top_similar(features, features, k1)
-    rows = np.repeat(np.arange(size), k1)
-    adjacency = sp.csr_matrix((np.ones(rows.size), (rows, ranks.ravel())), shape=(size, size))
-    if k2 == 1:
-        return adjacency
-    near_rows = np.repeat(np.arange(size), k2)
-    weights = sp.csr_matrix(
-        (values[:, :k2].astype(np.float64).ravel() ** 2, (near_rows, ranks[:, :k2].ravel())),
-        shape=(size, size),
-    )
-    for _ in range(ROUNDS):
-        adjacency = (adjacency + adjacency.T).tocsr()
-        adjacency = (weights @ adjacency).tocsr()
-        norms = np.sqrt(np.asarray(adjacency.multiply(adjacency).sum(axis=1)).ravel())
-        scale = np.zeros_like(norms)
-        np.divide(1.0, norms, out=scale, where=norms > 0)
-        adjacency = (sp.diags(scale) @ adjacency).tocsr()
-    return adjacency
-
-
-def _torch_device(device: Any) -> Any:
-    try:
-        import torch
-    except ImportError as error:
-        raise ImportError(
-            "gnn_rerank_features(device=...) needs torch; install it with: pip install -e '.[timm]'"
-        ) from error
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise ValueError(f"device {device!r} is not a valid torch device: {error}") from error
-
-
-def _torch_features(x: Any, k1: int, k2: int) -> Any:
-    """The authors' GPU algorithm on the (n, d) torch tensor ``x``: dense (n, n) ``A``, float32.
-
-    ``topk`` instead of a sort; each propagation is ``W A`` with ``W`` a sparse (COO) matrix of
-    ``k2`` entries per row, ``n²·k2`` work as the authors' propagation kernel. Ties within a row are
-    broken as ``torch.topk`` breaks them.
-    """
-    import torch
-
-    size = x.shape[0]
-    values, ranks = torch.topk(x @ x.T, k1, dim=1, largest=True, sorted=True)
-    adjacency = torch.zeros((size, size), dtype=x.dtype, device=x.device)
-    adjacency.scatter_(1, ranks, 1.0)
-    if k2 == 1:
-        return adjacency
-    columns, slots = torch.sort(ranks[:, :k2], dim=1)  # coalesced: (row, column) in ascending order
-    rows = torch.arange(size, device=x.device).repeat_interleave(k2)
-    weights = torch.sparse_coo_tensor(
-        torch.stack([rows, columns.reshape(-1)]),
-        (torch.gather(values[:, :k2], 1, slots) ** 2).reshape(-1),
-        (size, size),
-        is_coalesced=True,
-        check_invariants=False,
-    )
-    for _ in range(ROUNDS):
-        adjacency = adjacency + adjacency.T
-        adjacency = torch.sparse.mm(weights, adjacency)
-        norms = torch.linalg.vector_norm(adjacency, dim=1, keepdim=True)
-        adjacency.div_(torch.where(norms > 0, norms, torch.ones_like(norms)))
-    return adjacency
-
-
-def gnn_rerank_features(
-    probe_features: Any,
-    gallery_features: Any,
-    *,
-    k1: int = 26,
-    k2: int = 7,
-    lambda_value: float = DEFAULT_LAMBDA,
-    device: Any = None,
-) -> np.ndarray:
-    """GNN re-ranking distances of every probe to every gallery item (set: probes then gallery).
-
-    Features are L2-normalised and compared by cosine; the distance is
-    ``1 - ((1 - λ) · A_p · A_g + λ · cos(p, g))``. Without ``device``, or with a CPU device, the
-    adjacency and its propagation are scipy.sparse matrices (a few hundred non-zeros per row after
-    two rounds; on the CPU that is faster and smaller than the dense form). With another torch
-    ``device`` (e.g. ``"cuda"``) they are dense float32 tensors of size (P + G)², as in the authors'
-    GPU code: ``topk`` for the ranking lists and an ``n²·k2`` sparse-times-dense propagation. The
-    two agree to float32 rounding (and up to how ``topk`` breaks exact ties).
-
-    Parameters
-    ----------
-    probe_features : array_like, shape (P, d)
-    gallery_features : array_like, shape (G, d)
-    k1, k2, lambda_value
-        As :class:`GnnReranker` (``k1`` capped at ``P + G``, ``k2`` at the capped ``k1``).
-    device : str or torch.device, optional
-        A torch device to run on instead of scipy.sparse (a CPU device runs on scipy.sparse).
-
-    Returns
-    -------
-    numpy.ndarray
-        (P, G) float64 distances (lower is closer).
-
-    Raises
-    ------
-    TypeError, ValueError
-        Bad features (as :func:`~galleria.rerank.k_reciprocal_rerank_features`), bad ``k1`` / ``k2`` /
-        ``lambda_value``, an invalid device.
-    ImportError
-        ``device`` given without torch installed.
-
-    Examples
-    --------
-    >>> gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    >>> distances = gnn_rerank_features([[1.0, 0.05]], gallery, k1=3, k2=2)
-    >>> np.argsort(distances[0], kind="stable")[:2].tolist()
-    [0, 1]
-    """
-    first, second, lam = check_gnn_params(k1, k2, lambda_value)
-    probes = check_features("probe_features", probe_features)
-    gallery = check_features("gallery_features", gallery_features, probes.shape[1])
-    where = None if device is None else _torch_device(device)
-    features = np.concatenate([probes, gallery], axis=0)
-    first = min(first, features.shape[0])
-    second = min(second, first)
-    count = probes.shape[0]
-    if where is None or where.type == "cpu":
-        adjacency = _sparse_features(features, first, second)
-        result = np.asarray((adjacency[:count] @ adjacency[count:].T).toarray(), dtype=np.float64)
-    else:
-        import torch
-
-        dense = _torch_features(torch.from_numpy(features).to(where), first, second)
-        result = (dense[:count] @ dense[count:].T).double().cpu().numpy()
-        del dense
-    # 1 - ((1 - λ) · propagated + λ · cos), in place on the (P, G) float64 array.
-    result *= -(1.0 - lam)
-    result += 1.0
-    if lam > 0:
-        step = max(1, (1 << 22) // max(1, gallery.shape[0]))
-        for begin in range(0, count, step):
-            result[begin : begin + step] -= lam * (probes[begin : begin + step] @ gallery.T)
-    return result
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-r"""k-reciprocal re-ranking of one candidate pool (Zhong et al., CVPR 2017), as pinned in DESIGN §4.
+r"""k-reciprocal re-ranking of one candidate pool (Zhong et al., CVPR 2017), as defined in docs/reranking.md.
 
 The pool is the probe (index 0) followed by its N candidates. From the (N+1)×(N+1) matrix of
 original distances among them, :func:`rerank_pool` returns the final distance

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +12,21 @@ from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank import _common
+from galleria.rerank._candidate_checks import (  # moved there; importable from here as before
+    MAX_SCORE as MAX_SCORE,
+)
+from galleria.rerank._candidate_checks import (
+    _check_candidate_lists as _check_candidate_lists,
+)
+from galleria.rerank._candidate_checks import (
+    _check_candidates as _check_candidates,
+)
+from galleria.rerank._candidate_checks import (
+    _fits as _fits,
+)
+from galleria.rerank._candidate_checks import (
+    _plainly_valid as _plainly_valid,
+)
 from galleria.rerank._common import check_hyperparameters, check_mode, one_blas_thread
 from galleria.rerank._consistent import read_candidates
 from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
@@ -31,7 +44,7 @@ class KReciprocalReranker:
     For one query, the pool is the probe followed by its candidates. ``d(p, g_i)`` is each
     candidate's score; the distances among candidates are computed from the store's vectors in the
     store's space. The candidates are re-ordered by ``d* = (1 - λ) · d_J + λ · d`` (Eq. 12, with ``d``
-    scaled per row as pinned in DESIGN §4), and each returned :class:`~galleria.store.Candidate` is
+    scaled per row as docs/reranking.md defines), and each returned :class:`~galleria.store.Candidate` is
     scored by its ``d*`` (in [0, 1], lower is better).
 
     Parameters
@@ -297,74 +310,6 @@ class KReciprocalReranker:
         scaled = scale_pools(between, scores.reshape(count, length))
         sizes = np.full(count, length + 1, dtype=np.int64)
         return scaled_pools_core(scaled, sizes, self._k1, self._k2, self._lambda)
-
-
-#: Largest score magnitude accepted: a store's distances are float32, so anything beyond is not one.
-MAX_SCORE = float(np.finfo(np.float32).max)
-
-
-def _fits(score: float) -> bool:
-    return -MAX_SCORE <= score <= MAX_SCORE  # False for NaN and ±inf as well
-
-
-def _plainly_valid(pool: list[Any], store_id: str) -> bool:
-    """True when every entry is a ``Candidate`` of this store (or made by hand) with a float score in
-    the float32 range and no path repeats: the common case, checked a column at a time."""
-    if not all(type(candidate) is Candidate for candidate in pool):
-        return False
-    scores = [candidate.score for candidate in pool]
-    if not all(type(score) is float for score in scores):
-        return False
-    if not {candidate._store_id for candidate in pool} <= {None, store_id}:
-        return False
-    if not bool(np.all(np.abs(np.array(scores)) <= MAX_SCORE)):  # False for NaN and ±inf as well
-        return False
-    return len({candidate.path for candidate in pool}) == len(pool)
-
-
-def _check_candidate_lists(candidate_lists: Any, store_id: str) -> list[list[Candidate]]:
-    """Validate the argument of ``rerank_batch``: a sequence of candidate lists, each checked."""
-    if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
-        raise TypeError(
-            f"candidate_lists must be a sequence of candidate lists, got {type(candidate_lists).__name__}"
-        )
-    return [
-        _check_candidates(f"candidate_lists[{i}]", pool, store_id) for i, pool in enumerate(candidate_lists)
-    ]
-
-
-def _check_candidates(name: str, candidates: Any, store_id: str) -> list[Candidate]:
-    """Validate one candidate list: non-empty, all ``Candidate`` scored by this store (or by hand),
-    finite float32-range scores, no repeated path."""
-    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
-        raise TypeError(f"{name} must be a sequence of Candidate, got {type(candidates).__name__}")
-    if len(candidates) == 0:
-        raise ValueError(f"{name} must not be empty")
-    pool = list(candidates)
-    if _plainly_valid(pool, store_id):
-        return pool  # the common case, checked fast
-    seen: set[str] = set()
-    for position, candidate in enumerate(pool):
-        if not isinstance(candidate, Candidate):
-            raise TypeError(f"{name}[{position}] must be a Candidate, got {type(candidate).__name__}")
-        score = candidate.score
-        if isinstance(score, bool) or not isinstance(score, numbers.Real):
-            raise TypeError(f"{name}[{position}].score must be a real number, got {score!r}")
-        if not math.isfinite(float(score)):
-            raise ValueError(f"{name}[{position}].score must be finite, got {score!r}")
-        if not _fits(float(score)):
-            raise ValueError(
-                f"{name}[{position}].score {score!r} is beyond the float32 range of a store's distances"
-            )
-        if candidate.store_id not in (None, store_id):
-            raise ValueError(
-                f"{name}[{position}] ({candidate.path!r}) was scored by another store (another embedder, "
-                "space or gallery); re-rank candidates with the reranker of the store that retrieved them"
-            )
-        if candidate.path in seen:
-            raise ValueError(f"{name} holds the path {candidate.path!r} more than once")
-        seen.add(candidate.path)
-    return pool
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:

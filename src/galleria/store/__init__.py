@@ -6,8 +6,8 @@ Public names: :class:`InMemoryImageEmbeddingStore`, :class:`Candidate`, :func:`r
 
 from __future__ import annotations
 
+from galleria.images.reading import ImageReadError, read_rgb
 from galleria.store.candidate import Candidate
-from galleria.store.reading import ImageReadError, read_rgb
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = ["Candidate", "ImageReadError", "InMemoryImageEmbeddingStore", "read_rgb"]

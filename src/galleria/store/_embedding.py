@@ -10,9 +10,9 @@ from galleria._progress import BatchPacer
 from galleria._progress import progress as progress_bar
 from galleria.distances import zero_rows
 from galleria.embedders.base import batch_size_of
+from galleria.images.batches import iter_decoded_batches
+from galleria.images.reading import reader_for
 from galleria.store._checks import check_embedding_output
-from galleria.store.gallery import iter_decoded_batches
-from galleria.store.reading import reader_for
 
 __all__ = ["DIGEST_BYTES", "check_directions", "embed_files", "embed_queries", "pixel_digest"]
 

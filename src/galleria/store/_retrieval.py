@@ -9,13 +9,14 @@ from typing import Any
 import numpy as np
 
 from galleria.embedders.base import batch_size_of
-from galleria.expansion import alpha_query_expansion
+from galleria.expansion import adaptive_expansion, alpha_query_expansion
+from galleria.images.queries import as_image_list, as_text_list
+from galleria.images.reading import reader_for
 from galleria.store._checks import check_query_vectors, check_retrieval_args
 from galleria.store._core import StoreCore
 from galleria.store._embedding import check_directions, embed_queries
+from galleria.store._snapshot import store_statistics
 from galleria.store.candidate import Candidate
-from galleria.store.queries import as_image_list, as_text_list
-from galleria.store.reading import reader_for
 
 __all__ = ["RetrievalMixin"]
 
@@ -47,7 +48,7 @@ class RetrievalMixin(StoreCore):
         k : int
             Results per query; above the gallery size the whole gallery is returned.
         query_expansion : bool
-            Apply alpha query expansion (DESIGN.md §4) before the final search.
+            Apply alpha query expansion (``docs/reranking.md``) before the final search.
         expansion_alpha : float, optional
             αQE exponent (finite, ≥ 0). None (the default): the adaptive rule's, read from this
             gallery (3; see :func:`galleria.rerank.adaptive.params_from_statistics`).
@@ -128,9 +129,7 @@ class RetrievalMixin(StoreCore):
         """The checked arguments of a retrieval call, αQE's left-out values read from this gallery."""
         if query_expansion is True and (alpha is None or neighbors is None):
             self._require_built()
-            from galleria.rerank.adaptive import default_rerank_params
-
-            rule = default_rerank_params(self, "aqe")
+            rule = adaptive_expansion(store_statistics(self))
             alpha = rule["expansion_alpha"] if alpha is None else alpha
             neighbors = rule["expansion_neighbors"] if neighbors is None else neighbors
         alpha = 3.0 if alpha is None else alpha  # unused without expansion: any valid value

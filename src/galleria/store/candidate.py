@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from galleria.images.reading import read_rgb
 from galleria.store._urls import is_url, url_error
-from galleria.store.reading import read_rgb
 
 __all__ = ["Candidate"]
 

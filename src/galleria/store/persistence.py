@@ -344,7 +344,7 @@ def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> di
     """The ``rerank_statistics`` record: None if absent, else checked (for ``n_paths`` items)."""
     if record is None:
         return None
-    from galleria.rerank.adaptive import GalleryStatistics
+    from galleria.statistics import GalleryStatistics
 
     try:
         statistics = GalleryStatistics.from_record(record)

@@ -148,7 +148,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._set_gallery(state.paths, state.vectors)
         store._pixel_digests = state.pixel_digests
         if state.rerank_statistics is not None:
-            from galleria.rerank.adaptive import GalleryStatistics
+            from galleria.statistics import GalleryStatistics
 
             store._rerank_statistics = GalleryStatistics.from_record(state.rerank_statistics)
         return store
@@ -246,7 +246,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         )
         statistics = None
         if paths:  # the adaptive re-ranking defaults' statistics, recorded at build time (bounded sample)
-            from galleria.rerank.adaptive import gallery_statistics
+            from galleria.statistics import gallery_statistics
 
             space = self._index.space
             statistics = gallery_statistics(prepare_vectors(vectors, space), space=space)

@@ -1,23 +1,25 @@
-"""Settings chosen on the user's own data: ``galleria.tune(store, labels)`` and the settings file.
+"""Settings chosen on the user's own data: ``galleria.tune_gallery(store, labels)`` and the settings file.
 
-- :func:`tune` searches plain retrieval, αQE and every re-ranking method with Optuna (seeded TPE) on
+- :func:`tune_gallery` searches plain retrieval, αQE and every re-ranking method with Optuna (seeded TPE) on
   validation splits of a labelled gallery store, and returns a :class:`TuneResult` (extra
   ``galleria[tune]``).
 - :func:`read_settings` reads a settings file back as a :class:`~galleria.evaluation.RetrievalConfig`
   (``evaluate --settings``, ``search --settings``, ``serve --settings``); :func:`write_settings`
   writes one. Neither needs optuna.
 
-The module itself is callable, so ``import galleria; galleria.tune(store, labels)`` works whether or
-not ``galleria.tune`` has been imported as a package.
+``galleria.tune`` is this package; the function is ``tune_gallery``. Before galleria 0.3 the function
+was also called ``galleria.tune``: calling the package still runs it, with a DeprecationWarning, and
+``galleria.tune.tune`` stays an alias of :func:`tune_gallery`. Both go in a later release.
 """
 
 from __future__ import annotations
 
 import sys
 import types
+import warnings
 from typing import Any
 
-from galleria.tune.search import METRICS, SEARCH_METHODS, TuneResult, score_lists, tune
+from galleria.tune.search import METRICS, SEARCH_METHODS, TuneResult, score_lists, tune, tune_gallery
 from galleria.tune.settings import config_from_settings, read_settings, read_settings_file, write_settings
 
 __all__ = [
@@ -29,15 +31,21 @@ __all__ = [
     "read_settings_file",
     "score_lists",
     "tune",
+    "tune_gallery",
     "write_settings",
 ]
 
 
 class _CallableModule(types.ModuleType):
-    """``galleria.tune(...)`` calls :func:`galleria.tune.search.tune`."""
+    """Deprecated: ``galleria.tune(...)`` calls :func:`tune_gallery` with a DeprecationWarning."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> TuneResult:
-        return tune(*args, **kwargs)
+        warnings.warn(
+            "calling galleria.tune(...) is deprecated (galleria 0.3); call galleria.tune_gallery(...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return tune_gallery(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -1,6 +1,6 @@
 """Small JPEG thumbnails of gallery images, and a bounded, thread-safe in-memory cache of them.
 
-Pixels come from galleria's one image reader (:func:`galleria.store.reading.read_rgb_image`): EXIF
+Pixels come from galleria's one image reader (:func:`galleria.images.reading.read_rgb_image`): EXIF
 orientation, transparency on white, 16-bit scaling, a draft scale for large JPEGs and the pixel limit
 of uploads, checked from the header before anything is decoded. Pillow is used here only to shrink and
 encode pixels that reader decoded.
@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from galleria._validation import check_positive_int
-from galleria.store.reading import DEFAULT_MAX_PIXELS, read_rgb_image
+from galleria.images.reading import DEFAULT_MAX_PIXELS, read_rgb_image
 from galleria.viewer.flight import SingleFlight
 
 __all__ = [
@@ -47,7 +47,7 @@ def make_thumbnail(
 ) -> bytes:
     """The JPEG bytes of the image at ``path`` shrunk to fit in ``size`` × ``size`` (aspect kept).
 
-    Raises :class:`~galleria.store.reading.ImageReadError` (an OSError) when the file cannot be read,
+    Raises :class:`~galleria.images.reading.ImageReadError` (an OSError) when the file cannot be read,
     and its subclass ``ImageTooLargeError`` for an image of more than ``max_pixels`` pixels.
 
     Examples
@@ -55,7 +55,7 @@ def make_thumbnail(
     >>> import tempfile, numpy as np
     >>> path = tempfile.mkdtemp() + "/a.png"
     >>> Image.fromarray(np.zeros((300, 600, 3), np.uint8)).save(path)
-    >>> from galleria.store.reading import decode_rgb
+    >>> from galleria.images.reading import decode_rgb
     >>> decode_rgb(make_thumbnail(path, 100)).shape  # height, width, channels
     (50, 100, 3)
     """
@@ -113,7 +113,7 @@ class ThumbnailCache:
         ``ImageTooLargeError``.
     reader : callable, optional
         Decodes a key into an RGB PIL image (or an (H, W, 3) uint8 array), given ``(key, min_size,
-        max_pixels)``; the default is :func:`~galleria.store.reading.read_rgb_image` (keys are
+        max_pixels)``; the default is :func:`~galleria.images.reading.read_rgb_image` (keys are
         paths). ``galleria serve`` passes one that checks the path against the gallery root first.
     decoding : threading.Semaphore, optional
         Held while a thumbnail is made (decode, shrink, encode); ``galleria serve`` shares one with
@@ -159,7 +159,7 @@ class ThumbnailCache:
     def get(self, path: str) -> bytes:
         """The thumbnail of ``path``, made and cached on first use.
 
-        Raises :class:`~galleria.store.reading.ImageReadError` (an OSError) if it cannot be read, or
+        Raises :class:`~galleria.images.reading.ImageReadError` (an OSError) if it cannot be read, or
         ``ImageTooLargeError`` if it is over the pixel limit; failures are not cached.
         """
         with self._lock:

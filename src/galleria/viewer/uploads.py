@@ -1,6 +1,6 @@
 """Uploaded query images: decoded from bytes within bounds, and the last few kept to search again.
 
-The pixels come from galleria's one image reader (:func:`galleria.store.reading.decode_rgb`), so an
+The pixels come from galleria's one image reader (:func:`galleria.images.reading.decode_rgb`), so an
 uploaded copy of a gallery file decodes exactly as the gallery did (EXIF orientation, transparency on
 white, 16-bit scaling, CMYK, first frame, the same draft scale for large JPEGs).
 """
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
-from galleria.store.reading import DEFAULT_MAX_PIXELS, ImageReadError, ImageTooLargeError, decode_rgb
+from galleria.images.reading import DEFAULT_MAX_PIXELS, ImageReadError, ImageTooLargeError, decode_rgb
 
 __all__ = ["DEFAULT_MAX_PIXELS", "KeptUpload", "UploadError", "UploadStore", "decode_upload"]
 
@@ -48,7 +48,7 @@ def decode_upload(
     max_pixels : int
         Largest accepted width × height, checked from the header before decoding.
     min_size : (int, int) or None
-        The draft size of the store's reader (:func:`galleria.store.reading.draft_size_for`), so that
+        The draft size of the store's reader (:func:`galleria.images.reading.draft_size_for`), so that
         a large JPEG decodes at the scale its gallery copy was read at.
 
     Raises

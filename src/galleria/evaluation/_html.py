@@ -1,0 +1,127 @@
+"""The report's HTML page: the table, the contact sheets and the precision-recall curve."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from galleria.evaluation._tables import _COLUMNS, _describe, _rows
+from galleria.evaluation.pipeline import ConfigResult
+from galleria.evaluation.sheets import ContactSheet
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; max-width: 1400px; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
+th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; }
+.sheet { border-top: 1px solid #ddd; padding: 0.6rem 0; }
+.sheet h3 { font-size: 0.95rem; margin: 0 0 0.3rem; font-weight: normal; }
+.row { display: flex; gap: 4px; align-items: center; margin: 3px 0; }
+.row .name { width: 6.5rem; font-size: 0.8rem; color: #555; }
+.row img { width: 72px; height: 72px; object-fit: contain; background: #f2f2f2; border: 3px solid #d33; }
+.row img.hit { border-color: #2e9e48; }
+.row img.query { border-color: #333; }
+.note { color: #555; font-size: 0.9rem; }
+"""
+
+
+def _thumbnail_name(path: str) -> str:
+    return "thumbs/" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:20] + ".jpg"
+
+
+def report_html(
+    results: Sequence[ConfigResult],
+    meta: Mapping[str, Any],
+    title: str,
+    sheets: Sequence[ContactSheet] = (),
+    *,
+    compared: tuple[str, str] = ("plain", "re-ranked"),
+    images: Mapping[str, str] | None = None,
+) -> str:
+    """The HTML report: summary table, settings, PR curves (``pr_curve.png``) and contact sheets.
+
+    ``images`` maps each image path of the sheets to the relative file name of its thumbnail (a
+    path without one is shown by name only).
+    """
+    images = images or {}
+    esc = html.escape
+    header = ["Configuration", *(name for _, name in _COLUMNS)]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f"<title>{esc(title)}</title>",
+        f"<style>{_STYLE}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>{esc(title)}</h1>",
+        "<h2>Summary</h2>",
+        '<table id="summary">',
+        "<thead><tr>" + "".join(f"<th>{esc(cell)}</th>" for cell in header) + "</tr></thead>",
+        "<tbody>",
+    ]
+    for row in _rows(results):
+        cells = [f"<td>{esc(row[0])}</td>", *(f'<td class="number">{esc(cell)}</td>' for cell in row[1:])]
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts += [
+        "</tbody>",
+        "</table>",
+        '<p class="note">Recall@K: share of queries with a relevant result (same label) among the first K. '
+        "mAP@100: AP@100 normalised by min(R, 100), R the relevant gallery images. MRR: reciprocal rank "
+        "of the first relevant result within the first 100. ms/query: wall time per query, reading and "
+        "embedding the query included.</p>",
+        "<h2>Settings</h2>",
+        "<ul>",
+        *(f"<li><b>{esc(str(key))}</b>: {esc(_describe(value))}</li>" for key, value in meta.items()),
+        *(
+            f"<li><code>{esc(result.config.name)}</code> — {esc(result.config.title)}</li>"
+            for result in results
+        ),
+        "</ul>",
+        "<h2>Precision-recall</h2>",
+        '<p><img src="pr_curve.png" alt="Interpolated precision-recall curves" width="640" height="480"></p>',
+    ]
+    if sheets:
+        parts += [
+            "<h2>Queries the re-ranking changed most</h2>",
+            f'<p class="note">The {len(sheets)} queries whose first {len(sheets[0].before)} results changed '
+            f"most from {esc(compared[0])} to {esc(compared[1])}. Green frame: same label as the query "
+            "(relevant); red: another label.</p>",
+        ]
+
+    def picture(path: str, css: str, label: str) -> str:
+        caption = f"{path} ({label})"
+        if path in images:
+            return (
+                f'<img class="{css}" src="{esc(images[path])}" alt="{esc(caption)}" title="{esc(caption)}">'
+            )
+        return f'<span class="{css}" title="{esc(caption)}">{esc(os.path.basename(path))}</span>'
+
+    for number, sheet in enumerate(sheets, start=1):
+
+        def sheet_row(name: str, paths: Sequence[str], sheet: ContactSheet = sheet) -> str:
+            cells = []
+            for path in paths:
+                label = sheet.labels.get(path, "?")
+                cells.append(picture(path, "hit" if label == sheet.query_label else "miss", label))
+            hits = sum(1 for path in paths if sheet.labels.get(path) == sheet.query_label)
+            title = f'<span class="name">{esc(name)} ({hits}/{len(paths)})</span>'
+            return f'<div class="row">{title}{"".join(cells)}</div>'
+
+        parts += [
+            f'<div class="sheet" id="sheet-{number}">',
+            f"<h3>{number}. query <code>{esc(sheet.query)}</code>, "
+            f"label <b>{esc(sheet.query_label)}</b></h3>",
+            '<div class="row"><span class="name">query</span>'
+            + picture(sheet.query, "query", sheet.query_label)
+            + "</div>",
+            sheet_row(compared[0], sheet.before),
+            sheet_row(compared[1], sheet.after),
+            "</div>",
+        ]
+    parts += ["</body>", "</html>", ""]
+    return "\n".join(parts)

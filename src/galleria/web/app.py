@@ -42,6 +42,8 @@ from galleria.viewer.thumbnails import (
 from galleria.web._background import Background
 from galleria.web._files import GalleryFiles, NotServedError
 from galleria.web._guard import Guard, normalise_hosts
+from galleria.web._limits import FORM_SLACK as _FORM_SLACK
+from galleria.web._limits import BodyLimit as _BodyLimit
 from galleria.web._work import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, RequestTimeout, WorkerPool
 from galleria.web.duplicates_routes import duplicates_router
 from galleria.web.map_routes import map_router
@@ -54,50 +56,6 @@ __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 _HERE = Path(__file__).parent
 _SETTING_KEYS = SETTING_KEYS
-
-
-#: Room for the form's other fields beside the image, in bytes.
-_FORM_SLACK = 1024 * 1024
-
-
-class _BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is refused with 413, never stored whole.
-
-    A declared ``content-length`` over the limit is answered at once; a body that turns out longer
-    while it is read (chunked uploads) raises :class:`UploadError` inside the route, which answers 413.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            response = JSONResponse({"detail": _too_large(int(declared), self.limit)}, status_code=413)
-            await response(scope, receive, send)
-            return
-        total = 0
-        limit = self.limit
-
-        async def limited() -> Any:
-            nonlocal total
-            message = await receive()
-            if message.get("type") == "http.request":
-                total += len(message.get("body", b""))
-                if total > limit:
-                    raise UploadError(_too_large(total, limit), too_large=True)
-            return message
-
-        await self.app(scope, limited, send)
-
-
-def _too_large(size: int, limit: int) -> str:
-    allowed = (limit - _FORM_SLACK) / 1e6
-    return f"the request is {size / 1e6:.1f} MB or more, over the upload limit of {allowed:.1f} MB"
 
 
 def _bounded(settings: SearchSettings, sent: dict[str, Any]) -> SearchSettings:

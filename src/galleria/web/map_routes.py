@@ -85,26 +85,10 @@ def map_router(
     store: Any, labels: GalleryLabels, background: Background, render: Callable[..., Any]
 ) -> APIRouter:
     """The routes of the map (see the module docstring)."""
-    from galleria.store.gallery_map import gallery_map
-
     router = APIRouter()
 
-    def compute() -> dict[str, Any]:
-        result = gallery_map(store)
-        points = scaled(result.coordinates)
-        names, index = point_labels(store, labels)
-        body = {
-            "n": len(index),
-            "method": result.method,
-            "placed": result.placed,
-            "labels": names,
-            "label": index,
-            "xy": points.reshape(-1).tolist(),
-        }
-        return {"points": points, "body": json.dumps(body, separators=(",", ":")).encode()}
-
     def current() -> tuple[str, Any]:
-        return background.get(("map", len(store)), compute)
+        return background.get(("map", len(store)), lambda: _map_body(store, labels))
 
     def pending(state: str, value: Any) -> JSONResponse:
         if state == "failed":
@@ -153,34 +137,63 @@ def map_router(
     @router.get("/api/map/region")
     def api_region(request: Request) -> JSONResponse:
         """The images inside a rectangle of the map (map units, both corners included), in pages."""
-        params = request.query_params
         try:
-            x0, y0, x1, y1 = (_integer(name, params.get(name)) for name in ("x0", "y0", "x1", "y1"))
-            page = _integer("page", params.get("page"), 1)
-            if page < 1:
-                raise ValueError(f"page must be at least 1, got {page}")
+            corners, page = _region_request(request.query_params)
         except ValueError as error:
             return JSONResponse({"detail": str(error)}, status_code=400)
         state, value = current()
         if state != "ready":
             return pending(state, value)
-        points = value["points"]
-        x_low, x_high = sorted((x0, x1))
-        y_low, y_high = sorted((y0, y1))
-        inside = np.flatnonzero(
-            (points[:, 0] >= x_low)
-            & (points[:, 0] <= x_high)
-            & (points[:, 1] >= y_low)
-            & (points[:, 1] <= y_high)
-        )
-        pages = max(1, -(-inside.size // REGION_PAGE_SIZE))
-        page = min(page, pages)
-        chosen = inside[(page - 1) * REGION_PAGE_SIZE : page * REGION_PAGE_SIZE]
-        paths = store.paths
-        items = [{"row": int(row), **item_of(labels, paths[row])} for row in chosen]
-        return JSONResponse({"total": int(inside.size), "page": page, "pages": pages, "items": items})
+        return JSONResponse(_region_page(value["points"], corners, page, store.paths, labels))
 
     return router
+
+
+def _map_body(store: Any, labels: GalleryLabels) -> dict[str, Any]:
+    """The map's points (scaled) and the JSON body ``/api/map`` sends (computed once per gallery)."""
+    from galleria.store.gallery_map import gallery_map
+
+    result = gallery_map(store)
+    points = scaled(result.coordinates)
+    names, index = point_labels(store, labels)
+    body = {
+        "n": len(index),
+        "method": result.method,
+        "placed": result.placed,
+        "labels": names,
+        "label": index,
+        "xy": points.reshape(-1).tolist(),
+    }
+    return {"points": points, "body": json.dumps(body, separators=(",", ":")).encode()}
+
+
+def _region_request(params: Any) -> tuple[tuple[int, int, int, int], int]:
+    """The rectangle's corners and the page asked for (ValueError naming a bad one)."""
+    x0, y0, x1, y1 = (_integer(name, params.get(name)) for name in ("x0", "y0", "x1", "y1"))
+    page = _integer("page", params.get("page"), 1)
+    if page < 1:
+        raise ValueError(f"page must be at least 1, got {page}")
+    return (x0, y0, x1, y1), page
+
+
+def _region_page(
+    points: np.ndarray, corners: tuple[int, int, int, int], page: int, paths: Any, labels: GalleryLabels
+) -> dict[str, Any]:
+    """One page of the points inside the rectangle ``corners`` (both corners included)."""
+    x0, y0, x1, y1 = corners
+    x_low, x_high = sorted((x0, x1))
+    y_low, y_high = sorted((y0, y1))
+    inside = np.flatnonzero(
+        (points[:, 0] >= x_low)
+        & (points[:, 0] <= x_high)
+        & (points[:, 1] >= y_low)
+        & (points[:, 1] <= y_high)
+    )
+    pages = max(1, -(-inside.size // REGION_PAGE_SIZE))
+    page = min(page, pages)
+    chosen = inside[(page - 1) * REGION_PAGE_SIZE : page * REGION_PAGE_SIZE]
+    items = [{"row": int(row), **item_of(labels, paths[row])} for row in chosen]
+    return {"total": int(inside.size), "page": page, "pages": pages, "items": items}
 
 
 def _groups(store: Any, threshold: float | None) -> Any:

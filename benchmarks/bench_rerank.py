@@ -22,7 +22,7 @@ Part 2 — full re-ranking at Market-1501 size.
     Each measurement runs in its own child process that loads its inputs from ``.npy`` files, so its
     peak RSS (``VmHWM`` of the child itself, inputs included) is its own. Compared:
     ``k_reciprocal_rerank_features`` and ``k_reciprocal_rerank`` (three matrices), both modes, and a
-    literal dense transcription of the reference algorithm (DESIGN §4 steps 1–7: stacked
+    literal dense transcription of the reference algorithm (docs/reranking.md steps 1–7: stacked
     (P+G)² float32 matrix, full stable argsort, dense V and V_qe, an inverted index for step 6).
 """
 
@@ -476,7 +476,7 @@ def bench_threads(quick: bool) -> dict[str, Any]:
 def dense_reference(
     pg: np.ndarray, pp: np.ndarray, gg: np.ndarray, k1: int, k2: int, lam: float
 ) -> np.ndarray:
-    """DESIGN §4's reference algorithm, steps 1–7, on dense (P+G)² arrays."""
+    """The reference algorithm of docs/reranking.md, steps 1–7, on dense (P+G)² arrays."""
     probes = pg.shape[0]
     dist = np.block([[pp, pg], [pg.T, gg]]).astype(np.float32)  # 1. stack ...
     np.square(dist, out=dist)  # ... and square

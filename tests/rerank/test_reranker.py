@@ -33,7 +33,7 @@ def query(store: InMemoryImageEmbeddingStore, seed: int, k: int) -> list[Candida
 def expected_order(
     store: InMemoryImageEmbeddingStore, candidates: list[Candidate], k1: int, k2: int, lam: float
 ) -> tuple[list[str], np.ndarray]:
-    """The pool the DESIGN describes, built by hand, re-ranked by the pure core."""
+    """The pool docs/reranking.md describes, built by hand, re-ranked by the pure core."""
     vectors = store.embeddings_of([c.path for c in candidates])
     size = len(candidates)
     matrix = np.zeros((size + 1, size + 1))

@@ -3,13 +3,13 @@
 The set is all P probes followed by all G gallery items (``n = P + G`` members). Two modes:
 
 ``"paper"``
-    The pool rules of DESIGN §4 on that one set (see :mod:`galleria.rerank.pool`): distances floored
+    The pool rules of docs/reranking.md ("k-reciprocal re-ranking, defined") on that one set (see :mod:`galleria.rerank.pool`): distances floored
     at 0 with a zero diagonal, rows scaled by their maximum, stable ranking lists, ``≥ 2/3``, Jaccard
     ``1 - Σmin / Σmax`` over all n members (``Σmax = ΣV_p + ΣV_g - Σmin``), ``k1`` capped at
     ``n - 1``. With one probe this equals :func:`~galleria.rerank.pool.rerank_pool` with the whole
     gallery as candidates.
 ``"reference"``
-    The authors' published algorithm (DESIGN §4, steps 1–7): squared distances in float32, each
+    The authors' published algorithm (docs/reranking.md, steps 1–7): squared distances in float32, each
     column divided by its maximum and the result transposed, strict ``> 2/3``, Jaccard
     ``1 - m / (2 - m)`` with ``m = Σmin``.
 

@@ -76,6 +76,7 @@ from galleria.tune._splits import _labels_of, _make_split, score_lists
 
 # Moved to the modules above (galleria 0.3); importable from here as before.
 from galleria.tune._splits import _Split as _Split
+from galleria.tune._stop import stopping_on_interrupt
 from galleria.tune.result import TuneResult
 
 __all__ = [
@@ -226,9 +227,11 @@ def tune_gallery(
     native = hasattr(optuna.trial.Trial, "set_constraint")
 
     interrupted: list[BaseException] = []
+    measuring = [False]  # a Ctrl-C then ends the trial at once (galleria.tune._stop)
 
     def objective(trial: Any) -> float:
         try:
+            measuring[0] = True
             config, value = measure(_suggest(trial, families, choices))
         except KeyboardInterrupt as error:
             # Optuna would log the interrupted trial with a traceback: end the trial as pruned
@@ -236,6 +239,8 @@ def tune_gallery(
             interrupted.append(error)
             trial.study.stop()
             raise optuna.TrialPruned() from None
+        finally:
+            measuring[0] = False
         short = short_of_guard(repr(sorted(config.settings().items())))
         if native and guard_metric:
             trial.set_constraint("guard", short)
@@ -270,7 +275,8 @@ def tune_gallery(
     remaining = max(0, budget - 1)  # plain retrieval was the first trial
     if remaining:
         left = None if timeout is None else max(0.0, float(timeout) - (time.perf_counter() - started))
-        study.optimize(objective, n_trials=remaining, timeout=left)
+        with stopping_on_interrupt(study, measuring, interrupted):
+            study.optimize(objective, n_trials=remaining, timeout=left)
         if interrupted:
             raise KeyboardInterrupt
 

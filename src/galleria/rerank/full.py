@@ -3,7 +3,7 @@
 The set is all P probes followed by all G gallery items (``n = P + G`` members). Two modes:
 
 ``"paper"``
-    The pool rules of docs/reranking.md ("k-reciprocal re-ranking, defined") on that one set (see :mod:`galleria.rerank.pool`): distances floored
+    The pool rules of docs/reranking.md on that one set (see :mod:`galleria.rerank.pool`): distances floored
     at 0 with a zero diagonal, rows scaled by their maximum, stable ranking lists, ``≥ 2/3``, Jaccard
     ``1 - Σmin / Σmax`` over all n members (``Σmax = ΣV_p + ΣV_g - Σmin``), ``k1`` capped at
     ``n - 1``. With one probe this equals :func:`~galleria.rerank.pool.rerank_pool` with the whole

@@ -12,6 +12,7 @@ stops the built-ins. ``GALLERIA_NO_PLUGINS=1`` turns discovery off.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 import warnings
@@ -21,7 +22,13 @@ from typing import Any
 from galleria._declare import KINDS, Component, DeclarationError
 from galleria._warnings import PluginWarning
 
-__all__ = ["NO_PLUGINS_VARIABLE", "merge_components", "plugin_components", "plugins_enabled"]
+__all__ = [
+    "NO_PLUGINS_VARIABLE",
+    "builtin_components",
+    "merge_components",
+    "plugin_components",
+    "plugins_enabled",
+]
 
 #: The environment variable that turns plugin discovery off (``1``, ``true`` or ``yes``).
 NO_PLUGINS_VARIABLE = "GALLERIA_NO_PLUGINS"
@@ -29,6 +36,21 @@ _FOUND: dict[str, list[tuple[str, Component]]] = {}
 #: ``[the function that read them, the entry points]``: read once (a test that fakes
 #: ``importlib.metadata.entry_points`` is read anew).
 _METADATA: list[Any] = []
+
+
+def builtin_components(package: Any, kind: str, skip: Iterable[str] = ("registry",)) -> list[Component]:
+    """Every ``COMPONENT`` of ``kind`` declared by a module of ``package`` (found by scanning it;
+    private modules and those named in ``skip`` are not imported)."""
+    import pkgutil
+
+    found = []
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name.startswith("_") or module.name in skip:
+            continue
+        declared = getattr(importlib.import_module(f"{package.__name__}.{module.name}"), "COMPONENT", None)
+        if isinstance(declared, Component) and declared.kind == kind:
+            found.append(declared)
+    return found
 
 
 def plugins_enabled() -> bool:

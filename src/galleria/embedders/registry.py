@@ -10,15 +10,13 @@ for the ones that load a model, ``loading`` (what is imported, said on a termina
 
 from __future__ import annotations
 
-import importlib
 import json
-import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
 import galleria.embedders as _package
 from galleria._declare import Component
-from galleria._plugins import merge_components
+from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
@@ -34,14 +32,8 @@ __all__ = [
 
 
 def _builtin_components() -> list[Component]:
-    found = []
-    for module in pkgutil.iter_modules(_package.__path__):
-        if module.name.startswith("_") or module.name == "registry":
-            continue
-        declared = getattr(importlib.import_module(f"{_package.__name__}.{module.name}"), "COMPONENT", None)
-        if isinstance(declared, Component) and declared.kind == "embedder":
-            found.append(declared)
-    return found
+    """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
+    return builtin_components(_package, "embedder")
 
 
 _COMPONENTS: dict[str, Component] = {

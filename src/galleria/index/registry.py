@@ -10,14 +10,12 @@ faiss's binary format (``faiss_blobs``).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
 import galleria.index as _package
 from galleria._declare import Component
-from galleria._plugins import merge_components
+from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.index.base import SPACES, SearchIndex
 
@@ -33,14 +31,8 @@ __all__ = [
 
 
 def _builtin_components() -> list[Component]:
-    found = []
-    for module in pkgutil.iter_modules(_package.__path__):
-        if module.name.startswith("_") or module.name == "registry":
-            continue
-        declared = getattr(importlib.import_module(f"{_package.__name__}.{module.name}"), "COMPONENT", None)
-        if isinstance(declared, Component) and declared.kind == "index":
-            found.append(declared)
-    return found
+    """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
+    return builtin_components(_package, "index")
 
 
 _COMPONENTS: dict[str, Component] = {

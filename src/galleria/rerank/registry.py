@@ -25,15 +25,13 @@ module sits above the implementations (it imports them; none of them imports it 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import galleria.rerank as _package
 from galleria._declare import Component, format_value
-from galleria._plugins import merge_components
+from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.rerank._prepared import cached_preparation
 from galleria.rerank.base import Reranker
@@ -76,14 +74,7 @@ def _with_preparation(component: Component) -> Component:
 
 def _builtin_components() -> list[Component]:
     """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
-    found = []
-    for module in pkgutil.iter_modules(_package.__path__):
-        if module.name.startswith("_") or module.name in ("registry", "adaptive"):
-            continue
-        declared = getattr(importlib.import_module(f"{_package.__name__}.{module.name}"), "COMPONENT", None)
-        if isinstance(declared, Component) and declared.kind == "reranker":
-            found.append(declared)
-    return found
+    return builtin_components(_package, "reranker", ("registry", "adaptive"))
 
 
 _COMPONENTS: dict[str, Component] = {

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import galleria.rerank.full as full_module
+import galleria.rerank._full_blocks as blocks
 from _support.rerank_oracle import oracle_rerank
 from galleria.distances import normalize_rows, pairwise_distances
 from galleria.rerank import (
@@ -180,8 +180,8 @@ def test_small_blocks_give_the_same_result(mode: str, monkeypatch: pytest.Monkey
     matrix = np.sqrt(pairwise_distances(points, points, "l2")).astype(np.float64)
     parts = split(matrix, 7)
     whole = k_reciprocal_rerank(*parts, k1=9, k2=4, mode=mode)
-    monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", 100)
-    monkeypatch.setattr(full_module, "_TRIPLES", 40)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 100)
+    monkeypatch.setattr(blocks, "TRIPLES", 40)
     np.testing.assert_array_equal(k_reciprocal_rerank(*parts, k1=9, k2=4, mode=mode), whole)
 
 
@@ -218,7 +218,7 @@ def test_features_equal_distances(metric: str, mode: str, monkeypatch: pytest.Mo
     expected = k_reciprocal_rerank(*split(matrix, 6), k1=7, k2=3, mode=mode)
     result = k_reciprocal_rerank_features(probe, gallery, metric=metric, k1=7, k2=3, mode=mode)
     np.testing.assert_allclose(result, expected, rtol=0, atol=1e-5)
-    monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", 120)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 120)
     blocked = k_reciprocal_rerank_features(probe, gallery, metric=metric, k1=7, k2=3, mode=mode)
     np.testing.assert_allclose(blocked, expected, rtol=0, atol=1e-5)
 
@@ -296,8 +296,8 @@ def test_no_dense_square_matrix_is_held(source: str, monkeypatch: pytest.MonkeyP
     """Peak numpy allocation stays well under one dense (P+G)² float32 matrix (inputs excluded)."""
     import tracemalloc
 
-    monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", 1 << 16)
-    monkeypatch.setattr(full_module, "_TRIPLES", 1 << 16)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 1 << 16)
+    monkeypatch.setattr(blocks, "TRIPLES", 1 << 16)
     rng = np.random.default_rng(18)
     probe = rng.normal(size=(100, 16)).astype(np.float32)
     gallery = rng.normal(size=(2900, 16)).astype(np.float32)

@@ -9,7 +9,8 @@ import pytest
 
 from galleria.rerank import (
     _common,
-    full,
+    _full_blocks,
+    _full_neighbours,
     iter_k_reciprocal_rerank_features,
     k_reciprocal_rerank,
     k_reciprocal_rerank_features,
@@ -53,8 +54,8 @@ def _features(seed: int, probes: int, gallery: int, dim: int = 16) -> tuple[np.n
 @pytest.mark.parametrize("seed", [0, 1])
 def test_threads_do_not_change_a_bit(monkeypatch: pytest.MonkeyPatch, mode: str, seed: int) -> None:
     probe, gallery = _features(seed, 37, 150)
-    monkeypatch.setattr(full, "_BLOCK_ELEMENTS", 1500)  # blocks of ~8 rows: many blocks
-    monkeypatch.setattr(full, "_TRIPLES", 500)
+    monkeypatch.setattr(_full_blocks, "BLOCK_ELEMENTS", 1500)  # blocks of ~8 rows: many blocks
+    monkeypatch.setattr(_full_blocks, "TRIPLES", 500)
     results = {}
     for workers in (1, 2, 3):
         monkeypatch.setattr(_common, "BLOCK_WORKERS", workers)
@@ -81,18 +82,18 @@ def test_chunked_neighbour_search_equals_whole_rows(
     if duplicates:  # exact ties everywhere: rows whose cut is unsure are ranked whole
         gallery[1::2] = gallery[::2][: len(gallery[1::2])]
         probe[::3] = gallery[: len(probe[::3])]
-    monkeypatch.setattr(full, "_BLOCK_ELEMENTS", 4000)
+    monkeypatch.setattr(_full_blocks, "BLOCK_ELEMENTS", 4000)
     results = {}
     calls: list[int] = []
-    original = full._chunked_lists
+    original = _full_neighbours.chunked_lists
 
     def counted(*args: Any) -> Any:
         calls.append(1)
         return original(*args)
 
-    monkeypatch.setattr(full, "_chunked_lists", counted)
+    monkeypatch.setattr(_full_neighbours, "chunked_lists", counted)
     for chunk in (3, 4, 7, 10_000):  # 10,000: no chunked search
-        monkeypatch.setattr(full, "_CHUNK", chunk)
+        monkeypatch.setattr(_full_blocks, "CHUNK", chunk)
         calls.clear()
         matrix = k_reciprocal_rerank_features(probe, gallery, k1=9, k2=4, mode=mode)
         streamed = np.concatenate(

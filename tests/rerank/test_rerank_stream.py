@@ -8,7 +8,7 @@ import pytest
 import galleria
 from galleria.distances import pairwise_distances
 from galleria.metrics import reid_evaluate
-from galleria.rerank import full as full_module
+from galleria.rerank import _full_blocks as blocks
 from galleria.rerank import (
     iter_k_reciprocal_rerank,
     iter_k_reciprocal_rerank_features,
@@ -46,7 +46,7 @@ def test_streamed_features_equal_the_matrix(
 ) -> None:
     probe, gallery, _, _ = _data(30, 100)
     if block_elements is not None:  # blocks of 7 probes, or of one
-        monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", block_elements)
+        monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", block_elements)
     expected = k_reciprocal_rerank_features(probe, gallery, metric=metric, k1=6, k2=3, mode=mode)
     out, sizes = _assemble(
         iter_k_reciprocal_rerank_features(probe, gallery, metric=metric, k1=6, k2=3, mode=mode), 30, 100
@@ -63,7 +63,7 @@ def test_streamed_matrices_equal_the_matrix(monkeypatch: pytest.MonkeyPatch, mod
     pp = pairwise_distances(probe, probe, "l2")
     gg = pairwise_distances(gallery, gallery, "l2")
     pg[0, :3] = pg[0, 3]  # ties
-    monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", 5 * 52)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 5 * 52)
     expected = k_reciprocal_rerank(pg, pp, gg, k1=5, k2=2, lambda_value=0.2, mode=mode)
     out, sizes = _assemble(
         iter_k_reciprocal_rerank(pg, pp, gg, k1=5, k2=2, lambda_value=0.2, mode=mode), 12, 40
@@ -88,7 +88,7 @@ def test_streamed_evaluation_equals_the_matrix_evaluation(monkeypatch: pytest.Mo
     rng = np.random.default_rng(4)
     probe_cams, gallery_cams = rng.integers(0, 3, 40), rng.integers(0, 3, 150)
     gallery_ids[:5] = -1  # junk
-    monkeypatch.setattr(full_module, "_BLOCK_ELEMENTS", 9 * 190)
+    monkeypatch.setattr(blocks, "BLOCK_ELEMENTS", 9 * 190)
     labels = (probe_ids, gallery_ids, probe_cams, gallery_cams)
     matrix = k_reciprocal_rerank_features(probe, gallery, k1=8, k2=3, mode="reference")
     whole = reid_evaluate(matrix, *labels, max_rank=10, top_k=10)

@@ -22,7 +22,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "index/ivfpq.py",
         "index/milvus.py",
         "rerank/decoupled.py",
-        "rerank/full.py",
         "store/persistence.py",
         "web/pages.py",
     }
@@ -46,7 +45,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "evaluation/report.py:write_report",
         "metrics/candidates.py:ranked_relevance",
         "rerank/diffusion.py:diffusion_rerank_features",
-        "rerank/sparse_pool.py:sparse_pool_core",
         "store/persistence.py:read_store",
         "tune/search.py:tune_gallery",
         "web/app.py:create_app",

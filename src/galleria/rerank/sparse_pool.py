@@ -129,11 +129,37 @@ def sparse_pool_core(source: PoolRows, k1: int, k2: int, lambda_value: float) ->
     """
     size = source.size
     first, second, half = effective_ks(k1, k2, size - 1)
-    width = first + 1
     step = block_rows(size)
+    ranking, scales, probe_row, kept = _first_pass(source, first + 1, step)
 
-    # First pass: every member's ranking list (its first k1 + 1 entries) and its row scale. With
-    # several blocks, each row's nearest `keep` distances are kept too, for the second pass.
+    # Eqs. 3-4 on the neighbour lists, then Eq. 7 on the expanded pairs (sorted by row, then column).
+    rows, columns = _expanded_pairs(ranking, half + 1)
+    if isinstance(kept, np.ndarray):  # the one block is still there
+        distances = kept[rows, columns]
+    else:
+        distances = _pair_distances(source, rows, columns, scales, step, kept)
+    del kept
+    features, mass = _pair_features(rows, columns, distances, ranking, second)
+
+    # Eq. 11 and Eq. 10 on the probe's support: the union of the expanded sets of its k2 nearest.
+    smallest = _support_minima(features, ranking, second)
+    largest = mass[0] + mass - smallest
+    jaccard = np.ones(size)
+    np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
+    final = (1.0 - lambda_value) * jaccard + lambda_value * probe_row
+    return np.asarray(final[1:], dtype=np.float64)
+
+
+def _first_pass(
+    source: PoolRows, width: int, step: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | tuple[np.ndarray, np.ndarray]]:
+    """Every member's ranking list (its first ``width`` entries) and row scale, from blocks of ``step`` rows.
+
+    Returns ``(ranking, scales, probe_row, kept)``: ``probe_row`` the probe's scaled row (for Eq. 12),
+    and ``kept`` the one scaled block when a single block holds every row, else the sorted keys
+    ``row · size + column`` of each row's nearest ``keep`` distances and those scaled distances.
+    """
+    size = source.size
     single = step >= size
     keep = min(size, max(width + 1, min(_CACHE_FACTOR * (width + 1), _CACHE_ELEMENTS // size)))
     ranking = np.empty((size, width), dtype=np.int64)
@@ -157,14 +183,18 @@ def sparse_pool_core(source: PoolRows, k1: int, k2: int, lambda_value: float) ->
             cached_keys[start:stop] = nearest + np.arange(start, stop)[:, None] * size
         if start == 0:
             probe_row = block[0].copy()  # d(p, ·), kept for Eq. 12
+    return ranking, scales, probe_row, (block if single else (cached_keys, cached))
 
-    # Eqs. 3-4 on the neighbour lists, then Eq. 7 on the expanded pairs (sorted by row, then column).
-    rows, columns = _expanded_pairs(ranking, half + 1)
-    if single:  # the one block is still there
-        distances = block[rows, columns]
-    else:
-        distances = _pair_distances(source, rows, columns, scales, step, (cached_keys, cached))
-    del block, cached_keys, cached
+
+def _pair_features(
+    rows: np.ndarray, columns: np.ndarray, distances: np.ndarray, ranking: np.ndarray, second: int
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Eq. 7 on the expanded pairs: the (size, size) features, and the sum of each row after Eq. 11.
+
+    Each feature sums to 1 (or is 0); with ``second > 1`` the sums are those of the mean of the
+    ``second`` first ranked members' features, as Eq. 11 makes them.
+    """
+    size = ranking.shape[0]
     weights = np.exp(np.negative(distances))
     totals = np.bincount(rows, weights=weights, minlength=size)  # left to right within each row
     weights /= np.where(totals > 0, totals, 1.0)[rows]
@@ -176,9 +206,19 @@ def sparse_pool_core(source: PoolRows, k1: int, k2: int, lambda_value: float) ->
         for position in range(1, second):
             summed += mass[ranking[:, position]]
         mass = summed / second
+    return features, mass
 
-    # Eq. 11 and Eq. 10 on the probe's support: the union of the expanded sets of its k2 nearest.
+
+def _support_minima(features: sp.csr_matrix, ranking: np.ndarray, second: int) -> np.ndarray:
+    """``Σ min(V_p, V_g)`` for every member ``g`` (Eq. 11 then Eq. 10's numerator), on the probe's support.
+
+    The support is the union of the expanded sets of the probe's ``second`` nearest members (outside
+    it the probe's averaged feature is 0). Its columns are taken in chunks as dense arrays and the
+    minima summed left to right over them.
+    """
+    size = ranking.shape[0]
     near = ranking[0, :second]
+    indptr, columns = features.indptr, features.indices
     support = np.unique(np.concatenate([columns[indptr[i] : indptr[i + 1]] for i in near]))
     smallest = np.zeros(size)  # Σ min(V_p, V_g), left to right over the support columns
     chunk = max(1, _BLOCK_ELEMENTS // size)
@@ -193,11 +233,7 @@ def sparse_pool_core(source: PoolRows, k1: int, k2: int, lambda_value: float) ->
         if begin:  # go on from the sums of the earlier chunks, still left to right
             minima = np.concatenate([smallest[:, None], minima], axis=1)
         smallest = ordered_sum(minima)
-    largest = mass[0] + mass - smallest
-    jaccard = np.ones(size)
-    np.subtract(1.0, smallest / np.where(largest > 0, largest, 1.0), out=jaccard, where=largest > 0)
-    final = (1.0 - lambda_value) * jaccard + lambda_value * probe_row
-    return np.asarray(final[1:], dtype=np.float64)
+    return smallest
 
 
 def _floored(block: np.ndarray, start: int) -> np.ndarray:

@@ -44,7 +44,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "evaluation/_html.py:report_html",
         "evaluation/report.py:write_report",
         "metrics/candidates.py:ranked_relevance",
-        "rerank/diffusion.py:diffusion_rerank_features",
         "store/persistence.py:read_store",
         "tune/search.py:tune_gallery",
         "web/app.py:create_app",

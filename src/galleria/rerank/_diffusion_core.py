@@ -1,5 +1,5 @@
-"""The numeric core of diffusion re-ranking: parameter checks, the conjugate-gradient solver and the
-pool walk (pure functions on arrays)."""
+"""The numeric core of diffusion re-ranking: parameter checks, the conjugate-gradient solver, the
+pool walk and the full probe×gallery walk (pure functions on arrays)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from galleria._deadline import check_deadline
 from galleria._validation import (
@@ -16,11 +17,10 @@ from galleria._validation import (
 )
 from galleria.rerank._common import stable_smallest
 
-#: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
-
 #: The most conjugate-gradient iterations a setting may ask for (decoupled diffusion's bound too).
 MAX_ITERATIONS = 1 << 20
 #: Probes diffused together in the full setting (their CG arrays are (block, G) float64).
+PROBE_BLOCK = 256
 
 
 def check_diffusion_params(
@@ -205,3 +205,60 @@ def diffusion_pools(
         return product
 
     return conjugate_gradient(matvec, query, tol=tol, maxiter=maxiter)
+
+
+def gallery_system(
+    size: int, neighbours: tuple[np.ndarray, np.ndarray] | None, alpha: float, gamma: float
+) -> sp.csr_matrix:
+    """``I - α S`` of a gallery of ``size`` items, ``S`` its symmetrically normalised mutual k-NN affinity.
+
+    ``neighbours`` holds every item's nearest other items and their cosine similarities, shape
+    (size, m) each (None: no neighbour, ``S = 0``). An edge ``i → j`` weighs ``max(s_ij, 0) ** γ``
+    and counts when ``j → i`` is an edge too; the affinity is made exactly symmetric by averaging it
+    with its transpose (rounding in the block products cannot break conjugate gradient).
+    """
+    if neighbours is not None:
+        top, values = neighbours
+        rows = np.repeat(np.arange(size), top.shape[1])
+        weights = np.maximum(values.astype(np.float64).ravel(), 0.0) ** gamma
+        directed = sp.csr_matrix((weights, (rows, top.ravel())), shape=(size, size))
+        marks = sp.csr_matrix((np.ones(rows.size), (rows, top.ravel())), shape=(size, size))
+        mutual = directed.multiply(marks.T).tocsr()
+        affinity = ((mutual + mutual.T) * 0.5).tocsr()
+    else:
+        affinity = sp.csr_matrix((size, size), dtype=np.float64)
+    degree = np.asarray(affinity.sum(axis=1)).ravel()
+    scale = np.zeros_like(degree)
+    np.divide(1.0, np.sqrt(degree), out=scale, where=degree > 0)
+    normalised = (sp.diags(scale) @ affinity @ sp.diags(scale)).tocsr()
+    return (sp.identity(size, format="csr") - alpha * normalised).tocsr()
+
+
+def diffuse_probes(
+    system: sp.csr_matrix,
+    chosen: np.ndarray,
+    similarities: np.ndarray,
+    gamma: float,
+    tol: float,
+    maxiter: int,
+) -> np.ndarray:
+    """``-f`` of every probe (shape (P, G), float64): ``system · f = y`` solved by conjugate gradient.
+
+    Probe ``p``'s ``y`` is ``max(s, 0) ** γ`` on its chosen gallery items ``chosen[p]`` (with their
+    similarities ``similarities[p]``) and 0 elsewhere; :data:`PROBE_BLOCK` probes are solved together.
+    """
+    size = system.shape[0]
+
+    def matvec(vectors: np.ndarray) -> np.ndarray:
+        product: np.ndarray = np.ascontiguousarray(np.asarray(system @ vectors.T).T)
+        return product
+
+    count = chosen.shape[0]
+    result = np.empty((count, size), dtype=np.float64)
+    for begin in range(0, count, PROBE_BLOCK):  # bounds the (block, G) CG arrays
+        stop = min(count, begin + PROBE_BLOCK)
+        query = np.zeros((stop - begin, size), dtype=np.float64)
+        values = np.maximum(similarities[begin:stop].astype(np.float64), 0.0) ** gamma
+        np.put_along_axis(query, chosen[begin:stop], values, axis=1)
+        result[begin:stop] = -conjugate_gradient(matvec, query, tol=tol, maxiter=maxiter)
+    return result

@@ -36,7 +36,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from galleria._declare import Component, Param, Space
 from galleria._validation import (
@@ -45,14 +44,14 @@ from galleria._validation import (
 )
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared
-
-#: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
 from galleria.rerank._diffusion_core import (
     MAX_ITERATIONS,
     ConjugateGradientResult,
     check_diffusion_params,
     conjugate_gradient,
+    diffuse_probes,
     diffusion_pools,
+    gallery_system,
     graph_neighbors,
     solve_conjugate_gradient,
 )
@@ -70,8 +69,8 @@ from galleria.rerank.base import (
 )
 from galleria.store.store import InMemoryImageEmbeddingStore
 
+#: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
 GRAPHS: tuple[str, ...] = ("gallery", "pool")
-_PROBE_BLOCK = 256
 
 __all__ = [
     "GRAPHS",
@@ -275,36 +274,10 @@ def diffusion_rerank_features(
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     size = gallery.shape[0]
     graph_k = min(others, size - 1)
-    if graph_k > 0:
-        top, values = top_similar(gallery, gallery, graph_k, exclude_self=True)
-        rows = np.repeat(np.arange(size), graph_k)
-        weights = np.maximum(values.astype(np.float64).ravel(), 0.0) ** power
-        directed = sp.csr_matrix((weights, (rows, top.ravel())), shape=(size, size))
-        marks = sp.csr_matrix((np.ones(rows.size), (rows, top.ravel())), shape=(size, size))
-        mutual = directed.multiply(marks.T).tocsr()
-        affinity = ((mutual + mutual.T) * 0.5).tocsr()
-    else:
-        affinity = sp.csr_matrix((size, size), dtype=np.float64)
-    degree = np.asarray(affinity.sum(axis=1)).ravel()
-    scale = np.zeros_like(degree)
-    np.divide(1.0, np.sqrt(degree), out=scale, where=degree > 0)
-    normalised = (sp.diags(scale) @ affinity @ sp.diags(scale)).tocsr()
-    system = (sp.identity(size, format="csr") - weight * normalised).tocsr()
-    chosen_k = min(query_neighbours, size)
-    chosen, similarities = top_similar(probes, gallery, chosen_k)
-
-    def matvec(vectors: np.ndarray) -> np.ndarray:
-        product: np.ndarray = np.ascontiguousarray(np.asarray(system @ vectors.T).T)
-        return product
-
-    result = np.empty((probes.shape[0], size), dtype=np.float64)
-    for begin in range(0, probes.shape[0], _PROBE_BLOCK):  # bounds the (block, G) CG arrays
-        stop = min(probes.shape[0], begin + _PROBE_BLOCK)
-        query = np.zeros((stop - begin, size), dtype=np.float64)
-        values = np.maximum(similarities[begin:stop].astype(np.float64), 0.0) ** power
-        np.put_along_axis(query, chosen[begin:stop], values, axis=1)
-        result[begin:stop] = -conjugate_gradient(matvec, query, tol=tolerance, maxiter=iterations)
-    return result
+    neighbours = top_similar(gallery, gallery, graph_k, exclude_self=True) if graph_k > 0 else None
+    system = gallery_system(size, neighbours, weight, power)
+    chosen, similarities = top_similar(probes, gallery, min(query_neighbours, size))
+    return diffuse_probes(system, chosen, similarities, power, tolerance, iterations)
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "index/_faiss_check.py",
         "index/ivfpq.py",
         "index/milvus.py",
-        "rerank/decoupled.py",
         "store/persistence.py",
         "web/pages.py",
     }

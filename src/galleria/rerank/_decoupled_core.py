@@ -1,5 +1,6 @@
 """Decoupled diffusion's numeric core: parameter checks, the gallery's neighbour lists and normalised
-affinity, the truncated rows of the offline system, and the pool-side walk (pure, on arrays)."""
+affinity, the truncated rows of the offline system (the whole offline part: :func:`offline_rows`), and
+the pool-side walk (on arrays; a store is read only for the neighbour graph it keeps)."""
 
 from __future__ import annotations
 
@@ -199,3 +200,30 @@ def _pool_diffusion(
     hit = ranked[slots] == reached
     result: np.ndarray = np.bincount(order[slots[hit]], weights=spread[hit], minlength=len(candidates))
     return result
+
+
+def offline_rows(
+    unit: np.ndarray,
+    k: int,
+    truncation: int,
+    alpha: float,
+    gamma: float,
+    tol: float,
+    maxiter: int,
+    store: InMemoryImageEmbeddingStore | None = None,
+    state: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The offline part over L2-normalised rows ``unit`` with checked parameters: ``(positions, values)``.
+
+    The graph's neighbour lists are the store's own neighbour graph when ``store`` (a cosine store
+    whose gallery is in ``state``) keeps one that fits, else computed from ``unit``.
+    """
+    count = unit.shape[0]
+    width = min(truncation, count)
+    graph_k = min(k, count - 1)
+    found = None
+    if store is not None and state is not None and store.space == "cosine":  # the store's graph
+        found = _graph_lists(store, width, graph_k, state)
+    lists, graph, similarities = found if found is not None else _neighbour_lists(unit, width, graph_k)
+    normalised = _normalised_affinity(graph, similarities, gamma)
+    return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)

@@ -26,6 +26,9 @@ the L2-normalised vectors (cosine similarities) in every space.
   is computed on first use (or ahead, with :func:`prepare_offline_diffusion`) and kept in the store,
   whose saved file keeps it (``offline_diffusion`` in :mod:`galleria.store.persistence`).
 * :func:`decoupled_diffusion_rerank_features` — the full probe×gallery setting.
+
+The functions on features live in :mod:`galleria.rerank._decoupled_features` and the numeric core in
+:mod:`galleria.rerank._decoupled_core`; this module keeps the store's side and the declaration.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
@@ -48,18 +50,20 @@ from galleria.rerank._consistent import (
     read_candidates,
     take_snapshot,
 )
-from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3)
-    _graph_lists,
-    _neighbour_lists,
-    _normalised_affinity,
-    _offline_matrix,
+from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3); kept importable from here
+    _graph_lists,  # noqa: F401
+    _neighbour_lists,  # noqa: F401
+    _normalised_affinity,  # noqa: F401
+    _offline_matrix,  # noqa: F401
     _pool_diffusion,
     _query_weights,
-    _truncated_rows,
+    _truncated_rows,  # noqa: F401
     _witnessed,
     check_decoupled_params,
 )
-from galleria.rerank.base import check_features, check_store, similarities_from_distances, top_similar
+from galleria.rerank._decoupled_core import offline_rows as _offline
+from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
+from galleria.rerank.base import check_features, check_store, similarities_from_distances
 from galleria.rerank.diffusion import WALK_PARAMS
 from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
 from galleria.store._state import OfflineDiffusion
@@ -76,117 +80,6 @@ __all__ = [
 
 #: The parameters of the offline part, in the order :func:`check_decoupled_params` returns them.
 OFFLINE_PARAMS = ("k", "truncation", "alpha", "gamma", "tol", "maxiter")
-
-
-def offline_diffusion(
-    gallery_features: Any,
-    *,
-    k: int = 50,
-    truncation: int = 1000,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The offline part of decoupled diffusion over a gallery (see the module docstring).
-
-    Parameters
-    ----------
-    gallery_features : array_like, shape (n, d)
-        The gallery vectors (L2-normalised here; compared by cosine).
-    k, truncation, alpha, gamma, tol, maxiter
-        Graph neighbours (capped at ``n - 1``), truncation size (capped at ``n``), the diffusion's
-        weight and exponent, conjugate gradient's relative tolerance and most iterations.
-
-    Returns
-    -------
-    (positions, values) : (n, T) int32 and (n, T) float32 arrays
-        Row i: item i's truncated list ``T(i)`` (i first) and its diffusion there.
-
-    Raises
-    ------
-    TypeError, ValueError
-        Bad features or a parameter out of range (naming it).
-
-    Examples
-    --------
-    >>> positions, values = offline_diffusion(np.eye(3)[[0, 0, 1]] + 0.01, k=1, truncation=2)
-    >>> positions.tolist()
-    [[0, 1], [1, 0], [2, 0]]
-    """
-    neighbours, size, _, weight, power, tolerance, iterations = check_decoupled_params(
-        k, truncation, 1, alpha, gamma, tol, maxiter
-    )
-    unit = check_features("gallery_features", gallery_features)
-    return _offline(unit, neighbours, size, weight, power, tolerance, iterations)
-
-
-def _offline(
-    unit: np.ndarray,
-    k: int,
-    truncation: int,
-    alpha: float,
-    gamma: float,
-    tol: float,
-    maxiter: int,
-    store: InMemoryImageEmbeddingStore | None = None,
-    state: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    count = unit.shape[0]
-    width = min(truncation, count)
-    graph_k = min(k, count - 1)
-    found = None
-    if store is not None and state is not None and store.space == "cosine":  # the store's graph
-        found = _graph_lists(store, width, graph_k, state)
-    lists, graph, similarities = found if found is not None else _neighbour_lists(unit, width, graph_k)
-    normalised = _normalised_affinity(graph, similarities, gamma)
-    return lists, _truncated_rows(normalised, lists, alpha, tol, maxiter)
-
-
-def decoupled_diffusion_rerank_features(
-    probe_features: Any,
-    gallery_features: Any,
-    *,
-    k: int = 50,
-    truncation: int = 1000,
-    query_k: int = 10,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
-) -> np.ndarray:
-    """Decoupled-diffusion distances ``-f`` of every probe to every gallery item (lower is closer).
-
-    The offline part is :func:`offline_diffusion` of the gallery; each probe combines the offline
-    rows of its ``query_k`` most similar gallery items (cosine, ties to the lower row).
-
-    Returns
-    -------
-    numpy.ndarray
-        (P, G) float64.
-
-    Examples
-    --------
-    >>> gallery = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    >>> distances = decoupled_diffusion_rerank_features([[1.0, 0.05]], gallery, k=1, query_k=1)
-    >>> np.argsort(distances[0], kind="stable")[:2].tolist()
-    [0, 1]
-    """
-    neighbours, size, query_neighbours, weight, power, tolerance, iterations = check_decoupled_params(
-        k, truncation, query_k, alpha, gamma, tol, maxiter
-    )
-    probes = check_features("probe_features", probe_features)
-    gallery = check_features("gallery_features", gallery_features, probes.shape[1])
-    positions, values = _offline(gallery, neighbours, size, weight, power, tolerance, iterations)
-    chosen, similarities = top_similar(probes, gallery, min(query_neighbours, gallery.shape[0]))
-    rows = np.repeat(np.arange(probes.shape[0]), chosen.shape[1])
-    query = sp.csr_matrix(
-        (_query_weights(similarities, power).ravel(), (rows, chosen.ravel())),
-        shape=(probes.shape[0], gallery.shape[0]),
-    )
-    offline = _offline_matrix(positions, values.astype(np.float64))
-    result: np.ndarray = -np.asarray((query @ offline).toarray(), dtype=np.float64)
-    return result
 
 
 def prepare_offline_diffusion(

@@ -42,7 +42,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "evaluation/pipeline.py:evaluate_retrieval",
         "evaluation/_html.py:report_html",
         "evaluation/report.py:write_report",
-        "metrics/candidates.py:ranked_relevance",
         "store/persistence.py:read_store",
         "tune/search.py:tune_gallery",
         "web/app.py:create_app",

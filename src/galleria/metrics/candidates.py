@@ -85,6 +85,28 @@ def ranked_relevance(
     >>> result.hits.tolist(), result.n_relevant.tolist()
     ([[False, True]], [1])
     """
+    excluded = _checked_arguments(candidate_lists, query_labels, gallery_labels, exclude_paths)
+    n = len(candidate_lists)
+    label_counts = Counter(gallery_labels.values())
+    rows: list[list[bool]] = []
+    n_relevant = np.zeros(n, dtype=np.int64)
+    for query, (results, label, own_path) in enumerate(
+        zip(candidate_lists, query_labels, excluded, strict=True)
+    ):
+        rows.append(_relevant_row(query, results, label, own_path, gallery_labels))
+        own_counts = own_path is not None and gallery_labels[own_path] == label
+        n_relevant[query] = label_counts.get(label, 0) - int(own_counts)
+    depth = max((len(row) for row in rows), default=0)
+    hits = np.zeros((n, depth), dtype=bool)
+    for query, row in enumerate(rows):
+        hits[query, : len(row)] = row
+    return RankedRelevance(hits=hits, n_relevant=n_relevant)
+
+
+def _checked_arguments(
+    candidate_lists: Any, query_labels: Any, gallery_labels: Any, exclude_paths: Any
+) -> Sequence[str | None]:
+    """Check :func:`ranked_relevance`'s arguments (kinds, lengths); return one exclude path per list."""
     if isinstance(candidate_lists, (str, bytes)) or not isinstance(candidate_lists, Sequence):
         raise TypeError(
             f"candidate_lists must be a sequence of ranked lists, got {type(candidate_lists).__name__}"
@@ -105,37 +127,30 @@ def ranked_relevance(
         raise TypeError(f"exclude_paths must be a sequence of str or None, got {type(excluded).__name__}")
     if len(excluded) != n:
         raise ValueError(f"exclude_paths must have {n} entries (one per ranked list), got {len(excluded)}")
+    return excluded
 
-    label_counts = Counter(gallery_labels.values())
-    rows: list[list[bool]] = []
-    n_relevant = np.zeros(n, dtype=np.int64)
-    for query, (results, label, own_path) in enumerate(
-        zip(candidate_lists, query_labels, excluded, strict=True)
-    ):
-        if own_path is not None:
-            if not isinstance(own_path, str):
-                raise TypeError(f"exclude_paths[{query}] must be a str or None, got {own_path!r}")
-            if own_path not in gallery_labels:
-                raise KeyError(f"exclude_paths[{query}] = {own_path!r} is not a gallery path")
-        if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
-            raise TypeError(
-                f"candidate_lists[{query}] must be a sequence of results, got {type(results).__name__}"
-            )
-        row: list[bool] = []
-        for position, result in enumerate(results):
-            path = getattr(result, "path", None)
-            if not isinstance(path, str):
-                raise TypeError(f"candidate_lists[{query}][{position}] has no str .path: {result!r}")
-            if path == own_path:
-                continue
-            if path not in gallery_labels:
-                raise KeyError(f"candidate_lists[{query}][{position}].path = {path!r} is not a gallery path")
-            row.append(gallery_labels[path] == label)
-        rows.append(row)
-        own_counts = own_path is not None and gallery_labels[own_path] == label
-        n_relevant[query] = label_counts.get(label, 0) - int(own_counts)
-    depth = max((len(row) for row in rows), default=0)
-    hits = np.zeros((n, depth), dtype=bool)
-    for query, row in enumerate(rows):
-        hits[query, : len(row)] = row
-    return RankedRelevance(hits=hits, n_relevant=n_relevant)
+
+def _relevant_row(
+    query: int, results: Any, label: Hashable, own_path: str | None, gallery_labels: Mapping[str, Hashable]
+) -> list[bool]:
+    """Query ``query``'s ranked results as relevant or not, its own path (``own_path``) dropped."""
+    if own_path is not None:
+        if not isinstance(own_path, str):
+            raise TypeError(f"exclude_paths[{query}] must be a str or None, got {own_path!r}")
+        if own_path not in gallery_labels:
+            raise KeyError(f"exclude_paths[{query}] = {own_path!r} is not a gallery path")
+    if isinstance(results, (str, bytes)) or not isinstance(results, Sequence):
+        raise TypeError(
+            f"candidate_lists[{query}] must be a sequence of results, got {type(results).__name__}"
+        )
+    row: list[bool] = []
+    for position, result in enumerate(results):
+        path = getattr(result, "path", None)
+        if not isinstance(path, str):
+            raise TypeError(f"candidate_lists[{query}][{position}] has no str .path: {result!r}")
+        if path == own_path:
+            continue
+        if path not in gallery_labels:
+            raise KeyError(f"candidate_lists[{query}][{position}].path = {path!r} is not a gallery path")
+        row.append(gallery_labels[path] == label)
+    return row

@@ -36,7 +36,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "cli/search.py:run",
         "cli/tune.py:add_parser",
         "cli/tune.py:run",
-        "datasets/folder.py:stratified_split",
         "engines/ray_build.py:build_with_ray",
         "evaluation/_query_reading.py:read_query_results",
         "evaluation/pipeline.py:evaluate_retrieval",

@@ -340,6 +340,17 @@ def stratified_split(
     codes = np.array([class_of[label] for label in label_list], dtype=np.int64)
     class_sizes = np.bincount(codes, minlength=len(classes))
     available = int((class_sizes - 1).sum())
+    count = _query_count(n_queries, query_fraction, len(label_list))
+    if count > available:
+        raise ValueError(
+            f"n_queries={count} is too many: {len(label_list)} images in {len(classes)} labels leave at most "
+            f"{available} queries (every label keeps one gallery image)"
+        )
+    return _draw(codes, _query_quota(class_sizes, count), seed)
+
+
+def _query_count(n_queries: int | None, query_fraction: float | None, items: int) -> int:
+    """The total number of queries: ``n_queries`` checked, or ``query_fraction`` of ``items`` (at least 1)."""
     if query_fraction is not None:
         if isinstance(query_fraction, bool) or not isinstance(query_fraction, (int, float, np.floating)):
             raise TypeError(
@@ -348,15 +359,15 @@ def stratified_split(
             )
         if not 0.0 < float(query_fraction) < 1.0:
             raise ValueError(f"query_fraction must lie strictly between 0 and 1, got {query_fraction!r}")
-        count = max(1, round(float(query_fraction) * len(label_list)))
-    else:
-        count = check_positive_int("n_queries", n_queries)
-    if count > available:
-        raise ValueError(
-            f"n_queries={count} is too many: {len(label_list)} images in {len(classes)} labels leave at most "
-            f"{available} queries (every label keeps one gallery image)"
-        )
-    quota = _query_quota(class_sizes, count)
+        return max(1, round(float(query_fraction) * items))
+    return check_positive_int("n_queries", n_queries)
+
+
+def _draw(codes: np.ndarray, quota: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Draw ``quota[c]`` query rows among the rows of class ``c`` (codes), class by class, seeded.
+
+    Returns the sorted query rows and the sorted gallery rows (all the others), both int64.
+    """
     rng = np.random.default_rng(seed)
     chosen: list[np.ndarray] = []
     for cls, size in enumerate(quota):
@@ -364,6 +375,6 @@ def stratified_split(
             rows = np.flatnonzero(codes == cls)
             chosen.append(rng.choice(rows, size=int(size), replace=False))
     query_rows = np.sort(np.concatenate(chosen)).astype(np.int64)
-    mask = np.ones(len(label_list), dtype=bool)
+    mask = np.ones(len(codes), dtype=bool)
     mask[query_rows] = False
     return query_rows, np.flatnonzero(mask).astype(np.int64)

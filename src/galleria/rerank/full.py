@@ -314,8 +314,8 @@ def _stream(
     """The re-ranked distances, one block of probes at a time.
 
     Each block's distances are recomputed by the first pass's own products (blocks of
-    :func:`first_step` rows: the same values bit for bit) and yielded in pieces of
-    :func:`blocks.row_step` rows, each turned into d* on a worker thread.
+    :func:`~galleria.rerank._full_neighbours.first_step` rows: the same values bit for bit) and yielded in
+    pieces of :func:`~galleria.rerank._full_blocks.row_step` rows, each turned into d* on a worker thread.
     """
     jaccard = _prepare(source, k1, k2, lambda_value, mode, None)
     step = blocks.row_step(source.size)

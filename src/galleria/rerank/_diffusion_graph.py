@@ -10,8 +10,6 @@ from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._consistent import GallerySnapshot, StateCache
 from galleria.store.store import InMemoryImageEmbeddingStore
 
-#: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
-
 
 class _GalleryGraph(NamedTuple):
     """Each gallery row's nearest other rows (ties to the lower row), for one state of one store."""

@@ -274,8 +274,8 @@ def diffusion_rerank_features(
     gallery = check_features("gallery_features", gallery_features, probes.shape[1])
     size = gallery.shape[0]
     graph_k = min(others, size - 1)
-    neighbours = top_similar(gallery, gallery, graph_k, exclude_self=True) if graph_k > 0 else None
-    system = gallery_system(size, neighbours, weight, power)
+    nearest = top_similar(gallery, gallery, graph_k, exclude_self=True) if graph_k > 0 else None
+    system = gallery_system(size, nearest, weight, power)
     chosen, similarities = top_similar(probes, gallery, min(query_neighbours, size))
     return diffuse_probes(system, chosen, similarities, power, tolerance, iterations)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from galleria.index.neighbor_graph import exact_graph
-from galleria.rerank import _approximate_graph, k_reciprocal_rerank_features
+from galleria.rerank import _approximate_graph, approximate, k_reciprocal_rerank_features
 from galleria.rerank._approximate_graph import symmetric_graph
 from galleria.rerank.approximate import iter_k_reciprocal_rerank_approximate
 
@@ -85,3 +85,18 @@ def test_symmetric_graph_gives_the_exact_mode(
         [block for _, block in iter_k_reciprocal_rerank_approximate(probe, gallery, **settings)]
     )
     assert auto.tobytes() == expected.tobytes()  # "auto" takes the symmetric lists at this size
+
+
+def test_single_precision_weights_above_the_limit_change_the_values_by_rounding_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(6)
+    probe, gallery = rng.normal(size=(30, 8)), rng.normal(size=(200, 8))
+    settings = {"k1": 9, "k2": 4, "graph": "symmetric"}
+    double = np.concatenate([b for _, b in iter_k_reciprocal_rerank_approximate(probe, gallery, **settings)])
+    monkeypatch.setattr(approximate, "SINGLE_LIMIT", 100)
+    prepared = approximate.prepare_k_reciprocal_approximate(probe, gallery, **settings)
+    assert prepared.jaccard.probe_part.dtype == np.float32 and prepared.jaccard.inverted.dtype == np.float32
+    single = np.concatenate([b for _, b in iter_k_reciprocal_rerank_approximate(probe, gallery, **settings)])
+    assert not np.array_equal(single, double)
+    np.testing.assert_allclose(single, double, rtol=0, atol=1e-6)

@@ -31,11 +31,13 @@ from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances
 from galleria.rerank import full
 from galleria.rerank._approximate_graph import symmetric_graph
+from galleria.rerank._approximate_jaccard import jaccard_of_lists
 from galleria.rerank._common import one_blas_thread, parallel_blocks
 
 __all__ = [
     "GRAPH_METHODS",
     "SCALE_SAMPLE",
+    "SINGLE_LIMIT",
     "SYMMETRIC_LIMIT",
     "PreparedApproximate",
     "iter_k_reciprocal_rerank_approximate",
@@ -46,6 +48,9 @@ __all__ = [
 GRAPH_METHODS: tuple[str, ...] = ("auto", "symmetric", "exact", "hnsw", "ivf")
 #: Sets (probes + gallery) up to this size get the ``"symmetric"`` exact lists from ``graph="auto"``.
 SYMMETRIC_LIMIT = 200_000
+#: Sets larger than this keep the weights of their sparse features in float32 (half the memory of
+#: the largest arrays; the Jaccard sums stay float64), not float64 as the exact mode does.
+SINGLE_LIMIT = 200_000
 #: Members over which each row's scale is taken (default).
 SCALE_SAMPLE = 4096
 #: Distances per block of the streamed output (float32: 64 MB).
@@ -315,24 +320,20 @@ def _prepare(
     sample: int,
 ) -> PreparedApproximate:
     """Eqs. 3–11 on the graph lists: everything the output blocks need."""
-    width, half_width, second = widths
+    width = widths[0]
     ids = _built_ids(source, graph, width - 1) if isinstance(graph, str) else graph
-    ranking = _ranking(ids)
-    del ids
+    holder = [_ranking(ids)]
+    del ids, graph
     scales = _scales(source, sample, mode)
-    rows, columns = full._expanded_pairs(ranking, width, half_width, mode)
-    features = full._features(source, rows, columns, scales, mode)
-    del rows, columns
-    if second > 1:
-        features = full._query_expansion(features, ranking, second)
-    del ranking
-    jaccard = full._Jaccard(features, source.probes, source.gallery, lambda_value, mode)
+    single = source.size > SINGLE_LIMIT
+    jaccard = jaccard_of_lists(source, holder, scales, widths, lambda_value, mode, single=single)
     return PreparedApproximate(source, scales, jaccard, mode, whole_rows=source.size <= sample)
 
 
 def _stream(checked: _Checked) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The output one block of probes at a time (the work starts at the first ``next``)."""
     prepared = _prepare(*checked)
+    del checked  # given graph ids: no longer needed
     step, probes = prepared.step, prepared.probes
 
     def block(start: int, nothing: None) -> tuple[np.ndarray, np.ndarray]:

@@ -40,6 +40,7 @@ __all__ = [
     "SINGLE_LIMIT",
     "SYMMETRIC_LIMIT",
     "PreparedApproximate",
+    "iter_diffusion_rerank_approximate",
     "iter_k_reciprocal_rerank_approximate",
     "prepare_k_reciprocal_approximate",
 ]
@@ -340,3 +341,7 @@ def _stream(checked: _Checked) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         return prepared.block(start, min(start + step, probes))
 
     yield from parallel_blocks(block, range(0, probes, step))
+
+
+# The approximate diffusion (the same graph machinery), beside the approximate k-reciprocal mode.
+from galleria.rerank._approximate_diffusion import iter_diffusion_rerank_approximate  # noqa: E402

@@ -100,3 +100,15 @@ def test_single_precision_weights_above_the_limit_change_the_values_by_rounding_
     single = np.concatenate([b for _, b in iter_k_reciprocal_rerank_approximate(probe, gallery, **settings)])
     assert not np.array_equal(single, double)
     np.testing.assert_allclose(single, double, rtol=0, atol=1e-6)
+
+
+def test_the_prepared_state_grows_with_the_members_times_k_not_with_probes_times_gallery() -> None:
+    probe, gallery = _clustered(2000, 8, 7, unit=True), _clustered(2000, 8, 8, unit=True)
+    k1, k2 = 9, 4
+    prepared = approximate.prepare_k_reciprocal_approximate(probe, gallery, k1=k1, k2=k2)
+    jaccard = prepared.jaccard
+    stored = jaccard.probe_part.nnz + jaccard.inverted.nnz
+    # R* holds at most (k1 + 1) + (k1 + 1)·(k1 // 2 + 1) members; query expansion unites k2 of them
+    assert stored <= 4000 * k2 * (k1 + 1) * (k1 // 2 + 2)
+    assert stored < 2000 * 2000 / 2  # far below the probe × gallery pairs (4M)
+    assert prepared.step * 2000 <= max(2 * 2000, approximate._OUTPUT_ELEMENTS)

@@ -30,22 +30,34 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances
 from galleria.rerank import full
+from galleria.rerank._approximate_graph import symmetric_graph
+from galleria.rerank._approximate_jaccard import jaccard_of_lists
 from galleria.rerank._common import one_blas_thread, parallel_blocks
 
 __all__ = [
     "GRAPH_METHODS",
     "SCALE_SAMPLE",
+    "SINGLE_LIMIT",
+    "SYMMETRIC_LIMIT",
     "PreparedApproximate",
+    "iter_diffusion_rerank_approximate",
     "iter_k_reciprocal_rerank_approximate",
     "prepare_k_reciprocal_approximate",
 ]
 
 #: Ways to build the neighbour graph (see :func:`galleria.index.neighbor_graph.build_graph`).
-GRAPH_METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
+GRAPH_METHODS: tuple[str, ...] = ("auto", "symmetric", "exact", "hnsw", "ivf")
+#: Sets (probes + gallery) up to this size get the ``"symmetric"`` exact lists from ``graph="auto"``.
+SYMMETRIC_LIMIT = 200_000
+#: Sets larger than this keep the weights of their sparse features in float32 (half the memory of
+#: the largest arrays; the Jaccard sums stay float64), not float64 as the exact mode does.
+SINGLE_LIMIT = 200_000
 #: Members over which each row's scale is taken (default).
 SCALE_SAMPLE = 4096
-#: Distances per block of the streamed output and of the scale pass (float32: 64 MB).
+#: Distances per block of the streamed output (float32: 64 MB).
 _OUTPUT_ELEMENTS = 1 << 24
+#: Distances per block of the scale pass (its own: a product's last bits may depend on its rows).
+_SCALE_ELEMENTS = 1 << 24
 
 
 def iter_k_reciprocal_rerank_approximate(
@@ -57,7 +69,7 @@ def iter_k_reciprocal_rerank_approximate(
     k2: int = 6,
     lambda_value: float = 0.3,
     mode: str = "reference",
-    graph: Any = "hnsw",
+    graph: Any = "auto",
     scale_sample: int = SCALE_SAMPLE,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Full k-reciprocal re-ranking with graph neighbour lists, a block of probes at a time.
@@ -69,10 +81,13 @@ def iter_k_reciprocal_rerank_approximate(
     metric, k1, k2, lambda_value, mode
         As for :func:`galleria.rerank.iter_k_reciprocal_rerank_features` (``mode`` defaults to the
         authors' ``"reference"`` here).
-    graph : {"hnsw", "auto", "exact", "ivf"} or array_like of int, default "hnsw"
-        How the neighbour lists are found: a method of
-        :func:`galleria.index.neighbor_graph.build_graph` over the probes followed by the gallery,
-        or its ``ids`` already computed — shape (P + G, m) with ``m >= min(k1, P + G - 1)`` for
+    graph : {"auto", "symmetric", "hnsw", "exact", "ivf"} or array_like of int, default "auto"
+        How the neighbour lists are found over the probes followed by the gallery: ``"symmetric"``
+        the exact lists with each pair's product computed once
+        (:func:`galleria.rerank._approximate_graph.symmetric_graph`); ``"hnsw"``, ``"exact"``,
+        ``"ivf"`` a method of :func:`galleria.index.neighbor_graph.build_graph`; ``"auto"``
+        ``"symmetric"`` up to :data:`SYMMETRIC_LIMIT` members, ``"hnsw"`` above; or the ``ids``
+        already computed — shape (P + G, m) with ``m >= min(k1, P + G - 1)`` for
         ``"paper"`` (``k1`` for ``"reference"``), row ``i`` the nearest other members of member
         ``i`` in order.
     scale_sample : int, default 4096
@@ -110,7 +125,7 @@ def prepare_k_reciprocal_approximate(
     k2: int = 6,
     lambda_value: float = 0.3,
     mode: str = "reference",
-    graph: Any = "hnsw",
+    graph: Any = "auto",
     scale_sample: int = SCALE_SAMPLE,
 ) -> PreparedApproximate:
     """Everything of :func:`iter_k_reciprocal_rerank_approximate` but its output, done now.
@@ -125,8 +140,20 @@ def prepare_k_reciprocal_approximate(
 class PreparedApproximate:
     """The row scales and the Jaccard index of the graph lists' features: output blocks on demand."""
 
-    def __init__(self, source: full._FeatureSource, scales: np.ndarray, jaccard: Any, mode: str) -> None:
+    def __init__(
+        self,
+        source: full._FeatureSource,
+        scales: np.ndarray,
+        jaccard: Any,
+        mode: str,
+        whole_rows: bool | None = None,
+    ) -> None:
         self.source = source
+        #: Products of whole rows (probe × every member, the gallery part kept), as the exact mode
+        #: computes them: taken when every scale is exact (a set no larger than the scale sample),
+        #: so that an exact graph gives the exact mode's values bit for bit. Otherwise probe × gallery.
+        #: None: when the set is no larger than the default sample.
+        self.whole_rows = source.size <= SCALE_SAMPLE if whole_rows is None else whole_rows
         self.scales = scales
         self.jaccard = jaccard
         self.mode = mode
@@ -140,19 +167,43 @@ class PreparedApproximate:
         """Probes per block of the streamed output (fixed by the gallery's size alone)."""
         return max(2, _OUTPUT_ELEMENTS // max(1, int(self.source.gallery)))
 
+    def _as_exact(self, start: int, stop: int) -> np.ndarray:
+        """The exact stream's scaled distances of probes ``start:stop``, bit for bit.
+
+        Its very products: whole rows, in its blocks of rows (a BLAS product's last bits may depend
+        on the rows multiplied with it), then its scaling. Only for small sets (``whole_rows``).
+        """
+        source, product = self.source, full._first_step(self.source)
+        pieces = []
+        for first in range(start // product * product, stop, product):
+            last = min(first + product, source.size)
+            with one_blas_thread():
+                raw = source.rows(first, last)
+            low, high = max(start, first), min(stop, last)
+            pieces.append(full._scaled_rows(source, low, high, self.mode, raw[low - first : high - first])[2])
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def _original(self, start: int, stop: int) -> np.ndarray:
+        """Probes ``start:stop``'s scaled distances to the gallery (probe × gallery products only)."""
+        raw = _distances(self.source, start, stop, slice(self.source.probes, self.source.size))
+        if self.mode == "reference":
+            original: np.ndarray = np.square(raw, out=raw)
+            original /= self.scales[start:stop, None]
+            return original
+        floored = np.maximum(raw, 0.0, out=raw)
+        scaled = np.empty(floored.shape, dtype=np.float32)
+        np.divide(floored, self.scales[start:stop, None], out=scaled, casting="same_kind")
+        return scaled
+
     def block(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """``(probe_rows, distances)`` of probes ``start:stop``; a row's values do not depend on the block."""
-        source, mode = self.source, self.mode
+        source = self.source
         if not 0 <= start < stop <= source.probes:
             raise ValueError(f"block must lie within [0, {source.probes}], got {start}:{stop}")
-        raw = _distances(source, start, stop, slice(source.probes, source.size))
-        if mode == "reference":
-            original = np.square(raw, out=raw)
-            original /= self.scales[start:stop, None]
+        if self.whole_rows:
+            original = self._as_exact(start, stop)
         else:
-            floored = np.maximum(raw, 0.0, out=raw)
-            original = np.empty(floored.shape, dtype=np.float32)
-            np.divide(floored, self.scales[start:stop, None], out=original, casting="same_kind")
+            original = self._original(start, stop)
         self.jaccard.into(original, start)
         return np.arange(start, stop), original
 
@@ -205,6 +256,10 @@ def _built_ids(source: full._FeatureSource, method: str, wanted: int) -> np.ndar
     """The k-NN graph of probes + gallery by ``method``, ``wanted`` neighbours a member."""
     from galleria.index.neighbor_graph import build_graph
 
+    if method == "auto":
+        method = "symmetric" if source.size <= SYMMETRIC_LIMIT else "hnsw"
+    if method == "symmetric":
+        return symmetric_graph(source.features, min(wanted, source.size - 1), source.metric)
     space = "cosine" if source.metric == "cosine" else "l2"
     ids, _, _ = build_graph(source.features, max(wanted, 1), space, method)
     return np.asarray(ids[:, :wanted], dtype=np.int64)
@@ -233,7 +288,7 @@ def _scales(source: full._FeatureSource, sample: int, mode: str) -> np.ndarray:
     """Each member's largest transformed distance to ``sample`` evenly spread members (1 if not > 0)."""
     size = source.size
     columns = np.unique(np.linspace(0, size - 1, min(sample, size)).astype(np.int64))
-    step = max(2, _OUTPUT_ELEMENTS // columns.size)
+    step = max(2, _SCALE_ELEMENTS // columns.size)
     scales = np.empty(size, dtype=np.float32 if mode == "reference" else np.float64)
 
     def block(start: int, nothing: None) -> None:
@@ -266,27 +321,27 @@ def _prepare(
     sample: int,
 ) -> PreparedApproximate:
     """Eqs. 3–11 on the graph lists: everything the output blocks need."""
-    width, half_width, second = widths
+    width = widths[0]
     ids = _built_ids(source, graph, width - 1) if isinstance(graph, str) else graph
-    ranking = _ranking(ids)
-    del ids
+    holder = [_ranking(ids)]
+    del ids, graph
     scales = _scales(source, sample, mode)
-    rows, columns = full._expanded_pairs(ranking, width, half_width, mode)
-    features = full._features(source, rows, columns, scales, mode)
-    del rows, columns
-    if second > 1:
-        features = full._query_expansion(features, ranking, second)
-    del ranking
-    jaccard = full._Jaccard(features, source.probes, source.gallery, lambda_value, mode)
-    return PreparedApproximate(source, scales, jaccard, mode)
+    single = source.size > SINGLE_LIMIT
+    jaccard = jaccard_of_lists(source, holder, scales, widths, lambda_value, mode, single=single)
+    return PreparedApproximate(source, scales, jaccard, mode, whole_rows=source.size <= sample)
 
 
 def _stream(checked: _Checked) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The output one block of probes at a time (the work starts at the first ``next``)."""
     prepared = _prepare(*checked)
+    del checked  # given graph ids: no longer needed
     step, probes = prepared.step, prepared.probes
 
     def block(start: int, nothing: None) -> tuple[np.ndarray, np.ndarray]:
         return prepared.block(start, min(start + step, probes))
 
     yield from parallel_blocks(block, range(0, probes, step))
+
+
+# The approximate diffusion (the same graph machinery), beside the approximate k-reciprocal mode.
+from galleria.rerank._approximate_diffusion import iter_diffusion_rerank_approximate  # noqa: E402

@@ -47,7 +47,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "metrics/candidates.py:ranked_relevance",
         "rerank/diffusion.py:diffusion_rerank_features",
         "rerank/sparse_pool.py:sparse_pool_core",
-        "store/persistence.py:read_store",
         "tune/search.py:tune_gallery",
         "web/app.py:create_app",
         "web/pages.py:add_pages",

@@ -112,11 +112,11 @@ FORMAT_VERSION = 3
 _PATH_TENSORS_VERSION = 3
 HEADER_KEY = "galleria"
 DIGEST_KEY = "galleria_sha256"
-HEADER_KEYS = frozenset(
+_HEADER_KEYS = frozenset(
     {"format", "format_version", "rows", "space", "dim", "index", "embedder", "skipped", "tensors"}
 )
 #: Version 1 and 2 headers list the paths instead of counting the rows.
-_OLDHEADER_KEYS = HEADER_KEYS - {"rows"} | {"paths"}
+_OLD_HEADER_KEYS = _HEADER_KEYS - {"rows"} | {"paths"}
 #: The tensors holding the gallery paths (format version 3).
 PATH_TENSORS = ("path_bytes", "path_offsets")
 #: Optional keys: the labels' folder, the extension slot, and the records older files kept at the top.
@@ -211,7 +211,7 @@ def validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[s
     """Check every key of a header; return the values the loader uses."""
     checked = _Header(name, header)
     old = header["format_version"] < _PATH_TENSORS_VERSION  # the paths are in the header
-    unknown = sorted(map(str, set(header) - (_OLDHEADER_KEYS if old else HEADER_KEYS) - _OPTIONAL_KEYS))
+    unknown = sorted(map(str, set(header) - (_OLD_HEADER_KEYS if old else _HEADER_KEYS) - _OPTIONAL_KEYS))
     if unknown:
         raise ValueError(f"{name!r}: unknown header key(s) {unknown}")
     paths: list[str] | None = None

@@ -87,7 +87,7 @@ def test_galleria_info_lists_an_unread_record(tmp_path: Path, capsys: pytest.Cap
     text = capsys.readouterr().out
     assert "extensions:     plugin_table (kept unread, no codec registered" in text
     assert main(["info", str(tmp_path / "plain.safetensors")]) == 0
-    assert "extensions:     none" in capsys.readouterr().out
+    assert "extensions:" not in capsys.readouterr().out  # the line is there only for a file with records
 
 
 def test_changed_rows_drop_an_opaque_record(tmp_path: Path) -> None:

@@ -149,7 +149,7 @@ def _extensions_text(records: list[dict[str, Any]]) -> str:
             f"{record['name']} (kept unread, no codec registered: {record['record_bytes']} B record"
             + (f"; tensors {tensors})" if tensors else ")")
         )
-    return "; ".join(parts) if parts else "none"
+    return "; ".join(parts)
 
 
 def _rerank_text(record: dict[str, Any]) -> str:
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",
-        f"extensions:     {_extensions_text(info['extensions'])}",
+        *([f"extensions:     {_extensions_text(info['extensions'])}"] if info["extensions"] else []),
         f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
         f"neighbor graph: {_graph_text(info['graph'])}",
         f"skipped files:  {len(info['skipped'])}",

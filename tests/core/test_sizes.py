@@ -23,7 +23,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "index/milvus.py",
         "rerank/decoupled.py",
         "rerank/full.py",
-        "store/persistence.py",
         "web/pages.py",
     }
 )

@@ -118,6 +118,10 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'galleria' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
+    if module.startswith("galleria.store"):
+        # The re-rankers register the codecs of the records they keep in store files
+        # (galleria.store.extensions), so a store reached from here reads them, as it always has.
+        importlib.import_module("galleria.rerank")
     globals()[name] = value
     return value
 

@@ -48,6 +48,7 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
 
     ``embedder`` replaces the saved one (which is then not rebuilt).
     """
+    import galleria.rerank  # noqa: F401  (registers the codecs of the records re-rankers keep in store files)
     from galleria.store import InMemoryImageEmbeddingStore
 
     check_existing_file("store file", path)

@@ -73,6 +73,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "runtime": _runtime_of(config),
         "skipped": store.skipped,
         "rerank": _rerank_record(store),
+        "extensions": _extension_records(store),
         "labels_root": store.labels_root,
         "graph": _graph_record(path, store),
     }
@@ -121,6 +122,34 @@ def _rerank_record(store: Any) -> dict[str, Any]:
         ),
         "statistics": None if statistics is None else statistics.record(),
     }
+
+
+def _extension_records(store: Any) -> list[dict[str, Any]]:
+    """The store file's other extension records (:mod:`galleria.store.extensions`), by name: those
+    no registered codec reads are kept unread (``"read": false``), with their size and tensors."""
+    from galleria.store.extensions import OpaqueRecord
+
+    records = []
+    for name, value in sorted(getattr(store, "_extensions", {}).items()):
+        if isinstance(value, OpaqueRecord):
+            records.append({**value.describe(), "read": False})
+        else:
+            records.append({"name": name, "read": True})
+    return records
+
+
+def _extensions_text(records: list[dict[str, Any]]) -> str:
+    parts = []
+    for record in records:
+        if record["read"]:
+            parts.append(str(record["name"]))
+            continue
+        tensors = ", ".join(f"{key} {shape}" for key, shape in record["tensors"].items())
+        parts.append(
+            f"{record['name']} (kept unread, no codec registered: {record['record_bytes']} B record"
+            + (f"; tensors {tensors})" if tensors else ")")
+        )
+    return "; ".join(parts)
 
 
 def _rerank_text(record: dict[str, Any]) -> str:
@@ -204,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         f"format version: {info['format_version']}",
         f"file size:      {_size_text(info['file_bytes'])}",
         f"re-ranking:     {_rerank_text(info['rerank'])}",
+        *([f"extensions:     {_extensions_text(info['extensions'])}"] if info["extensions"] else []),
         f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
         f"neighbor graph: {_graph_text(info['graph'])}",
         f"skipped files:  {len(info['skipped'])}",

@@ -42,6 +42,7 @@ import numpy as np
 from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
 from galleria.expansion import MAX_EXPANSION_ALPHA, check_expansion_alpha
+from galleria.rerank import _dba_record as _dba_record  # registers the store record's codec
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._dba_core import (  # moved there; importable from here as before
     _BLOCK as _BLOCK,

@@ -42,6 +42,7 @@ import numpy as np
 
 from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
+from galleria.rerank import _decoupled_record as _decoupled_record  # registers the store record's codec
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
     GallerySnapshot,

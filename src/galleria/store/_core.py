@@ -44,6 +44,7 @@ class StoreCore:
     _rerank_statistics: Any  # galleria.rerank.adaptive.GalleryStatistics, or None until computed
     _labels_root: str | None  # the folder the labels were drawn from at build, if recorded
     _pixel_digests: np.ndarray | None  # (n, 8) uint8 digests of the decoded pixels; zero rows unknown
+    _extensions: dict[str, Any]  # other extension records of its file (store.extensions); {} once rows change
     _skip_errors: bool
     _num_workers: int
     _num_prefetch_batches: int
@@ -65,6 +66,7 @@ class StoreCore:
         self._rerank_statistics = None
         self._labels_root = None
         self._pixel_digests = None
+        self._extensions = {}
         self._skip_errors = False
         self._num_workers = 4
         self._num_prefetch_batches = 4

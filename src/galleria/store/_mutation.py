@@ -86,6 +86,7 @@ class MutationMixin(StoreCore):
                 self._paths = paths
                 self._offline_diffusion = None  # computed over the old rows
                 self._rerank_statistics = None  # the gallery changed: recomputed on next use
+                self._extensions = {}  # other records describe the old rows
             self._skipped = self._skipped + skipped
 
     def _known(self, paths: list[str]) -> set[str]:
@@ -123,3 +124,4 @@ class MutationMixin(StoreCore):
             self._paths = paths
             self._offline_diffusion = None  # computed over the old rows
             self._rerank_statistics = None  # the gallery changed: recomputed on next use
+            self._extensions = {}  # other records describe the old rows

@@ -67,6 +67,8 @@ class GalleryState:
         folder under it), if recorded.
     pixel_digests : (len(paths), 8) uint8 array or None
         Each image's digest of its decoded pixels (zero rows: unknown), if recorded.
+    extensions : dict
+        Other extension records by name (:mod:`galleria.store.extensions`).
     """
 
     index: SearchIndex
@@ -82,6 +84,9 @@ class GalleryState:
     labels_root: str | None = None
     #: Each row's pixel digest (galleria.store._embedding.pixel_digest), if recorded.
     pixel_digests: np.ndarray | None = None
+    #: Extension records kept by name (galleria.store.extensions): the values of codecs without a
+    #: ``state_field``, and the opaque records no registered codec reads.
+    extensions: dict[str, Any] = field(default_factory=dict)
 
 
 def add_rows(index: SearchIndex, vectors: np.ndarray, paths: Sequence[str]) -> None:

@@ -19,20 +19,19 @@ File layout (safetensors; readable by any safetensors reader):
       {"format": "galleria-store", "format_version": 3, "rows": 1000, "space": "cosine",
        "dim": 512, "index": {"name": "hnsw", "params": {...}}, "embedder": {"config": {...}} | null,
        "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}},
-       "augmentation": {"method": "dba", "neighbors": 10, "alpha": 3.0}}
+       "extensions": {"augmentation": {"method": "dba", "neighbors": 10, "alpha": 3.0}}}
 
-  ``augmentation`` is present only for a store whose vectors were replaced by database-side
-  augmentation (:func:`galleria.rerank.dba.augment_store`); the augmented vectors are then the
-  index's own, so the file keeps them and loading restores the record.
-
-  ``offline_diffusion`` is present only for a store that keeps the offline part of decoupled
-  diffusion (:mod:`galleria.rerank.decoupled`): ``{"k": int, "truncation": int, "alpha": float,
-  "gamma": float, "tol": float, "maxiter": int}`` with the tensors ``"diffusion_positions"`` ((n, T)
-  int32, row i starting with i, distinct rows in [0, n)) and ``"diffusion_values"`` ((n, T) finite
-  float32), ``T = min(truncation, n)`` (checked by :func:`_check_offline_diffusion`).
-  ``rerank_statistics`` (optional) holds the gallery's reciprocal-neighbour statistics the adaptive
-  re-ranking defaults read (:class:`galleria.rerank.adaptive.GalleryStatistics`: a version, two
-  counts and at most 8 numbers per list, each bounded; the counts must match the paths).
+  ``extensions`` (optional) holds the **extension records**: what other packages compute over the
+  gallery and keep with it (database-side augmentation, the offline half of decoupled diffusion,
+  the gallery statistics, a plugin's tables), each under its name, its tensors named
+  ``"ext/<name>/<tensor>"``. The store interprets none of them: the codec their owner registers
+  (:mod:`galleria.store.extensions`) checks and bounds each one as the file is read, and encodes it
+  when the store is saved. A record without a registered codec is kept opaque and bounded, written
+  back unchanged, used by nothing, and listed by ``galleria info``. Files written before the slot
+  kept three records at the top of the header (``augmentation``, ``offline_diffusion`` with the
+  tensors ``diffusion_positions`` / ``diffusion_values``, ``rerank_statistics``); they load as
+  before, each checked by the codec that declares the old key, and are saved in the slot. (A
+  galleria from before the slot refuses a file that uses it: "unknown header key 'extensions'".)
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.
@@ -56,38 +55,61 @@ straight into the array the index keeps (or memory-mapped read-only, ``mmap=True
 arrives; FAISS bytes are checksummed, walked in a read-only mapping, then read by FAISS itself from
 the file, every chunk checked again. Saving streams the index's arrays and FAISS's bytes into the
 file, so peak memory while loading or saving stays near the file's size.
+
+The parts: the header's constants and checks are :mod:`galleria.store._header`, encoding a state is
+:mod:`galleria.store._writing`, restoring the index and the embedder :mod:`galleria.store._restore`,
+the extension slot :mod:`galleria.store._extslot`; this module reads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import stat
-from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from galleria._files import atomic_path
-from galleria._validation import MAX_VECTOR_DIM, check_labels_root
-from galleria.embedders import embedder_config, embedder_from_config
-from galleria.expansion import MAX_EXPANSION_ALPHA
-from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, SearchIndex, index_from_bytes
+from galleria.index import SearchIndex
 from galleria.index._checks import all_finite, check_magnitude
 from galleria.index._serial import Packed, Unpacked
-from galleria.index.base import SPACES
 from galleria.index.registry import FAISS_BLOBS
-from galleria.store._checks import check_embedder, check_embedder_dim, check_query_vectors
-from galleria.store._paths import PathTable, path_error, read_path_table
-from galleria.store._state import GalleryState, OfflineDiffusion, add_rows
+from galleria.store import _statistics_codec as _statistics_codec  # registers the statistics' codec
+from galleria.store._extslot import decode_records, group_tensors
+from galleria.store._header import (
+    DIGEST_KEY,
+    DIGEST_TENSOR,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    HEADER_KEY,
+    MAX_DIM,
+    PATH_TENSORS,
+    canonical,
+    parse_header,
+    read_store_layout,
+    validate_header,
+)
+from galleria.store._paths import PathTable, read_path_table
+from galleria.store._restore import (
+    REMOTE_INDEXES,
+    check_load_arguments,
+    moved,
+    reanchor,
+    restore_embedder,
+    restore_index,
+)
+from galleria.store._state import GalleryState, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
-from galleria.store._urls import is_url
+from galleria.store._writing import encode_store
+from galleria.store.extensions import ExtensionContext, OpaqueRecord, extension_codec
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "MAX_DIM",
+    "REMOTE_INDEXES",
     "check_regular_file",
     "check_store_path",
     "encode_store",
@@ -95,37 +117,6 @@ __all__ = [
     "read_store_header",
     "write_store",
 ]
-
-FORMAT_NAME = "galleria-store"
-FORMAT_VERSION = 3
-#: The first format version whose paths are tensors (earlier ones list them in the header).
-_PATH_TENSORS_VERSION = 3
-_HEADER_KEY = "galleria"
-_DIGEST_KEY = "galleria_sha256"
-_HEADER_KEYS = frozenset(
-    {"format", "format_version", "rows", "space", "dim", "index", "embedder", "skipped", "tensors"}
-)
-#: Version 1 and 2 headers list the paths instead of counting the rows.
-_OLD_HEADER_KEYS = _HEADER_KEYS - {"rows"} | {"paths"}
-#: The tensors holding the gallery paths (format version 3).
-_PATH_TENSORS = ("path_bytes", "path_offsets")
-_OPTIONAL_KEYS = frozenset({"augmentation", "offline_diffusion", "rerank_statistics", "labels_root"})
-#: The tensors of the offline part of decoupled diffusion (galleria.rerank.decoupled).
-_DIFFUSION_TENSORS = ("diffusion_positions", "diffusion_values")
-#: Each row's 8-byte digest of its decoded pixels (exact duplicates: galleria.curation.dedup).
-_DIGEST_TENSOR = "pixel_digests"
-_TENSOR_NAMES = frozenset({"index", "vectors", _DIGEST_TENSOR, *_DIFFUSION_TENSORS, *_PATH_TENSORS})
-#: Indexes whose rows live in a service the file names (a vector database): reconnecting to it needs
-#: the caller's consent (``connect=True``), since a file never chooses what galleria opens or contacts.
-REMOTE_INDEXES = frozenset({"milvus"})
-#: Indexes whose serialised bytes are written part by part, in place (``packed()``).
-_PACKED_INDEXES = (ExactIndex, HnswIndex, IvfPqIndex)
-#: Largest vector dimension a store file may declare.
-MAX_DIM = MAX_VECTOR_DIM
-
-
-def _canonical(header: Any) -> bytes:
-    return json.dumps(header, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def check_store_path(path: Any) -> str:
@@ -150,86 +141,6 @@ def check_regular_file(path: Any, name: str = "path") -> str:
     return text
 
 
-# ---------------------------------------------------------------------------------------------- writing
-
-
-def encode_store(
-    state: GalleryState, vectors: Any = None
-) -> tuple[dict[str, np.ndarray | Packed], dict[str, Any]]:
-    """The tensors and the header of a store file for ``state`` (call while the store cannot change,
-    and write with :func:`write_store` before it may: the tensors are views of what the index holds).
-
-    The header's ``tensors`` digests are filled in by :func:`write_store` as it writes them."""
-    index = state.index
-    paths = state.paths if isinstance(state.paths, PathTable) else PathTable.from_paths(state.paths)
-    problem = path_error(paths)
-    if problem is not None:
-        raise ValueError(f"the store cannot be saved: {problem}")
-    count = len(paths)
-    if len(index) != count:  # never write a file that would not load
-        raise RuntimeError(
-            f"the store cannot be saved: its index holds {len(index)} rows but it names {count} paths"
-        )
-    dim = index.dim if index.dim is not None else None if state.vectors is None else state.vectors.shape[1]
-    tensors: dict[str, np.ndarray | Packed] = {}
-    if vectors is not None:
-        given = check_query_vectors("vectors", vectors, dim, index.space)
-        if np.ndim(vectors) != 2 or given.shape[0] != count:
-            raise ValueError(f"vectors must have shape ({count}, {dim}), got {np.shape(vectors)}")
-        from galleria.distances import prepare_vectors
-
-        tensors["vectors"] = prepare_vectors(given, index.space)
-    elif state.vectors is not None:
-        tensors["vectors"] = state.vectors
-    elif not index.can_reconstruct:
-        raise ValueError(
-            f"the {index.name!r} index cannot reconstruct its vectors and the store holds no copy; "
-            "pass vectors= (the gallery vectors in row order) to save_to_disk"
-        )
-    try:
-        # The built-in indexes give their bytes as parts (written in place, never joined); any
-        # other SearchIndex (an external one wraps whatever faiss index it was given) gives them whole.
-        packed = index.packed() if isinstance(index, _PACKED_INDEXES) else None
-        blob = None if packed is not None else index.to_bytes()
-    except (RuntimeError, TypeError, ValueError, NotImplementedError):
-        if "vectors" not in tensors:
-            raise
-        packed = blob = None  # an external index FAISS cannot serialise: loading will need it passed back
-    if packed is not None:
-        tensors["index"] = packed
-    elif blob is not None:
-        tensors["index"] = np.frombuffer(blob, dtype=np.uint8)
-    tensors["path_offsets"] = paths.offsets
-    tensors["path_bytes"] = paths.data
-    if state.pixel_digests is not None:
-        tensors[_DIGEST_TENSOR] = state.pixel_digests
-    offline = state.offline_diffusion
-    if offline is not None:
-        tensors["diffusion_positions"] = offline.positions
-        tensors["diffusion_values"] = offline.values
-    embedder = state.embedder
-    header = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "rows": count,
-        "space": index.space,
-        "dim": dim,
-        "index": {"name": index.name, "params": index.params()},
-        "embedder": None if embedder is None else {"config": embedder_config(embedder)},
-        "skipped": list(state.skipped),
-        "tensors": {name: {"sha256": ""} for name in tensors},
-    }
-    if state.augmentation is not None:  # database-side augmentation (galleria.rerank.dba)
-        header["augmentation"] = dict(state.augmentation)
-    if offline is not None:  # decoupled diffusion (galleria.rerank.decoupled)
-        header["offline_diffusion"] = dict(offline.params)
-    if state.rerank_statistics is not None:  # the adaptive re-ranking defaults' statistics
-        header["rerank_statistics"] = dict(state.rerank_statistics)
-    if state.labels_root is not None:  # the folder the labels were drawn from at build
-        header["labels_root"] = state.labels_root
-    return tensors, header
-
-
 def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: dict[str, Any]) -> None:
     """Write a store file atomically (temporary file beside it, then ``os.replace``), streaming every
     tensor from where it lies; the tensors' digests go into ``header`` as they are computed.
@@ -244,8 +155,8 @@ def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: di
     def metadata_for(digests: dict[str, str]) -> dict[str, str]:
         header["tensors"] = {key: {"sha256": digests[key]} for key in ordered}
         return {
-            _HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
-            _DIGEST_KEY: hashlib.sha256(_canonical(header)).hexdigest(),
+            HEADER_KEY: json.dumps(header, ensure_ascii=False, separators=(",", ":")),
+            DIGEST_KEY: hashlib.sha256(canonical(header)).hexdigest(),
         }
 
     with atomic_path(target) as temporary, open(temporary, "wb") as file:
@@ -255,285 +166,11 @@ def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: di
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def _valid_augmentation(record: Any) -> bool:
-    """Whether ``record`` is ``{"method": "dba", "neighbors": int >= 1, "alpha": finite float >= 0}``."""
-    if not isinstance(record, dict) or set(record) != {"method", "neighbors", "alpha"}:
-        return False
-    neighbors, alpha = record["neighbors"], record["alpha"]
-    return (
-        record["method"] == "dba"
-        and isinstance(neighbors, int)
-        and not isinstance(neighbors, bool)
-        and 1 <= neighbors <= 1 << 20
-        and isinstance(alpha, (int, float))
-        and not isinstance(alpha, bool)
-        and math.isfinite(alpha)
-        and 0 <= alpha <= MAX_EXPANSION_ALPHA
-    )
-
-
-#: Bounds of the integer settings of a stored offline diffusion.
-_DIFFUSION_INTS = {"k": 1 << 20, "truncation": 1 << 20, "maxiter": 1 << 20}
-
-
-def _check_offline_diffusion(
-    name: str, record: Any, arrays: dict[str, np.ndarray], count: int
-) -> OfflineDiffusion | None:
-    """The stored offline diffusion, checked against its record and the store's ``count`` rows.
-
-    ``record`` is the header's ``offline_diffusion`` (None when absent); the two tensors must be
-    present exactly when it is. ValueError naming the file and what is wrong.
-    """
-    present = [key for key in _DIFFUSION_TENSORS if key in arrays]
-    if record is None:
-        if present:
-            raise ValueError(f"{name!r} holds tensors {present} but no header key 'offline_diffusion'")
-        return None
-    expected = {"k", "truncation", "alpha", "gamma", "tol", "maxiter"}
-    if not isinstance(record, dict) or set(record) != expected:
-        raise ValueError(
-            f"{name!r}: header key 'offline_diffusion' must have exactly the keys {sorted(expected)}"
-        )
-    for key, high in _DIFFUSION_INTS.items():
-        value = record[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-            raise ValueError(
-                f"{name!r}: offline_diffusion {key!r} must be an integer in [1, {high}], got {value!r}"
-            )
-    for key in ("alpha", "gamma", "tol"):
-        value = record[key]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ValueError(
-                f"{name!r}: offline_diffusion {key!r} must be a finite number >= 0, got {value!r}"
-            )
-    if record["alpha"] >= 1:
-        raise ValueError(f"{name!r}: offline_diffusion 'alpha' must be below 1, got {record['alpha']!r}")
-    if len(present) != len(_DIFFUSION_TENSORS):
-        raise ValueError(
-            f"{name!r}: header key 'offline_diffusion' needs the tensors {list(_DIFFUSION_TENSORS)}"
-        )
-    positions, values = arrays["diffusion_positions"], arrays["diffusion_values"]
-    shape = (count, min(record["truncation"], count))
-    if positions.dtype != np.int32 or positions.shape != shape:
-        raise ValueError(
-            f"{name!r}: tensor 'diffusion_positions' must be int32 of shape {shape}, got "
-            f"{positions.dtype} {positions.shape}"
-        )
-    if values.dtype != np.float32 or values.shape != shape:
-        raise ValueError(
-            f"{name!r}: tensor 'diffusion_values' must be float32 of shape {shape}, got "
-            f"{values.dtype} {values.shape}"
-        )
-    if count and (positions.min() < 0 or positions.max() >= count):
-        raise ValueError(f"{name!r}: tensor 'diffusion_positions' holds rows outside [0, {count})")
-    if count and not np.array_equal(positions[:, 0], np.arange(count)):
-        raise ValueError(f"{name!r}: row i of tensor 'diffusion_positions' must start with i")
-    if shape[1] > 1 and not (np.diff(np.sort(positions, axis=1), axis=1) > 0).all():
-        raise ValueError(f"{name!r}: a row of tensor 'diffusion_positions' names a gallery row twice")
-    if not np.isfinite(values).all():
-        raise ValueError(f"{name!r}: tensor 'diffusion_values' holds NaN or infinite values")
-    return OfflineDiffusion(dict(record), positions, values, source=repr(name))
-
-
-def _statistics_record(name: str, record: Any, n_paths: int | None = None) -> dict[str, Any] | None:
-    """The ``rerank_statistics`` record: None if absent, else checked (for ``n_paths`` items)."""
-    if record is None:
-        return None
-    from galleria.statistics import GalleryStatistics
-
-    try:
-        statistics = GalleryStatistics.from_record(record)
-    except ValueError as error:
-        raise ValueError(f"{name!r}: header key 'rerank_statistics' is invalid: {error}") from None
-    if n_paths is not None and statistics.n_items != n_paths:
-        raise ValueError(
-            f"{name!r}: header key 'rerank_statistics' describes {statistics.n_items} items, "
-            f"but the store holds {n_paths}"
-        )
-    return statistics.record()
-
-
-class _Header:
-    """Typed access to a parsed header; every problem is a ValueError naming the file and the key."""
-
-    def __init__(self, name: str, header: Any) -> None:
-        self.name = name
-        if not isinstance(header, dict):
-            raise ValueError(f"{name!r}: the galleria header is a {type(header).__name__}, not a JSON object")
-        self.header: dict[str, Any] = header
-
-    def fail(self, key: str, problem: str) -> ValueError:
-        return ValueError(f"{self.name!r}: header key {key!r} {problem}")
-
-    def get(self, key: str) -> Any:
-        if key not in self.header:
-            raise self.fail(key, "is missing")
-        return self.header[key]
-
-    def integer(self, value: Any, key: str, low: int, high: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            shown = repr(value) if not isinstance(value, int) or abs(value) < 1 << 64 else "a huge integer"
-            raise self.fail(key, f"must be an integer in [{low}, {high}], got {shown[:80]}")
-        return value
-
-    def path_list(self, key: str) -> list[str]:
-        value = self.get(key)
-        if not isinstance(value, list) or not all(
-            isinstance(path, str) and path and "\x00" not in path for path in value
-        ):
-            raise self.fail(key, "must be a list of non-empty path strings")
-        return value
-
-
-def _parse_header(name: str, metadata: dict[str, str] | None) -> dict[str, Any]:
-    """Parse the JSON header and check its digest; the returned dict is still unvalidated."""
-    if not metadata or _HEADER_KEY not in metadata:
-        raise ValueError(f"{name!r} is a safetensors file but not a galleria store (no galleria header)")
-    unknown = sorted(set(metadata) - {_HEADER_KEY, _DIGEST_KEY})
-    if unknown:
-        raise ValueError(f"{name!r} has unexpected metadata keys {unknown}")
-    try:
-        header = json.loads(metadata[_HEADER_KEY])
-    except RecursionError:
-        raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
-    except ValueError as error:  # bad JSON, or an integer of more than 4300 digits
-        raise ValueError(f"{name!r} has a corrupt galleria header: {error}") from error
-    checked = _Header(name, header)
-    version = checked.integer(checked.get("format_version"), "format_version", 1, 1 << 30)
-    if checked.get("format") != FORMAT_NAME:
-        raise ValueError(
-            f"{name!r} is not a galleria store file (header key 'format' is {header.get('format')!r})"
-        )
-    if version > FORMAT_VERSION:
-        raise ValueError(
-            f"{name!r} was written in store format version {version}, newer than this galleria reads "
-            f"({FORMAT_VERSION}); upgrade galleria to load it"
-        )
-    digest = metadata.get(_DIGEST_KEY)
-    if version >= 2 or digest is not None:
-        if digest is None:
-            raise ValueError(f"{name!r}: the header digest {_DIGEST_KEY!r} is missing")
-        try:
-            actual = hashlib.sha256(_canonical(header)).hexdigest()
-        except RecursionError:
-            raise ValueError(f"{name!r} has a corrupt galleria header: nested too deeply") from None
-        if actual != digest:
-            raise ValueError(f"{name!r}: the header does not match its checksum (file damaged or tampered)")
-    return checked.header
-
-
-def _validate_header(name: str, header: dict[str, Any], file_size: int) -> dict[str, Any]:
-    """Check every key of a header; return the values the loader uses."""
-    checked = _Header(name, header)
-    old = header["format_version"] < _PATH_TENSORS_VERSION  # the paths are in the header
-    unknown = sorted(map(str, set(header) - (_OLD_HEADER_KEYS if old else _HEADER_KEYS) - _OPTIONAL_KEYS))
-    if unknown:
-        raise ValueError(f"{name!r}: unknown header key(s) {unknown}")
-    paths: list[str] | None = None
-    if old:
-        paths = checked.path_list("paths")
-        if len(set(paths)) != len(paths):
-            raise checked.fail("paths", "lists a path twice")
-        rows = len(paths)
-    else:
-        rows = checked.integer(checked.get("rows"), "rows", 0, file_size)
-    space = checked.get("space")
-    if space not in SPACES:
-        raise checked.fail("space", f"must be one of {SPACES}, got {space!r}")
-    dim = checked.get("dim")
-    if dim is not None:
-        dim = checked.integer(dim, "dim", 1, MAX_DIM)
-    elif rows:
-        raise checked.fail("dim", "is null, but the store holds paths")
-    skipped = checked.path_list("skipped")
-    if rows + len(skipped) > file_size:  # every path takes bytes of the file
-        raise checked.fail(
-            "paths" if old else "rows",
-            f"declares {rows} rows, more than the file of {file_size} bytes holds",
-        )
-    index = checked.get("index")
-    if not isinstance(index, dict) or set(index) != {"name", "params"}:
-        raise checked.fail("index", "must be an object with exactly 'name' and 'params'")
-    if not isinstance(index["name"], str) or not isinstance(index["params"], dict):
-        raise checked.fail("index", "must have a string 'name' and an object 'params'")
-    embedder = checked.get("embedder")
-    if embedder is not None and (
-        not isinstance(embedder, dict)
-        or set(embedder) != {"config"}
-        or not isinstance(embedder["config"], (dict, type(None)))
-    ):
-        raise checked.fail("embedder", "must be null or an object {'config': object or null}")
-    augmentation = header.get("augmentation")
-    if augmentation is not None and not _valid_augmentation(augmentation):
-        raise checked.fail(
-            "augmentation",
-            f"must be {{'method': 'dba', 'neighbors': int, 'alpha': float}}, got {augmentation!r}"[:300],
-        )
-    if augmentation is not None and (space != "cosine" or index["name"] == "external"):
-        # augment_store refuses these stores, so no file galleria writes holds such a record.
-        raise checked.fail(
-            "augmentation",
-            f"records database-side augmentation, which only a cosine store on a built-in index has "
-            f"(this one: space {space!r}, index {index['name']!r})",
-        )
-    tensors = checked.get("tensors")
-    if (
-        not isinstance(tensors, dict)
-        or not set(tensors) <= _TENSOR_NAMES
-        or not all(
-            isinstance(entry, dict) and set(entry) == {"sha256"} and isinstance(entry["sha256"], str)
-            for entry in tensors.values()
-        )
-    ):
-        raise checked.fail(
-            "tensors", f"must map names among {sorted(_TENSOR_NAMES)} to {{'sha256': hex digest}}"
-        )
-    return {
-        "paths": paths,
-        "rows": rows,
-        "space": space,
-        "dim": dim,
-        "index": index,
-        "embedder": embedder,
-        "skipped": skipped,
-        "tensors": tensors,
-        "augmentation": augmentation,
-        "offline_diffusion": header.get("offline_diffusion"),
-        "rerank_statistics": _statistics_record(name, header.get("rerank_statistics")),
-        "labels_root": _labels_root_record(checked, header.get("labels_root")),
-    }
-
-
-def _labels_root_record(checked: _Header, value: Any) -> str | None:
-    """The header's ``labels_root`` (absolute, bounded, no control characters), or None."""
-    if value is None:
-        return None
-    try:
-        return check_labels_root("labels_root", value)
-    except (TypeError, ValueError) as error:
-        raise checked.fail("labels_root", f"is not usable: {error}") from None
-
-
-def _read_layout(name: str, file: BinaryIO) -> Layout:
-    """The checked safetensors layout of a store file (only the tensors a store file holds)."""
-    layout = read_layout(name, file, os.fstat(file.fileno()).st_size)
-    if not layout.metadata or _HEADER_KEY not in layout.metadata:
-        raise ValueError(f"{name!r} is a safetensors file but not a galleria store (no galleria header)")
-    if not set(layout.tensors) <= _TENSOR_NAMES:
-        raise ValueError(f"{name!r} holds unexpected tensors {sorted(set(layout.tensors) - _TENSOR_NAMES)}")
-    return layout
-
-
-def _checksum_error(name: str, key: str) -> ValueError:
+def checksum_error(name: str, key: str) -> ValueError:
     return ValueError(f"{name!r}: tensor {key!r} does not match its checksum (file damaged or tampered)")
 
 
-def _read_vectors(
+def read_vectors(
     name: str, file: BinaryIO, span: TensorSpan, expected: str, shape: tuple[int, int], mmap: bool
 ) -> np.ndarray:
     """The top-level ``vectors`` tensor, read (or mapped) in place, checksummed and checked finite."""
@@ -545,7 +182,7 @@ def _read_vectors(
     reader = TensorReader(file, span, frozenset({"vectors"}) if mmap else frozenset())
     vectors = reader.read_array("vectors", np.dtype("<f4"), shape)
     if reader.hexdigest() != expected:
-        raise _checksum_error(name, "vectors")
+        raise checksum_error(name, "vectors")
     if not all_finite(vectors):
         raise ValueError(f"{name!r}: tensor 'vectors' holds NaN or infinite values")
     try:
@@ -555,7 +192,7 @@ def _read_vectors(
     return vectors
 
 
-def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected: str) -> np.ndarray:
+def read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected: str) -> np.ndarray:
     """A tensor read as it is (its dtype and shape, bounded by the bytes the layout checked), checksummed."""
     dtype = span.numpy_dtype
     if dtype is None:
@@ -566,27 +203,27 @@ def _read_plain(name: str, file: BinaryIO, key: str, span: TensorSpan, expected:
     reader = TensorReader(file, span)
     array = reader.read_array(key, dtype, span.shape)
     if reader.hexdigest() != expected:
-        raise _checksum_error(name, key)
+        raise checksum_error(name, key)
     return array
 
 
-def _read_digests(
+def read_digests(
     name: str, file: BinaryIO, layout: Layout, recorded: dict[str, Any], rows: int
 ) -> np.ndarray | None:
     """The ``pixel_digests`` tensor, if the file holds one: exactly (rows, 8) uint8, checked before
     it is read."""
-    span = layout.tensors.get(_DIGEST_TENSOR)
+    span = layout.tensors.get(DIGEST_TENSOR)
     if span is None:
         return None
     if span.numpy_dtype != np.uint8 or tuple(span.shape) != (rows, 8):
         raise ValueError(
-            f"{name!r}: tensor {_DIGEST_TENSOR!r} does not match the header: it must hold one row per "
+            f"{name!r}: tensor {DIGEST_TENSOR!r} does not match the header: it must hold one row per "
             f"image, ({rows}, 8) uint8, got {span.dtype} {tuple(span.shape)}"
         )
-    return _read_plain(name, file, _DIGEST_TENSOR, span, recorded[_DIGEST_TENSOR]["sha256"])
+    return read_plain(name, file, DIGEST_TENSOR, span, recorded[DIGEST_TENSOR]["sha256"])
 
 
-def _read_index_tensor(
+def read_index_tensor(
     name: str, file: BinaryIO, span: TensorSpan, expected: str, kind: str, mmap: bool
 ) -> Any:
     """The serialised index, read straight into the arrays it keeps (faiss data left in the file for
@@ -599,135 +236,29 @@ def _read_index_tensor(
         unpacked = Unpacked.read(reader, kind, FAISS_BLOBS.get(kind, frozenset()))
     except ValueError as error:
         if reader.hexdigest() != expected:  # damage is reported as damage, not as what it broke
-            raise _checksum_error(name, "index") from None
+            raise checksum_error(name, "index") from None
         raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
     if reader.hexdigest() != expected:
-        raise _checksum_error(name, "index")
+        raise checksum_error(name, "index")
     return unpacked
 
 
-def _read_paths(name: str, file: BinaryIO, layout: Layout, header: dict[str, Any]) -> PathTable:
+def read_paths(name: str, file: BinaryIO, layout: Layout, header: dict[str, Any]) -> PathTable:
     """The gallery paths of a checked header: the path tensors read straight into a table (format
     version 3), or the header's list (versions 1 and 2) put in one."""
-    present = [key for key in _PATH_TENSORS if key in layout.tensors]
+    present = [key for key in PATH_TENSORS if key in layout.tensors]
     if header["paths"] is not None:
         if present:
             raise ValueError(f"{name!r}: a version-{header['format_version']} file holds tensors {present}")
         return PathTable.from_paths(header["paths"])
-    if len(present) != len(_PATH_TENSORS):
-        missing = sorted(set(_PATH_TENSORS) - set(present))
+    if len(present) != len(PATH_TENSORS):
+        missing = sorted(set(PATH_TENSORS) - set(present))
         raise ValueError(f"{name!r} lacks the tensor(s) {missing} that hold its paths")
     recorded = header["tensors"]
     data, offsets = (
-        _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"]) for key in _PATH_TENSORS
+        read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"]) for key in PATH_TENSORS
     )
-    return read_path_table(name, data, offsets, header["rows"], _PATH_TENSORS)
-
-
-def _reanchor(paths: Sequence[str], root: Any) -> tuple[str, str] | None:
-    """(old prefix, new prefix) that moves the gallery's common folder to ``root``."""
-    if root is None or not paths:
-        return None
-    if isinstance(root, os.PathLike):
-        root = os.fspath(root)
-    if not isinstance(root, str) or not root:
-        raise TypeError(f"root must be a non-empty str or os.PathLike, got {root!r}")
-    files = [path for path in paths if not is_url(path)]  # URL-only items are never re-anchored
-    if not files:
-        return None
-    if not all(os.path.isabs(path) for path in files):
-        return "", os.path.abspath(root)
-    return os.path.commonpath([os.path.dirname(path) for path in files]), os.path.abspath(root)
-
-
-def _moved(path: str, anchor: tuple[str, str]) -> str:
-    old, new = anchor
-    if is_url(path):
-        return path
-    if not old:
-        return os.path.join(new, path)
-    if path == old or path.startswith(old.rstrip(os.sep) + os.sep):
-        return os.path.join(new, os.path.relpath(path, old))
-    return path
-
-
-def _restore_index(
-    name: str,
-    header: dict[str, Any],
-    arrays: dict[str, Any],
-    search_index: Any,
-    connect: bool,
-) -> tuple[SearchIndex, bool]:
-    """The store's index: the one passed in (maybe to fill from the vectors) or the saved one
-    (``arrays["index"]`` is the container already read from the file, its faiss data still there)."""
-    rows, space, vectors = header["rows"], header["space"], arrays.get("vectors")
-    if search_index is not None:
-        if search_index.space != space:
-            raise ValueError(
-                f"search_index has space {search_index.space!r}, but the store was saved in {space!r}"
-            )
-        if len(search_index) == 0 and rows:
-            if vectors is None:
-                raise ValueError(
-                    f"{name!r} holds no vectors to fill the empty search_index; pass an index that holds "
-                    f"the store's {rows} rows"
-                )
-            return search_index, True
-        if len(search_index) == rows:
-            return search_index, False
-        raise ValueError(f"search_index holds {len(search_index)} rows, but the store has {rows} paths")
-    if "index" not in arrays:
-        raise ValueError(
-            f"{name!r} was saved with a {header['index']['name']!r} index that could not be serialised; "
-            "pass it back with search_index="
-        )
-    if header["index"]["name"] in REMOTE_INDEXES and not connect:
-        params = header["index"]["params"]
-        raise ValueError(
-            f"{name!r} keeps its vectors in {header['index']['name']} (uri {params.get('uri')!r}, collection "
-            f"{params.get('collection')!r}); a store file never chooses what galleria connects to: pass "
-            "connect=True (--connect on the command line) to reconnect to it, or search_index= an index "
-            "you opened yourself"
-        )
-    try:
-        index = index_from_bytes(header["index"]["name"], arrays["index"])
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise ValueError(f"{name!r}: the saved index cannot be restored: {error}") from error
-    if len(index) != rows or index.space != space:
-        raise ValueError(f"{name!r}: the saved index does not match the header (rows or space)")
-    return index, False
-
-
-def _restore_embedder(
-    name: str, saved: Any, embedder: Any, checkpoint: Any, dim: int | None, runtime: Any = None
-) -> Any:
-    if embedder is not None:
-        if checkpoint is not None:
-            raise ValueError("pass either embedder= or checkpoint=, not both")
-        if dim is not None:
-            try:
-                check_embedder_dim(embedder, dim, "embedder")
-            except ValueError as error:
-                raise ValueError(f"{name!r}: {error}") from None
-        return embedder
-    if saved is None:
-        if checkpoint is not None:
-            raise ValueError(f"{name!r} was saved without an embedder, so checkpoint= has no use")
-        return None
-    if saved["config"] is None:
-        raise ValueError(
-            f"{name!r} was saved with an embedder that has no config(); pass embedder= to load it"
-        )
-    try:
-        rebuilt = embedder_from_config(saved["config"], checkpoint=checkpoint, runtime=runtime)
-    except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"{name!r}: cannot rebuild the saved embedder: {error}") from error
-    if dim is not None:  # before anything is embedded: the config must not choose the batch's size
-        try:
-            check_embedder_dim(rebuilt, dim, "the saved embedder")
-        except ValueError as error:
-            raise ValueError(f"{name!r}: {error} (header key 'dim')") from None
-    return rebuilt
+    return read_path_table(name, data, offsets, header["rows"], PATH_TENSORS)
 
 
 def read_store_header(path: Any) -> dict[str, Any]:
@@ -749,8 +280,8 @@ def read_store_header(path: Any) -> dict[str, Any]:
     name = check_regular_file(path)
     with open(name, "rb") as file:
         metadata = read_layout(name, file, os.fstat(file.fileno()).st_size).metadata
-    header = _parse_header(name, metadata)
-    _validate_header(name, header, os.path.getsize(name))
+    header = parse_header(name, metadata)
+    validate_header(name, header, os.path.getsize(name))
     return header
 
 
@@ -772,77 +303,97 @@ def read_store(
     instead, and the file must not be modified in place while the store is in use (galleria's own
     saves replace the file, which leaves the mapping intact)."""
     name = check_regular_file(path)
-    check_embedder(embedder, allow_none=True)
-    if not isinstance(connect, bool):
-        raise TypeError(f"connect must be a bool, got {connect!r}")
-    if search_index is not None and not isinstance(search_index, SearchIndex):
-        raise TypeError(f"search_index must be a SearchIndex or None, got {type(search_index).__name__}")
-    if not isinstance(mmap, bool):
-        raise TypeError(f"mmap must be a bool, got {mmap!r}")
+    check_load_arguments(embedder, search_index, connect, mmap)
     with open(name, "rb") as file:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             raise ValueError(f"path {name!r} is not a regular file")
-        layout = _read_layout(name, file)
+        layout = read_store_layout(name, file)
         file_size = os.fstat(file.fileno()).st_size
-        header = _validate_header(name, _parse_header(name, layout.metadata), file_size)
+        header = validate_header(name, parse_header(name, layout.metadata), file_size)
         recorded = header["tensors"]
         if set(layout.tensors) != set(recorded):
             raise ValueError(
                 f"{name!r} holds tensors {sorted(layout.tensors)}, but its header lists {sorted(recorded)}"
             )
-        rows: int = header["rows"]
-        paths = _read_paths(name, file, layout, header)  # first: sorting its lookup needs scratch memory
-        dim: int | None = header["dim"]
-        arrays: dict[str, Any] = {}
-        if "vectors" in layout.tensors:
-            expected = recorded["vectors"]["sha256"]
-            shape = (rows, dim if dim is not None else 0)
-            arrays["vectors"] = _read_vectors(name, file, layout.tensors["vectors"], expected, shape, mmap)
-        if "index" in layout.tensors:
-            span, expected = layout.tensors["index"], recorded["index"]["sha256"]
-            if search_index is None:
-                kind = header["index"]["name"]
-                arrays["index"] = _read_index_tensor(name, file, span, expected, kind, mmap)
-            elif span.numpy_dtype != np.uint8 or len(span.shape) != 1:
-                raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
-            elif TensorReader(file, span).hexdigest() != expected:  # checked, though not used
-                raise _checksum_error(name, "index")
-        for key in _DIFFUSION_TENSORS:
-            if key in layout.tensors:
-                arrays[key] = _read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"])
-        digests = _read_digests(name, file, layout, recorded, rows)
-        vectors = arrays.get("vectors")
-        offline = _check_offline_diffusion(name, header["offline_diffusion"], arrays, rows)
-        index, fill = _restore_index(name, header, arrays, search_index, connect)
+        paths = read_paths(name, file, layout, header)  # first: sorting its lookup needs scratch memory
+        groups = group_tensors(name, layout.tensors, header["extensions"])  # checked before any is read
+        arrays = _read_gallery(name, file, layout, header, search_index, mmap)
+        extension_tensors = {
+            record: {
+                short: read_plain(name, file, key, layout.tensors[key], recorded[key]["sha256"])
+                for short, key in members.items()
+            }
+            for record, members in groups.items()
+        }
+        digests = read_digests(name, file, layout, recorded, header["rows"])
+        context = ExtensionContext(name, header["rows"], header["space"], header["index"]["name"])
+        extensions = decode_records(name, header["extensions"], extension_tensors, context)
+        del extension_tensors
+        index, fill = restore_index(name, header, arrays, search_index, connect)
+    vectors, dim = arrays.get("vectors"), header["dim"]
+    del arrays  # the index's container: what the index keeps is the index's now
     if index.dim is not None and dim is not None and index.dim != dim:
         raise ValueError(f"{name!r}: the index has dimension {index.dim}, but header key 'dim' is {dim}")
-    loaded_embedder = _restore_embedder(name, header["embedder"], embedder, checkpoint, dim, runtime)
-    anchor = _reanchor(paths, root)
+    loaded_embedder = restore_embedder(name, header["embedder"], embedder, checkpoint, dim, runtime)
+    state = _place(name, header, index, loaded_embedder, paths, vectors, fill, root)
+    state.pixel_digests = digests
+    for key, value in extensions.items():  # a codec's value where the store keeps it, the rest by name
+        codec = extension_codec(key)
+        if codec is not None and codec.state_field and not isinstance(value, OpaqueRecord):
+            setattr(state, codec.state_field, value)
+        else:
+            state.extensions[key] = value
+    return state
+
+
+def _read_gallery(
+    name: str, file: Any, layout: Layout, header: dict[str, Any], search_index: Any, mmap: bool
+) -> dict[str, Any]:
+    """The ``vectors`` tensor (read or mapped) and the ``index`` container (its faiss data left in the
+    file), each checksummed; the index bytes only checksummed when ``search_index`` replaces them."""
+    recorded, rows, dim = header["tensors"], header["rows"], header["dim"]
+    arrays: dict[str, Any] = {}
+    if "vectors" in layout.tensors:
+        expected = recorded["vectors"]["sha256"]
+        shape = (rows, dim if dim is not None else 0)
+        arrays["vectors"] = read_vectors(name, file, layout.tensors["vectors"], expected, shape, mmap)
+    if "index" in layout.tensors:
+        span, expected = layout.tensors["index"], recorded["index"]["sha256"]
+        if search_index is None:
+            kind = header["index"]["name"]
+            arrays["index"] = read_index_tensor(name, file, span, expected, kind, mmap)
+        elif span.numpy_dtype != np.uint8 or len(span.shape) != 1:
+            raise ValueError(f"{name!r}: tensor 'index' must be 1-D uint8")
+        elif TensorReader(file, span).hexdigest() != expected:  # checked, though not used
+            raise checksum_error(name, "index")
+    return arrays
+
+
+def _place(
+    name: str,
+    header: dict[str, Any],
+    index: SearchIndex,
+    embedder: Any,
+    paths: PathTable,
+    vectors: np.ndarray | None,
+    fill: bool,
+    root: Any,
+) -> GalleryState:
+    """The state of a read file, its paths (and labels' folder) moved under ``root`` if given, the
+    index filled from the vectors if it came empty."""
+    anchor = reanchor(paths, root)
     skipped: list[str] = header["skipped"]
     if anchor is not None:  # the one step of loading that makes a str per row
-        paths = PathTable.from_paths([_moved(path, anchor) for path in paths])
-        skipped = [_moved(path, anchor) for path in skipped]
+        paths = PathTable.from_paths([moved(path, anchor) for path in paths])
+        skipped = [moved(path, anchor) for path in skipped]
         if paths.duplicate() is not None:
             raise ValueError(f"root={root!r} maps two gallery paths onto one")
     if fill:
         assert vectors is not None
         add_rows(index, vectors, paths)
     kept = vectors if vectors is not None and not index.can_reconstruct else None
-    augmentation = None if header["augmentation"] is None else dict(header["augmentation"])
-    statistics = _statistics_record(name, header["rerank_statistics"], rows)
     labels_root = header["labels_root"]
     if anchor is not None and anchor[0] and labels_root is not None:
         # The labels' folder moves with the gallery's common folder (it may lie above it).
         labels_root = os.path.normpath(os.path.join(anchor[1], os.path.relpath(labels_root, anchor[0])))
-    return GalleryState(
-        index,
-        loaded_embedder,
-        paths,
-        kept,
-        skipped,
-        augmentation,
-        offline,
-        rerank_statistics=statistics,
-        labels_root=labels_root,
-        pixel_digests=digests,
-    )
+    return GalleryState(index, embedder, paths, kept, skipped, labels_root=labels_root)

@@ -147,6 +147,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
         store._labels_root = state.labels_root
         store._set_gallery(state.paths, state.vectors)
         store._pixel_digests = state.pixel_digests
+        store._extensions = dict(state.extensions)
         if state.rerank_statistics is not None:
             from galleria.statistics import GalleryStatistics
 
@@ -306,6 +307,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
                 pixel_digests=self._pixel_digests
                 if self._pixel_digests is not None and len(self._pixel_digests) == len(self._paths)
                 else None,
+                extensions=dict(self._extensions),
             )
             tensors, header = persistence.encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)

@@ -1,0 +1,230 @@
+"""Extension records: one generic slot in the store file, checked by the codecs their owners register;
+a record no codec reads is kept opaque and bounded, written back unchanged, used by nothing, listed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from _support.store_files import read_parts, write_sealed
+from galleria import InMemoryImageEmbeddingStore
+from galleria.store.extensions import (
+    MAX_EXTENSION_TENSORS,
+    MAX_RECORD_BYTES,
+    ExtensionCodec,
+    ExtensionContext,
+    OpaqueRecord,
+    extension_codec,
+    register_extension,
+)
+
+RECORD = {"version": 2, "note": "a plugin's table", "sizes": [3, 1]}
+
+
+def _vectors() -> np.ndarray:
+    return np.random.default_rng(3).normal(size=(6, 4)).astype(np.float32)
+
+
+def _plain(tmp_path: Path) -> Path:
+    file = tmp_path / "plain.safetensors"
+    InMemoryImageEmbeddingStore.from_embeddings([f"/g/{i}.png" for i in range(6)], _vectors()).save_to_disk(
+        file
+    )
+    return file
+
+
+def _with_unknown(tmp_path: Path, record: Any = RECORD, extra: dict[str, np.ndarray] | None = None) -> Path:
+    """A store file holding a record of a plugin galleria does not know (its codec not registered)."""
+    header, tensors = read_parts(_plain(tmp_path))
+    header["extensions"] = {"plugin_table": record}
+    tensors["ext/plugin_table/weights"] = np.arange(12, dtype=np.float32).reshape(6, 2) / 7
+    tensors["ext/plugin_table/ids"] = np.array([5, 1, 4], dtype=np.int64)
+    tensors.update(extra or {})
+    return write_sealed(tmp_path / "plugin.safetensors", header, tensors)
+
+
+def test_an_unknown_record_is_kept_opaque_and_written_back_unchanged(tmp_path: Path) -> None:
+    assert extension_codec("plugin_table") is None
+    file = _with_unknown(tmp_path)
+    store = InMemoryImageEmbeddingStore.load_from_disk(file)
+    held = store._extensions["plugin_table"]
+    assert isinstance(held, OpaqueRecord) and held.record == RECORD
+    plain = InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "plain.safetensors")
+    query = _vectors()[2] + 0.1
+    assert (
+        store.retrieve_by_vector(query, k=4)[0] == plain.retrieve_by_vector(query, k=4)[0]
+    )  # used by nothing
+
+    again = tmp_path / "again.safetensors"
+    store.save_to_disk(again)
+    (before, before_tensors), (after, after_tensors) = read_parts(file), read_parts(again)
+    assert json.dumps(after["extensions"], sort_keys=True) == json.dumps(before["extensions"], sort_keys=True)
+    for key in ("ext/plugin_table/weights", "ext/plugin_table/ids"):
+        assert after_tensors[key].dtype == before_tensors[key].dtype
+        assert after_tensors[key].tobytes() == before_tensors[key].tobytes()
+        assert after["tensors"][key] == before["tensors"][key]  # the same digest: the same bytes
+
+
+def test_galleria_info_lists_an_unread_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from galleria.cli import main
+
+    file = _with_unknown(tmp_path)
+    assert main(["info", str(file), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["extensions"]
+    assert listed == [
+        {
+            "name": "plugin_table",
+            "read": False,
+            "record_bytes": len(json.dumps(RECORD, sort_keys=True, separators=(",", ":"))),
+            "tensors": {"ids": "int64 [3]", "weights": "float32 [6, 2]"},
+        }
+    ]
+    assert main(["info", str(file)]) == 0
+    text = capsys.readouterr().out
+    assert "extensions:     plugin_table (kept unread, no codec registered" in text
+    assert main(["info", str(tmp_path / "plain.safetensors")]) == 0
+    assert "extensions:" not in capsys.readouterr().out  # the line is there only for a file with records
+
+
+def test_changed_rows_drop_an_opaque_record(tmp_path: Path) -> None:
+    store = InMemoryImageEmbeddingStore.load_from_disk(_with_unknown(tmp_path))
+    store.remove_images(["/g/0.png"])
+    store.save_to_disk(tmp_path / "smaller.safetensors")
+    header, tensors = read_parts(tmp_path / "smaller.safetensors")
+    assert "extensions" not in header and not any(key.startswith("ext/") for key in tensors)
+
+
+@pytest.mark.parametrize(
+    ("record", "extra", "message"),
+    [
+        ("x" * MAX_RECORD_BYTES, None, "larger than"),
+        (
+            RECORD,
+            {f"ext/plugin_table/t{i}": np.zeros(1, np.uint8) for i in range(MAX_EXTENSION_TENSORS)},
+            "unexpected",
+        ),
+        (RECORD, {"ext/other/t": np.zeros(1, np.uint8)}, r"no header key 'extensions\.other'"),
+        (RECORD, {"ext/Bad/t": np.zeros(1, np.uint8)}, "unexpected tensors"),
+        (RECORD, {"ext/plugin_table/t": np.zeros(1, np.float16)}, "float16|dtype"),
+    ],
+)
+def test_an_unknown_record_is_bounded(tmp_path: Path, record: Any, extra: Any, message: str) -> None:
+    file = _with_unknown(tmp_path, record, extra)
+    with pytest.raises(ValueError, match=message):
+        InMemoryImageEmbeddingStore.load_from_disk(file)
+
+
+@pytest.mark.parametrize(
+    "slot",
+    [[1], {"Bad": 1}, {f"r{i}": 1 for i in range(40)}],
+    ids=["list", "bad-name", "too-many"],
+)
+def test_the_slot_itself_is_checked(tmp_path: Path, slot: Any) -> None:
+    header, tensors = read_parts(_plain(tmp_path))
+    header["extensions"] = slot
+    file = write_sealed(tmp_path / "bad.safetensors", header, tensors)
+    with pytest.raises(ValueError, match=r"bad\.safetensors.*'extensions'"):
+        InMemoryImageEmbeddingStore.load_from_disk(file)
+
+
+def test_a_record_both_at_the_top_and_in_the_slot_is_refused(tmp_path: Path) -> None:
+    header, tensors = read_parts(_plain(tmp_path))
+    record = {"method": "dba", "neighbors": 2, "alpha": 1.0}
+    header["augmentation"] = record
+    header["extensions"] = {"augmentation": record}
+    file = write_sealed(tmp_path / "twice.safetensors", header, tensors)
+    with pytest.raises(ValueError, match="also holds at its top level"):
+        InMemoryImageEmbeddingStore.load_from_disk(file)
+
+
+class _Counts(ExtensionCodec):
+    """A plugin's codec: a record ``{"scale": float}`` and one float32 tensor of one value per row."""
+
+    name = "test_counts"
+    tensors = frozenset({"counts"})
+
+    def check_record(self, record: Any, context: ExtensionContext) -> None:
+        if not isinstance(record, dict) or set(record) != {"scale"}:
+            raise context.fail("must be {'scale': number}")
+
+    def check(self, record: Any, tensors: dict[str, np.ndarray], context: ExtensionContext) -> Any:
+        counts = tensors.get("counts")
+        if counts is None or counts.dtype != np.float32 or counts.shape != (context.rows,):
+            raise context.fail(f"needs tensor {context.tensor('counts')!r} of one float32 per row")
+        return record["scale"], counts
+
+    def encode(self, value: Any) -> tuple[Any, dict[str, np.ndarray]]:
+        return {"scale": value[0]}, {"counts": value[1]}
+
+
+def test_a_registered_codec_reads_and_writes_its_record_in_the_slot(tmp_path: Path) -> None:
+    register_extension(_Counts())
+    header, tensors = read_parts(_plain(tmp_path))
+    header["extensions"] = {"test_counts": {"scale": 2.5}}
+    tensors["ext/test_counts/counts"] = np.arange(6, dtype=np.float32)
+    file = write_sealed(tmp_path / "counts.safetensors", header, tensors)
+    store = InMemoryImageEmbeddingStore.load_from_disk(file)
+    scale, counts = store._extensions["test_counts"]
+    assert scale == 2.5 and counts.tolist() == [0, 1, 2, 3, 4, 5]
+    store.save_to_disk(tmp_path / "again.safetensors")
+    again, again_tensors = read_parts(tmp_path / "again.safetensors")
+    assert again["extensions"] == {"test_counts": {"scale": 2.5}}
+    assert again_tensors["ext/test_counts/counts"].tolist() == counts.tolist()
+
+    header["extensions"] = {"test_counts": {"scale": 2.5, "extra": 1}}
+    with pytest.raises(ValueError, match=r"header key 'extensions\.test_counts' must be"):
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(file, header, tensors))
+    header["extensions"] = {"test_counts": {"scale": 2.5}}
+    tensors["ext/test_counts/counts"] = np.arange(5, dtype=np.float32)
+    with pytest.raises(ValueError, match="ext/test_counts/counts"):
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(file, header, tensors))
+    tensors["ext/test_counts/other"] = np.arange(6, dtype=np.float32)
+    with pytest.raises(ValueError, match="unexpected tensors"):
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(file, header, tensors))
+
+
+def test_a_codec_must_agree_with_the_legacy_table() -> None:
+    class Wrong(ExtensionCodec):
+        name = "offline_diffusion"
+        legacy_key = "offline_diffusion"
+        legacy_tensors = {"diffusion_positions": "rows"}  # noqa: RUF012
+
+    with pytest.raises(ValueError, match="LEGACY_RECORDS"):
+        register_extension(Wrong())
+    with pytest.raises(ValueError, match="codec name"):
+        register_extension(type("Named", (ExtensionCodec,), {"name": "Bad Name"})())
+    with pytest.raises(TypeError):
+        register_extension(object())  # type: ignore[arg-type]
+
+
+def test_an_old_file_keeps_loading_and_an_offline_record_moves_with_its_tensors(tmp_path: Path) -> None:
+    from galleria.rerank.decoupled import prepare_offline_diffusion
+
+    vectors = np.random.default_rng(0).normal(size=(20, 8))
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"/g/{i}" for i in range(20)], vectors)
+    held = prepare_offline_diffusion(store, k=3, truncation=5)
+    old = tmp_path / "old.safetensors"
+    store.save_to_disk(old)
+    header, tensors = read_parts(old)
+    assert header["offline_diffusion"] == held.params and "diffusion_values" in tensors  # as before the slot
+
+    # The same record in the slot (as a future galleria may write it) reads back the same.
+    header["extensions"] = {"offline_diffusion": header.pop("offline_diffusion")}
+    tensors["ext/offline_diffusion/positions"] = tensors.pop("diffusion_positions")
+    tensors["ext/offline_diffusion/values"] = tensors.pop("diffusion_values")
+    slot = write_sealed(tmp_path / "slot.safetensors", header, tensors)
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(slot)._offline_diffusion
+    assert loaded is not None and loaded.params == held.params
+    np.testing.assert_array_equal(loaded.positions, held.positions)
+    # ... and is checked as strictly, its tensors named as they lie in the file.
+    tensors["ext/offline_diffusion/values"] = tensors["ext/offline_diffusion/values"][:, :4].copy()
+    with pytest.raises(ValueError, match="'ext/offline_diffusion/values' must be float32 of shape"):
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(slot, header, tensors))
+    # A legacy tensor beside a slot record is not where the record keeps it.
+    tensors["diffusion_values"] = tensors.pop("ext/offline_diffusion/values")
+    with pytest.raises(ValueError, match="not where"):
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(slot, header, tensors))

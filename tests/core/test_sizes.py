@@ -24,7 +24,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "rerank/decoupled.py",
         "rerank/full.py",
         "store/persistence.py",
-        "web/pages.py",
     }
 )
 
@@ -49,8 +48,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "rerank/sparse_pool.py:sparse_pool_core",
         "store/persistence.py:read_store",
         "tune/search.py:tune_gallery",
-        "web/app.py:create_app",
-        "web/pages.py:add_pages",
     }
 )
 

@@ -21,6 +21,7 @@ from galleria.viewer import GalleryLabels, SearchSettings, UploadStore
 from galleria.viewer.compare import _flag as read_flag
 from galleria.viewer.compare import setting_keys
 from galleria.viewer.text import format_score
+from galleria.web._items import is_url, url_link, url_name
 
 __all__ = [
     "QUERY_KEYS",
@@ -169,7 +170,7 @@ def page_renderer(site: Site) -> Renderer:
 
     def thumb(path: str) -> str | None:
         shown = site.relative(path)
-        return None if shown is None else "/thumb/" + quote(shown)
+        return None if shown is None or is_url(path) else "/thumb/" + quote(shown)
 
     def render(request: Request, template: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
         settings = context.pop("settings", None) or site.initial
@@ -185,6 +186,9 @@ def page_renderer(site: Site) -> Renderer:
             "hidden_query": None,
             "relative": site.relative,
             "thumb": thumb,
+            "is_url": is_url,
+            "url_link": url_link,
+            "url_name": url_name,
         }
         return templates.TemplateResponse(request, template, {**base, **context}, status_code=status)
 

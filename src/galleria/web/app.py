@@ -34,6 +34,7 @@ from galleria.web import routes
 from galleria.web._background import Background
 from galleria.web._files import GalleryFiles
 from galleria.web._guard import Guard, normalise_hosts
+from galleria.web._items import ServedLabels
 from galleria.web._limits import FORM_SLACK as _FORM_SLACK
 from galleria.web._limits import BodyLimit as _BodyLimit
 from galleria.web._site import SETTING_KEYS, Site, page_renderer
@@ -202,7 +203,7 @@ def create_app(
     initial = SearchSettings.from_mapping({}, defaults, store=store)
     pool = WorkerPool(workers, request_timeout)
     files = GalleryFiles(store.paths, root)
-    labels = GalleryLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))
+    labels = ServedLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))
     hosts = None if allowed_hosts is None else normalise_hosts(allowed_hosts)
     draft = draft_size_for(store.embedder)
     decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)  # every decode of a gallery image

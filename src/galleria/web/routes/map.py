@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from galleria.datasets.labels import labels_under
 from galleria.viewer import GalleryLabels
 from galleria.web._background import Background
+from galleria.web._items import is_url, url_link
 
 __all__ = ["MAP_SCALE", "REGION_PAGE_SIZE", "item_of", "map_router", "point_labels"]
 
@@ -58,9 +59,18 @@ def scaled(coordinates: np.ndarray) -> np.ndarray:
 
 
 def item_of(labels: GalleryLabels, path: str) -> dict[str, str]:
-    """One image as the map and the region list name it: its path relative to the root and its links."""
+    """One image as the map and the region list name it: its path relative to the root and its links
+    (a URL item has no thumbnail, and ``url``: its URL when it is an http(s) one, never fetched)."""
     shown = labels.relative(path)
     address = quote(shown)
+    if is_url(path):
+        return {
+            "path": shown,
+            "thumb": None,
+            "url": url_link(path),
+            "view": "/view/" + address,
+            "search": "/?path=" + quote(shown, safe="/"),
+        }
     return {
         "path": shown,
         "thumb": "/thumb/" + address,

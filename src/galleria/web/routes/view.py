@@ -5,6 +5,7 @@ its EXIF orientation) and re-encoded, so a photo taken upright shows upright. Th
 buttons, ``+``/``-``/``0``, the wheel with Ctrl) and, reached from a result list, steps through
 that list with ← and → (``Esc`` goes back to the list): the list is remembered by the browser
 (``sessionStorage``), never by the server. Any path that is not an image of this gallery is a 404.
+A URL item (:mod:`galleria.web._items`) is shown by its URL: a placeholder and a link, no picture.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from galleria.viewer import GalleryLabels
+from galleria.web._items import is_url
 
 __all__ = ["view_router"]
 
@@ -38,6 +40,7 @@ def view_router(labels: GalleryLabels, render: Callable[..., Any]) -> APIRouter:
             {
                 "view_path": relative,
                 "view_label": labels.label_of(path),
+                "url_item": is_url(path),  # shown by its URL, never fetched
                 "image_src": "/image/" + quote(relative),
                 "search_link": "/?path=" + quote(relative, safe="/"),
             },

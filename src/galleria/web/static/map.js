@@ -216,8 +216,14 @@
       body.items.forEach(function (entry) {
         var li = document.createElement("li"); li.className = "item";
         var link = document.createElement("a"); link.href = entry.search; link.title = "search by " + entry.path;
-        var img = document.createElement("img"); img.src = entry.thumb; img.alt = entry.path; img.loading = "lazy";
-        link.appendChild(img); li.appendChild(link);
+        if (entry.thumb) {
+          var img = document.createElement("img"); img.src = entry.thumb; img.alt = entry.path; img.loading = "lazy";
+          link.appendChild(img);
+        } else {  // a URL item: never fetched, shown by its URL
+          var tile = document.createElement("span"); tile.className = "url-tile"; tile.textContent = "URL only · not fetched";
+          link.appendChild(tile);
+        }
+        li.appendChild(link);
         var name = document.createElement("div"); name.className = "path"; name.textContent = entry.path;
         li.appendChild(name); grid.appendChild(li);
       });
@@ -263,7 +269,8 @@
     if (row < 0) { hover.hidden = true; return; }
     item(row).then(function (entry) {
       if (hovered !== row) { return; }
-      hoverImage.src = entry.thumb;
+      if (entry.thumb) { hoverImage.src = entry.thumb; hoverImage.hidden = false; }
+      else { hoverImage.removeAttribute("src"); hoverImage.hidden = true; }  // a URL item: not fetched
       hoverImage.alt = entry.path;
       hoverPath.textContent = entry.path;
       var box = canvas.getBoundingClientRect(), scale = box.width / canvas.width;

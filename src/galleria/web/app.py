@@ -39,6 +39,7 @@ from galleria.web._limits import FORM_SLACK as _FORM_SLACK
 from galleria.web._limits import BodyLimit as _BodyLimit
 from galleria.web._site import SETTING_KEYS, Site, page_renderer
 from galleria.web._work import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, WorkerPool
+from galleria.web.routes.map import map_points
 
 __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 
@@ -227,6 +228,7 @@ def create_app(
         evaluation=evaluation,
         evaluation_labels=evaluation_labels,
         workers=pool,
+        map_points=functools.partial(map_points, store, labels, background),
     )
     app = _new_app(pool, max_upload_bytes, hosts)
     full_size: SingleFlight[tuple[bytes, str]] = SingleFlight()

@@ -7,7 +7,8 @@ per point], "xy": [x0, y0, x1, y1, ...]}`` with coordinates scaled to integers i
 scale for both axes), in store order. ``GET /api/map/groups`` colours by duplicate group (``{"groups",
 "group": [index or -1 per point]}``, 202 while computing). ``GET /api/map/item/{row}`` names one
 point's image; ``GET /api/map/region?x0=&y0=&x1=&y1=&page=`` lists the images inside a rectangle
-(map units), a page of :data:`REGION_PAGE_SIZE` at a time.
+(map units), a page of :data:`REGION_PAGE_SIZE` at a time. The same rectangle filters the browse
+grid, ``/?map=x0,y0,x1,y1`` (:func:`parse_rectangle`, :func:`rows_inside`); the map page links there.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from galleria.viewer import GalleryLabels
 from galleria.web._background import Background
 from galleria.web._items import is_url, url_link
 
-__all__ = ["MAP_SCALE", "REGION_PAGE_SIZE", "item_of", "map_router", "point_labels"]
+__all__ = [
+    "MAP_SCALE",
+    "REGION_PAGE_SIZE",
+    "item_of",
+    "map_points",
+    "map_router",
+    "parse_rectangle",
+    "point_labels",
+    "rows_inside",
+]
 
 #: Map coordinates are sent as integers in [0, MAP_SCALE].
 MAP_SCALE = 65535
@@ -58,7 +68,7 @@ def scaled(coordinates: np.ndarray) -> np.ndarray:
     return out
 
 
-def item_of(labels: GalleryLabels, path: str) -> dict[str, str]:
+def item_of(labels: GalleryLabels, path: str) -> dict[str, str | None]:
     """One image as the map and the region list name it: its path relative to the root and its links
     (a URL item has no thumbnail, and ``url``: its URL when it is an http(s) one, never fetched)."""
     shown = labels.relative(path)
@@ -91,6 +101,50 @@ def _integer(name: str, text: str | None, default: int | None = None) -> int:
     return int(text)
 
 
+def parse_rectangle(text: str) -> tuple[int, int, int, int]:
+    """A rectangle of the map from an address's ``map=x0,y0,x1,y1`` (map units, integers in
+    [0, :data:`MAP_SCALE`]); ValueError naming the parameter and the value otherwise.
+
+    Examples
+    --------
+    >>> parse_rectangle("10,0,65535,20")
+    (10, 0, 65535, 20)
+    >>> parse_rectangle("1,2,3")
+    Traceback (most recent call last):
+    ...
+    ValueError: map must be four integers x0,y0,x1,y1 from 0 to 65535, got '1,2,3'
+    """
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    problem = ValueError(f"map must be four integers x0,y0,x1,y1 from 0 to {MAP_SCALE}, got {shown!r}")
+    parts = text.split(",") if len(text) <= 4 * 6 else []
+    if len(parts) != 4 or not all(0 < len(part) <= 5 and part.isascii() and part.isdigit() for part in parts):
+        raise problem
+    x0, y0, x1, y1 = (int(part) for part in parts)
+    if max(x0, y0, x1, y1) > MAP_SCALE:
+        raise problem
+    return x0, y0, x1, y1
+
+
+def rows_inside(points: np.ndarray, corners: tuple[int, int, int, int]) -> np.ndarray:
+    """The store rows of the points inside the rectangle ``corners`` (both corners included), in order."""
+    x0, y0, x1, y1 = corners
+    x_low, x_high = sorted((x0, x1))
+    y_low, y_high = sorted((y0, y1))
+    inside: np.ndarray = np.flatnonzero(
+        (points[:, 0] >= x_low)
+        & (points[:, 0] <= x_high)
+        & (points[:, 1] >= y_low)
+        & (points[:, 1] <= y_high)
+    )
+    return inside
+
+
+def map_points(store: Any, labels: GalleryLabels, background: Background) -> tuple[str, Any]:
+    """The map's state: ``("ready", {"points", "body"})``, ``("computing", None)`` (its computation
+    started in the background) or ``("failed", message)``."""
+    return background.get(("map", len(store)), lambda: _map_body(store, labels))
+
+
 def map_router(
     store: Any, labels: GalleryLabels, background: Background, render: Callable[..., Any]
 ) -> APIRouter:
@@ -98,7 +152,7 @@ def map_router(
     router = APIRouter()
 
     def current() -> tuple[str, Any]:
-        return background.get(("map", len(store)), lambda: _map_body(store, labels))
+        return map_points(store, labels, background)
 
     def pending(state: str, value: Any) -> JSONResponse:
         if state == "failed":
@@ -190,15 +244,7 @@ def _region_page(
     points: np.ndarray, corners: tuple[int, int, int, int], page: int, paths: Any, labels: GalleryLabels
 ) -> dict[str, Any]:
     """One page of the points inside the rectangle ``corners`` (both corners included)."""
-    x0, y0, x1, y1 = corners
-    x_low, x_high = sorted((x0, x1))
-    y_low, y_high = sorted((y0, y1))
-    inside = np.flatnonzero(
-        (points[:, 0] >= x_low)
-        & (points[:, 0] <= x_high)
-        & (points[:, 1] >= y_low)
-        & (points[:, 1] <= y_high)
-    )
+    inside = rows_inside(points, corners)
     pages = max(1, -(-inside.size // REGION_PAGE_SIZE))
     page = min(page, pages)
     chosen = inside[(page - 1) * REGION_PAGE_SIZE : page * REGION_PAGE_SIZE]

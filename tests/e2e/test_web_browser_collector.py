@@ -1,8 +1,8 @@
 """Issue 28 §4–§6 in a real browser: the map (draw, hover, click, rectangle), duplicates, the full view.
 
 Playwright drives Debian's chromium (as :mod:`test_web_browser` does) against a live server. With
-``GALLERIA_SCREENSHOTS=DIR`` it keeps screenshots of ``/map``, ``/duplicates`` and ``/view`` (those in
-``docs/img/``). Skipped only when chromium is not installed.
+``GALLERIA_SCREENSHOTS=DIR`` it keeps screenshots of ``/map``, ``/duplicates``, ``/view`` and the
+browse grid filtered by a map rectangle (those in ``docs/img/``). Skipped only when chromium is not installed.
 """
 
 from __future__ import annotations

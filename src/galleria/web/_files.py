@@ -81,7 +81,7 @@ class GalleryFiles:
     """
 
     def __init__(self, paths: Sequence[str], root: str | os.PathLike[str] | None = None) -> None:
-        files = [path for path in paths if not is_url(path)]
+        files = [path for path in paths if "://" not in path or not is_url(path)]
         #: The served folder's real path; None for a store of URL items only, given no ``root``.
         self.root: str | None = None if (paths and not files and root is None) else gallery_root(files, root)
         self._base = self.root if root is None else os.path.abspath(os.fspath(root))

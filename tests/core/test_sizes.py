@@ -22,7 +22,6 @@ MODULES_OVER: frozenset[str] = frozenset(
         "index/ivfpq.py",
         "index/milvus.py",
         "store/persistence.py",
-        "web/pages.py",
     }
 )
 
@@ -43,8 +42,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "evaluation/report.py:write_report",
         "store/persistence.py:read_store",
         "tune/search.py:tune_gallery",
-        "web/app.py:create_app",
-        "web/pages.py:add_pages",
     }
 )
 

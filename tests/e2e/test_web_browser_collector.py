@@ -1,8 +1,8 @@
 """Issue 28 §4–§6 in a real browser: the map (draw, hover, click, rectangle), duplicates, the full view.
 
 Playwright drives Debian's chromium (as :mod:`test_web_browser` does) against a live server. With
-``GALLERIA_SCREENSHOTS=DIR`` it keeps screenshots of ``/map``, ``/duplicates`` and ``/view`` (those in
-``docs/img/``). Skipped only when chromium is not installed.
+``GALLERIA_SCREENSHOTS=DIR`` it keeps screenshots of ``/map``, ``/duplicates``, ``/view`` and the
+browse grid filtered by a map rectangle (those in ``docs/img/``). Skipped only when chromium is not installed.
 """
 
 from __future__ import annotations
@@ -214,4 +214,51 @@ def test_the_new_pages_fit_a_narrow_screen(server: tuple[str, int], browser: Any
         page.wait_for_selector(ready, timeout=120_000)
         width = page.evaluate("() => document.documentElement.scrollWidth")
         assert width <= page.evaluate("() => window.innerWidth"), address
+    assert problems == []
+
+
+def test_a_drawn_rectangle_filters_the_browse_grid(server: tuple[str, int], browser: Any) -> None:
+    """Issue 28 §5: the rectangle drawn on the map filters the main browse grid (``/?map=...``)."""
+    url, count = server
+    page, problems = _page(browser)
+    page.set_viewport_size({"width": 1280, "height": 1100})
+    page.goto(url + "/map")
+    page.wait_for_selector("#map[data-ready='1']", timeout=120_000)
+    box = page.locator("#map").bounding_box()
+    page.mouse.move(box["x"] + 2, box["y"] + 2)  # the left half of the map
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 4, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] - 2, steps=5)
+    page.mouse.up()
+    page.wait_for_selector("#map-region:not([hidden]) #region-grid li")
+    total = int(page.locator("#region-count").inner_text().split()[0])
+    address = page.locator("#region-browse").get_attribute("href")
+    assert address.startswith("/?map=") and 0 < total < count
+    # What the grid must show, worked out here from the points the map sent and the rectangle.
+    x0, y0, x1, y1 = (int(v) for v in address.removeprefix("/?map=").split(","))
+    xy = page.request.get(url + "/api/map").json()["xy"]
+    rows = [
+        row
+        for row in range(count)
+        if min(x0, x1) <= xy[2 * row] <= max(x0, x1) and min(y0, y1) <= xy[2 * row + 1] <= max(y0, y1)
+    ]
+    expected = [page.request.get(f"{url}/api/map/item/{row}").json()["path"] for row in rows]
+    assert len(expected) == total
+    page.click("#region-browse")
+    page.wait_for_url("**/?map=**")
+    assert "inside the rectangle" in page.locator("#count").inner_text()
+    page.wait_for_function(  # the first thumbnails (the others load lazily)
+        "() => [...document.querySelectorAll('#gallery li:nth-child(-n+6) img')]"
+        ".every(i => i.complete && i.naturalWidth > 0)"
+    )
+    _shot(page, "browse-map-filter.png", full_page=False)
+    shown = page.locator("#gallery .item").evaluate_all("items => items.map(i => i.dataset.path)")
+    while page.locator("#next").count():  # every page of the filtered grid
+        page.click("#next")
+        page.wait_for_load_state()
+        shown += page.locator("#gallery .item").evaluate_all("items => items.map(i => i.dataset.path)")
+    assert shown == expected
+    page.click("#map-filter-clear")  # back to the whole gallery
+    page.wait_for_url(url + "/")
+    assert str(count) in page.locator("#count").inner_text()
     assert problems == []

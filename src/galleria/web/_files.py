@@ -5,7 +5,8 @@ request resolves the stored path again (symlinks followed, then checked), so a l
 build, a relative path climbing out with ``..``, or a listed ``/etc/passwd`` is refused; a stored path is
 never resolved against the server's working directory. The file is opened without following a final
 symlink and without blocking (a FIFO or device is refused by ``fstat``), and only its decoded pixels are
-ever sent.
+ever sent. A URL item (a store imported from clip-retrieval) is never opened nor fetched: it takes no
+part in finding the root, and reading it is refused; a store of URL items only serves no file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import stat
 import threading
 from collections.abc import Sequence
 from typing import IO
+
+from galleria.store._urls import is_url
 
 __all__ = ["GalleryFiles", "NotServedError", "gallery_root"]
 
@@ -78,7 +81,9 @@ class GalleryFiles:
     """
 
     def __init__(self, paths: Sequence[str], root: str | os.PathLike[str] | None = None) -> None:
-        self.root = gallery_root(paths, root)
+        files = [path for path in paths if "://" not in path or not is_url(path)]
+        #: The served folder's real path; None for a store of URL items only, given no ``root``.
+        self.root: str | None = None if (paths and not files and root is None) else gallery_root(files, root)
         self._base = self.root if root is None else os.path.abspath(os.fspath(root))
         self._logged: set[str] = set()
         self._lock = threading.Lock()
@@ -94,6 +99,10 @@ class GalleryFiles:
 
     def real_path(self, path: str) -> str:
         """The real path of stored ``path`` if it lies under the root; NotServedError otherwise."""
+        if is_url(path):
+            raise self._refuse(path, "a URL-only item (galleria never fetches it)")
+        if self.root is None or self._base is None:
+            raise self._refuse(path, "this gallery serves no file")
         full = path if os.path.isabs(path) else os.path.join(self._base, path)
         real = os.path.realpath(full)
         try:

@@ -1,46 +1,15 @@
-"""The full-size view of a gallery image: ``/view/{path}`` (zoom, and keyboard navigation).
-
-The picture is ``/image/{path}``: the gallery image decoded by the one image reader (which applies
-its EXIF orientation) and re-encoded, so a photo taken upright shows upright. The page zooms (the
-buttons, ``+``/``-``/``0``, the wheel with Ctrl) and, reached from a result list, steps through
-that list with ← and → (``Esc`` goes back to the list): the list is remembered by the browser
-(``sessionStorage``), never by the server. Any path that is not an image of this gallery is a 404.
-"""
+"""Deprecated: moved to :mod:`galleria.web.routes.view` (galleria 0.2.0); this alias goes in 0.3.0."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-from urllib.parse import quote
+import warnings
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
-
-from galleria.viewer import GalleryLabels
+from galleria.web.routes.view import view_router
 
 __all__ = ["view_router"]
 
-
-def view_router(labels: GalleryLabels, render: Callable[..., Any]) -> APIRouter:
-    """The route of the full-size view (see the module docstring)."""
-    router = APIRouter()
-
-    @router.get("/view/{relative:path}", response_class=HTMLResponse)
-    def view_page(request: Request, relative: str) -> Any:
-        """One gallery image at full size, with zoom, its label and a link to search by it."""
-        path = labels.path_of(relative)
-        if path is None:
-            shown = relative if len(relative) <= 80 else relative[:77] + "..."
-            return render(request, "view.html", {"error": f"{shown!r} is not an image of this gallery"}, 404)
-        return render(
-            request,
-            "view.html",
-            {
-                "view_path": relative,
-                "view_label": labels.label_of(path),
-                "image_src": "/image/" + quote(relative),
-                "search_link": "/?path=" + quote(relative, safe="/"),
-            },
-        )
-
-    return router
+warnings.warn(
+    "galleria.web.view_routes is deprecated: import from galleria.web.routes.view",
+    DeprecationWarning,
+    stacklevel=2,
+)

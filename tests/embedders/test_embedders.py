@@ -315,3 +315,18 @@ def test_clip_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(torch_helpers.importlib, "import_module", fake_import)
     with pytest.raises(ImportError, match=r"pip install -e '\.\[clip\]'"):
         ClipEmbedder(TINY_CLIP, pretrained=None)
+
+
+def test_a_declared_draft_size_wins_over_twice_the_input_size() -> None:
+    from galleria.images.reading import draft_size_for
+
+    class Declared:
+        input_size = (10, 10)
+        draft_size = (7, 5)
+
+    class Malformed:
+        input_size = (10, 10)
+        draft_size = (7, 0)
+
+    assert draft_size_for(Declared()) == (7, 5)
+    assert draft_size_for(Malformed()) == (20, 20)  # not a size: the rule of twice the input

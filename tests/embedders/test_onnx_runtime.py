@@ -107,6 +107,23 @@ def test_onnx_vectors_equal_torchs(pair: tuple[TimmEmbedder, TimmEmbedder]) -> N
     assert onnx_side.embed([]).shape == (0, 1280)
 
 
+def test_both_runtimes_draft_large_jpegs_to_the_resize_before_the_crop(
+    pair: tuple[TimmEmbedder, TimmEmbedder], tmp_path: Path
+) -> None:
+    from galleria.images.reading import draft_size_for, reader_for
+
+    torch_side, onnx_side = pair
+    assert torch_side.draft_size == onnx_side.draft_size == (256, 256)  # Lite0: 224 / 0.875
+    assert draft_size_for(onnx_side) == (256, 256) and onnx_side.input_size == (224, 224)
+    path = tmp_path / "photo.jpg"
+    _photos()[1].resize((1600, 1200)).save(path, quality=90)
+    pixels = reader_for(onnx_side)(str(path))
+    assert pixels.shape == (300, 400, 3)  # 1/4 scale keeps 256 on each side; 1/8 would not
+    assert reader_for(torch_side)(str(path)).shape == pixels.shape
+    expected, actual = torch_side.embed([pixels]), onnx_side.embed([pixels])
+    assert 1.0 - float(np.sum(expected.astype(np.float64) * actual)) <= 1e-4
+
+
 def test_the_config_records_the_runtime_and_rebuilding_uses_it(
     pair: tuple[TimmEmbedder, TimmEmbedder],
 ) -> None:

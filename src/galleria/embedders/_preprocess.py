@@ -102,8 +102,8 @@ def from_timm_config(config: Mapping[str, Any]) -> Preprocess | None:
     return Preprocess(resize, crop, interpolation, mean, std)  # type: ignore[arg-type]
 
 
-def prepare(image: Image.Image, spec: Preprocess) -> np.ndarray:
-    """One RGB PIL image as the (3, crop, crop) float32 array the network takes."""
+def _resized_crop(image: Image.Image, spec: Preprocess) -> Image.Image:
+    """The short side resized to ``spec.resize`` (torchvision's rule), then the centre crop."""
     width, height = image.size
     short, long = (width, height) if width <= height else (height, width)
     new_long = int(spec.resize * long / short)
@@ -112,16 +112,30 @@ def prepare(image: Image.Image, spec: Preprocess) -> np.ndarray:
         image = image.resize(size, _FILTERS[spec.interpolation])
     top = round((size[1] - spec.crop) / 2.0)
     left = round((size[0] - spec.crop) / 2.0)
-    pixels = np.asarray(image.crop((left, top, left + spec.crop, top + spec.crop)), dtype=np.float32)
-    mean = np.asarray(spec.mean, dtype=np.float32)
-    std = np.asarray(spec.std, dtype=np.float32)
-    normalised = (pixels / np.float32(255.0) - mean) / std
-    return np.ascontiguousarray(normalised.transpose(2, 0, 1))
+    return image.crop((left, top, left + spec.crop, top + spec.crop))
+
+
+def _prepare_into(image: Image.Image, spec: Preprocess, out: np.ndarray) -> None:
+    """Write one image's (3, crop, crop) input into ``out``: ``(x / 255 - mean) / std`` per channel,
+    computed as ``x * (1 / (255 std)) - mean / std`` in two passes, straight from the uint8 pixels."""
+    pixels = np.asarray(_resized_crop(image, spec), dtype=np.uint8).transpose(2, 0, 1)
+    std = np.asarray(spec.std, dtype=np.float64)
+    scale = (1.0 / (255.0 * std)).astype(np.float32).reshape(3, 1, 1)
+    offset = (-np.asarray(spec.mean, dtype=np.float64) / std).astype(np.float32).reshape(3, 1, 1)
+    np.multiply(pixels, scale, out=out)
+    out += offset
+
+
+def prepare(image: Image.Image, spec: Preprocess) -> np.ndarray:
+    """One RGB PIL image as the (3, crop, crop) float32 array the network takes."""
+    out = np.empty((3, spec.crop, spec.crop), dtype=np.float32)
+    _prepare_into(image, spec, out)
+    return out
 
 
 def prepare_batch(images: Sequence[Image.Image], spec: Preprocess) -> np.ndarray:
-    """A list of RGB PIL images as one (n, 3, crop, crop) float32 array."""
+    """A list of RGB PIL images as one (n, 3, crop, crop) float32 array (each written in place)."""
     batch = np.empty((len(images), 3, spec.crop, spec.crop), dtype=np.float32)
     for position, image in enumerate(images):
-        batch[position] = prepare(image, spec)
+        _prepare_into(image, spec, batch[position])
     return batch

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from galleria.embedders._cache import cache_dir, read_checkpoints
-from galleria.embedders._checkpoint import file_sha256
+from galleria.embedders._checkpoint import check_record, file_sha256, verify_checkpoint
 from galleria.embedders._weights import LITE0_PACKAGE, lite0_package_file
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "check_runtime",
     "choose_runtime",
     "find_checkpoint",
+    "locate_checkpoint",
     "pick_runtime",
     "shipped_file",
 ]
@@ -119,6 +120,35 @@ def find_checkpoint(digest: str) -> tuple[str | None, list[str]]:
         if os.path.isfile(path) and _digest(path) == digest:
             return path, looked
     return None, looked
+
+
+def locate_checkpoint(
+    config: Any, checkpoint: Any, where: str, *, exported: Callable[[], str | None] | None = None
+) -> str | None:
+    """The verified local checkpoint a config records: ``checkpoint`` when given, else one found by digest.
+
+    A config that records a checkpoint by name and SHA-256 (:func:`check_record`) is rebuilt from a
+    file with that digest: the ``checkpoint`` the caller passes (checked), else one galleria finds by
+    itself (:func:`find_checkpoint`). Otherwise ``exported()``, when given, may stand in: it returns
+    None when an ONNX export of these weights is in the cache (then None is returned: the caller runs
+    that), else the place it looked in. ValueError, naming every place looked in, when nothing fits.
+    """
+    record = check_record(config, where)
+    if record is None or checkpoint is not None:
+        return verify_checkpoint(config, checkpoint, where)  # (raises when the config records none)
+    found, looked = find_checkpoint(record[1])
+    if found is not None:
+        return verify_checkpoint(config, found, where)
+    if exported is not None:
+        missing = exported()
+        if missing is None:
+            return None
+        looked.append(missing)
+    try:
+        verify_checkpoint(config, None, where)
+    except ValueError as error:
+        raise ValueError(f"{error}. galleria looked in {'; '.join(looked)}") from None
+    raise AssertionError("unreachable")  # pragma: no cover - verify_checkpoint raises without a file
 
 
 def pick_runtime(config: Any, forced: Any, where: str) -> str:

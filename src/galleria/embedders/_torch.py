@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["CHECKPOINT_SUFFIXES", "import_extra", "looks_like_path", "pick_device"]
+import numpy as np
+
+__all__ = ["CHECKPOINT_SUFFIXES", "forward_batches", "import_extra", "looks_like_path", "pick_device"]
 
 #: File endings that mark a ``pretrained`` value as a local checkpoint rather than a weights tag.
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
@@ -43,3 +47,27 @@ def pick_device(torch: Any, device: Any) -> Any:
 def looks_like_path(value: str) -> bool:
     """Whether a ``pretrained`` string names a file (a separator, or a checkpoint file ending)."""
     return os.sep in value or "/" in value or value.lower().endswith(CHECKPOINT_SUFFIXES)
+
+
+def forward_batches(
+    torch: Any,
+    device: Any,
+    batches: Iterable[Any],
+    forward: Callable[[Any], Any],
+    *,
+    normalize: bool,
+    dim: int,
+) -> np.ndarray:
+    """The (n, dim) float32 outputs of ``forward`` over torch ``batches`` (under inference mode, with
+    autocast on cuda), each row L2-normalised when ``normalize``; the batches are consumed in that mode."""
+    outputs: list[np.ndarray] = []
+    autocast = torch.autocast(device_type="cuda") if device.type == "cuda" else contextlib.nullcontext()
+    with torch.inference_mode(), autocast:
+        for batch in batches:
+            features = forward(batch.to(device)).float()
+            if normalize:
+                features = torch.nn.functional.normalize(features, dim=-1)
+            outputs.append(features.cpu().numpy().astype(np.float32, copy=False))
+    if not outputs:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.ascontiguousarray(np.concatenate(outputs, axis=0), dtype=np.float32)

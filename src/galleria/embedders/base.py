@@ -6,7 +6,9 @@ method works; ``batch_size`` is optional (:func:`batch_size_of` falls back to a 
 JSON-able dict with a ``"type"`` key so a saved store can rebuild its embedder without pickle.
 ``input_size`` is optional too: the (width, height) an embedder resizes its images to, or an int for a
 square; a store then decodes large JPEGs at a reduced scale that keeps twice that size
-(:func:`input_size_of`).
+(:func:`input_size_of`). An embedder whose first step resizes to a known size may declare that size
+as ``draft_size`` (width, height) instead: large JPEGs are then decoded at the smallest scale that
+keeps it (:func:`galleria.images.reading.draft_size_for`).
 """
 
 from __future__ import annotations

@@ -2,58 +2,36 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from galleria._declare import Component, Param
 from galleria._validation import check_positive_int
-from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record, verify_checkpoint
+from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record
+from galleria.embedders._clip_load import (  # noqa: F401 - RANDOM_WEIGHTS_SEED: kept importable here
+    RANDOM_WEIGHTS_SEED,
+    check_model_name,
+    check_pretrained,
+    load_clip,
+)
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_int, config_name
-from galleria.embedders._hub import obtainable
 from galleria.embedders._images import check_images, to_pil
-from galleria.embedders._torch import import_extra, looks_like_path, pick_device
+from galleria.embedders._torch import forward_batches, import_extra, looks_like_path, pick_device
 from galleria.embedders.base import ImageInput
 
 __all__ = ["ClipEmbedder"]
 
 _CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", "runtime", *CHECKPOINT_KEYS})
 _CONFIG_WHERE = "clip embedder config"
-#: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
-RANDOM_WEIGHTS_SEED = 0
 
 
 def _import_clip() -> tuple[Any, Any]:
     """Import torch and open_clip, or raise an ImportError naming the extra to install."""
     torch, module = import_extra("ClipEmbedder", "clip", "torch", "open_clip")
     return torch, module
-
-
-class _DropOpenClipRecords(logging.Filter):
-    """Drops records that open_clip logs on the root logger (its failures reach the user as our error)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "open_clip" not in record.pathname
-
-
-@contextlib.contextmanager
-def _quiet_open_clip_logging() -> Iterator[None]:
-    """Silence open_clip's root-logger messages while a model loads; our own error says what failed."""
-    quiet = _DropOpenClipRecords()
-    logging.root.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logging.root.removeFilter(quiet)
-
-
-def _check_model_name(open_clip: Any, model_name: str) -> None:
-    if model_name not in open_clip.list_models():
-        raise ValueError(f"model_name {model_name!r} is not an open_clip model; see open_clip.list_models()")
 
 
 class ClipEmbedder:
@@ -111,7 +89,7 @@ class ClipEmbedder:
             raise ValueError("model_name must be a non-empty string, got ''")
         hub_model = model_name.startswith("hf-hub:")
         if not hub_model:
-            _check_model_name(open_clip, model_name)
+            check_model_name(open_clip, model_name)
         batch_size = check_positive_int("batch_size", batch_size)
         tag, checkpoint = self._check_pretrained(open_clip, model_name, pretrained, hub_model)
         record = checkpoint_record(checkpoint) if checkpoint is not None else None
@@ -141,7 +119,9 @@ class ClipEmbedder:
         self._record = record
         self._torch = torch
         self._device = pick_device(torch, device)
-        self._model, self._preprocess, self._tokenizer = self._load(open_clip)
+        self._model, self._preprocess, self._tokenizer = load_clip(
+            torch, open_clip, model_name, tag, checkpoint, self._device
+        )
         if self._runtime == "onnx":
             self._open_network()
 
@@ -162,61 +142,8 @@ class ClipEmbedder:
     def _check_pretrained(
         open_clip: Any, model_name: str, pretrained: Any, hub_model: bool
     ) -> tuple[str | None, str | None]:
-        """Return (tag, checkpoint path): at most one is set."""
-        if pretrained is None:
-            return None, None
-        is_path = isinstance(pretrained, os.PathLike)
-        if is_path:
-            pretrained = os.fspath(pretrained)
-        if not isinstance(pretrained, str):
-            raise TypeError(
-                f"pretrained must be a tag, a checkpoint path or None, got {pretrained!r} "
-                f"({type(pretrained).__name__})"
-            )
-        if not pretrained:
-            raise ValueError("pretrained must be a tag, a checkpoint path or None, got ''")
-        tags: list[str] = [] if hub_model else list(open_clip.list_pretrained_tags_by_model(model_name))
-        if not is_path and pretrained in tags:
-            return pretrained, None
-        if os.path.exists(pretrained):
-            return None, pretrained
-        if is_path or looks_like_path(pretrained):
-            raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
-        if hub_model:
-            return pretrained, None
-        raise ValueError(
-            f"pretrained {pretrained!r} is neither a local checkpoint nor a weight tag of "
-            f"{model_name!r}; its tags are {tags}"
-        )
-
-    def _load(self, open_clip: Any) -> tuple[Any, Any, Any]:
-        torch = self._torch
-        # Fails at once, in one line, when the weights are neither cached nor downloadable now.
-        context: contextlib.AbstractContextManager[None] = (
-            contextlib.nullcontext()
-            if self._checkpoint is not None
-            else obtainable(open_clip, self._model_name, self._tag)
-        )
-        try:
-            with context, torch.random.fork_rng(devices=[]), _quiet_open_clip_logging():
-                torch.manual_seed(RANDOM_WEIGHTS_SEED)
-                model, _, preprocess = open_clip.create_model_and_transforms(
-                    self._model_name, pretrained=self.pretrained, device="cpu"
-                )
-            tokenizer = open_clip.get_tokenizer(self._model_name)
-        except Exception as error:  # hub, network, file-format and state-dict errors alike
-            if self._checkpoint is not None:
-                raise RuntimeError(
-                    f"could not load the checkpoint {self._checkpoint!r} into {self._model_name!r}: {error}"
-                ) from error
-            raise RuntimeError(
-                f"could not obtain weights {self._tag!r} for {self._model_name!r} ({error}). Without network "
-                "access, download the checkpoint file elsewhere and pass its local path instead: "
-                f"ClipEmbedder({self._model_name!r}, pretrained='/path/to/open_clip_pytorch_model.bin'); "
-                "or use pretrained=None for random weights."
-            ) from error
-        model = model.to(self._device).eval()
-        return model, preprocess, tokenizer
+        """Return (tag, checkpoint path): at most one is set (see :mod:`galleria.embedders._clip_load`)."""
+        return check_pretrained(open_clip, model_name, pretrained, hub_model)
 
     def __repr__(self) -> str:
         return (
@@ -236,13 +163,22 @@ class ClipEmbedder:
 
     @property
     def input_size(self) -> tuple[int, int] | None:
-        """The (width, height) of the model's input images (a store decodes large JPEGs to twice this)."""
+        """The (width, height) of the model's input images."""
         size: Any = getattr(self._model.visual, "image_size", None)
         if isinstance(size, int):
             return size, size
         if isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(v, int) for v in size):
             return int(size[1]), int(size[0])  # open_clip keeps (height, width)
         return None
+
+    @property
+    def draft_size(self) -> tuple[int, int] | None:
+        """The size of the resize before the crop: a store decodes a large JPEG at the smallest DCT scale
+        keeping it (None: not open_clip's usual transform; the store then keeps twice :attr:`input_size`)."""
+        from galleria.embedders._clip_onnx import clip_preprocess
+
+        spec = clip_preprocess(self._preprocess)
+        return None if spec is None else (spec.resize, spec.resize)
 
     @property
     def device(self) -> str:
@@ -255,19 +191,7 @@ class ClipEmbedder:
         return int(self._model.visual.output_dim)
 
     def _encode(self, batches: list[Any], encode: Any) -> np.ndarray:
-        torch = self._torch
-        outputs = []
-        autocast = (
-            torch.autocast(device_type="cuda") if self._device.type == "cuda" else contextlib.nullcontext()
-        )
-        with torch.inference_mode(), autocast:
-            for batch in batches:
-                features = encode(batch.to(self._device)).float()
-                features = torch.nn.functional.normalize(features, dim=-1)
-                outputs.append(features.cpu().numpy().astype(np.float32, copy=False))
-        if not outputs:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.ascontiguousarray(np.concatenate(outputs, axis=0), dtype=np.float32)
+        return forward_batches(self._torch, self._device, batches, encode, normalize=True, dim=self.dim)
 
     def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Return the (len(images), dim) unit-norm float32 embeddings of RGB uint8 arrays or PIL images."""
@@ -371,19 +295,12 @@ class ClipEmbedder:
                 "pretrained must be null with a checkpoint"
             )
         path = None
-        if record is not None and checkpoint is None:  # a file the user gave before, found by digest
-            from galleria.embedders._runtime import find_checkpoint
+        if record is not None or checkpoint is not None:  # the one given, else one found by digest
+            from galleria.embedders._runtime import locate_checkpoint
 
-            checkpoint, looked = find_checkpoint(record[1])
-            if checkpoint is None:
-                try:
-                    verify_checkpoint(config, None, _CONFIG_WHERE)
-                except ValueError as error:
-                    raise ValueError(f"{error}. galleria looked in {'; '.join(looked)}") from None
-        if record is not None or checkpoint is not None:
-            path = verify_checkpoint(config, checkpoint, _CONFIG_WHERE)
+            path = locate_checkpoint(config, checkpoint, _CONFIG_WHERE)
         torch, open_clip = _import_clip()
-        _check_model_name(open_clip, model_name)
+        check_model_name(open_clip, model_name)
         if tag is not None:
             tags = list(open_clip.list_pretrained_tags_by_model(model_name))
             if tag not in tags:

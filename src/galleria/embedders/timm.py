@@ -9,7 +9,6 @@ SHA-256, never its path, and :meth:`TimmEmbedder.from_config` needs the file pas
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,9 +18,9 @@ from tqdm.auto import tqdm
 
 from galleria._declare import Component, Param
 from galleria._validation import check_bool, check_positive_int
-from galleria.embedders._cache import cache_dir, model_key, onnx_path
-from galleria.embedders._checkpoint import check_record, checkpoint_record, verify_checkpoint
-from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config
+from galleria.embedders._cache import model_key, onnx_path
+from galleria.embedders._checkpoint import checkpoint_record
+from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders._onnx import (
     OnnxNetwork,
@@ -31,39 +30,18 @@ from galleria.embedders._onnx import (
     onnxruntime_available,
 )
 from galleria.embedders._preprocess import Preprocess, from_timm_config
-from galleria.embedders._runtime import (
-    check_runtime,
-    choose_runtime,
-    find_checkpoint,
-    pick_runtime,
-    shipped_file,
+from galleria.embedders._runtime import check_runtime, choose_runtime
+from galleria.embedders._timm_config import rebuild_options
+from galleria.embedders._timm_load import (  # noqa: F401 - RANDOM_WEIGHTS_SEED: kept importable here
+    RANDOM_WEIGHTS_SEED,
+    check_pretrained,
+    import_timm,
+    load_network,
 )
-from galleria.embedders._torch import import_extra, looks_like_path, pick_device
-from galleria.embedders._weights import fit_state_dict, read_state_dict
+from galleria.embedders._torch import forward_batches, pick_device
 from galleria.embedders.base import ImageInput
 
 __all__ = ["TimmEmbedder"]
-
-_CONFIG_KEYS = frozenset(
-    {
-        "type",
-        "model_name",
-        "pretrained",
-        "batch_size",
-        "normalize",
-        "checkpoint_name",
-        "checkpoint_sha256",
-        "runtime",
-    }
-)
-#: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
-RANDOM_WEIGHTS_SEED = 0
-
-
-def _import_timm() -> tuple[Any, Any]:
-    """Import torch and timm, or raise an ImportError naming the extra to install."""
-    torch, module = import_extra("TimmEmbedder", "timm", "torch", "timm")
-    return torch, module
 
 
 class TimmEmbedder:
@@ -133,7 +111,7 @@ class TimmEmbedder:
         requested = check_runtime(runtime)
         self._threads = None if num_threads is None else check_positive_int("num_threads", num_threads)
         self._model_name = model_name
-        self._tag, self._checkpoint = self._check_pretrained(pretrained)
+        self._tag, self._checkpoint = check_pretrained(model_name, pretrained)
         if self._checkpoint is not None:
             self._record: dict[str, str] | None = checkpoint_record(self._checkpoint)
         else:
@@ -168,12 +146,13 @@ class TimmEmbedder:
         }
 
     def _load_torch(self, device: Any) -> None:
-        torch, timm = _import_timm()
+        torch, timm = import_timm()
         if not self._model_name or not timm.is_model(self._model_name):
             raise ValueError(f"model_name {self._model_name!r} is not a timm model; see timm.list_models()")
         self._torch = torch
         self._device = pick_device(torch, "cpu" if self._runtime == "onnx" else device)
-        model = self._load(timm).to(self._device).eval()
+        model = load_network(torch, timm, self._model_name, self._tag, self._checkpoint)
+        model = model.to(self._device).eval()
         config = timm.data.resolve_data_config({}, model=model)
         self._data_config = dict(config)
         self._dim = int(model.num_features)
@@ -189,69 +168,6 @@ class TimmEmbedder:
             return
         self._model = model
         self._transform = timm.data.create_transform(**config)
-
-    def _check_pretrained(self, pretrained: Any) -> tuple[str | bool | None, str | None]:
-        """Return ``(tag, checkpoint path)``: a timm tag / True / None, or a local file."""
-        if pretrained is None or pretrained is False:
-            return None, None
-        if pretrained is True:
-            return True, None
-        if isinstance(pretrained, os.PathLike):
-            pretrained = os.fspath(pretrained)
-        if not isinstance(pretrained, str):
-            raise TypeError(
-                f"pretrained must be None, True, a timm tag or a checkpoint path, got {pretrained!r} "
-                f"({type(pretrained).__name__})"
-            )
-        if not pretrained:
-            raise ValueError("pretrained must be None, True, a timm tag or a checkpoint path, got ''")
-        shipped = shipped_file(self._model_name, pretrained) if not looks_like_path(pretrained) else None
-        if shipped is not None:
-            return None, shipped
-        if os.path.exists(pretrained):
-            if not os.path.isfile(pretrained):
-                raise ValueError(f"pretrained checkpoint {pretrained!r} is not a file")
-            return None, pretrained
-        if looks_like_path(pretrained):
-            raise ValueError(f"pretrained checkpoint {pretrained!r} does not exist")
-        return pretrained, None
-
-    def _load(self, timm: Any) -> Any:
-        if self._checkpoint is not None:
-            state = read_state_dict(self._torch, self._checkpoint)
-            model = self._create(timm, self._model_name, pretrained=False)
-            fitted = fit_state_dict(self._model_name, model, state, self._checkpoint)
-            model.load_state_dict(fitted, strict=True)  # every tensor checked by name and shape above
-            return model
-        if self._tag is None:
-            return self._create(timm, self._model_name, pretrained=False)
-        name = self._model_name if self._tag is True else f"{self._model_name.split('.')[0]}.{self._tag}"
-        if self._tag is not True:
-            base = self._model_name.split(".")[0]
-            tags = [known.split(".", 1)[1] for known in timm.list_pretrained(base) if "." in known]
-            if name not in timm.list_pretrained(base):
-                raise ValueError(
-                    f"pretrained {self._tag!r} is not a timm weight tag of {base!r}; its tags are {tags}"
-                )
-        from galleria.embedders._hub import obtainable_timm
-
-        context = obtainable_timm(timm, self._model_name.split(".")[0], name)  # one line, at once, offline
-        try:
-            with context:
-                return self._create(timm, name, pretrained=True)
-        except Exception as error:  # hub, network and file errors alike
-            raise RuntimeError(
-                f"could not obtain the timm weights {name!r} ({error}). Without network access, download "
-                "the checkpoint elsewhere and pass its local path: "
-                f"--embedder timm:{self._model_name}:/path/to/checkpoint.pth on the command line, "
-                f"TimmEmbedder({self._model_name!r}, pretrained='/path/to/checkpoint.pth') in Python"
-            ) from error
-
-    def _create(self, timm: Any, name: str, *, pretrained: bool) -> Any:
-        torch = self._torch
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_WEIGHTS_SEED)
-            return timm.create_model(name, pretrained=pretrained, num_classes=0)
 
     def __repr__(self) -> str:
         source = self._record["checkpoint_name"] if self._record is not None else self._tag
@@ -297,9 +213,16 @@ class TimmEmbedder:
 
     @property
     def input_size(self) -> tuple[int, int]:
-        """The (width, height) images are resized to before the centre crop (a store drafts JPEGs to it)."""
+        """The (width, height) of the network's input (the centre crop)."""
         side = int(self._data_config["input_size"][-1])
         return side, side
+
+    @property
+    def draft_size(self) -> tuple[int, int] | None:
+        """The size of the resize before the crop: a store decodes a large JPEG at the smallest DCT scale
+        keeping it (None: not a square centre crop; the store then keeps twice :attr:`input_size`)."""
+        spec = self._preprocess
+        return None if spec is None else (spec.resize, spec.resize)
 
     def embed(self, images: Sequence[ImageInput]) -> np.ndarray:
         """Return the (len(images), dim) float32 features of RGB uint8 arrays or PIL images."""
@@ -308,26 +231,17 @@ class TimmEmbedder:
             return np.zeros((0, self._dim), dtype=np.float32)
         if self._network is not None and self._preprocess is not None:
             return embed_onnx(self._network, self._preprocess, items, self.batch_size, self._normalize)
-        torch = self._torch
-        outputs: list[np.ndarray] = []
         starts = range(0, len(items), self.batch_size)
         bar = tqdm(starts, desc="embedding", unit="batch", disable=not self.progress or len(starts) < 2)
-        autocast = (
-            torch.autocast(device_type="cuda") if self._device.type == "cuda" else contextlib.nullcontext()
+        batches = (
+            self._torch.stack(
+                [self._transform(image.convert("RGB")) for image in items[s : s + self.batch_size]]
+            )
+            for s in bar
         )
-        with torch.inference_mode(), autocast:
-            for start in bar:
-                batch = torch.stack(
-                    [
-                        self._transform(image.convert("RGB"))
-                        for image in items[start : start + self.batch_size]
-                    ]
-                )
-                features = self._model(batch.to(self._device)).float()
-                if self._normalize:
-                    features = torch.nn.functional.normalize(features, dim=-1)
-                outputs.append(features.cpu().numpy().astype(np.float32, copy=False))
-        return np.ascontiguousarray(np.concatenate(outputs, axis=0), dtype=np.float32)
+        return forward_batches(
+            self._torch, self._device, batches, self._model, normalize=self._normalize, dim=self._dim
+        )
 
     def config(self) -> dict[str, Any]:
         """A JSON-able description for :meth:`from_config`: model, weights, batch size (not the device).
@@ -366,61 +280,7 @@ class TimmEmbedder:
             Another embedder type, unknown keys, a malformed record, a missing or mismatching
             checkpoint, or a checkpoint given to a config that records none.
         """
-        check_config(config, "timm", _CONFIG_KEYS)
-        where = "timm embedder config"
-        pretrained = config.get("pretrained")
-        if pretrained is not None and not isinstance(pretrained, (bool, str)):
-            raise ValueError(f"{where}: pretrained must be null, true or a timm tag, got {pretrained!r}")
-        if isinstance(pretrained, str) and looks_like_path(pretrained):
-            raise ValueError(f"{where}: pretrained must be a timm tag, not a path ({pretrained!r})")
-        if check_record(config, where) is not None:
-            if pretrained not in (None, False):
-                raise ValueError(f"{where} records both a tag and a local checkpoint")
-            return cls._from_record(config, checkpoint, device, pick_runtime(config, runtime, where))
-        elif checkpoint is not None:
-            verify_checkpoint(config, checkpoint, where)  # raises: the config records no checkpoint
-            source = None  # pragma: no cover
-        else:
-            source = pretrained
-        return cls(
-            model_name=config.get("model_name", "tf_efficientnet_lite0"),
-            pretrained=source,
-            device=device,
-            batch_size=config.get("batch_size", 32),
-            normalize=config.get("normalize", True),
-            runtime=pick_runtime(config, runtime, where),
-        )
-
-    @classmethod
-    def _from_record(
-        cls, config: Mapping[str, Any], checkpoint: Any, device: Any, runtime: str
-    ) -> TimmEmbedder:
-        """Rebuild from a config that records a local checkpoint (see :meth:`from_config`)."""
-        where = "timm embedder config"
-        record = check_record(config, where)
-        assert record is not None
-        model_name = config.get("model_name", "tf_efficientnet_lite0")
-        options: dict[str, Any] = {
-            "model_name": model_name,
-            "device": device,
-            "batch_size": config.get("batch_size", 32),
-            "normalize": config.get("normalize", True),
-            "runtime": runtime,
-        }
-        if checkpoint is not None:
-            return cls(pretrained=verify_checkpoint(config, checkpoint, where), **options)
-        found, looked = find_checkpoint(record[1])
-        if found is not None:
-            return cls(pretrained=verify_checkpoint(config, found, where), **options)
-        key = model_key("timm", model_name, record[1])
-        if runtime != "torch" and onnxruntime_available() and cached_entry(key) is not None:
-            return cls(_record={"checkpoint_name": record[0], "checkpoint_sha256": record[1]}, **options)
-        looked.append(f"the ONNX cache ({cache_dir()}: no export of these weights)")
-        try:
-            verify_checkpoint(config, None, where)
-        except ValueError as error:
-            raise ValueError(f"{error}. galleria looked in {'; '.join(looked)}") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        return cls(device=device, **rebuild_options(config, checkpoint, runtime))
 
 
 def parse_spec(rest: str) -> dict[str, Any]:

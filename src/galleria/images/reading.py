@@ -325,7 +325,12 @@ def input_size_of(embedder: object) -> tuple[int, int] | None:
 
 
 def draft_size_for(embedder: object) -> tuple[int, int] | None:
-    """The ``min_size`` a store reads images with for ``embedder``: twice its ``input_size``, or None.
+    """The ``min_size`` a store reads images with for ``embedder``, or None (full size).
+
+    An embedder whose first step shrinks the image to a known size declares it as ``draft_size``
+    (width, height; the timm and CLIP embedders: their resize, e.g. 256 × 256 for EfficientNet-Lite0):
+    a large JPEG is then decoded at the smallest DCT scale that still keeps that size, and the
+    embedder's own filter does the rest. Without one, twice its ``input_size``; None without either.
 
     Examples
     --------
@@ -333,12 +338,19 @@ def draft_size_for(embedder: object) -> tuple[int, int] | None:
     >>> draft_size_for(PixelEmbedder(size=(32, 16))), draft_size_for(None)
     ((64, 32), None)
     """
+    declared: Any = getattr(embedder, "draft_size", None)
+    if (
+        isinstance(declared, (tuple, list))
+        and len(declared) == 2
+        and all(is_int(side) and side > 0 for side in declared)
+    ):
+        return int(declared[0]), int(declared[1])
     size = input_size_of(embedder)
     return None if size is None else (2 * size[0], 2 * size[1])
 
 
 def reader_for(embedder: object) -> Callable[[str], np.ndarray]:
-    """The :func:`read_rgb` a store uses for ``embedder``: drafts to twice its ``input_size``, if declared.
+    """The :func:`read_rgb` a store uses for ``embedder``: JPEGs drafted to :func:`draft_size_for` it.
 
     Examples
     --------

@@ -182,6 +182,12 @@ IVFPQ_PARAMETERS: dict[str, IvfPqParameter] = {
         4096,
         True,
     ),
+    "build_engine": IvfPqParameter(
+        "processes",
+        "choice",
+        "who encodes a large add: worker processes here, or Ray tasks of fixed-size shards (the ray extra)",
+        choices=("processes", "ray"),
+    ),
 }
 
 

@@ -42,6 +42,7 @@ from galleria.index._ivfpq_params import (
     default_subquantizers,
     validate_ivfpq_params,
 )
+from galleria.index._ivfpq_ray import add_on_ray
 from galleria.index._ivfpq_train import TrainingBudget, train_ivfpq
 from galleria.index.base import SPACES
 from galleria.index.exact import rescore_candidates
@@ -84,7 +85,7 @@ class IvfPqIndex:
     space : {"cosine", "ip", "l2"}
         Distance space.
     lists, subquantizers, bits, probe_lists, train_size, opq, keep_vectors, vector_dtype, \
-rerank_candidates, seed, build_workers, num_threads
+rerank_candidates, seed, build_workers, num_threads, build_engine
         See :data:`IVFPQ_PARAMETERS`.
 
     Examples
@@ -122,6 +123,7 @@ rerank_candidates, seed, build_workers, num_threads
         seed: int = 0,
         build_workers: int = 1,
         num_threads: int | None = None,
+        build_engine: str = "processes",
     ) -> None:
         self._space = check_choice("space", space, SPACES)
         self._params = validate_ivfpq_params(
@@ -140,6 +142,7 @@ rerank_candidates, seed, build_workers, num_threads
                 "seed": seed,
                 "build_workers": build_workers,
                 "num_threads": num_threads,
+                "build_engine": build_engine,
             }
         )
         self._index: Any = None  # the faiss index (IndexIVFPQ or IndexPreTransform); None until trained
@@ -225,29 +228,24 @@ rerank_candidates, seed, build_workers, num_threads
         """Insert an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``.
 
         The first call trains the index on (a sample of) its batch. With ``build_workers > 1`` and
-        a large batch, shards are encoded in worker processes and their inverted lists merged.
+        a large batch, shards are encoded in worker processes and their inverted lists merged; with
+        ``build_engine="ray"`` in Ray tasks (:mod:`galleria.index._ivfpq_ray`). When encoding fails
+        the index is left as it was before the call (untrained again if this call trained it).
         """
         array = prepare_vectors(check_vectors("vectors", vectors, self._dim, self.space), self._space)
         count = array.shape[0]
         if count == 0:
             return
-        training = self._index is None
+        training, params = self._index is None, dict(self._params)
         if training:
             self._train(array)
-        first = self._rows.total
         start = time.perf_counter()
-        # A file's params never choose more processes than this machine lets the process use.
-        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
-        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
-        with deferred_interrupts():
-            if workers > 1:
-                self._add_parallel(array, first, workers)
-            else:
-                with omp_threads(self._params["num_threads"]):
-                    self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
-            if self._params["keep_vectors"]:
-                self._keep(array)
-            self._rows.append(count)
+        try:
+            self._encode(array)
+        except BaseException:
+            if training:  # training filled in the chosen shape: back to the parameters given
+                self._index, self._ivf, self._dim, self._report, self._params = None, None, None, None, params
+            raise
         if training:
             self._seconds["encoding"] = time.perf_counter() - start
             assert self._report is not None
@@ -260,6 +258,25 @@ rerank_candidates, seed, build_workers, num_threads
                 self._seconds,
                 self.training_budget.stop_at_plateau,
             )
+
+    def _encode(self, array: np.ndarray) -> None:
+        """Add the prepared ``array`` to the trained index: here, in worker processes or on Ray."""
+        count, first = array.shape[0], self._rows.total
+        on_ray = self._params["build_engine"] == "ray" and count >= MIN_ROWS_PER_WORKER
+        # A file's params never choose more processes than this machine lets the process use.
+        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
+        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
+        with deferred_interrupts():
+            if on_ray:
+                add_on_ray(self._index, self._ivf, array, first)
+            elif workers > 1:
+                self._add_parallel(array, first, workers)
+            else:
+                with omp_threads(self._params["num_threads"]):
+                    self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
+            if self._params["keep_vectors"]:
+                self._keep(array)
+            self._rows.append(count)
 
     def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
         """Encode ``array`` in ``workers`` processes and merge their lists (:func:`add_parallel`)."""

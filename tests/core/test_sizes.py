@@ -18,9 +18,6 @@ MODULES_OVER: frozenset[str] = frozenset(
     {
         "embedders/clip.py",
         "embedders/timm.py",
-        "index/_faiss_check.py",
-        "index/ivfpq.py",
-        "index/milvus.py",
         "rerank/decoupled.py",
         "rerank/full.py",
         "store/persistence.py",
@@ -39,7 +36,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "cli/tune.py:add_parser",
         "cli/tune.py:run",
         "datasets/folder.py:stratified_split",
-        "engines/ray_build.py:build_with_ray",
         "evaluation/_query_reading.py:read_query_results",
         "evaluation/pipeline.py:evaluate_retrieval",
         "evaluation/_html.py:report_html",

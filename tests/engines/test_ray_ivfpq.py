@@ -37,7 +37,11 @@ def local_ray() -> Iterator[None]:
 @pytest.fixture
 def small_shards(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ivfpq_module, "MIN_ROWS_PER_WORKER", 500)
-    monkeypatch.setattr(_ivfpq_ray, "SHARD_ROWS", 700)  # 1000 rows: 2 tasks; 2000 rows: 3 tasks
+
+
+#: Rows of a batch that makes two shards (the second from row SHARD_ROWS, 131,072, with the tail).
+TWO_SHARDS = 2 * _ivfpq_ray.SHARD_ROWS + 10_000
+SMALL_TRAIN = {**SMALL, "train_size": 5_000}
 
 
 def clustered(count: int, dim: int, seed: int = 0) -> np.ndarray:
@@ -62,10 +66,11 @@ def lists_of(index: IvfPqIndex) -> list[tuple[bytes, bytes]]:
 def test_ray_build_equals_the_one_process_build(
     local_ray: None, small_shards: None, space: str, extra: dict[str, Any]
 ) -> None:
-    data = clustered(3000, 32)
-    local = IvfPqIndex(space, **SMALL, **extra)
-    spread = IvfPqIndex(space, build_engine="ray", **SMALL, **extra)
-    for part in (data[:1000], data[1000:]):
+    data = clustered(TWO_SHARDS + 3000, 8)
+    local = IvfPqIndex(space, **SMALL_TRAIN, **extra)
+    spread = IvfPqIndex(space, build_engine="ray", **SMALL_TRAIN, **extra)
+    assert _ivfpq_ray.shard_bounds(TWO_SHARDS, _ivfpq_ray.SHARD_ROWS)[1][0] == _ivfpq_ray.SHARD_ROWS
+    for part in (data[:3000], data[3000:]):
         local.add(part)
         spread.add(part)
     ivf = faiss.extract_index_ivf(spread.faiss_index)
@@ -94,10 +99,10 @@ def test_build_ivfpq_with_ray_and_its_argument_errors(local_ray: None, small_sha
 
 
 def _dying_encode(marker: str, deaths: int) -> Any:
-    """A task that kills its worker the first ``deaths`` times it encodes the shard from row 700."""
+    """A task that kills its worker the first ``deaths`` times it encodes the batch's second shard."""
 
     def encode(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
-        if first_id == 700:
+        if first_id == 131_072:
             seen = Path(marker)
             count = int(seen.read_text()) if seen.exists() else 0
             if count < deaths:
@@ -114,27 +119,29 @@ def test_a_killed_worker_is_retried_or_the_add_fails_leaving_the_index_as_it_was
 ) -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     monkeypatch.setattr(_ivfpq_ray, "_encode", _dying_encode(str(tmp_path / "deaths"), deaths))
-    data = clustered(2400, 16, seed=1)
-    local, spread = IvfPqIndex("l2", **SMALL), IvfPqIndex("l2", build_engine="ray", **SMALL)
-    local.add(data[:1200])
+    data = clustered(2 * TWO_SHARDS, 8, seed=1)
+    first, later = data[:TWO_SHARDS], data[TWO_SHARDS:]
+    local, spread = IvfPqIndex("l2", **SMALL_TRAIN), IvfPqIndex("l2", build_engine="ray", **SMALL_TRAIN)
+    local.add(first)
     if deaths <= _ivfpq_ray.MAX_RETRIES:
-        spread.add(data[:1200])
+        spread.add(first)
         assert lists_of(spread) == lists_of(local)
         assert (tmp_path / "deaths").read_text() == str(deaths)
         return
     params = spread.params()
-    with pytest.raises(RuntimeError, match="encoding rows 700:1200 of the ivfpq index failed on Ray"):
-        spread.add(data[:1200])  # the first add: trained, then its encoding failed
+    message = f"encoding rows 131072:{TWO_SHARDS} of the ivfpq index failed on Ray"
+    with pytest.raises(RuntimeError, match=message):
+        spread.add(first)  # the first add: trained, then its encoding failed
     assert not spread.is_trained and len(spread) == 0 and spread.params() == params
     # A later add that fails leaves the trained index and its rows as they were.
     (tmp_path / "deaths").unlink()
     monkeypatch.setattr(_ivfpq_ray, "_encode", _dying_encode(str(tmp_path / "deaths"), 0))
-    spread.add(data[:1200])
+    spread.add(first)
     before = spread.to_bytes()
     monkeypatch.setattr(_ivfpq_ray, "_encode", _dying_encode(str(tmp_path / "later"), deaths))
-    with pytest.raises(RuntimeError, match="encoding rows 700:1200"):
-        spread.add(data[1200:])
-    assert spread.to_bytes() == before and len(spread) == 1200
+    with pytest.raises(RuntimeError, match=message):
+        spread.add(later)
+    assert spread.to_bytes() == before and len(spread) == TWO_SHARDS
 
 
 def test_a_failed_ray_add_leaves_the_saved_store_and_the_store_unchanged(
@@ -142,7 +149,6 @@ def test_a_failed_ray_add_leaves_the_saved_store_and_the_store_unchanged(
 ) -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     monkeypatch.setattr(ivfpq_module, "MIN_ROWS_PER_WORKER", 5)
-    monkeypatch.setattr(_ivfpq_ray, "SHARD_ROWS", 700)
     embedder = PixelEmbedder(size=4, grayscale=True)  # 16 dimensions
     paths = [f"old/{number:04d}.png" for number in range(1200)]
     params = {**SMALL, "build_engine": "ray"}
@@ -155,15 +161,14 @@ def test_a_failed_ray_add_leaves_the_saved_store_and_the_store_unchanged(
     loaded = InMemoryImageEmbeddingStore.load_from_disk(target, embedder=embedder)
     before = loaded.search_index.to_bytes()
     new = make_images(tmp_path / "new", 8, size=8)
-    monkeypatch.setattr(_ivfpq_ray, "SHARD_ROWS", 4)
-    monkeypatch.setattr(_ivfpq_ray, "_encode", _dying_encode_at(str(tmp_path / "deaths"), 4))
+    monkeypatch.setattr(_ivfpq_ray, "_encode", _dying_encode_at(0))
     with pytest.raises(RuntimeError, match="failed on Ray"):
         loaded.add_images(new)
     assert len(loaded) == 1200 and loaded.search_index.to_bytes() == before
     assert target.read_bytes() == saved
 
 
-def _dying_encode_at(marker: str, first: int) -> Any:
+def _dying_encode_at(first: int) -> Any:
     """A task that always kills its worker when it encodes the shard from row ``first`` of its batch."""
 
     def encode(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:

@@ -7,8 +7,16 @@ worker processes run (:func:`galleria.index._ivfpq_build._add_shard`: one OpenMP
 the shard's first row) and returns the shard's serialised index. Once **every** shard is back, the
 driver merges their inverted lists, in row order, into the index's own in-memory array lists
 (``ArrayInvertedLists``: galleria's FAISS checks refuse on-disk lists, which name other files).
-PQ encoding is a pure function of a vector and the codebooks, and each list is filled in row order,
-so codes and ids per list equal the one-process build's, whatever the number of workers.
+
+Equal to the one-process build, bit for bit. faiss assigns a batch of at least
+``distance_compute_blas_threshold`` rows (128,000 in faiss 1.15) to its lists with matrix products,
+a smaller one distance by distance, and a vector near a tie between two lists can land in either
+(measured: 1 vector in 10⁶ with shards of 100,000 rows of a 10⁶-row add). So shards start at
+multiples of :data:`FAISS_ADD_BLOCK` rows of the batch (where the one-process add starts its own
+blocks), hold at least that threshold of rows, and a short tail is folded into the shard before
+it: every vector is then assigned and encoded by the same path, in a block of the same shape, as
+in one process, and each list is filled in row order. Codes and ids per list equal the
+one-process build's, whatever the number of workers.
 
 A task whose worker dies is retried by Ray (:data:`MAX_RETRIES`); when the retries run out the add
 raises ``RuntimeError`` naming the rows and Ray's message, and the index is left as it was before
@@ -31,10 +39,13 @@ from galleria.index._ivfpq_build import _add_shard
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
 
-__all__ = ["MAX_RETRIES", "SHARD_ROWS", "add_on_ray", "ray_module"]
+__all__ = ["FAISS_ADD_BLOCK", "MAX_RETRIES", "SHARD_ROWS", "add_on_ray", "ray_module", "shard_bounds"]
 
-#: Rows each Ray task encodes (the last shard of a batch may hold fewer).
-SHARD_ROWS = 100_000
+#: Rows each Ray task encodes (a multiple of :data:`FAISS_ADD_BLOCK`; the last shard may differ).
+SHARD_ROWS = 2 * 65_536
+#: The rows faiss's IVF-PQ add encodes at once (``IndexIVFPQ::add_core_o``), a multiple of the rows
+#: its coarse assignment multiplies at once (``distance_compute_blas_query_bs``, 4,096).
+FAISS_ADD_BLOCK = 65_536
 #: Times a shard's task is retried after its worker died.
 MAX_RETRIES = 2
 
@@ -46,6 +57,30 @@ def ray_module() -> Any:
     except ImportError as error:  # pragma: no cover - exercised only without the extra
         raise ImportError("build_engine='ray' needs Ray: pip install -e '.[ray]'") from error
     return ray
+
+
+def shard_bounds(count: int, shard_rows: int) -> list[tuple[int, int]]:
+    """Rows ``start:stop`` of each shard of a batch of ``count`` rows: starts at multiples of
+    ``shard_rows`` (a multiple of :data:`FAISS_ADD_BLOCK`, raised to faiss's matrix-product
+    threshold), and a last shard below that threshold folded into the one before it.
+
+    Examples
+    --------
+    >>> shard_bounds(300_000, 131_072)  # a tail of 37,856 rows joins the shard before it
+    [(0, 131072), (131072, 300000)]
+    >>> shard_bounds(530_000, 131_072)
+    [(0, 131072), (131072, 262144), (262144, 393216), (393216, 530000)]
+    >>> shard_bounds(50_000, 131_072)
+    [(0, 50000)]
+    """
+    if shard_rows < 1 or shard_rows % FAISS_ADD_BLOCK:
+        raise ValueError(f"shard_rows must be a positive multiple of {FAISS_ADD_BLOCK}, got {shard_rows}")
+    threshold = int(faiss.cvar.distance_compute_blas_threshold)
+    shard_rows = max(shard_rows, -(-threshold // FAISS_ADD_BLOCK) * FAISS_ADD_BLOCK)
+    bounds = [(start, min(start + shard_rows, count)) for start in range(0, count, shard_rows)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < threshold:
+        bounds[-2:] = [(bounds[-2][0], count)]
+    return bounds
 
 
 def _encode(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
@@ -75,7 +110,7 @@ def add_on_ray(index: Any, ivf: Any, array: np.ndarray, first: int) -> int:
     """Encode ``array`` (ids from ``first``) in Ray tasks of :data:`SHARD_ROWS` rows into the trained
     faiss ``index`` (whose IVF part is ``ivf``); returns the number of tasks. On failure nothing is merged."""
     ray = ray_module()
-    shard_rows = SHARD_ROWS
+
     if not ray.is_initialized():
         ray.init(include_dashboard=False)
     empty = faiss.clone_index(index)
@@ -83,11 +118,10 @@ def add_on_ray(index: Any, ivf: Any, array: np.ndarray, first: int) -> int:
     trained = ray.put(bytes(faiss.serialize_index(empty)))  # sent once; every task reads this copy
     del empty
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_encode)
-    count = array.shape[0]
-    pending = []
-    for start in range(0, count, shard_rows):
-        stop = min(start + shard_rows, count)
-        pending.append((start, stop, task.remote(trained, array[start:stop], start)))
+    pending = [
+        (start, stop, task.remote(trained, array[start:stop], start))
+        for start, stop in shard_bounds(array.shape[0], SHARD_ROWS)
+    ]
     shards = _gather(ray, pending)
     if ivf.direct_map.type != faiss.DirectMap.NoMap:
         ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one

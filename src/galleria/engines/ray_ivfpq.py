@@ -3,8 +3,9 @@
 :func:`build_ivfpq_with_ray` joins (``address``) or starts a Ray, then builds an
 :class:`~galleria.index.IvfPqIndex` with ``build_engine="ray"``: the driver trains as one process
 does, Ray tasks encode fixed-size shards with the local workers' code, and their inverted lists are
-merged into in-memory array lists (:mod:`galleria.index._ivfpq_ray`). The index equals the
-one-process build's (codes and ids per list). A store builds the same index with
+merged into in-memory array lists (:mod:`galleria.index._ivfpq_ray`). Codes and ids per list
+equal the one-process build's, except for rare vectors tied between two lists at scale (1 in 10⁶
+measured; see that module). A store builds the same index with
 ``index_params={"build_engine": "ray"}`` once Ray runs in the process.
 
 Ray is an optional dependency: ``pip install -e '.[ray]'``.

@@ -8,15 +8,19 @@ the shard's first row) and returns the shard's serialised index. Once **every** 
 driver merges their inverted lists, in row order, into the index's own in-memory array lists
 (``ArrayInvertedLists``: galleria's FAISS checks refuse on-disk lists, which name other files).
 
-Equal to the one-process build, bit for bit. faiss assigns a batch of at least
+Equality with the one-process build. faiss assigns a batch of at least
 ``distance_compute_blas_threshold`` rows (128,000 in faiss 1.15) to its lists with matrix products,
-a smaller one distance by distance, and a vector near a tie between two lists can land in either
-(measured: 1 vector in 10⁶ with shards of 100,000 rows of a 10⁶-row add). So shards start at
-multiples of :data:`FAISS_ADD_BLOCK` rows of the batch (where the one-process add starts its own
-blocks), hold at least that threshold of rows, and a short tail is folded into the shard before
-it: every vector is then assigned and encoded by the same path, in a block of the same shape, as
-in one process, and each list is filled in row order. Codes and ids per list equal the
-one-process build's, whatever the number of workers.
+a smaller one distance by distance, in blocks counted from the start of each ``add``. Shards
+therefore start at multiples of :data:`FAISS_ADD_BLOCK` rows of the batch (where the one-process
+add starts its own blocks), hold at least that threshold of rows, and a short tail is folded into
+the shard before it; each list is filled in row order. Codes and ids per list then equal the
+one-process build's (``tests/engines/test_ray_ivfpq.py``, two shards of a 272,144-row batch). Not
+every time at scale: a vector almost exactly between two centroids can be assigned to either,
+depending on how the matrix products are split over threads. At 10⁶ × 128 (4,096 lists) the Ray
+build put 1 vector of 10⁶ in another list than the 2-thread one-process build (the same one in
+two runs), and one-process builds on 1 and 2 OpenMP threads give different indexes too (training
+included; ``benchmarks/suites/bench_ray_scale.py``): the one-process build is itself reproducible
+only for a given thread count.
 
 A task whose worker dies is retried by Ray (:data:`MAX_RETRIES`); when the retries run out the add
 raises ``RuntimeError`` naming the rows and Ray's message, and the index is left as it was before

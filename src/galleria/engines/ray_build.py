@@ -17,7 +17,7 @@ import numpy as np
 from galleria._validation import check_bool, check_positive_int
 from galleria.datasets.folder import IMAGE_EXTENSIONS
 from galleria.embedders import batch_size_of, embedder_config, embedder_from_config
-from galleria.engines.shards import ShardWriter
+from galleria.engines.shards import write_shards
 from galleria.store.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
 
 __all__ = ["LOCAL_RAY_OPTIONS", "build_with_ray", "init_local_ray", "list_image_uris", "read_image_any"]
@@ -223,6 +223,90 @@ def _collect(embedded: Any, count: int, chunk: int) -> tuple[np.ndarray, dict[in
     return vectors, errors
 
 
+def _gallery_paths(images: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The gallery's paths or URIs: a folder listed like ``galleria build``, a URI listed through
+    pyarrow, or a sequence of non-empty paths; TypeError/ValueError naming ``images`` otherwise."""
+    from galleria.datasets import list_images
+
+    if isinstance(images, (str, os.PathLike)):
+        source = os.fspath(images)
+        paths = list_image_uris(source) if _is_uri(source) else list_images(source)
+    else:
+        paths = [os.fspath(path) for path in images]
+        if not all(isinstance(path, str) and path for path in paths):
+            raise TypeError("images must be a folder, a URI or a sequence of non-empty paths")
+    if len(set(paths)) != len(paths):
+        raise ValueError("images lists a path twice")
+    return paths
+
+
+def _embed_on_ray(
+    ray: Any,
+    paths: list[str],
+    embedder: Any,
+    actor_args: tuple[Any, Any],
+    sizes: tuple[int, int, float],
+) -> tuple[np.ndarray, dict[int, str]]:
+    """Decode in Ray Data tasks and embed in an actor pool (built from ``actor_args``: the embedder's
+    config, or the embedder itself); the kept rows' vectors in row order and {row: error message}.
+    ``sizes``: images per chunk, actors, GPUs per actor."""
+    decode_batch_size, num_actors, gpus_per_actor = sizes
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    batch_size = batch_size_of(embedder)
+
+    # Chunks start at multiples of the embedder's batch size, so that the actors' batches are the
+    # threaded builder's batches (bit-identical vectors, whatever the model).
+    chunk = batch_size * max(1, -(-decode_batch_size // batch_size))
+    # One item per chunk, built on the driver (no remote task just to describe the input blocks).
+    dataset = ray.data.from_items(
+        [{"start": start, "paths": paths[start : start + chunk]} for start in range(0, len(paths), chunk)],
+        override_num_blocks=max(1, -(-len(paths) // chunk)),
+    )
+    dataset = dataset.map_batches(
+        _decode_chunks,
+        fn_kwargs={"min_size": draft_size_for(embedder)},
+        batch_size=1,
+        batch_format="pyarrow",
+        zero_copy_batch=True,
+    )  # (Ray Data retries a failed task without limit, and restarts a dead actor: its defaults)
+    embedded = dataset.map_batches(
+        _EmbedActor,
+        fn_constructor_args=actor_args,
+        batch_size=1,
+        batch_format="pyarrow",
+        zero_copy_batch=True,
+        # Grow to num_actors as CPUs allow: actors that took every CPU would starve the decode tasks.
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=num_actors),
+        num_gpus=gpus_per_actor or None,
+    )
+    return _collect(embedded, len(paths), chunk)
+
+
+def _actor_args(embedder: Any, gpus_per_actor: Any) -> tuple[dict[str, Any] | None, tuple[Any, Any]]:
+    """Check the embedder and ``gpus_per_actor``; (the embedder's config, what each actor is built from)."""
+    if not isinstance(gpus_per_actor, (int, float)) or isinstance(gpus_per_actor, bool) or gpus_per_actor < 0:
+        raise ValueError(f"gpus_per_actor must be a number >= 0, got {gpus_per_actor!r}")
+    if not callable(getattr(embedder, "embed", None)):
+        raise TypeError(f"embedder must have an embed(images) method, got {type(embedder).__name__}")
+    config = embedder_config(embedder)
+    # A config that records a local checkpoint names a file only this machine is known to have
+    # (and rebuilding from it needs the file): such an embedder travels to the actors as itself.
+    portable = config is not None and "checkpoint_sha256" not in config
+    return config, (config, None if portable else embedder)
+
+
+def _connect(address: str | None, num_cpus: int | None, gpus_per_actor: float) -> Any:
+    """``ray``, joined to ``address`` or a local Ray started with galleria's options, unless running."""
+    ray = _ray()
+    if not ray.is_initialized():
+        if address is None:
+            init_local_ray(num_cpus, None if gpus_per_actor else 0)
+        else:  # a cluster's own settings apply: nothing of galleria's is imposed on it
+            ray.init(address=address)
+    return ray
+
+
 def build_with_ray(
     images: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     embedder: Any,
@@ -275,7 +359,6 @@ def build_with_ray(
     InMemoryImageEmbeddingStore
         Built, with the embedder attached.
     """
-    from galleria.datasets import list_images
     from galleria.store import InMemoryImageEmbeddingStore
     from galleria.store._checks import resolve_index
 
@@ -283,71 +366,17 @@ def build_with_ray(
     num_actors = check_positive_int("num_actors", num_actors)
     decode_batch_size = check_positive_int("decode_batch_size", decode_batch_size)
     rows_per_shard = check_positive_int("rows_per_shard", rows_per_shard)
-    if not isinstance(gpus_per_actor, (int, float)) or isinstance(gpus_per_actor, bool) or gpus_per_actor < 0:
-        raise ValueError(f"gpus_per_actor must be a number >= 0, got {gpus_per_actor!r}")
-    if not callable(getattr(embedder, "embed", None)):
-        raise TypeError(f"embedder must have an embed(images) method, got {type(embedder).__name__}")
-    if isinstance(images, (str, os.PathLike)):
-        source = os.fspath(images)
-        paths = list_image_uris(source) if _is_uri(source) else list_images(source)
-    else:
-        paths = [os.fspath(path) for path in images]
-        if not all(isinstance(path, str) and path for path in paths):
-            raise TypeError("images must be a folder, a URI or a sequence of non-empty paths")
-    if len(set(paths)) != len(paths):
-        raise ValueError("images lists a path twice")
+    config, actor_args = _actor_args(embedder, gpus_per_actor)
+    paths = _gallery_paths(images)
     resolve_index(search_index, space, index_params)  # checks the index arguments before any work
-    config = embedder_config(embedder)
-    # A config that records a local checkpoint names a file only this machine is known to have
-    # (and rebuilding from it needs the file): such an embedder travels to the actors as itself.
-    portable = config is not None and "checkpoint_sha256" not in config
-    ray = _ray()
-    if not ray.is_initialized():
-        if address is None:
-            init_local_ray(num_cpus, None if gpus_per_actor else 0)
-        else:  # a cluster's own settings apply: nothing of galleria's is imposed on it
-            ray.init(address=address)
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False
-    batch_size = batch_size_of(embedder)
-
-    # Chunks start at multiples of the embedder's batch size, so that the actors' batches are the
-    # threaded builder's batches (bit-identical vectors, whatever the model).
-    chunk = batch_size * max(1, -(-decode_batch_size // batch_size))
-    # One item per chunk, built on the driver (no remote task just to describe the input blocks).
-    dataset = ray.data.from_items(
-        [{"start": start, "paths": paths[start : start + chunk]} for start in range(0, len(paths), chunk)],
-        override_num_blocks=max(1, -(-len(paths) // chunk)),
-    )
-    dataset = dataset.map_batches(
-        _decode_chunks,
-        fn_kwargs={"min_size": draft_size_for(embedder)},
-        batch_size=1,
-        batch_format="pyarrow",
-        zero_copy_batch=True,
-    )  # (Ray Data retries a failed task without limit, and restarts a dead actor: its defaults)
-    embedded = dataset.map_batches(
-        _EmbedActor,
-        fn_constructor_args=(config, None if portable else embedder),
-        batch_size=1,
-        batch_format="pyarrow",
-        zero_copy_batch=True,
-        # Grow to num_actors as CPUs allow: actors that took every CPU would starve the decode tasks.
-        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=num_actors),
-        num_gpus=gpus_per_actor or None,
-    )
-    vectors, errors = _collect(embedded, len(paths), chunk)
+    ray = _connect(address, num_cpus, gpus_per_actor)
+    sizes = (decode_batch_size, num_actors, gpus_per_actor)
+    vectors, errors = _embed_on_ray(ray, paths, embedder, actor_args, sizes)
     if errors and not skip_errors:
         raise ImageReadError(errors[min(errors)])
     for row in sorted(errors):
         warnings.warn(f"skipping unreadable image: {errors[row]}", RuntimeWarning, stacklevel=2)
-    kept_rows = np.setdiff1d(np.arange(len(paths)), np.fromiter(errors, dtype=np.int64, count=len(errors)))
-    writer = ShardWriter(out_dir, rows_per_shard)
-    for start in range(0, kept_rows.size, rows_per_shard):
-        rows = kept_rows[start : start + rows_per_shard]
-        writer.write([paths[row] for row in rows], vectors[start : start + rows.size])
-    skipped = [paths[row] for row in sorted(errors)]
-    writer.close(skipped=skipped, embedder=config)
+    kept_rows, skipped = write_shards(paths, vectors, errors, out_dir, rows_per_shard, config)
     # The store is built from the vectors in memory, equal to the shards' (no reading them back).
     return InMemoryImageEmbeddingStore.from_embeddings(
         [paths[row] for row in kept_rows],

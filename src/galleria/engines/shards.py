@@ -26,7 +26,7 @@ import numpy as np
 
 from galleria._files import atomic_path
 
-__all__ = ["MANIFEST_NAME", "ShardWriter", "read_shards", "store_from_shards"]
+__all__ = ["MANIFEST_NAME", "ShardWriter", "read_shards", "store_from_shards", "write_shards"]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "galleria-shards"
@@ -331,3 +331,23 @@ def store_from_shards(
         index_params=index_params,
         skipped=manifest.get("skipped", []),
     )
+
+
+def write_shards(
+    paths: list[str],
+    vectors: np.ndarray,
+    errors: dict[int, str],
+    out_dir: str | os.PathLike[str],
+    rows_per_shard: int,
+    config: dict[str, Any] | None,
+) -> tuple[np.ndarray, list[str]]:
+    """Write the rows of ``paths`` not in ``errors`` (their ``vectors`` in row order) as Parquet shards +
+    manifest under ``out_dir``; (their row numbers, the skipped paths)."""
+    kept_rows = np.setdiff1d(np.arange(len(paths)), np.fromiter(errors, dtype=np.int64, count=len(errors)))
+    writer = ShardWriter(out_dir, rows_per_shard)
+    for start in range(0, kept_rows.size, rows_per_shard):
+        rows = kept_rows[start : start + rows_per_shard]
+        writer.write([paths[row] for row in rows], vectors[start : start + rows.size])
+    skipped = [paths[row] for row in sorted(errors)]
+    writer.close(skipped=skipped, embedder=config)
+    return kept_rows, skipped

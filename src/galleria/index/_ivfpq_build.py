@@ -107,6 +107,7 @@ def add_parallel(index: Any, ivf: Any, array: np.ndarray, first: int, workers: i
         # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
         ivf.merge_from(faiss.extract_index_ivf(shard), first)
         del shard
+    index.ntotal = ivf.ntotal  # an OPQ wrapper counts its rows itself (merge_from fills the IVF part)
 
 
 def _without_self(found: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Reading a saved IVF-PQ index back: checks of the faiss index, the kept copy and the build report
-against the header that describes them (ValueError for anything that does not match)."""
+"""An IVF-PQ index's file: its parts written (:func:`pack_ivfpq`), and read back (:func:`read_ivfpq`)
+with checks of the faiss index, the kept copy and the build report against the header that
+describes them (ValueError for anything that does not match)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 import faiss as _faiss
 import numpy as np
 
+from galleria.index import _serial
 from galleria.index._checks import all_finite, check_magnitude
+from galleria.index._faiss import FaissPart, LiveRows, deserialize, restore_precomputed_table
 from galleria.index._ivfpq_params import IVFPQ_PARAMETERS
+from galleria.index.base import SPACES
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
 
-__all__ = ["check_loaded", "check_report", "checked_kept"]
+__all__ = ["check_loaded", "check_report", "checked_kept", "pack_ivfpq", "read_ivfpq"]
 
 #: What the build report of an index holds (JSON types), checked when a saved one is read back.
 _REPORT_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -106,3 +110,68 @@ def check_report(report: Any) -> dict[str, Any] | None:
     ):
         raise ValueError("serialised ivfpq index has an invalid build report")
     return dict(report)
+
+
+def pack_ivfpq(index: Any) -> _serial.Packed:
+    """An :class:`~galleria.index.ivfpq.IvfPqIndex` as the parts of its file: the faiss index
+    (streamed, without the lookup table built for reconstruct), the live rows, the kept copy."""
+    arrays: dict[str, np.ndarray | _serial.Streamed] = {"live": index._rows.internal}
+    if index._index is not None:
+        saved = index._index
+        if index._ivf.direct_map.type != faiss.DirectMap.NoMap:
+            # The lookup table built for reconstruct is rebuilt on demand: write the index without it.
+            saved = faiss.clone_index(index._index)
+            faiss.extract_index_ivf(saved).set_direct_map_type(faiss.DirectMap.NoMap)
+        arrays["faiss"] = FaissPart(saved)
+    if index._params["keep_vectors"] and index._dim is not None:
+        kept = np.ascontiguousarray(index._kept[: index._kept_size])
+        arrays["kept"] = kept if kept.dtype == np.float32 else kept.view(np.uint8)
+    meta = {
+        "space": index._space,
+        "dim": index._dim,
+        "params": index.params(),
+        "total": index._rows.total,
+        "report": index._report,
+    }
+    return _serial.pack_parts("ivfpq", meta, arrays)
+
+
+def read_ivfpq(cls: Any, data: bytes | _serial.Unpacked) -> Any:
+    """An index of class ``cls`` rebuilt from its file's bytes (ValueError on corrupt or mismatched data)."""
+    meta, arrays = _serial.unpack(data, "ivfpq")
+    space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
+    if space not in SPACES or not isinstance(params, dict) or not isinstance(total, int) or total < 0:
+        raise ValueError("serialised ivfpq index has a corrupt header")
+    try:
+        index = cls(space, **params)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"serialised ivfpq index has invalid parameters: {error}") from error
+    live = arrays.get("live")
+    if live is None or live.dtype != np.int64 or live.ndim != 1:
+        raise ValueError("serialised ivfpq index lacks its 'live' row array")
+    if "faiss" not in arrays:
+        if dim is not None or total != 0 or live.size or "kept" in arrays:
+            raise ValueError("serialised ivfpq index lacks its faiss index")
+        return index
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise ValueError(f"serialised ivfpq index has an invalid dimension {dim!r}")
+    if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
+        raise ValueError("serialised ivfpq index has an invalid 'live' row array")
+    loaded = deserialize(arrays["faiss"], "ivfpq index", id_limit=total)
+    check_loaded(loaded, int(dim), live, index._params, index._metric())
+    index._index, index._ivf, index._dim = (
+        loaded,
+        faiss.downcast_index(faiss.extract_index_ivf(loaded)),
+        int(dim),
+    )
+    restore_precomputed_table(loaded, len(data))
+    if cls.training_budget.transposed_codebooks:
+        index._ivf.pq.sync_transposed_centroids()  # later adds encode at the trained speed
+    index._rows = LiveRows(live, int(total))
+    index._report = check_report(meta.get("report"))
+    if index._params["keep_vectors"]:
+        index._kept = checked_kept(arrays.get("kept"), int(dim), live.size, index._params["vector_dtype"])
+        index._kept_size = live.size
+    elif "kept" in arrays:
+        raise ValueError("serialised ivfpq index holds kept vectors but keep_vectors is False")
+    return index

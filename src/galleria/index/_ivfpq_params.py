@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._params import Param
 from galleria._validation import check_choice, is_int
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "IvfPqParameter",
     "IvfPqShape",
     "choose_shape",
+    "declared_params",
     "default_subquantizers",
     "validate_ivfpq_params",
 ]
@@ -182,6 +184,12 @@ IVFPQ_PARAMETERS: dict[str, IvfPqParameter] = {
         4096,
         True,
     ),
+    "build_engine": IvfPqParameter(
+        "processes",
+        "choice",
+        "who encodes a large add: worker processes here, or Ray tasks of fixed-size shards (the ray extra)",
+        choices=("processes", "ray"),
+    ),
 }
 
 
@@ -272,3 +280,24 @@ def default_subquantizers(dim: int, bits: int = 8, row_bytes: float | None = Non
     if row_bytes is not None:
         divisors = [m for m in divisors if math.ceil(m * bits / 8) <= row_bytes] or [0]
     return max(divisors)
+
+
+def _declared(name: str, spec: IvfPqParameter) -> Param:
+    """One entry of :data:`IVFPQ_PARAMETERS` as a declared parameter."""
+    kind = {"int": int, "float": float, "bool": bool, "choice": str}[spec.kind]
+    low, high = (spec.minimum, spec.maximum) if kind in (int, float) else (None, None)
+    return Param(
+        name,
+        kind,
+        spec.default,
+        low,
+        high,
+        choices=tuple(spec.choices),
+        optional=spec.optional,
+        help=spec.meaning,
+    )
+
+
+def declared_params() -> tuple[Param, ...]:
+    """:data:`IVFPQ_PARAMETERS` as declared parameters (the IVF-PQ index's ``COMPONENT``)."""
+    return tuple(_declared(name, spec) for name, spec in IVFPQ_PARAMETERS.items())

@@ -20,7 +20,7 @@ from galleria.index._checks import (
 )
 from galleria.index.base import SPACES
 
-__all__ = ["ExactIndex", "exact_search", "rescore_candidates", "top_k_smallest"]
+__all__ = ["ExactIndex", "appended", "exact_search", "rescore_candidates", "top_k_smallest"]
 
 #: Size (in float32 entries) of the query-block × gallery distance matrix computed at once.
 BLOCK_ENTRIES = 1 << 23
@@ -307,3 +307,17 @@ COMPONENT = Component(
     order=0,
     extra={"creatable": True, "from_bytes": ExactIndex.from_bytes},
 )
+
+
+def appended(buffer: np.ndarray, size: int, rows: np.ndarray) -> np.ndarray:
+    """``rows`` written after the first ``size`` rows of ``buffer``: in place when it has room, else
+    into a new buffer grown geometrically (twice the old, at least 16 rows; dtype kept)."""
+    if buffer.ndim != 2 or buffer.shape[1] != rows.shape[1]:
+        buffer = np.zeros((0, rows.shape[1]), dtype=buffer.dtype)
+    needed = size + rows.shape[0]
+    if needed > buffer.shape[0]:
+        grown = np.empty((max(needed, 2 * buffer.shape[0], 16), rows.shape[1]), dtype=buffer.dtype)
+        grown[:size] = buffer[:size]
+        buffer = grown
+    buffer[size:needed] = rows
+    return buffer

@@ -8,43 +8,42 @@ the codebooks) on a seeded sample of at most ``train_size`` vectors of the first
 Parameters left unset are chosen from that batch (:mod:`galleria.index._ivfpq_params`): the shape
 from its size, dimension and ``memory_budget``, and ``probe_lists`` by measuring recall@10 on a
 sample of the gallery against exact search until ``recall_target`` is met
-(:mod:`galleria.index._ivfpq_build`). What was chosen and measured is :attr:`IvfPqIndex.build_report`,
-saved with the index.
+(:mod:`galleria.index._ivfpq_build`). What was chosen and measured is :attr:`IvfPqIndex.build_report`
+(saved with the index). Its file is written and read by :mod:`galleria.index._ivfpq_files`.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import faiss as _faiss
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
 from galleria._interrupts import deferred_interrupts
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
 from galleria.index._faiss import (
-    FaissPart,
     LiveRows,
-    deserialize,
     omp_threads,
-    restore_precomputed_table,
     usable_threads,
 )
 from galleria.index._ivfpq_build import add_parallel, choose_probes
-from galleria.index._ivfpq_files import check_loaded, check_report, checked_kept
+from galleria.index._ivfpq_files import pack_ivfpq, read_ivfpq
 from galleria.index._ivfpq_params import (
     IVFPQ_PARAMETERS,
     IvfPqParameter,
+    declared_params,
     default_subquantizers,
     validate_ivfpq_params,
 )
+from galleria.index._ivfpq_ray import add_on_ray
 from galleria.index._ivfpq_train import TrainingBudget, train_ivfpq
 from galleria.index.base import SPACES
-from galleria.index.exact import rescore_candidates
+from galleria.index.exact import appended, rescore_candidates
 
 # faiss's bundled type stubs miss much of its SWIG API (DirectMap, IVF fields, search parameters).
 faiss: Any = _faiss
@@ -84,7 +83,7 @@ class IvfPqIndex:
     space : {"cosine", "ip", "l2"}
         Distance space.
     lists, subquantizers, bits, probe_lists, train_size, opq, keep_vectors, vector_dtype, \
-rerank_candidates, seed, build_workers, num_threads
+rerank_candidates, seed, build_workers, num_threads, build_engine
         See :data:`IVFPQ_PARAMETERS`.
 
     Examples
@@ -122,6 +121,7 @@ rerank_candidates, seed, build_workers, num_threads
         seed: int = 0,
         build_workers: int = 1,
         num_threads: int | None = None,
+        build_engine: str = "processes",
     ) -> None:
         self._space = check_choice("space", space, SPACES)
         self._params = validate_ivfpq_params(
@@ -140,6 +140,7 @@ rerank_candidates, seed, build_workers, num_threads
                 "seed": seed,
                 "build_workers": build_workers,
                 "num_threads": num_threads,
+                "build_engine": build_engine,
             }
         )
         self._index: Any = None  # the faiss index (IndexIVFPQ or IndexPreTransform); None until trained
@@ -225,29 +226,24 @@ rerank_candidates, seed, build_workers, num_threads
         """Insert an (n, dim) batch of finite vectors as rows ``len(self) .. len(self) + n - 1``.
 
         The first call trains the index on (a sample of) its batch. With ``build_workers > 1`` and
-        a large batch, shards are encoded in worker processes and their inverted lists merged.
+        a large batch, shards are encoded in worker processes and their inverted lists merged; with
+        ``build_engine="ray"`` in Ray tasks (:mod:`galleria.index._ivfpq_ray`). When encoding fails
+        the index is left as it was before the call (untrained again if this call trained it).
         """
         array = prepare_vectors(check_vectors("vectors", vectors, self._dim, self.space), self._space)
         count = array.shape[0]
         if count == 0:
             return
-        training = self._index is None
+        training, params = self._index is None, dict(self._params)
         if training:
             self._train(array)
-        first = self._rows.total
         start = time.perf_counter()
-        # A file's params never choose more processes than this machine lets the process use.
-        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
-        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
-        with deferred_interrupts():
-            if workers > 1:
-                self._add_parallel(array, first, workers)
-            else:
-                with omp_threads(self._params["num_threads"]):
-                    self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
-            if self._params["keep_vectors"]:
-                self._keep(array)
-            self._rows.append(count)
+        try:
+            self._encode(array)
+        except BaseException:
+            if training:  # training filled in the chosen shape: back to the parameters given
+                self._index, self._ivf, self._dim, self._report, self._params = None, None, None, None, params
+            raise
         if training:
             self._seconds["encoding"] = time.perf_counter() - start
             assert self._report is not None
@@ -261,23 +257,33 @@ rerank_candidates, seed, build_workers, num_threads
                 self.training_budget.stop_at_plateau,
             )
 
+    def _encode(self, array: np.ndarray) -> None:
+        """Add the prepared ``array`` to the trained index: here, in worker processes or on Ray."""
+        count, first = array.shape[0], self._rows.total
+        on_ray = self._params["build_engine"] == "ray" and count >= MIN_ROWS_PER_WORKER
+        # A file's params never choose more processes than this machine lets the process use.
+        workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
+        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
+        with deferred_interrupts():
+            if on_ray:
+                add_on_ray(self._index, self._ivf, array, first)
+            elif workers > 1:
+                self._add_parallel(array, first, workers)
+            else:
+                with omp_threads(self._params["num_threads"]):
+                    self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
+            if self._params["keep_vectors"]:
+                self._keep(array)
+            self._rows.append(count)
+
     def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
         """Encode ``array`` in ``workers`` processes and merge their lists (:func:`add_parallel`)."""
         add_parallel(self._index, self._ivf, array, first, workers)
 
     def _keep(self, array: np.ndarray) -> None:
         """Append ``array`` to the exact copy (grown geometrically, like the exact index)."""
-        if self._kept.shape[1] != array.shape[1]:
-            self._kept = np.zeros((0, array.shape[1]), dtype=self._kept.dtype)
-        needed = self._kept_size + array.shape[0]
-        if needed > self._kept.shape[0]:
-            grown = np.empty(
-                (max(needed, 2 * self._kept.shape[0], 16), array.shape[1]), dtype=self._kept.dtype
-            )
-            grown[: self._kept_size] = self._kept[: self._kept_size]
-            self._kept = grown
-        self._kept[self._kept_size : needed] = array
-        self._kept_size = needed
+        self._kept = appended(self._kept, self._kept_size, array)
+        self._kept_size += array.shape[0]
 
     # ------------------------------------------------------------------ searching
 
@@ -367,82 +373,12 @@ rerank_candidates, seed, build_workers, num_threads
 
     def packed(self) -> _serial.Packed:
         """What :meth:`to_bytes` returns, as parts written without joining them (faiss streamed)."""
-        arrays: dict[str, np.ndarray | _serial.Streamed] = {"live": self._rows.internal}
-        if self._index is not None:
-            index = self._index
-            if self._ivf.direct_map.type != faiss.DirectMap.NoMap:
-                # The lookup table built for reconstruct is rebuilt on demand: write the index without it.
-                index = faiss.clone_index(self._index)
-                faiss.extract_index_ivf(index).set_direct_map_type(faiss.DirectMap.NoMap)
-            arrays["faiss"] = FaissPart(index)
-        if self._params["keep_vectors"] and self._dim is not None:
-            kept = np.ascontiguousarray(self._kept[: self._kept_size])
-            arrays["kept"] = kept if kept.dtype == np.float32 else kept.view(np.uint8)
-        meta = {
-            "space": self._space,
-            "dim": self._dim,
-            "params": self.params(),
-            "total": self._rows.total,
-            "report": self._report,
-        }
-        return _serial.pack_parts("ivfpq", meta, arrays)
+        return pack_ivfpq(self)
 
     @classmethod
     def from_bytes(cls, data: bytes | _serial.Unpacked) -> IvfPqIndex:
         """Rebuild an index written by :meth:`to_bytes`; raise ValueError on corrupt or mismatched data."""
-        meta, arrays = _serial.unpack(data, "ivfpq")
-        space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
-        if space not in SPACES or not isinstance(params, dict) or not isinstance(total, int) or total < 0:
-            raise ValueError("serialised ivfpq index has a corrupt header")
-        try:
-            index = cls(space, **params)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"serialised ivfpq index has invalid parameters: {error}") from error
-        live = arrays.get("live")
-        if live is None or live.dtype != np.int64 or live.ndim != 1:
-            raise ValueError("serialised ivfpq index lacks its 'live' row array")
-        if "faiss" not in arrays:
-            if dim is not None or total != 0 or live.size or "kept" in arrays:
-                raise ValueError("serialised ivfpq index lacks its faiss index")
-            return index
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise ValueError(f"serialised ivfpq index has an invalid dimension {dim!r}")
-        if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
-            raise ValueError("serialised ivfpq index has an invalid 'live' row array")
-        loaded = deserialize(arrays["faiss"], "ivfpq index", id_limit=total)
-        check_loaded(loaded, int(dim), live, index._params, index._metric())
-        index._index, index._ivf, index._dim = (
-            loaded,
-            faiss.downcast_index(faiss.extract_index_ivf(loaded)),
-            int(dim),
-        )
-        restore_precomputed_table(loaded, len(data))
-        if cls.training_budget.transposed_codebooks:
-            index._ivf.pq.sync_transposed_centroids()  # later adds encode at the trained speed
-        index._rows = LiveRows(live, int(total))
-        index._report = check_report(meta.get("report"))
-        if index._params["keep_vectors"]:
-            index._kept = checked_kept(arrays.get("kept"), int(dim), live.size, index._params["vector_dtype"])
-            index._kept_size = live.size
-        elif "kept" in arrays:
-            raise ValueError("serialised ivfpq index holds kept vectors but keep_vectors is False")
-        return index
-
-
-def _declared(name: str, spec: Any) -> Param:
-    """One entry of :data:`IVFPQ_PARAMETERS` as a declared parameter."""
-    kind = {"int": int, "float": float, "bool": bool, "choice": str}[spec.kind]
-    low, high = (spec.minimum, spec.maximum) if kind in (int, float) else (None, None)
-    return Param(
-        name,
-        kind,
-        spec.default,
-        low,
-        high,
-        choices=tuple(spec.choices),
-        optional=spec.optional,
-        help=spec.meaning,
-    )
+        return cast(IvfPqIndex, read_ivfpq(cls, data))
 
 
 #: The declaration of the IVF-PQ index (:mod:`galleria._declare`), its parameters those of
@@ -451,7 +387,7 @@ COMPONENT = Component(
     kind="index",
     name="ivfpq",
     summary="faiss IVF-PQ: compressed codes, shape and probes chosen from the data and a recall target",
-    params=tuple(_declared(name, spec) for name, spec in IVFPQ_PARAMETERS.items()),
+    params=declared_params(),
     build=IvfPqIndex,
     order=20,
     extra={

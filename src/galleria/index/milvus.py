@@ -12,116 +12,32 @@ from typing import Any
 import numpy as np
 
 from galleria._declare import Component, Param
-from galleria._validation import check_choice, is_int
+from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
 from galleria.index._checks import check_k, check_rows, check_vectors, empty_result
 from galleria.index._faiss import LiveRows
+from galleria.index._milvus_settings import (
+    BATCH,
+    MAX_LIMIT,
+    METRIC,
+    MILVUS_INDEX_TYPES,
+    ROW,
+    SEARCH_PARAMS,
+    TOKEN_VARIABLE,
+    URI_VARIABLE,
+    VECTOR,
+    check_collection,
+    check_params,
+    check_token_destination,
+    check_uri,
+    client_class,
+    read_rows,
+    read_saved,
+)
 from galleria.index.base import SPACES
 
-__all__ = ["MILVUS_INDEX_TYPES", "MilvusIndex", "check_token_destination"]
-
-#: Milvus index types and the vendor-neutral parameter names each takes (→ Milvus's own names).
-MILVUS_INDEX_TYPES: dict[str, dict[str, str]] = {
-    "FLAT": {},
-    "HNSW": {"graph_degree": "M", "build_candidates": "efConstruction", "search_candidates": "ef"},
-    "IVF_PQ": {"lists": "nlist", "subquantizers": "m", "bits": "nbits", "probe_lists": "nprobe"},
-}
-_SEARCH_PARAMS = {"search_candidates", "probe_lists"}
-_DEFAULTS = {"graph_degree": 16, "build_candidates": 200, "search_candidates": 64, "lists": 128, "bits": 8}
-_METRIC = {"cosine": "IP", "ip": "IP", "l2": "L2"}  # cosine vectors are normalised first
-_ROW, _VECTOR = "row", "vector"
-_BATCH = 5_000
-_MAX_LIMIT = 16_384
-
-
-def _client_class() -> Any:
-    try:
-        from pymilvus import MilvusClient
-    except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError("MilvusIndex needs pymilvus and milvus-lite: pip install -e '.[milvus]'") from error
-    return MilvusClient
-
-
-#: Environment variables of the server credentials and of the server they are meant for.
-TOKEN_VARIABLE = "GALLERIA_MILVUS_TOKEN"
-URI_VARIABLE = "GALLERIA_MILVUS_URI"
-_NETWORK = ("http://", "https://", "tcp://", "unix:")
-
-
-def _same_server(first: str, second: str) -> bool:
-    return first.rstrip("/").lower() == second.rstrip("/").lower()
-
-
-def check_token_destination(saved_uri: Any, named_uri: str | None, token: str | None) -> str | None:
-    """The token to send to ``saved_uri`` (a uri an untrusted file records): ValueError if unsafe.
-
-    Credentials go only where the user sends them. A uri the user named (``named_uri``: the
-    ``GALLERIA_MILVUS_URI`` variable or an argument) must be the file's; a token with no uri
-    named is refused rather than sent to whatever server the file records. A Milvus Lite file
-    (``.db``) is local and gets no token.
-
-    Examples
-    --------
-    >>> check_token_destination("http://db:19530", "http://db:19530/", "secret")
-    'secret'
-    >>> check_token_destination("lite.db", None, "secret") is None
-    True
-    """
-    if not isinstance(saved_uri, str) or not saved_uri:
-        raise ValueError(f"serialised milvus index records an invalid uri {saved_uri!r}")
-    if named_uri is not None and not _same_server(saved_uri, named_uri):
-        raise ValueError(
-            f"the store file records the Milvus server {saved_uri!r}, but {URI_VARIABLE} (the server you "
-            f"named) is {named_uri!r}; galleria connects, and sends {TOKEN_VARIABLE}, only to the server "
-            "you named"
-        )
-    if not saved_uri.startswith(_NETWORK):
-        return None
-    if token is not None and named_uri is None:
-        raise ValueError(
-            f"{TOKEN_VARIABLE} is set, but no Milvus server is named: the store file records "
-            f"{saved_uri!r}; set {URI_VARIABLE} to that address if it is the server the token is for "
-            "(a store file never chooses where credentials go)"
-        )
-    return token
-
-
-def _check_uri(uri: Any) -> str:
-    if isinstance(uri, os.PathLike):
-        uri = os.fspath(uri)
-    if not isinstance(uri, str) or not uri:
-        raise TypeError(f"uri must be a non-empty str (a local .db file or http(s)://host:port), got {uri!r}")
-    if uri.startswith(("http://", "https://", "tcp://", "unix:")):
-        return uri
-    if not uri.endswith(".db"):
-        raise ValueError(
-            f"uri must be a Milvus Lite file ending in '.db' or an http(s):// address, got {uri!r}"
-        )
-    return uri
-
-
-def _check_params(index_type: str, params: Mapping[str, Any] | None) -> dict[str, int]:
-    if params is None:
-        params = {}
-    if not isinstance(params, Mapping):
-        raise TypeError(f"index_params must be a mapping or None, got {type(params).__name__}")
-    allowed = MILVUS_INDEX_TYPES[index_type]
-    unknown = sorted(str(key) for key in params if key not in allowed)
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {unknown} for a Milvus {index_type} index; "
-            f"valid names are {sorted(allowed)}"
-        )
-    checked: dict[str, int] = {}
-    for name in allowed:
-        value = params.get(name, _DEFAULTS.get(name))
-        if value is None:
-            continue
-        if not is_int(value) or value < 1:
-            raise ValueError(f"index parameter {name!r} must be a positive integer, got {value!r}")
-        checked[name] = int(value)
-    return checked
+__all__ = ["MILVUS_INDEX_TYPES", "TOKEN_VARIABLE", "URI_VARIABLE", "MilvusIndex", "check_token_destination"]
 
 
 class MilvusIndex:
@@ -184,7 +100,7 @@ class MilvusIndex:
         token: str | None = None,
         create: bool = True,
     ) -> None:
-        self._uri = _check_uri(uri)
+        self._uri = check_uri(uri)
         if not isinstance(collection, str) or not collection:
             raise TypeError(f"collection must be a non-empty str, got {collection!r}")
         self._collection = collection
@@ -192,26 +108,26 @@ class MilvusIndex:
         if not isinstance(index_type, str):
             raise TypeError(f"index_type must be one of {list(MILVUS_INDEX_TYPES)}, got {index_type!r}")
         self._index_type = check_choice("index_type", index_type.upper(), tuple(MILVUS_INDEX_TYPES))
-        self._index_params = _check_params(self._index_type, index_params)
+        self._index_params = check_params(self._index_type, index_params)
         if token is not None and not isinstance(token, str):
             raise TypeError("token must be a str or None")
         self._client = self._connect(token)
         self._dim: int | None = None
         self._rows = LiveRows.identity(0)
         if self._client.has_collection(collection):
-            self._dim = self._check_collection()
-            self._rows = self._read_rows()
+            self._dim = check_collection(self._client, self._collection, self._space)
+            self._rows = read_rows(self._client, self._collection)
         elif not create:
             raise ValueError(f"Milvus collection {collection!r} does not exist at {self._uri!r}")
 
     def _connect(self, token: str | None) -> Any:
-        client_class = _client_class()
+        connect = client_class()
         if not self._uri.startswith(("http://", "https://", "tcp://", "unix:")):
             folder = os.path.dirname(os.path.abspath(self._uri))
             if not os.path.isdir(folder):
                 raise ValueError(f"uri {self._uri!r}: folder {folder!r} does not exist")
         try:
-            return client_class(uri=self._uri, token=token or "")
+            return connect(uri=self._uri, token=token or "")
         except Exception as error:  # pymilvus raises its own exception types
             raise ValueError(f"cannot connect to Milvus at {self._uri!r}: {error}") from error
 
@@ -267,60 +183,18 @@ class MilvusIndex:
 
     # ------------------------------------------------------------------ collection
 
-    def _check_collection(self) -> int:
-        """Check an existing collection's schema; return its dimension."""
-        info = self._client.describe_collection(self._collection)
-        fields = {field["name"]: field for field in info.get("fields", [])}
-        vector, row = fields.get(_VECTOR), fields.get(_ROW)
-        if vector is None or row is None or not row.get("is_primary"):
-            raise ValueError(
-                f"Milvus collection {self._collection!r} lacks galleria's schema (an int64 primary key "
-                f"{_ROW!r} and a float vector field {_VECTOR!r}); fields: {sorted(fields)}"
-            )
-        dim = int(vector.get("params", {}).get("dim", 0))
-        if dim < 1:
-            raise ValueError(f"Milvus collection {self._collection!r} has no vector dimension")
-        try:
-            described = self._client.describe_index(self._collection, _VECTOR)
-        except Exception:  # no index on the field yet
-            described = {}
-        metric = described.get("metric_type") if described else None
-        if metric is not None and metric != _METRIC[self._space]:
-            raise ValueError(
-                f"Milvus collection {self._collection!r} uses metric {metric}, but space {self._space!r} "
-                f"needs {_METRIC[self._space]}"
-            )
-        return dim
-
-    def _read_rows(self) -> LiveRows:
-        """The collection's primary keys, sorted: they become rows 0 .. n - 1."""
-        keys: list[int] = []
-        iterator = self._client.query_iterator(
-            self._collection, batch_size=_BATCH, filter=f"{_ROW} >= 0", output_fields=[_ROW]
-        )
-        try:
-            while True:
-                batch = iterator.next()
-                if not batch:
-                    break
-                keys.extend(int(entity[_ROW]) for entity in batch)
-        finally:
-            iterator.close()
-        internal = np.unique(np.asarray(keys, dtype=np.int64))
-        return LiveRows(internal, int(internal[-1]) + 1 if internal.size else 0)
-
     def _create(self, dim: int) -> None:
         from pymilvus import DataType
 
         schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field(_ROW, DataType.INT64, is_primary=True)
-        schema.add_field(_VECTOR, DataType.FLOAT_VECTOR, dim=dim)
+        schema.add_field(ROW, DataType.INT64, is_primary=True)
+        schema.add_field(VECTOR, DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field("path", DataType.VARCHAR, max_length=4096)
         names = MILVUS_INDEX_TYPES[self._index_type]
-        build = {names[key]: value for key, value in self._index_params.items() if key not in _SEARCH_PARAMS}
+        build = {names[key]: value for key, value in self._index_params.items() if key not in SEARCH_PARAMS}
         index_params = self._client.prepare_index_params()
         index_params.add_index(
-            field_name=_VECTOR, index_type=self._index_type, metric_type=_METRIC[self._space], params=build
+            field_name=VECTOR, index_type=self._index_type, metric_type=METRIC[self._space], params=build
         )
         try:
             self._client.create_collection(
@@ -347,12 +221,12 @@ class MilvusIndex:
         if self._dim is None:
             self._create(array.shape[1])
         first = self._rows.total
-        for start in range(0, count, _BATCH):
-            block = array[start : start + _BATCH]
+        for start in range(0, count, BATCH):
+            block = array[start : start + BATCH]
             entities = [
                 {
-                    _ROW: first + start + offset,
-                    _VECTOR: vector,
+                    ROW: first + start + offset,
+                    VECTOR: vector,
                     "path": "" if paths is None else paths[start + offset],
                 }
                 for offset, vector in enumerate(block)
@@ -362,8 +236,8 @@ class MilvusIndex:
 
     def _search_params(self) -> dict[str, Any]:
         names = MILVUS_INDEX_TYPES[self._index_type]
-        params = {names[key]: value for key, value in self._index_params.items() if key in _SEARCH_PARAMS}
-        return {"metric_type": _METRIC[self._space], "params": params}
+        params = {names[key]: value for key, value in self._index_params.items() if key in SEARCH_PARAMS}
+        return {"metric_type": METRIC[self._space], "params": params}
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Return the ``k`` nearest rows of each query: (q, min(k, len)) ids and distances, best first."""
@@ -373,7 +247,7 @@ class MilvusIndex:
         if live == 0:
             return empty_result(array.shape[0])
         array = prepare_vectors(array, self._space)
-        k = min(k, live, _MAX_LIMIT)
+        k = min(k, live, MAX_LIMIT)
         params = self._search_params()
         if self._index_type == "HNSW":
             params["params"]["ef"] = max(k, int(params["params"].get("ef", k)))
@@ -385,12 +259,12 @@ class MilvusIndex:
                 self._collection,
                 data=[vector for vector in block],
                 limit=k,
-                anns_field=_VECTOR,
+                anns_field=VECTOR,
                 search_params=params,
                 output_fields=[],
             )
             for offset, hits in enumerate(results):
-                keys = [int(hit[_ROW]) for hit in hits][:k]
+                keys = [int(hit[ROW]) for hit in hits][:k]
                 distances = [float(hit["distance"]) for hit in hits][:k]
                 ids[start + offset, : len(keys)] = keys
                 scores[start + offset, : len(keys)] = distances
@@ -409,10 +283,10 @@ class MilvusIndex:
         keys = self._rows.internal[positions]
         unique = np.unique(keys)
         found: dict[int, Any] = {}
-        for start in range(0, unique.size, _BATCH):
-            batch = [int(key) for key in unique[start : start + _BATCH]]
-            for entity in self._client.get(self._collection, ids=batch, output_fields=[_VECTOR]):
-                found[int(entity[_ROW])] = entity[_VECTOR]
+        for start in range(0, unique.size, BATCH):
+            batch = [int(key) for key in unique[start : start + BATCH]]
+            for entity in self._client.get(self._collection, ids=batch, output_fields=[VECTOR]):
+                found[int(entity[ROW])] = entity[VECTOR]
         missing = [int(key) for key in unique if int(key) not in found]
         if missing:
             raise ValueError(f"Milvus collection {self._collection!r} lost rows with keys {missing[:5]}")
@@ -423,7 +297,7 @@ class MilvusIndex:
         positions = check_rows(rows, len(self))
         keys = [int(key) for key in self._rows.internal[positions]]
         entities = self._client.get(self._collection, ids=keys, output_fields=["path"]) if keys else []
-        by_key = {int(entity[_ROW]): str(entity.get("path", "")) for entity in entities}
+        by_key = {int(entity[ROW]): str(entity.get("path", "")) for entity in entities}
         return [by_key.get(key, "") for key in keys]
 
     def remove(self, rows: np.ndarray) -> None:
@@ -432,8 +306,8 @@ class MilvusIndex:
         if positions.size == 0:
             return
         keys = self._rows.internal[positions]
-        for start in range(0, keys.size, _BATCH):
-            self._client.delete(self._collection, ids=[int(key) for key in keys[start : start + _BATCH]])
+        for start in range(0, keys.size, BATCH):
+            self._client.delete(self._collection, ids=[int(key) for key in keys[start : start + BATCH]])
         self._rows.remove(positions)
 
     def drop(self) -> None:
@@ -463,26 +337,10 @@ class MilvusIndex:
         a server only the file names. A Milvus Lite file named in the data must already exist:
         nothing is created while loading.
         """
-        meta, arrays = _serial.unpack(data, "milvus")
-        space, dim, params, total = meta.get("space"), meta.get("dim"), meta.get("params"), meta.get("total")
-        if space not in SPACES or not isinstance(params, dict) or not isinstance(total, int) or total < 0:
-            raise ValueError("serialised milvus index has a corrupt header")
-        if set(params) != {"uri", "collection", "index_type", "index_params"}:
-            raise ValueError(f"serialised milvus index has unexpected parameters {sorted(params)}")
-        live = arrays.get("live")
-        if live is None or live.dtype != np.int64 or live.ndim != 1:
-            raise ValueError("serialised milvus index lacks its 'live' row array")
-        if live.size and (live[0] < 0 or live[-1] >= total or (np.diff(live) <= 0).any()):
-            raise ValueError("serialised milvus index has an invalid 'live' row array")
-        saved_uri = params["uri"]
-        if isinstance(saved_uri, str) and saved_uri.endswith(".db") and not os.path.exists(saved_uri):
-            raise ValueError(f"the Milvus Lite file {saved_uri!r} named by the saved index does not exist")
-        credentials = token if token is not None else os.environ.get(TOKEN_VARIABLE) or None
-        named = uri if uri is not None else os.environ.get(URI_VARIABLE) or None
-        credentials = check_token_destination(saved_uri, named, credentials)
+        space, dim, params, total, live, credentials = read_saved(data, token, uri)
         try:
             index = cls(
-                saved_uri,
+                params["uri"],
                 params["collection"],
                 space=space,
                 index_type=params["index_type"],

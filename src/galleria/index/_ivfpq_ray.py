@@ -1,0 +1,138 @@
+"""Encoding an IVF-PQ batch in Ray tasks (``build_engine="ray"``), which may run on other machines.
+
+The driver trains the index as in one process (:func:`galleria.index._ivfpq_train.train_ivfpq`),
+then sends the trained, empty index once to Ray's object store. Each task encodes one shard of
+:data:`SHARD_ROWS` rows (fixed, never derived from the number of workers) with the code the local
+worker processes run (:func:`galleria.index._ivfpq_build._add_shard`: one OpenMP thread, ids from
+the shard's first row) and returns the shard's serialised index. Once **every** shard is back, the
+driver merges their inverted lists, in row order, into the index's own in-memory array lists
+(``ArrayInvertedLists``: galleria's FAISS checks refuse on-disk lists, which name other files).
+
+Equality with the one-process build. faiss assigns a batch of at least
+``distance_compute_blas_threshold`` rows (128,000 in faiss 1.15) to its lists with matrix products,
+a smaller one distance by distance, in blocks counted from the start of each ``add``. Shards
+therefore start at multiples of :data:`FAISS_ADD_BLOCK` rows of the batch (where the one-process
+add starts its own blocks), hold at least that threshold of rows, and a short tail is folded into
+the shard before it; each list is filled in row order. Codes and ids per list then equal the
+one-process build's (``tests/engines/test_ray_ivfpq.py``, two shards of a 272,144-row batch). Not
+every time at scale: a vector almost exactly between two centroids can be assigned to either,
+depending on how the matrix products are split over threads. At 10⁶ × 128 (4,096 lists) the Ray
+build put 1 vector of 10⁶ in another list than the 2-thread one-process build (the same one in
+two runs), and one-process builds on 1 and 2 OpenMP threads give different indexes too (training
+included; ``benchmarks/suites/bench_ray_scale.py``): the one-process build is itself reproducible
+only for a given thread count.
+
+A task whose worker dies is retried by Ray (:data:`MAX_RETRIES`); when the retries run out the add
+raises ``RuntimeError`` naming the rows and Ray's message, and the index is left as it was before
+the add (nothing is merged until every shard succeeded).
+
+With Ray not yet running in this process, ``ray.init()`` is called, which joins the cluster named by
+the ``RAY_ADDRESS`` environment variable or else starts a local Ray; to use a given cluster call
+``ray.init(address=...)`` first, or :func:`galleria.engines.build_ivfpq_with_ray`.
+Ray is an optional dependency: ``pip install -e '.[ray]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faiss as _faiss
+import numpy as np
+
+from galleria.index._ivfpq_build import _add_shard
+
+faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
+
+__all__ = ["FAISS_ADD_BLOCK", "MAX_RETRIES", "SHARD_ROWS", "add_on_ray", "ray_module", "shard_bounds"]
+
+#: Rows each Ray task encodes (a multiple of :data:`FAISS_ADD_BLOCK`; the last shard may differ).
+SHARD_ROWS = 2 * 65_536
+#: The rows faiss's IVF-PQ add encodes at once (``IndexIVFPQ::add_core_o``), a multiple of the rows
+#: its coarse assignment multiplies at once (``distance_compute_blas_query_bs``, 4,096).
+FAISS_ADD_BLOCK = 65_536
+#: Times a shard's task is retried after its worker died.
+MAX_RETRIES = 2
+
+
+def ray_module() -> Any:
+    """``ray``, imported on first use (an ImportError names the extra)."""
+    try:
+        import ray
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise ImportError("build_engine='ray' needs Ray: pip install -e '.[ray]'") from error
+    return ray
+
+
+def shard_bounds(count: int, shard_rows: int) -> list[tuple[int, int]]:
+    """Rows ``start:stop`` of each shard of a batch of ``count`` rows: starts at multiples of
+    ``shard_rows`` (a multiple of :data:`FAISS_ADD_BLOCK`, raised to faiss's matrix-product
+    threshold), and a last shard below that threshold folded into the one before it.
+
+    Examples
+    --------
+    >>> shard_bounds(300_000, 131_072)  # a tail of 37,856 rows joins the shard before it
+    [(0, 131072), (131072, 300000)]
+    >>> shard_bounds(530_000, 131_072)
+    [(0, 131072), (131072, 262144), (262144, 393216), (393216, 530000)]
+    >>> shard_bounds(50_000, 131_072)
+    [(0, 50000)]
+    """
+    if shard_rows < 1 or shard_rows % FAISS_ADD_BLOCK:
+        raise ValueError(f"shard_rows must be a positive multiple of {FAISS_ADD_BLOCK}, got {shard_rows}")
+    threshold = int(faiss.cvar.distance_compute_blas_threshold)
+    shard_rows = max(shard_rows, -(-threshold // FAISS_ADD_BLOCK) * FAISS_ADD_BLOCK)
+    bounds = [(start, min(start + shard_rows, count)) for start in range(0, count, shard_rows)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < threshold:
+        bounds[-2:] = [(bounds[-2][0], count)]
+    return bounds
+
+
+def _encode(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
+    """Ray task: the local workers' encoding of one shard (ids from ``first_id``); its index's bytes."""
+    return _add_shard(trained, np.ascontiguousarray(vectors, dtype=np.float32), first_id)
+
+
+def _gather(ray: Any, pending: list[tuple[int, int, Any]]) -> list[bytes]:
+    """Every shard's bytes in row order, or RuntimeError naming the first shard that failed."""
+    shards: list[bytes] = []
+    try:
+        for start, stop, reference in pending:
+            try:
+                shards.append(ray.get(reference))
+            except Exception as error:  # Ray wraps the task's error, or reports the lost worker
+                raise RuntimeError(
+                    f"encoding rows {start}:{stop} of the ivfpq index failed on Ray: {error}"
+                ) from error
+    except BaseException:
+        for _, _, reference in pending[len(shards) :]:
+            ray.cancel(reference)
+        raise
+    return shards
+
+
+def add_on_ray(index: Any, ivf: Any, array: np.ndarray, first: int) -> int:
+    """Encode ``array`` (ids from ``first``) in Ray tasks of :data:`SHARD_ROWS` rows into the trained
+    faiss ``index`` (whose IVF part is ``ivf``); returns the number of tasks. On failure nothing is merged."""
+    ray = ray_module()
+
+    if not ray.is_initialized():
+        ray.init(include_dashboard=False)
+    empty = faiss.clone_index(index)
+    empty.reset()
+    trained = ray.put(bytes(faiss.serialize_index(empty)))  # sent once; every task reads this copy
+    del empty
+    task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_encode)
+    pending = [
+        (start, stop, task.remote(trained, array[start:stop], start))
+        for start, stop in shard_bounds(array.shape[0], SHARD_ROWS)
+    ]
+    shards = _gather(ray, pending)
+    if ivf.direct_map.type != faiss.DirectMap.NoMap:
+        ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
+    for data in shards:
+        shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
+        # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
+        ivf.merge_from(faiss.extract_index_ivf(shard), first)
+        del shard
+    index.ntotal = ivf.ntotal  # an OPQ wrapper counts its rows itself (merge_from fills the IVF part)
+    return len(pending)

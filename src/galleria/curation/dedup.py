@@ -45,9 +45,9 @@ __all__ = [
 DEFAULT_K = 10
 #: The near-duplicate threshold (a cosine distance) per embedder type, measured on Tux Paint's stamps
 #: with planted resized, recompressed, 3 %-cropped and colour-shifted copies
-#: (``benchmarks/experiments/bench_duplicates.py``; docs/duplicates.md): the smallest threshold of the sweep at
-#: which recall and precision both reach 0.95. CLIP's is not measured here (no CLIP weights ship
-#: in a package); it takes the CNN's.
+#: (``benchmarks/experiments/bench_duplicates.py``; docs/duplicates.md): the smallest threshold of the
+#: sweep at which recall and precision both reach 0.95. CLIP's is not measured here (no CLIP weights
+#: ship in a package); it takes the CNN's.
 DEFAULT_THRESHOLDS: dict[str, float] = {"pixel": 0.1, "timm": 0.15, "clip": 0.15}
 #: The threshold of a store whose embedder is unknown (vectors imported from elsewhere).
 FALLBACK_THRESHOLD = 0.1

@@ -35,7 +35,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "cli/evaluate.py:run",
         "cli/evaluate.py:run_evaluation",
         "cli/models.py:known_models",
-        "cli/search.py:run",
         "cli/tune.py:add_parser",
         "cli/tune.py:run",
         "datasets/folder.py:stratified_split",
@@ -48,7 +47,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "rerank/diffusion.py:diffusion_rerank_features",
         "rerank/sparse_pool.py:sparse_pool_core",
         "store/persistence.py:read_store",
-        "tune/search.py:tune_gallery",
         "web/app.py:create_app",
         "web/pages.py:add_pages",
     }

@@ -14,7 +14,7 @@ from typing import Any
 from galleria.rerank.registry import RERANK_METHODS, reranker_component
 from galleria.retrieval import RetrievalConfig
 from galleria.tune._constants import _AUGMENTED, _WITH_AQE, GUARD_MARGIN
-from galleria.tune._space import _paper_trial, _suggest
+from galleria.tune._space import _adaptive_trial, _choices, _paper_trial, _suggest
 from galleria.tune._stop import stopping_on_interrupt
 
 __all__ = ["Trials", "run_study"]
@@ -69,6 +69,12 @@ class Trials:
                 self.on_trial(len(self.trials) - 1, config.title, self.seen[key])
         return config, self.seen[key]
 
+    def measure_plain(self) -> tuple[RetrievalConfig, float]:
+        """Measure plain retrieval (the first trial), whose guard metric the others are held to."""
+        config, value = self.measure({})
+        self.plain_guard = self.guarded[setting_key(config)]
+        return config, value
+
     def short_of_guard(self, key: str) -> float:
         """How far ``key``'s guard metric fell below plain's on the tuning split, beyond the margin
         (≤ 0: within it)."""
@@ -102,8 +108,6 @@ def run_study(
     optuna: Any,
     trials: Trials,
     families: Sequence[str],
-    adaptive_trials: dict[str, dict[str, Any]],
-    choices: Any,
     *,
     seed: int,
     remaining: int,
@@ -115,6 +119,8 @@ def run_study(
     A Ctrl-C ends the trial being measured at once and is raised again once the study has stopped.
     """
     guard_metric = trials.guard_metric
+    adaptive_trials = {family: _adaptive_trial(family, trials.first.store) for family in families}
+    choices = _choices({key: value for trial in adaptive_trials.values() for key, value in trial.items()})
     # Optuna 5 reads a trial's constraints from ``Trial.set_constraint``; older ones from a function.
     native = hasattr(optuna.trial.Trial, "set_constraint")
 

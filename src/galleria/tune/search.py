@@ -40,9 +40,10 @@ condition.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.retrieval import RetrievalConfig
@@ -54,7 +55,8 @@ from galleria.tune._constants import (
     METRICS,
     SEARCH_METHODS,
 )
-from galleria.tune._space import _adaptive_trial, _choices
+from galleria.tune._space import _choices as _choices
+from galleria.tune._space import _paper_trial as _paper_trial
 from galleria.tune._space import _suggest as _suggest
 from galleria.tune._space import _suggest_preparation as _suggest_preparation
 from galleria.tune._space import _trial_key as _trial_key
@@ -135,62 +137,78 @@ def tune_gallery(
     RuntimeError
         The store is not built.
     """
+    optuna = _import_optuna()
+    checked = _checked_arguments(store, metric, guard, n_trials, n_splits, seed, timeout, methods)
+    label_list = _labels_of(store, labels)
+    n_queries = _query_count(validation_queries, len(label_list))
+    started = time.perf_counter()
+    split = functools.partial(_make_split, store, store.embeddings, label_list)
+    first = split(int(seed), n_queries, checked.metric)
+    trials = Trials(first, checked.metric, checked.guard_metric, on_trial)
+    plain = trials.measure_plain()
+    remaining = max(0, checked.budget - 1)  # plain retrieval was the first trial
+    run_study(
+        optuna, trials, checked.families,
+        seed=checked.seed, remaining=remaining, timeout=timeout, started=started,
+    )  # fmt: skip
+    others = [split(int(seed) + number, n_queries, checked.metric) for number in range(1, checked.splits)]
+    return _result(trials, [first, *others], plain, checked._replace(n_queries=n_queries), started, timeout)
+
+
+def _import_optuna() -> Any:
     try:
         import optuna
     except ImportError as error:
         raise ImportError("galleria.tune needs optuna; install it with: pip install -e '.[tune]'") from error
-    chosen_metric, guard_metric, budget, splits, families = _checked_arguments(
-        store, metric, guard, n_trials, n_splits, seed, timeout, methods
-    )
-    label_list = _labels_of(store, labels)
-    n_queries = _query_count(validation_queries, len(label_list))
-    vectors = store.embeddings
-    started = time.perf_counter()
-    first = _make_split(store, vectors, label_list, int(seed), n_queries, chosen_metric)
+    return optuna
 
-    trials = Trials(first, chosen_metric, guard_metric, on_trial)
-    plain_config, plain_value = trials.measure({})
-    plain_key = setting_key(plain_config)
-    trials.plain_guard = trials.guarded[plain_key]
-    adaptive_trials = {family: _adaptive_trial(family, first.store) for family in families}
-    choices = _choices({key: value for trial in adaptive_trials.values() for key, value in trial.items()})
-    remaining = max(0, budget - 1)  # plain retrieval was the first trial
-    run_study(
-        optuna, trials, families, adaptive_trials, choices,
-        seed=int(seed), remaining=remaining, timeout=timeout, started=started,
-    )  # fmt: skip
 
-    others = [
-        _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)
-        for number in range(1, splits)
-    ]
-    every = [first, *others]
-    plain_runs = [split.run(plain_config) for split in every]
-    ranked = ranked_keys(trials, plain_key, plain_value)
-    result = check_on_splits(trials, ranked, every, plain_runs, (plain_config, plain_value))
-    recommended, message = recommendation(result, chosen_metric, guard_metric)
+class _Arguments(NamedTuple):
+    metric: str
+    guard_metric: str | None
+    budget: int
+    splits: int
+    families: list[str]
+    seed: int
+    n_queries: int = 0
+
+
+def _result(
+    trials: Trials,
+    every: list[Any],
+    plain: tuple[RetrievalConfig, float],
+    checked: _Arguments,
+    started: float,
+    timeout: float | None,
+) -> TuneResult:
+    """Check the settings that beat plain on every split and return the verdict as a :class:`TuneResult`."""
+    plain_runs = [split.run(plain[0]) for split in every]
+    ranked = ranked_keys(trials, setting_key(plain[0]), plain[1])
+    result = check_on_splits(trials, ranked, every, plain_runs, plain)
+    recommended, message = recommendation(result, checked.metric, checked.guard_metric)
+    seed = checked.seed
     validation = {
-        "seed": int(seed),
-        "seeds": [int(seed) + number for number in range(splits)],
-        "n_queries": n_queries,
-        "n_gallery": len(first.store),
+        "seed": seed,
+        "seeds": [seed + number for number in range(checked.splits)],
+        "n_queries": checked.n_queries,
+        "n_gallery": len(every[0].store),
         "stratified": True,
         "source": "the store's gallery (test queries are never in it)",
     }
     return TuneResult(
         config=recommended,
         best=RetrievalConfig.from_settings(result.best_config.settings(), name="best"),
-        metric=chosen_metric,
+        metric=checked.metric,
         best_value=round(result.best_value, 6),
-        plain_value=round(plain_value, 6),
+        plain_value=round(plain[1], 6),
         lifts=result.lifts,
         beats_plain=result.beats,
         message=message,
         trials=trials.trials,
         validation=validation,
-        sampler={"name": "TPESampler", "seed": int(seed), "n_trials": budget, "timeout": timeout},
+        sampler={"name": "TPESampler", "seed": seed, "n_trials": checked.budget, "timeout": timeout},
         seconds=time.perf_counter() - started,
-        guard=guard_metric,
+        guard=checked.guard_metric,
         guard_diffs=result.guard_diffs,
         checked=result.checked,
     )
@@ -205,8 +223,8 @@ def _checked_arguments(
     seed: int,
     timeout: float | None,
     methods: Sequence[str] | None,
-) -> tuple[str, str | None, int, int, list[str]]:
-    """The checked metric, guard metric, trial budget, split count and families (TypeError/ValueError)."""
+) -> _Arguments:
+    """The checked metric, guard metric, trial budget, split count, families and seed."""
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
@@ -228,7 +246,7 @@ def _checked_arguments(
         raise ValueError("methods must not be empty")
     for family in families:
         check_choice("methods[i]", family, SEARCH_METHODS)
-    return chosen_metric, guard_metric, budget, splits, families
+    return _Arguments(chosen_metric, guard_metric, budget, splits, families, int(seed))
 
 
 def _query_count(validation_queries: int | float, gallery: int) -> int:

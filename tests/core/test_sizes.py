@@ -35,8 +35,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
         "cli/evaluate.py:run",
         "cli/evaluate.py:run_evaluation",
         "cli/models.py:known_models",
-        "cli/tune.py:add_parser",
-        "cli/tune.py:run",
         "datasets/folder.py:stratified_split",
         "engines/ray_build.py:build_with_ray",
         "evaluation/_query_reading.py:read_query_results",

@@ -32,8 +32,6 @@ MODULES_OVER: frozenset[str] = frozenset(
 FUNCTIONS_OVER: frozenset[str] = frozenset(
     {
         "cli/_metric_learning.py:run_metric_learning",
-        "cli/evaluate.py:run",
-        "cli/evaluate.py:run_evaluation",
         "cli/models.py:known_models",
         "datasets/folder.py:stratified_split",
         "engines/ray_build.py:build_with_ray",

@@ -33,10 +33,6 @@ FUNCTIONS_OVER: frozenset[str] = frozenset(
     {
         "datasets/folder.py:stratified_split",
         "engines/ray_build.py:build_with_ray",
-        "evaluation/_query_reading.py:read_query_results",
-        "evaluation/pipeline.py:evaluate_retrieval",
-        "evaluation/_html.py:report_html",
-        "evaluation/report.py:write_report",
         "metrics/candidates.py:ranked_relevance",
         "rerank/diffusion.py:diffusion_rerank_features",
         "rerank/sparse_pool.py:sparse_pool_core",

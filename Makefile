@@ -53,7 +53,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/galleria demo
 
 # The suites that feed docs/benchmarks.md (one-off studies live in benchmarks/experiments/).
-BENCH_SUITES := $(sort $(wildcard benchmarks/suites/bench_*.py)) $(sort $(wildcard benchmarks/bench_*.py))
+BENCH_SUITES := $(sort $(wildcard benchmarks/suites/bench_*.py))
 
 bench: $(STAMP)
 	for b in $(BENCH_SUITES); do $(BIN)/python $$b || exit 1; done

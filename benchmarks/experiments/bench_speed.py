@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parents[1]  # benchmarks/
+HERE = Path(__file__).resolve().parents[1] / "suites"  # benchmarks/suites/: bench_protocols, bench_rerank
 sys.path.insert(0, str(HERE))
 
 import bench_protocols  # noqa: E402

@@ -24,8 +24,8 @@ SECTIONS = (
 )
 INTRO = """# Benchmarks
 
-The latest figures of the suites in `benchmarks/suites/` (and of `benchmarks/bench_rerank*.py`,
-`bench_scale.py`, `bench_protocols.py`), each measured side by side in one run on the
+The latest figures of the suites in `benchmarks/suites/` (one-off studies live in
+`benchmarks/experiments/`), each measured side by side in one run on the
 project's 2-core, 24 GB machine (no GPU; `OPENBLAS_CORETYPE` set, which slows numpy — ratios, not
 absolute times, are the point). Regenerate with `make bench` (`make bench-quick`
 for a smoke run). Targets come from the issues; a target that was missed says so.
@@ -38,7 +38,8 @@ ROUNDS = """
 
 [benchmarks/rounds.md](benchmarks/rounds.md) keeps, issue by issue, what the one-off studies of
 `benchmarks/experiments/` and the reruns of the suites measured. Two more pages are written by hand:
-[the defaults](benchmarks/defaults.md) and [the ECN sweep](benchmarks/ecn-sweep.md).
+[the defaults](benchmarks/defaults.md) (with Lite0: [defaults-lite0.md](benchmarks/defaults-lite0.md)) \
+and [the ECN sweep](benchmarks/ecn-sweep.md).
 [benchmarks/previous-collection.md](benchmarks/previous-collection.md) is the collected page as it
 stood before it became this index (older runs of some suites).
 """

@@ -66,10 +66,51 @@ def check_output_paths(args: argparse.Namespace) -> None:
         check_output_path(os.path.join(args.out, "metrics.json"), "--report")
 
 
+def _vectors(
+    args: argparse.Namespace, source: Any, image_dir: str, workers: int
+) -> tuple[str, list[str], Any, list[str]]:
+    """The space, paths, vectors and unreadable images: a store file's vectors, or the images embedded."""
+    from galleria.cli._options import make_embedder
+    from galleria.store import InMemoryImageEmbeddingStore
+
+    if source.kind == "store":
+        space = source.store.space
+        if space == "ip":
+            raise CliError(
+                f"--protocol metric-learning compares by cosine or Euclidean distance; the store "
+                f"{image_dir!r} is in the ip space"
+            )
+        paths = list(source.paths)
+        return space, paths, source.store.embeddings_of(paths), []
+    store = InMemoryImageEmbeddingStore(
+        source.paths,
+        make_embedder(args.embedder),
+        "exact",
+        space=args.space,
+        skip_errors=args.skip_errors,
+        num_workers=workers,
+    )
+    store.build_store(progress=True)
+    return args.space, store.paths, store.embeddings, [str(path) for path in store.skipped]
+
+
+def _print_figures(image_dir: str, n_images: int, n_labels: int, metric: str, result: Any) -> None:
+    print(
+        f"galleria evaluate {image_dir} --protocol metric-learning: {n_images} images, "
+        f"{n_labels} labels, {metric} (each image queries the others)"
+    )
+    for name, value in (
+        ("queries evaluated / skipped", f"{result.valid_queries} / {result.skipped_queries}"),
+        ("Precision@1", f"{result.precision_at_1:.4f}"),
+        ("R-precision", f"{result.r_precision:.4f}"),
+        ("MAP@R", f"{result.map_at_r:.4f}"),
+    ):
+        print(f"{name:<28} {value}")
+
+
 def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, meta: dict[str, Any]) -> int:
     """Embed every image (or take a store file's vectors), score them, print and write what was asked for."""
     from galleria.cli._labelled import open_source
-    from galleria.cli._options import make_embedder
     from galleria.evaluation.protocols import (
         TOP,
         json_ready,
@@ -79,36 +120,13 @@ def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, 
         write_per_query_csv,
     )
     from galleria.metrics.metric_learning import metric_learning_evaluate
-    from galleria.store import InMemoryImageEmbeddingStore
 
     check_not_given(args)
     check_output_paths(args)
     source = open_source(args, image_dir, "IMAGE_DIR|STORE")
     started = time.perf_counter()
     label_of = dict(zip(source.paths, source.labels, strict=True))
-    if source.kind == "store":
-        space = source.store.space
-        if space == "ip":
-            raise CliError(
-                f"--protocol metric-learning compares by cosine or Euclidean distance; the store "
-                f"{image_dir!r} is in the ip space"
-            )
-        paths = list(source.paths)
-        embeddings = source.store.embeddings_of(paths)
-        skipped: list[str] = []
-    else:
-        space = args.space
-        store = InMemoryImageEmbeddingStore(
-            source.paths,
-            make_embedder(args.embedder),
-            "exact",
-            space=space,
-            skip_errors=args.skip_errors,
-            num_workers=workers,
-        )
-        store.build_store(progress=True)
-        paths, embeddings = store.paths, store.embeddings
-        skipped = [str(path) for path in store.skipped]
+    space, paths, embeddings, skipped = _vectors(args, source, image_dir, workers)
     if len(paths) < 2:
         raise CliError("fewer than two images could be read; nothing to evaluate")
     labels = np.array([label_of[path] for path in paths])
@@ -138,17 +156,7 @@ def run_metric_learning(args: argparse.Namespace, image_dir: str, workers: int, 
     if args.json:
         print_json(json_ready(payload))
     else:
-        print(
-            f"galleria evaluate {image_dir} --protocol metric-learning: {len(paths)} images, "
-            f"{len(set(labels.tolist()))} labels, {metric} (each image queries the others)"
-        )
-        for name, value in (
-            ("queries evaluated / skipped", f"{result.valid_queries} / {result.skipped_queries}"),
-            ("Precision@1", f"{result.precision_at_1:.4f}"),
-            ("R-precision", f"{result.r_precision:.4f}"),
-            ("MAP@R", f"{result.map_at_r:.4f}"),
-        ):
-            print(f"{name:<28} {value}")
+        _print_figures(image_dir, len(paths), len(set(labels.tolist())), metric, result)
     for path in skipped:
         print(f"skipped unreadable image: {path}", file=sys.stderr)
     return 0

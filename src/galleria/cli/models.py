@@ -45,12 +45,6 @@ def _installed(*modules: str) -> bool:
 
 def known_models() -> list[ModelEntry]:
     """Every embedder and weights source galleria knows, with its ``--embedder`` spelling."""
-    from galleria.embedders._weights import LITE0_FILE, LITE0_PACKAGE, lite0_package_file
-
-    timm_ready = _installed("torch", "timm")
-    clip_ready = _installed("torch", "open_clip")
-    lite0 = lite0_package_file()
-    lite0_path = lite0 if lite0 is not None else f"/path/to/{LITE0_FILE}"
     return [
         ModelEntry(
             "pixel",
@@ -61,6 +55,19 @@ def known_models() -> list[ModelEntry]:
             "core",
             True,
         ),
+        *_timm_models(),
+        *_clip_models(),
+    ]
+
+
+def _timm_models() -> list[ModelEntry]:
+    """The timm embedder's weights: the packaged Lite0, a checkpoint file, a hub tag, random."""
+    from galleria.embedders._weights import LITE0_FILE, LITE0_PACKAGE, lite0_package_file
+
+    timm_ready = _installed("torch", "timm")
+    lite0 = lite0_package_file()
+    lite0_path = lite0 if lite0 is not None else f"/path/to/{LITE0_FILE}"
+    return [
         ModelEntry(
             "timm",
             "EfficientNet-Lite0, ImageNet (Google's weights, converted on load)",
@@ -98,6 +105,13 @@ def known_models() -> list[ModelEntry]:
             "timm",
             timm_ready,
         ),
+    ]
+
+
+def _clip_models() -> list[ModelEntry]:
+    """The clip embedder's weights: a tag, a local open_clip checkpoint, random."""
+    clip_ready = _installed("torch", "open_clip")
+    return [
         ModelEntry(
             "clip",
             "OpenAI CLIP ViT-B/32 by tag (image and text queries)",

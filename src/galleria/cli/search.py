@@ -32,6 +32,7 @@ _EXAMPLES = """\
   galleria search photos.safetensors --queries photos/ --exclude-self -k 5     # near-duplicates
   galleria search photos-clip.safetensors --text "a dog on a beach" -k 20
   galleria search photos.safetensors --image query.jpg --settings tuned.json
+  galleria search laion.safetensors --image query.jpg --embedder clip:ViT-B-32:openai   # imported store
 """
 
 
@@ -70,6 +71,15 @@ def add_parser(subparsers: Any) -> None:
     add_expand_options(parser)
     add_load_options(parser)
     add_settings_option(parser)
+    parser.add_argument(
+        "--embedder",
+        default=None,
+        metavar="SPEC",
+        help=(
+            "the model that made the store's vectors, as `galleria models` spells it (for a store that "
+            "records none, such as an imported clip-retrieval folder); checked against the store"
+        ),
+    )
     parser.add_argument(
         "--batch-size", default=None, metavar="N", help="queries embedded per batch (default: the embedder's)"
     )
@@ -162,22 +172,14 @@ def _refuse_text_without_text_side(path: str) -> None:
         )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Answer the queries and print the ranked paths and scores."""
-    from galleria.retrieval import Searcher
+def _searchable_store(args: argparse.Namespace, kind: str, batch_size: int | None) -> Any:
+    """The store, with the embedder that embeds its queries (its own, or the one ``--embedder`` names)."""
+    from galleria.cli._query_embedder import query_embedder
 
-    k = parse_int("-k", args.k)
-    config = config_from_args(args)
-    batch_size = None if args.batch_size is None else parse_int("--batch-size", args.batch_size)
-    if config.rerank and config.pool < k:
-        raise CliError(f"--pool must be at least -k ({k}), got {config.pool}")
-    kind = "text" if args.text else "image"
-    query_names: list[str] = []
-    if kind == "image":
-        query_names = list(args.image) if args.image else query_paths_from(args.queries)
-    if kind == "text":
+    if kind == "text" and args.embedder is None:
         _refuse_text_without_text_side(args.store)  # from the header: before any model is loaded
-    store = load_store(args, args.store)
+    embedder = query_embedder(args.embedder, args.store, getattr(args, "runtime", None))
+    store = load_store(args, args.store, embedder)
     if store.embedder is None:
         raise CliError(
             f"store {args.store!r} has no embedder (it was made from vectors); it cannot embed queries"
@@ -185,30 +187,19 @@ def run(args: argparse.Namespace) -> int:
     if batch_size is not None:
         store.embedder.batch_size = batch_size
     if kind == "text" and not callable(getattr(store.embedder, "embed_text", None)):
+        built = "was built with" if args.embedder is None else "is searched with"
         raise CliError(
-            f"--text needs an embedder with a text side (clip); store {args.store!r} was built with "
+            f"--text needs an embedder with a text side (clip); store {args.store!r} {built} "
             f"{type(store.embedder).__name__}, which embeds images only"
         )
-    skipped: list[str] = []
-    queries: list[Any]
-    if kind == "image":
-        query_names, queries, skipped = _image_queries(query_names, args.skip_errors, store.embedder)
-        if not queries:
-            raise CliError("no query image could be read; nothing to search")
-    else:
-        query_names = list(args.text)
-        queries = list(args.text)
-    # The one path: adaptive values read from this store's gallery, DBA's augmented store swapped in.
-    try:
-        searcher = Searcher(store, config)
-    except (TypeError, ValueError) as error:
-        raise CliError(str(error)) from None
-    exclude = None
-    if args.exclude_self and kind == "image":
-        exclude = [(os.path.abspath(name), name) for name in query_names]
-    lists = searcher.search(queries, k, kind=kind, exclude=exclude)
+    return store
+
+
+def _payload(args: argparse.Namespace, k: int, searcher: Any, config: Any, answers: Any) -> dict[str, Any]:
+    """The JSON-able result: the settings used and, per query, its ranked paths and scores."""
+    kind, query_names, lists, skipped = answers
     expand, rerank = used_settings(searcher.config, config)
-    payload = {
+    return {
         "store": args.store,
         "k": k,
         "expand": expand,
@@ -226,6 +217,10 @@ def run(args: argparse.Namespace) -> int:
             for query, candidates in zip(query_names, lists, strict=True)
         ],
     }
+
+
+def _print(args: argparse.Namespace, payload: dict[str, Any], kind: str) -> None:
+    """Print the results as JSON, CSV or a table fitted to the terminal."""
     if args.json:
         print_json(payload)
     elif args.csv:
@@ -250,4 +245,39 @@ def run(args: argparse.Namespace) -> int:
             for result in entry["results"]:
                 head = f"  {result['rank']:>3}  {format_score(result['score'], 6):>8}  "
                 print(head + shorten_path(printable(result["path"]), max(8, width - 1 - len(head))))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Answer the queries and print the ranked paths and scores."""
+    from galleria.retrieval import Searcher
+
+    k = parse_int("-k", args.k)
+    config = config_from_args(args)
+    batch_size = None if args.batch_size is None else parse_int("--batch-size", args.batch_size)
+    if config.rerank and config.pool < k:
+        raise CliError(f"--pool must be at least -k ({k}), got {config.pool}")
+    kind = "text" if args.text else "image"
+    query_names: list[str] = []
+    if kind == "image":
+        query_names = list(args.image) if args.image else query_paths_from(args.queries)
+    store = _searchable_store(args, kind, batch_size)
+    skipped: list[str] = []
+    queries: list[Any]
+    if kind == "image":
+        query_names, queries, skipped = _image_queries(query_names, args.skip_errors, store.embedder)
+        if not queries:
+            raise CliError("no query image could be read; nothing to search")
+    else:
+        query_names = list(args.text)
+        queries = list(args.text)
+    # The one path: adaptive values read from this store's gallery, DBA's augmented store swapped in.
+    try:
+        searcher = Searcher(store, config)
+    except (TypeError, ValueError) as error:
+        raise CliError(str(error)) from None
+    exclude = None
+    if args.exclude_self and kind == "image":
+        exclude = [(os.path.abspath(name), name) for name in query_names]
+    lists = searcher.search(queries, k, kind=kind, exclude=exclude)
+    _print(args, _payload(args, k, searcher, config, (kind, query_names, lists, skipped)), kind)
     return 0

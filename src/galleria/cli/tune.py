@@ -61,6 +61,16 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("source", metavar="FOLDER|STORE", help="labelled image folder or store file")
     parser.add_argument("--out", required=True, metavar="FILE", help="settings file to write (JSON)")
+    _add_search_options(parser)
+    _add_split_options(parser)
+    add_store_options(parser)
+    add_labels_root_option(parser)
+    parser.add_argument("--json", action="store_true", help="print the settings file's content as JSON")
+    parser.set_defaults(run=run)
+
+
+def _add_search_options(parser: argparse.ArgumentParser) -> None:
+    """What is searched and maximised: --trials, --timeout, --metric, --guard and --methods."""
     parser.add_argument("--trials", default="40", metavar="N", help="trial budget (default: %(default)s)")
     parser.add_argument(
         "--timeout", default=None, metavar="SECONDS", help="stop proposing trials after this long"
@@ -85,6 +95,10 @@ def add_parser(subparsers: Any) -> None:
         choices=("plain", "aqe", *RERANK_METHODS),  # every declared method, plugins included
         help="settings families to search (default: all)",
     )
+
+
+def _add_split_options(parser: argparse.ArgumentParser) -> None:
+    """The validation splits, the seed and the test queries held out."""
     validation = parser.add_mutually_exclusive_group()
     validation.add_argument(
         "--n-validation-queries",
@@ -124,10 +138,6 @@ def add_parser(subparsers: Any) -> None:
         metavar="F",
         help=f"share held out as evaluate's test queries (default: {DEFAULT_QUERY_FRACTION})",
     )
-    add_store_options(parser)
-    add_labels_root_option(parser)
-    parser.add_argument("--json", action="store_true", help="print the settings file's content as JSON")
-    parser.set_defaults(run=run)
 
 
 def _validation_queries(args: argparse.Namespace) -> int | float:
@@ -150,14 +160,8 @@ def _validation_queries(args: argparse.Namespace) -> int | float:
     return value
 
 
-def run(args: argparse.Namespace) -> int:
-    """Tune on the gallery (the test queries held out) and write the settings file."""
-    from galleria._files import check_output_path
-    from galleria.cli._labelled import gallery_of_store, open_source, split_of, split_option
-    from galleria.store import InMemoryImageEmbeddingStore
-    from galleria.tune import tune_gallery
-    from galleria.tune.provenance import split_record
-
+def _numbers(args: argparse.Namespace) -> tuple[int, float | None, int, int, int | float]:
+    """The checked ``--trials``, ``--timeout``, ``--splits``, ``--seed`` and validation queries."""
     trials = parse_int("--trials", args.trials)
     timeout = None if args.timeout is None else parse_float("--timeout", args.timeout)
     if timeout is not None and timeout <= 0:
@@ -166,17 +170,23 @@ def run(args: argparse.Namespace) -> int:
     if splits > 10:
         raise CliError(f"--splits must be at most 10, got {splits}")
     seed = parse_int("--seed", args.seed, minimum=0)
-    validation = _validation_queries(args)
-    params = index_params(args)
+    return trials, timeout, splits, seed, _validation_queries(args)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    from galleria._files import check_output_path
+
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if os.path.isdir(args.out) or not os.path.isdir(out_dir):
         raise CliError(f"--out {args.out!r} must be a file in an existing folder")
     check_output_path(args.out, "--out")  # a device, FIFO, socket or symbolic link is never replaced
-    if os.path.isdir(args.source):
-        parse_embedder_spec(args.embedder)
-    option = split_option(args, DEFAULT_QUERY_FRACTION)
-    source = open_source(args, args.source, "FOLDER|STORE")
-    split = split_of(source, option, seed)
+
+
+def _tuning_gallery(args: argparse.Namespace, source: Any, split: Any, params: Any) -> Any:
+    """The gallery tuned on: the store's vectors of the gallery paths, or the folder's images embedded."""
+    from galleria.cli._labelled import gallery_of_store
+    from galleria.store import InMemoryImageEmbeddingStore
+
     if source.kind == "store":
         store = gallery_of_store(source, split.gallery_paths, args.index, params)
     else:
@@ -192,18 +202,43 @@ def run(args: argparse.Namespace) -> int:
         store.build_store(progress=True)
     if len(store) == 0:
         raise CliError("the gallery holds no image; nothing to tune")
-    label_of = split.gallery_label_of
-    labels = {path: label_of[path] for path in store.paths}
-    held_out = {"seed": seed, **option, "n_test_queries": len(split.query_paths)}
+    return store
+
+
+def _source_record(
+    args: argparse.Namespace, source: Any, summary: Any, held_out: dict[str, Any]
+) -> dict[str, Any]:
+    """What the settings file records of the source: its kind and place, its labels, the test split."""
     where = {"root": args.source} if source.kind == "folder" else {"path": args.source}
-    summary = source.summary()
-    record_source = {
+    return {
         "kind": source.kind,
         **where,
         "labels": f"first folder under {source.root}",
         "label_summary": summary.to_dict(),
         "test_split": held_out,
     }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Tune on the gallery (the test queries held out) and write the settings file."""
+    from galleria.cli._labelled import open_source, split_of, split_option
+    from galleria.tune import tune_gallery
+    from galleria.tune.provenance import split_record
+    from galleria.tune.settings import read_settings_file, write_settings
+
+    trials, timeout, splits, seed, validation = _numbers(args)
+    params = index_params(args)
+    _check_out(args)
+    if os.path.isdir(args.source):
+        parse_embedder_spec(args.embedder)
+    option = split_option(args, DEFAULT_QUERY_FRACTION)
+    source = open_source(args, args.source, "FOLDER|STORE")
+    split = split_of(source, option, seed)
+    store = _tuning_gallery(args, source, split, params)
+    labels = {path: split.gallery_label_of[path] for path in store.paths}
+    held_out = {"seed": seed, **option, "n_test_queries": len(split.query_paths)}
+    summary = source.summary()
+    record_source = _source_record(args, source, summary, held_out)
     if not args.json:
         print(f"labels: {summary.line()}", file=sys.stderr)
 
@@ -213,27 +248,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = tune_gallery(
-            store,
-            labels,
-            metric=args.metric,
-            n_trials=trials,
-            timeout=timeout,
-            methods=args.methods,
-            validation_queries=validation,
-            n_splits=splits,
-            seed=seed,
-            on_trial=report,
+            store, labels, metric=args.metric, n_trials=trials, timeout=timeout, methods=args.methods,
+            validation_queries=validation, n_splits=splits, seed=seed, on_trial=report,
             guard=None if args.guard == "none" else args.guard,
-        )
+        )  # fmt: skip
     except ValueError as error:
         raise CliError(f"cannot tune on {args.source!r}: {error}") from None
     tuned_on = split_record(
         seed=seed, split_option=option, test_paths=split.query_paths, tuned_paths=list(store.paths)
     )
-    record = {**result.record(), "source": record_source, "tuned_on": tuned_on}
-    from galleria.tune.settings import read_settings_file, write_settings
-
-    write_settings(args.out, result.config, record)
+    write_settings(
+        args.out, result.config, {**result.record(), "source": record_source, "tuned_on": tuned_on}
+    )
     if args.json:
         print_json(read_settings_file(args.out))
         return 0

@@ -12,7 +12,7 @@ by their first path; every group names the image a ``keep`` rule keeps:
 * ``oldest`` — the file modified longest ago (ties: the first path).
 
 The rules only ``stat`` the files (they open none). The default threshold is the embedder's
-(:data:`DEFAULT_THRESHOLDS`, measured on planted copies: ``benchmarks/bench_duplicates.py``).
+(:data:`DEFAULT_THRESHOLDS`, measured on planted copies: ``benchmarks/experiments/bench_duplicates.py``).
 
 The core, :func:`group_rows`, works on the graph's arrays: memory grows with the gallery times
 ``k``, never with the gallery squared.
@@ -45,9 +45,9 @@ __all__ = [
 DEFAULT_K = 10
 #: The near-duplicate threshold (a cosine distance) per embedder type, measured on Tux Paint's stamps
 #: with planted resized, recompressed, 3 %-cropped and colour-shifted copies
-#: (``benchmarks/bench_duplicates.py``; docs/duplicates.md): the smallest threshold of the sweep at
-#: which recall and precision both reach 0.95. CLIP's is not measured here (no CLIP weights ship
-#: in a package); it takes the CNN's.
+#: (``benchmarks/experiments/bench_duplicates.py``; docs/duplicates.md): the smallest threshold of the
+#: sweep at which recall and precision both reach 0.95. CLIP's is not measured here (no CLIP weights
+#: ship in a package); it takes the CNN's.
 DEFAULT_THRESHOLDS: dict[str, float] = {"pixel": 0.1, "timm": 0.15, "clip": 0.15}
 #: The threshold of a store whose embedder is unknown (vectors imported from elsewhere).
 FALLBACK_THRESHOLD = 0.1

@@ -46,7 +46,14 @@ def report_html(
     ``images`` maps each image path of the sheets to the relative file name of its thumbnail (a
     path without one is shown by name only).
     """
-    images = images or {}
+    parts = _summary_parts(results, meta, title)
+    parts += _sheet_parts(sheets, compared, images or {})
+    parts += ["</body>", "</html>", ""]
+    return "\n".join(parts)
+
+
+def _summary_parts(results: Sequence[ConfigResult], meta: Mapping[str, Any], title: str) -> list[str]:
+    """The page's head, the summary table, the settings and the PR curve."""
     esc = html.escape
     header = ["Configuration", *(name for _, name in _COLUMNS)]
     parts = [
@@ -85,6 +92,35 @@ def report_html(
         "<h2>Precision-recall</h2>",
         '<p><img src="pr_curve.png" alt="Interpolated precision-recall curves" width="640" height="480"></p>',
     ]
+    return parts
+
+
+def _picture(path: str, css: str, label: str, images: Mapping[str, str]) -> str:
+    """An image of a sheet: its thumbnail, or its name when it has none."""
+    esc = html.escape
+    caption = f"{path} ({label})"
+    if path in images:
+        return f'<img class="{css}" src="{esc(images[path])}" alt="{esc(caption)}" title="{esc(caption)}">'
+    return f'<span class="{css}" title="{esc(caption)}">{esc(os.path.basename(path))}</span>'
+
+
+def _sheet_row(name: str, paths: Sequence[str], sheet: ContactSheet, images: Mapping[str, str]) -> str:
+    """One ranked list of a sheet, each image framed as relevant (hit) or not (miss)."""
+    cells = []
+    for path in paths:
+        label = sheet.labels.get(path, "?")
+        cells.append(_picture(path, "hit" if label == sheet.query_label else "miss", label, images))
+    hits = sum(1 for path in paths if sheet.labels.get(path) == sheet.query_label)
+    title = f'<span class="name">{html.escape(name)} ({hits}/{len(paths)})</span>'
+    return f'<div class="row">{title}{"".join(cells)}</div>'
+
+
+def _sheet_parts(
+    sheets: Sequence[ContactSheet], compared: tuple[str, str], images: Mapping[str, str]
+) -> list[str]:
+    """The contact sheets: per query, the query and its two lists compared."""
+    esc = html.escape
+    parts: list[str] = []
     if sheets:
         parts += [
             "<h2>Queries the re-ranking changed most</h2>",
@@ -92,36 +128,16 @@ def report_html(
             f"most from {esc(compared[0])} to {esc(compared[1])}. Green frame: same label as the query "
             "(relevant); red: another label.</p>",
         ]
-
-    def picture(path: str, css: str, label: str) -> str:
-        caption = f"{path} ({label})"
-        if path in images:
-            return (
-                f'<img class="{css}" src="{esc(images[path])}" alt="{esc(caption)}" title="{esc(caption)}">'
-            )
-        return f'<span class="{css}" title="{esc(caption)}">{esc(os.path.basename(path))}</span>'
-
     for number, sheet in enumerate(sheets, start=1):
-
-        def sheet_row(name: str, paths: Sequence[str], sheet: ContactSheet = sheet) -> str:
-            cells = []
-            for path in paths:
-                label = sheet.labels.get(path, "?")
-                cells.append(picture(path, "hit" if label == sheet.query_label else "miss", label))
-            hits = sum(1 for path in paths if sheet.labels.get(path) == sheet.query_label)
-            title = f'<span class="name">{esc(name)} ({hits}/{len(paths)})</span>'
-            return f'<div class="row">{title}{"".join(cells)}</div>'
-
         parts += [
             f'<div class="sheet" id="sheet-{number}">',
             f"<h3>{number}. query <code>{esc(sheet.query)}</code>, "
             f"label <b>{esc(sheet.query_label)}</b></h3>",
             '<div class="row"><span class="name">query</span>'
-            + picture(sheet.query, "query", sheet.query_label)
+            + _picture(sheet.query, "query", sheet.query_label, images)
             + "</div>",
-            sheet_row(compared[0], sheet.before),
-            sheet_row(compared[1], sheet.after),
+            _sheet_row(compared[0], sheet.before, sheet, images),
+            _sheet_row(compared[1], sheet.after, sheet, images),
             "</div>",
         ]
-    parts += ["</body>", "</html>", ""]
-    return "\n".join(parts)
+    return parts

@@ -116,18 +116,7 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
     name = os.fspath(path)
     if os.path.isdir(name):
         name = os.path.join(name, FILE_NAME)
-    try:
-        text = _read_bounded(name).decode("utf-8")  # the bytes are not kept while it is parsed
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{name!r} is not valid JSON: {str(error)[:200]}") from None
-    split = split_queries(text, repr(name))  # as galleria writes it: one query at a time
-    entries: Any
-    if split is None:
-        document = load_bounded_json(text, repr(name))  # its objects at most 3 times its size
-        entries = None
-    else:
-        document, entries = split
-    del text
+    document, entries = _load_document(name)
     check = _Checker(name)
     document = check.mapping("the document", document)
     if document.get("schema") != SCHEMA:
@@ -141,9 +130,42 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
     depth = document["depth"]
     if type(depth) is not int or not 1 <= depth <= _MAX_DEPTH:
         raise check.fail("depth", f"must be an integer from 1 to {_MAX_DEPTH}", depth)
+    configurations, names = _configurations(check, name, document["configurations"])
+    compared = document["compared"]
+    if (
+        not isinstance(compared, list)
+        or len(compared) != 2
+        or not all(isinstance(item, str) and item in names for item in compared)
+    ):
+        raise check.fail("compared", f"must name two of the configurations {names}", compared)
+    if entries is None:
+        entries = check.array("queries", document["queries"], 10_000_000)
+    return QueryResults(
+        title=title,
+        compared=(compared[0], compared[1]),
+        depth=depth,
+        configurations=configurations,
+        queries=_outcomes(check, entries, names, depth),
+    )
+
+
+def _load_document(name: str) -> tuple[Any, Any]:
+    """The parsed document and, when it is laid out as galleria writes it, its queries parsed apart."""
+    try:
+        text = _read_bounded(name).decode("utf-8")  # the bytes are not kept while it is parsed
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name!r} is not valid JSON: {str(error)[:200]}") from None
+    split = split_queries(text, repr(name))  # as galleria writes it: one query at a time
+    if split is None:
+        return load_bounded_json(text, repr(name)), None  # its objects at most 3 times its size
+    return split
+
+
+def _configurations(check: _Checker, name: str, value: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The checked configurations (name, title, settings, mAP@100) and their names."""
     configurations = []
     names: list[str] = []
-    for i, entry in enumerate(check.array("configurations", document["configurations"], _MAX_CONFIGS)):
+    for i, entry in enumerate(check.array("configurations", value, _MAX_CONFIGS)):
         key = f"configurations[{i}]"
         entry = check.mapping(key, entry)
         config_name = check.text(f"{key}.name", entry.get("name"))
@@ -168,16 +190,12 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
                 "map@100": float(score),
             }
         )
-    compared = document["compared"]
-    if (
-        not isinstance(compared, list)
-        or len(compared) != 2
-        or not all(isinstance(item, str) and item in names for item in compared)
-    ):
-        raise check.fail("compared", f"must name two of the configurations {names}", compared)
+    return configurations, names
+
+
+def _outcomes(check: _Checker, entries: Any, names: list[str], depth: int) -> list[QueryOutcome]:
+    """The checked per-query outcomes: the query, its label, each configuration's AP, the two lists."""
     queries = []
-    if entries is None:
-        entries = check.array("queries", document["queries"], 10_000_000)
     for i, entry in enumerate(entries):
         key = f"queries[{i}]"
         entry = check.mapping(key, entry)
@@ -195,13 +213,7 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
                 after=check.ranked(f"{key}.after", entry["after"], depth, with_previous=True),
             )
         )
-    return QueryResults(
-        title=title,
-        compared=(compared[0], compared[1]),
-        depth=depth,
-        configurations=configurations,
-        queries=queries,
-    )
+    return queries
 
 
 def _is_fraction(value: Any) -> bool:

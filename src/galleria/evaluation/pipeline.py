@@ -131,6 +131,34 @@ def evaluate_retrieval(
     RuntimeError
         If the store is not built.
     """
+    query_list, label_list, config_list = _checked_inputs(store, queries, query_labels, configs)
+    depth = check_positive_int("depth", depth)
+    batch_size = check_positive_int("batch_size", batch_size)
+    _check_gallery(store, query_list, label_list, gallery_labels)
+    results: list[ConfigResult] = []
+    for config in config_list:
+        # The one path: adaptive values are read from this gallery; DBA + αQE searches its augmented
+        # store (made once, here, outside the timing).
+        searcher = Searcher(store, config)
+        config = searcher.config
+        if on_config is not None:
+            on_config(config)
+        searcher.search(query_list[:1], depth)  # warm-up: lazy imports, thread pools
+        lists: list[list[Candidate]] = []
+        started = time.perf_counter()
+        for start in range(0, len(query_list), batch_size):
+            lists.extend(searcher.search(query_list[start : start + batch_size], depth))
+        elapsed = time.perf_counter() - started
+        results.append(_score(config, lists, label_list, gallery_labels, elapsed))
+        if on_lists is not None:
+            on_lists(config, lists)
+    return results
+
+
+def _checked_inputs(
+    store: Any, queries: Sequence[Any], query_labels: Sequence[Hashable], configs: Sequence[RetrievalConfig]
+) -> tuple[Any, list[Hashable], list[RetrievalConfig]]:
+    """The queries, their labels and the configurations, checked (see :func:`evaluate_retrieval`)."""
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
@@ -152,8 +180,16 @@ def evaluate_retrieval(
     names = [config.name for config in config_list]
     if len(set(names)) != len(names):
         raise ValueError(f"configs must have distinct names, got {names!r}")
-    depth = check_positive_int("depth", depth)
-    batch_size = check_positive_int("batch_size", batch_size)
+    return query_list, label_list, config_list
+
+
+def _check_gallery(
+    store: InMemoryImageEmbeddingStore,
+    query_list: Any,
+    label_list: list[Hashable],
+    gallery_labels: Mapping[str, Hashable],
+) -> None:
+    """ValueError when a query is in the gallery, a gallery path has no label or a query label no image."""
     in_gallery = [query for query in query_list if isinstance(query, str) and query in store]
     if in_gallery:
         raise ValueError(
@@ -165,32 +201,12 @@ def evaluate_retrieval(
         raise ValueError(
             f"gallery_labels has no label for {len(unlabelled)} store path(s), e.g. {unlabelled[0]!r}"
         )
-
     present = {gallery_labels[path] for path in store.paths}
     orphans = [label for label in label_list if label not in present]
     if orphans:
         raise ValueError(
             f"query label {orphans[0]!r} has no image in the gallery, so no result can be relevant"
         )
-
-    results: list[ConfigResult] = []
-    for config in config_list:
-        # The one path: adaptive values are read from this gallery; DBA + αQE searches its augmented
-        # store (made once, here, outside the timing).
-        searcher = Searcher(store, config)
-        config = searcher.config
-        if on_config is not None:
-            on_config(config)
-        searcher.search(query_list[:1], depth)  # warm-up: lazy imports, thread pools
-        lists: list[list[Candidate]] = []
-        started = time.perf_counter()
-        for start in range(0, len(query_list), batch_size):
-            lists.extend(searcher.search(query_list[start : start + batch_size], depth))
-        elapsed = time.perf_counter() - started
-        results.append(_score(config, lists, label_list, gallery_labels, elapsed))
-        if on_lists is not None:
-            on_lists(config, lists)
-    return results
 
 
 def _score(

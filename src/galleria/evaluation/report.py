@@ -130,6 +130,19 @@ def _pr_curve_png(results: Sequence[ConfigResult], title: str) -> bytes:
     return buffer.getvalue()
 
 
+def _sheet_thumbnails(sheets: Sequence[ContactSheet]) -> dict[str, bytes]:
+    """Each image of the sheets as thumbnail bytes (empty for one that cannot be read: shown by name)."""
+    thumbnails: dict[str, bytes] = {}
+    for sheet in sheets:
+        for path in [sheet.query, *sheet.before, *sheet.after]:
+            if path not in thumbnails:
+                try:
+                    thumbnails[path] = make_thumbnail(path, SHEET_THUMBNAIL)
+                except OSError:
+                    thumbnails[path] = b""  # shown by name
+    return thumbnails
+
+
 def write_report(
     out_dir: str | os.PathLike[str],
     results: Sequence[ConfigResult],
@@ -182,14 +195,7 @@ def write_report(
     queries_bytes = None if per_query is None else query_results_bytes(per_query)
     report_bytes = _report_markdown(results, meta, title).encode("utf-8")
     png_bytes = _pr_curve_png(results, title)
-    thumbnails: dict[str, bytes] = {}
-    for sheet in sheets:
-        for path in [sheet.query, *sheet.before, *sheet.after]:
-            if path not in thumbnails:
-                try:
-                    thumbnails[path] = make_thumbnail(path, SHEET_THUMBNAIL)
-                except OSError:
-                    thumbnails[path] = b""  # shown by name
+    thumbnails = _sheet_thumbnails(sheets)
     images = {path: _thumbnail_name(path) for path, data in thumbnails.items() if data}
     html_bytes = report_html(results, meta, title, sheets, compared=compared, images=images).encode("utf-8")
     folder.mkdir(parents=True, exist_ok=True)

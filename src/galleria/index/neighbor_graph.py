@@ -13,7 +13,7 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
   every item's ``k + 1`` candidates (efSearch=128); the candidates' distances are recomputed exactly
   and sorted by (distance, id). The approximation is a true neighbour HNSW did not return. At
   1M × 128 clustered vectors, k = 30: recall@30 0.998 in 291 s on 2 cores, 1.68 GB peak
-  (``benchmarks/bench_graph.py``; M=16 / efConstruction=40 gave 0.924 in 229 s).
+  (``benchmarks/experiments/bench_graph.py``; M=16 / efConstruction=40 gave 0.924 in 229 s).
 * ``ivf``: an inverted-file pass. A k-means coarse quantiser (faiss) cuts the gallery into cells
   of about ``cell_size`` items; the items of a cell are compared, exactly, with the items of the
   ``probes`` cells whose centroids lie nearest the cell's own centroid (more when those hold fewer

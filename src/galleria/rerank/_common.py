@@ -46,7 +46,7 @@ MODES: tuple[str, ...] = ("paper", "reference")
 #: Pools of at least this many candidates are re-ranked by the sparse pool core
 #: (:mod:`galleria.rerank.sparse_pool`, memory near O(N·k1)) instead of the dense ones (memory and
 #: time growing with N², and N³ for :func:`~galleria.rerank.pool.rerank_pool`). The results are the
-#: same; ``benchmarks/bench_rerank.py`` measured the dense cores to stop paying off near this size.
+#: same; ``benchmarks/suites/bench_rerank.py`` measured the dense cores to stop paying off near this size.
 #: Read at each call, so tests may lower it.
 SPARSE_POOL_SIZE = 1000
 

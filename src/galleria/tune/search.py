@@ -40,43 +40,32 @@ condition.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from galleria._validation import check_choice, check_positive_int, is_int
-from galleria.rerank.registry import (
-    RERANK_METHODS,
-    reranker_component,
-)
 from galleria.retrieval import RetrievalConfig
 from galleria.store import InMemoryImageEmbeddingStore
 from galleria.tune._constants import (
-    _AUGMENTED,
-    _FIRST_CHECKED,
-    _STEADY_SHARE,
-    _WITH_AQE,
     GUARD_MARGIN,
     GUARDS,
     MAX_CHECKED,
     METRICS,
     SEARCH_METHODS,
 )
-from galleria.tune._space import (
-    _adaptive_trial,
-    _choices,
-    _paper_trial,
-    _suggest,
-)
+from galleria.tune._space import _choices as _choices
+from galleria.tune._space import _paper_trial as _paper_trial
+from galleria.tune._space import _suggest as _suggest
 from galleria.tune._space import _suggest_preparation as _suggest_preparation
 from galleria.tune._space import _trial_key as _trial_key
 from galleria.tune._splits import _labels_of, _make_split, score_lists
 
 # Moved to the modules above (galleria 0.3); importable from here as before.
 from galleria.tune._splits import _Split as _Split
-from galleria.tune._stop import stopping_on_interrupt
+from galleria.tune._study import Trials, run_study, setting_key
+from galleria.tune._verdict import check_on_splits, ranked_keys, recommendation
 from galleria.tune.result import TuneResult
 
 __all__ = [
@@ -148,10 +137,94 @@ def tune_gallery(
     RuntimeError
         The store is not built.
     """
+    optuna = _import_optuna()
+    checked = _checked_arguments(store, metric, guard, n_trials, n_splits, seed, timeout, methods)
+    label_list = _labels_of(store, labels)
+    n_queries = _query_count(validation_queries, len(label_list))
+    started = time.perf_counter()
+    split = functools.partial(_make_split, store, store.embeddings, label_list)
+    first = split(int(seed), n_queries, checked.metric)
+    trials = Trials(first, checked.metric, checked.guard_metric, on_trial)
+    plain = trials.measure_plain()
+    remaining = max(0, checked.budget - 1)  # plain retrieval was the first trial
+    run_study(
+        optuna, trials, checked.families,
+        seed=checked.seed, remaining=remaining, timeout=timeout, started=started,
+    )  # fmt: skip
+    others = [split(int(seed) + number, n_queries, checked.metric) for number in range(1, checked.splits)]
+    return _result(trials, [first, *others], plain, checked._replace(n_queries=n_queries), started, timeout)
+
+
+def _import_optuna() -> Any:
     try:
         import optuna
     except ImportError as error:
         raise ImportError("galleria.tune needs optuna; install it with: pip install -e '.[tune]'") from error
+    return optuna
+
+
+class _Arguments(NamedTuple):
+    metric: str
+    guard_metric: str | None
+    budget: int
+    splits: int
+    families: list[str]
+    seed: int
+    n_queries: int = 0
+
+
+def _result(
+    trials: Trials,
+    every: list[Any],
+    plain: tuple[RetrievalConfig, float],
+    checked: _Arguments,
+    started: float,
+    timeout: float | None,
+) -> TuneResult:
+    """Check the settings that beat plain on every split and return the verdict as a :class:`TuneResult`."""
+    plain_runs = [split.run(plain[0]) for split in every]
+    ranked = ranked_keys(trials, setting_key(plain[0]), plain[1])
+    result = check_on_splits(trials, ranked, every, plain_runs, plain)
+    recommended, message = recommendation(result, checked.metric, checked.guard_metric)
+    seed = checked.seed
+    validation = {
+        "seed": seed,
+        "seeds": [seed + number for number in range(checked.splits)],
+        "n_queries": checked.n_queries,
+        "n_gallery": len(every[0].store),
+        "stratified": True,
+        "source": "the store's gallery (test queries are never in it)",
+    }
+    return TuneResult(
+        config=recommended,
+        best=RetrievalConfig.from_settings(result.best_config.settings(), name="best"),
+        metric=checked.metric,
+        best_value=round(result.best_value, 6),
+        plain_value=round(plain[1], 6),
+        lifts=result.lifts,
+        beats_plain=result.beats,
+        message=message,
+        trials=trials.trials,
+        validation=validation,
+        sampler={"name": "TPESampler", "seed": seed, "n_trials": checked.budget, "timeout": timeout},
+        seconds=time.perf_counter() - started,
+        guard=checked.guard_metric,
+        guard_diffs=result.guard_diffs,
+        checked=result.checked,
+    )
+
+
+def _checked_arguments(
+    store: Any,
+    metric: str,
+    guard: str | None,
+    n_trials: int,
+    n_splits: int,
+    seed: int,
+    timeout: float | None,
+    methods: Sequence[str] | None,
+) -> _Arguments:
+    """The checked metric, guard metric, trial budget, split count, families and seed."""
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
@@ -173,207 +246,16 @@ def tune_gallery(
         raise ValueError("methods must not be empty")
     for family in families:
         check_choice("methods[i]", family, SEARCH_METHODS)
-    label_list = _labels_of(store, labels)
+    return _Arguments(chosen_metric, guard_metric, budget, splits, families, int(seed))
+
+
+def _query_count(validation_queries: int | float, gallery: int) -> int:
+    """Validation queries per split: a count, or a share of the gallery's ``gallery`` items in (0, 1)."""
     if isinstance(validation_queries, float) and not isinstance(validation_queries, bool):
         if not 0.0 < validation_queries < 1.0:
             raise ValueError(f"validation_queries as a share must lie in (0, 1), got {validation_queries!r}")
-        n_queries = max(1, round(validation_queries * len(label_list)))
-    else:
-        n_queries = check_positive_int("validation_queries", validation_queries)
-    vectors = store.embeddings
-    started = time.perf_counter()
-    first = _make_split(store, vectors, label_list, int(seed), n_queries, chosen_metric)
-
-    trials: list[dict[str, Any]] = []
-    seen: dict[str, float] = {}
-    guarded: dict[str, float] = {}  # the guard metric on the tuning split
-    moved: dict[str, float] = {}  # the share of first results that differ from plain's there
-    configs: dict[str, RetrievalConfig] = {}
-
-    def measure(options: dict[str, Any]) -> tuple[RetrievalConfig, float]:
-        # every value a trial leaves out is read from the tuning split's gallery, as the Searcher does
-        config = RetrievalConfig("trial", **options).resolve(first.store)
-        key = repr(sorted(config.settings().items()))
-        if key not in seen:
-            values = first.run(config)
-            seen[key] = values[chosen_metric]
-            guarded[key] = values[guard_metric] if guard_metric else 0.0
-            moved[key] = values.get("first_changed", 0.0)
-            configs[key] = config
-            trials.append(
-                {
-                    "number": len(trials),
-                    "title": config.title,
-                    "settings": config.settings(),
-                    "value": round(seen[key], 6),
-                }
-            )
-            if on_trial is not None:
-                on_trial(len(trials) - 1, config.title, seen[key])
-        return config, seen[key]
-
-    plain_config, plain_value = measure({})
-    plain_guard = guarded[repr(sorted(plain_config.settings().items()))]
-
-    def short_of_guard(key: str) -> float:
-        """How far ``key``'s guard metric fell below plain's on the tuning split, beyond the margin
-        (≤ 0: within it)."""
-        return plain_guard - guarded[key] - GUARD_MARGIN if guard_metric else 0.0
-
-    adaptive_trials = {family: _adaptive_trial(family, first.store) for family in families}
-    choices = _choices({key: value for trial in adaptive_trials.values() for key, value in trial.items()})
-
-    # Optuna 5 reads a trial's constraints from ``Trial.set_constraint``; older ones from a function.
-    native = hasattr(optuna.trial.Trial, "set_constraint")
-
-    interrupted: list[BaseException] = []
-    measuring = [False]  # a Ctrl-C then ends the trial at once (galleria.tune._stop)
-
-    def objective(trial: Any) -> float:
-        try:
-            measuring[0] = True
-            config, value = measure(_suggest(trial, families, choices))
-        except KeyboardInterrupt as error:
-            # Optuna would log the interrupted trial with a traceback: end the trial as pruned
-            # (logged at INFO, not shown), stop the study and raise the interrupt once it is out.
-            interrupted.append(error)
-            trial.study.stop()
-            raise optuna.TrialPruned() from None
-        finally:
-            measuring[0] = False
-        short = short_of_guard(repr(sorted(config.settings().items())))
-        if native and guard_metric:
-            trial.set_constraint("guard", short)
-        trial.set_user_attr("short_of_guard", short)
-        return value
-
-    def constraints(trial: Any) -> tuple[float]:
-        return (float(trial.user_attrs.get("short_of_guard", 0.0)),)
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(
-        seed=int(seed), constraints_func=constraints if guard_metric and not native else None
-    )
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    for family in families:  # each family's defaults first
-        params: dict[str, Any] = {"method": family}
-        if family in _WITH_AQE:
-            params[f"{family}.aqe"] = False
-        if family in _AUGMENTED:
-            params.update({f"{family}.dba": False, f"{family}.vector_power": 1.0, f"{family}.centre": False})
-        if family in RERANK_METHODS:
-            params[f"{family}.pool"] = 200
-        paper = _paper_trial(family)
-        study.enqueue_trial({**params, **paper})
-        adaptive = adaptive_trials[family]
-        if adaptive:  # the defaults read from the (validation) gallery
-            study.enqueue_trial({**params, **adaptive})
-        if family in _AUGMENTED:  # the paper's values on the normalised gallery, with a deep pool
-            deepest = max(reranker_component(family).pools)
-            prepared = {f"{family}.pool": deepest, f"{family}.vector_power": 0.5, f"{family}.centre": True}
-            study.enqueue_trial({**params, **paper, **prepared})
-    remaining = max(0, budget - 1)  # plain retrieval was the first trial
-    if remaining:
-        left = None if timeout is None else max(0.0, float(timeout) - (time.perf_counter() - started))
-        with stopping_on_interrupt(study, measuring, interrupted):
-            study.optimize(objective, n_trials=remaining, timeout=left)
-        if interrupted:
-            raise KeyboardInterrupt
-
-    others = [
-        _make_split(store, vectors, label_list, int(seed) + number, n_queries, chosen_metric)
-        for number in range(1, splits)
-    ]
-    every = [first, *others]
-    plain_runs = [split.run(plain_config) for split in every]
-    plain_key = repr(sorted(plain_config.settings().items()))
-    ranked = sorted(  # those that kept the guard on the tuning split first, then the best value
-        (key for key in seen if key != plain_key and seen[key] > plain_value),
-        key=lambda key: (short_of_guard(key) > 0, -seen[key]),  # stable: ties keep the trial order
-    )
-    if guard_metric:  # after the best few that kept it: the best that keep the first places
-        kept = [key for key in ranked if short_of_guard(key) <= 0]
-        leading = kept[:_FIRST_CHECKED]
-        steady = [key for key in kept[_FIRST_CHECKED:] if moved[key] <= _STEADY_SHARE]
-        ranked = leading + steady + [key for key in ranked if key not in leading and key not in steady]
-    checked: list[dict[str, Any]] = []
-    best_config, best_value = plain_config, plain_value
-    lifts, guard_diffs = [0.0] * splits, [0.0] * splits if guard_metric else []
-    beats = False
-    for key in ranked[:MAX_CHECKED]:
-        config = configs[key]
-        runs = [split.run(config) for split in every]
-        split_lifts = [
-            round(r[chosen_metric] - p[chosen_metric], 6) for r, p in zip(runs, plain_runs, strict=True)
-        ]
-        diffs = (
-            [round(r[guard_metric] - p[guard_metric], 6) for r, p in zip(runs, plain_runs, strict=True)]
-            if guard_metric
-            else []
-        )
-        low = float(np.mean(diffs) - np.std(diffs)) if diffs else 0.0
-        eligible = float(np.mean(split_lifts)) > 0 and (not diffs or low >= -GUARD_MARGIN - 1e-12)
-        checked.append(
-            {
-                "title": config.title,
-                "settings": config.settings(),
-                "value": round(seen[key], 6),
-                "lifts": split_lifts,
-                "guard": diffs,
-                "guard_low": round(low, 6),
-                "eligible": eligible,
-            }
-        )
-        if not checked[1:] or eligible:  # the best found is reported even when it is refused
-            best_config, best_value, lifts, guard_diffs = config, seen[key], split_lifts, diffs
-        if eligible:
-            beats = True
-            break
-    mean_lift = float(np.mean(lifts))
-    if beats:
-        recommended = RetrievalConfig.from_settings(best_config.settings(), name="tuned")
-        message = (
-            f"recommended: {best_config.title} (mean lift {mean_lift:+.4f} {chosen_metric} over plain "
-            f"retrieval on {len(lifts)} validation split(s))"
-        )
-    elif checked and guard_metric and any(float(np.mean(c["lifts"])) > 0 for c in checked):
-        recommended = RetrievalConfig("tuned")
-        message = (
-            f"every setting that beat plain retrieval on {chosen_metric} lowered {guard_metric} on the "
-            f"validation splits (by more than {GUARD_MARGIN} at the lower end); recommended: plain "
-            "retrieval, without αQE or re-ranking"
-        )
-    else:
-        recommended = RetrievalConfig("tuned")
-        message = (
-            f"no method beat plain retrieval on this gallery's validation splits ({chosen_metric}); "
-            "recommended: plain retrieval, without αQE or re-ranking"
-        )
-    validation = {
-        "seed": int(seed),
-        "seeds": [int(seed) + number for number in range(splits)],
-        "n_queries": n_queries,
-        "n_gallery": len(first.store),
-        "stratified": True,
-        "source": "the store's gallery (test queries are never in it)",
-    }
-    return TuneResult(
-        config=recommended,
-        best=RetrievalConfig.from_settings(best_config.settings(), name="best"),
-        metric=chosen_metric,
-        best_value=round(best_value, 6),
-        plain_value=round(plain_value, 6),
-        lifts=lifts,
-        beats_plain=beats,
-        message=message,
-        trials=trials,
-        validation=validation,
-        sampler={"name": "TPESampler", "seed": int(seed), "n_trials": budget, "timeout": timeout},
-        seconds=time.perf_counter() - started,
-        guard=guard_metric,
-        guard_diffs=guard_diffs,
-        checked=checked,
-    )
+        return max(1, round(validation_queries * gallery))
+    return check_positive_int("validation_queries", validation_queries)
 
 
 #: The function's name before galleria 0.3 (``from galleria.tune import tune``); kept as an alias.

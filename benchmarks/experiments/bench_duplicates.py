@@ -14,7 +14,7 @@ pairs inside each group. Recall = true pairs found / true pairs; precision = fou
 true / found pairs (a pair of two distinct stamps that look alike counts against it). The default
 threshold of each embedder is printed beside the sweep::
 
-    python benchmarks/bench_duplicates.py --embedders pixel lite0 --originals 400 --planted 120
+    python benchmarks/experiments/bench_duplicates.py --embedders pixel lite0 --originals 400 --planted 120
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageEnhance
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/: the shared helpers
 
 from _real_data import make_embedder  # noqa: E402
 

@@ -6,7 +6,7 @@ synthetic and clustered like an embedder's (``--classes`` Gaussian clusters on t
 vectors) that are also among its 10 nearest on the map, and the share of 10 map neighbours of the
 same cluster; placement is the cost of placing 1 % more images on an existing map.
 
-    python benchmarks/bench_map.py --sizes 10000 100000 --methods tsne pca
+    python benchmarks/experiments/bench_map.py --sizes 10000 100000 --methods tsne pca
 """
 
 from __future__ import annotations

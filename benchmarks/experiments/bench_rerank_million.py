@@ -1,6 +1,6 @@
 """Benchmark: approximate full k-reciprocal re-ranking of many probes against a large gallery.
 
-``python benchmarks/bench_rerank_million.py`` runs issue 27 §2's target size (100,000 probes ×
+``python benchmarks/experiments/bench_rerank_million.py`` runs issue 27 §2's target size (100,000 probes ×
 1,000,000 gallery items × 128-d); ``--probes`` / ``--gallery`` scale it down. Clustered unit
 vectors: identity centres (one per 27 gallery items, as in MSMT17) plus Gaussian noise of norm
 ``--sigma`` (2 by default), cameras drawn at random. The neighbour graph over probes + gallery is

@@ -1,6 +1,6 @@
 """Benchmark: full re-ranking + re-identification evaluation, streamed vs matrix; metric-learning memory.
 
-Run with ``python benchmarks/bench_protocols.py`` (MSMT17 and Market-1501 sizes; several minutes on
+Run with ``python benchmarks/suites/bench_protocols.py`` (MSMT17 and Market-1501 sizes; several minutes on
 a 2-core machine) or ``--quick`` (a smoke run). ``--part reid`` / ``--part metric-learning`` runs one
 part. The figures go to ``docs/benchmarks/protocols.md``.
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "benchmarks" / "protocols.md"
 K1, K2, LAMBDA = 20, 6, 0.3
 
@@ -382,7 +382,8 @@ def write_report(reid: dict[str, Any] | None, learning: dict[str, Any] | None, q
     lines = [
         "## Protocols: streamed re-ranking + re-identification evaluation, metric learning",
         "",
-        f"Measured by `benchmarks/bench_protocols.py{' --quick' if quick else ''}` on {platform.machine()}, "
+        f"Measured by `benchmarks/suites/bench_protocols.py{' --quick' if quick else ''}` "
+        f"on {platform.machine()}, "
         f"Python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPU cores shared with "
         "other jobs (the 1-minute load average before and after each run is listed: absolute times depend on "
         "it; both runs of a size are measured side by side in one script).",

@@ -1,6 +1,6 @@
 """Benchmark indexes at a million vectors: exact, HNSW, IVF-PQ — build, file, load, memory, QPS, recall.
 
-Run ``.venv/bin/python benchmarks/bench_scale.py`` (about 30 minutes on 2 shared cores, peak
+Run ``.venv/bin/python benchmarks/suites/bench_scale.py`` (about 30 minutes on 2 shared cores, peak
 memory about 8 GB) or ``--quick`` (100k vectors) for a smoke run. Every configuration runs in
 fresh subprocesses, one to build and save the store, one to load it and answer 1,000 queries,
 so each peak RSS (``ru_maxrss``) belongs to that configuration alone. Figures go to
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 100_000
 LATENT = 64
 CENTRES = 1_000
@@ -185,7 +185,7 @@ def main() -> None:
     hnsw_rows = options.hnsw_rows or (20_000 if options.quick else 100_000)
     load = os.getloadavg()
     lines = [
-        "## Scale: exact vs HNSW vs IVF-PQ (`benchmarks/bench_scale.py`)",
+        "## Scale: exact vs HNSW vs IVF-PQ (`benchmarks/suites/bench_scale.py`)",
         "",
         f"{rows:,} synthetic clustered unit vectors per dimension (see the script), 1,000 queries, k = 10, "
         "space ip. Every configuration is built and saved in one fresh process and loaded and queried "

@@ -1,6 +1,6 @@
 """Benchmark of k-reciprocal re-ranking: per-query pools and full probe×gallery matrices.
 
-Run ``.venv/bin/python benchmarks/bench_rerank.py`` (full size: a few minutes and up to about 9 GB in
+Run ``.venv/bin/python benchmarks/suites/bench_rerank.py`` (full size: a few minutes and up to about 9 GB in
 one child process) or with ``--quick`` (small smoke run). ``--part pool`` / ``--part full`` runs one
 half. Everything is measured side by side in one run and written to ``docs/benchmarks/rerank.md``.
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 K1, K2, LAMBDA = 20, 6, 0.3
 TOP_K = 10  # candidates returned per query by the timed rerank / rerank_batch calls
 LARGE_DIM = 256  # vector dimension of the large-pool part
@@ -640,7 +640,8 @@ def write_report(
     lines = [
         "## k-reciprocal re-ranking",
         "",
-        f"Measured by `benchmarks/bench_rerank.py{' --quick' if quick else ''}` on {platform.machine()}, "
+        f"Measured by `benchmarks/suites/bench_rerank.py{' --quick' if quick else ''}` "
+        f"on {platform.machine()}, "
         f"Python {platform.python_version()}, numpy {np.__version__}; 2 CPU cores shared with other jobs, "
         "so absolute times are noisy (ratios measured side by side in one run). k1 = 20, k2 = 6, λ = 0.3.",
         "",

@@ -7,7 +7,7 @@ no pixel digests: this measures the near-duplicate path, the neighbor graph and 
 Recall = planted pairs found in one group; precision = found pairs that are planted pairs or lie
 within the threshold anyway (two generated vectors that close are duplicates too). One JSON object::
 
-    python benchmarks/bench_duplicates_scale.py --rows 1000000 --threshold 0.001
+    python benchmarks/experiments/bench_duplicates_scale.py --rows 1000000 --threshold 0.001
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "suites"))  # bench_scale: the vectors
 
 from bench_scale import peak_rss_mb, vectors
 

@@ -1,6 +1,6 @@
 """Benchmark of the re-ranking methods behind the Reranker protocol: pools of 200, and Market-1501 size.
 
-Run ``.venv/bin/python benchmarks/bench_rerank_methods.py`` (a few minutes) or with ``--quick``.
+Run ``.venv/bin/python benchmarks/suites/bench_rerank_methods.py`` (a few minutes) or with ``--quick``.
 Writes ``docs/benchmarks/rerank_methods.md``.
 
 Part 1 — pool re-ranking, ms/query at pool 200. Data: ``numpy.random.default_rng(0)``; 20,000 unit
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _clustered(rng: np.random.Generator, centres: np.ndarray, count: int, sigma: float) -> tuple[Any, Any]:
@@ -281,7 +281,8 @@ def markdown(pools: list[dict[str, Any]], full: list[dict[str, Any]], quick: boo
     lines = [
         "# Re-ranking methods",
         "",
-        "`benchmarks/bench_rerank_methods.py`, one run on the shared 2-core machine (other jobs may have "
+        "`benchmarks/suites/bench_rerank_methods.py`, one run on the shared 2-core machine "
+        "(other jobs may have "
         "been running: compare rows).",
         "",
         "## Pools of 200 (ms per query)",

@@ -4,7 +4,7 @@
 through FastAPI's TestClient and sends each family of attacks; it returns, per family, how many tries
 were sent, how many were answered as they should be (clean) and how many were not (bad), with the first
 bad examples. ``tests/security/test_web_attack_corpus.py`` runs it small and asserts 0 bad;
-``benchmarks/experiments/bench_web_attacks.py`` runs it larger and prints the table of ``docs/benchmarks.md``.
+``tests/security/stress_web_attacks.py`` runs it larger and prints the table of ``docs/benchmarks.md``.
 
 What "clean" means, per answer: never a 500 or an exception; the security headers present; a 200 from
 an image route only for a gallery image, with PNG/JPEG pixels equal to what the reader decodes (never the

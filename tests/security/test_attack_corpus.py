@@ -1,5 +1,5 @@
 """The attack corpus over store files and side files (``tests/_support/attack_corpus.py``): no bad
-outcome in any row. The benchmark ``benchmarks/experiments/bench_attack_corpus.py`` runs it ten times
+outcome in any row. The stress runner ``tests/security/stress_attack_corpus.py`` runs it ten times
 larger, one
 process per row."""
 

@@ -1,7 +1,7 @@
 """Run the attack corpus of ``tests/_support/attack_corpus.py`` at a larger scale, one process per row,
 and print tries / clean / bad per row (a row whose process dies counts every untried case as bad).
 
-    python benchmarks/experiments/bench_attack_corpus.py --scale 10
+    python tests/security/stress_attack_corpus.py --scale 10
 
 Clean: refused with a ValueError/OSError naming the file, or loaded and behaving (searches return
 only rows the store holds, once each, with finite scores). Bad: anything else (another exception,

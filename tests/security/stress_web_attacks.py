@@ -1,6 +1,6 @@
 """Issue 15: the attack corpus of uploads and ``galleria serve`` routes, and thumbnail memory under bombs.
 
-Run ``.venv/bin/python benchmarks/experiments/bench_web_attacks.py`` (a minute or two on 2 cores;
+Run ``.venv/bin/python tests/security/stress_web_attacks.py`` (a minute or two on 2 cores;
 ``--tries 4`` for a
 smoke run). It prints two markdown tables for ``docs/benchmarks.md``:
 

@@ -5,9 +5,8 @@
 the page and ``/api/search``, and the tuner. A value left as None (αQE's exponent and match count)
 or a re-ranking parameter left out is filled in when the configuration meets a gallery
 (:meth:`RetrievalConfig.resolve`): by the method's adaptive rule (the default preset) or by the
-paper's values (``rerank_preset="paper"``). :meth:`RetrievalConfig.from_settings` is the one place a
-settings mapping (a file of ``galleria tune``) becomes a configuration; :meth:`settings` writes it.
-"""
+paper's values (``rerank_preset="paper"``). Settings (a ``galleria tune`` file) become a configuration
+in :meth:`RetrievalConfig.from_settings` only, and :meth:`settings` writes them."""
 
 from __future__ import annotations
 

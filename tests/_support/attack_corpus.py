@@ -251,17 +251,25 @@ def _row_store_bytes(folder: Path, scale: int, tally: Tally, mode: str) -> None:
             _judge_store(f"{kind} #{number}", tally, target)
 
 
+#: galleria's own extension records, as ``_row_header`` puts hostile values in the slot under them.
+SLOT_RECORDS = ("augmentation", "offline_diffusion", "rerank_statistics")
+
+
 def _row_header(folder: Path, scale: int, tally: Tally) -> None:
     rng = np.random.default_rng(12)
     for kind, source in _stores(folder).items():
         header, tensors = _read(source)
-        keys = [*header, "augmentation"]
+        # A record at the top of the header (as files before the extension slot kept them) and the slot.
+        keys = list(dict.fromkeys([*header, "augmentation", "extensions"]))
         for _ in range(15 * scale):
             changed = json.loads(json.dumps(header))
             key = keys[int(rng.integers(0, len(keys)))]
             value = HOSTILE_JSON[int(rng.integers(0, len(HOSTILE_JSON)))]
             if key == "index" and rng.random() < 0.5:
                 changed["index"]["params"] = {"bogus": value}
+            elif key == "extensions" and rng.random() < 0.75:  # one of galleria's records in the slot
+                record = SLOT_RECORDS[int(rng.integers(0, len(SLOT_RECORDS)))]
+                changed["extensions"] = {record: value}
             elif key == "paths" and rng.random() < 0.5 and changed["paths"]:
                 changed["paths"][int(rng.integers(0, len(changed["paths"])))] = value
             else:

@@ -11,7 +11,16 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-__all__ = ["digest", "read_parts", "seal", "write_sealed"]
+__all__ = ["OLD_RECORDS", "digest", "old_layout", "read_parts", "seal", "write_old_layout", "write_sealed"]
+
+#: The records store files kept at the top of their header before the extension slot (galleria
+#: 0.2.0 and earlier), with their tensors' old names (short name -> old name). Written out here rather
+#: than imported, so that the tests build the old layout as those versions wrote it.
+OLD_RECORDS: dict[str, dict[str, str]] = {
+    "augmentation": {},
+    "offline_diffusion": {"positions": "diffusion_positions", "values": "diffusion_values"},
+    "rerank_statistics": {},
+}
 
 
 def seal(header: Any) -> str:
@@ -41,3 +50,29 @@ def write_sealed(
     metadata = {"galleria": text, "galleria_sha256": seal(header) if raw_header is None else "0" * 64}
     save_file(tensors, str(target), metadata=metadata)
     return target
+
+
+def old_layout(
+    header: dict[str, Any], tensors: dict[str, np.ndarray]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The parts of a store file laid out as before the extension slot (copies): each record of
+    :data:`OLD_RECORDS` moved from ``header["extensions"]`` to the top of the header, its tensors
+    (``ext/<name>/<short>``) renamed to their old names, the slot dropped when nothing else is in it."""
+    header = json.loads(json.dumps(header))
+    tensors = dict(tensors)
+    slot = header.pop("extensions", {})
+    for name, renamed in OLD_RECORDS.items():
+        if name in slot:
+            header[name] = slot.pop(name)
+        for short, old in renamed.items():
+            if f"ext/{name}/{short}" in tensors:
+                tensors[old] = tensors.pop(f"ext/{name}/{short}")
+    if slot:
+        header["extensions"] = slot
+    return header, tensors
+
+
+def write_old_layout(source: Path, target: Path) -> Path:
+    """Write ``source`` (a store file galleria wrote) to ``target`` laid out as before the extension
+    slot (:func:`old_layout`: the records where galleria 0.2.0 wrote them), digests computed afresh."""
+    return write_sealed(target, *old_layout(*read_parts(source)))

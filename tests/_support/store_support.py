@@ -132,3 +132,19 @@ def as_old_format(
     if "tensors" in old:
         old["tensors"] = {key: value for key, value in old["tensors"].items() if key in kept}
     return old, kept
+
+
+def store_with_records(file: Path) -> InMemoryImageEmbeddingStore:
+    """A store holding galleria's three records (DBA augmentation, the offline decoupled diffusion and
+    the gallery statistics), saved to ``file``."""
+    from galleria.rerank.dba import augment_store
+    from galleria.rerank.decoupled import prepare_offline_diffusion
+    from galleria.store._snapshot import store_statistics
+
+    vectors = np.random.default_rng(0).normal(size=(20, 8))
+    plain = InMemoryImageEmbeddingStore.from_embeddings([f"/g/{i}" for i in range(20)], vectors)
+    store = augment_store(plain, neighbors=2, alpha=1.5)
+    prepare_offline_diffusion(store, k=3, truncation=5)
+    store_statistics(store)
+    store.save_to_disk(file)
+    return store

@@ -9,10 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from safetensors import safe_open
-from safetensors.numpy import save_file
 
-from _support.store_files import seal
+from _support.store_files import old_layout, read_parts, write_sealed
 from galleria import KReciprocalReranker
 from galleria.evaluation.configs import RetrievalConfig
 from galleria.rerank.adaptive import (
@@ -267,7 +265,8 @@ def test_an_unbuilt_store_is_read_on_first_use(tmp_path: Path) -> None:
     assert reranker.k1 == default_rerank_params(store)["k1"]
 
 
-def test_statistics_are_recorded_in_the_store_file_and_checked(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", ["slot", "old"], ids=["slot", "old-layout"])
+def test_statistics_are_recorded_in_the_store_file_and_checked(tmp_path: Path, layout: str) -> None:
     from _support.store_support import make_images, pixel_embedder
 
     paths = make_images(tmp_path / "images", 12)
@@ -276,30 +275,31 @@ def test_statistics_are_recorded_in_the_store_file_and_checked(tmp_path: Path) -
     recorded = store._rerank_statistics
     target = tmp_path / "s.safetensors"
     store.save_to_disk(target)
+    header, tensors = read_parts(target)
+    assert "rerank_statistics" not in header  # kept in the extension slot
+    if layout == "old":  # a file written before the slot: the record at the top of the header
+        header, tensors = old_layout(header, tensors)
+        target = write_sealed(tmp_path / "old-layout.safetensors", header, tensors)
     loaded = InMemoryImageEmbeddingStore.load_from_disk(target)
     assert loaded._rerank_statistics == recorded
     assert default_rerank_params(loaded) == default_rerank_params(store)
 
-    with safe_open(str(target), framework="numpy") as reader:
-        header = json.loads(reader.metadata()["galleria"])
-        tensors = {key: reader.get_tensor(key) for key in reader.keys()}
+    holder = header if layout == "old" else header["extensions"]
+    label = "rerank_statistics" if layout == "old" else "extensions.rerank_statistics"
     for bad, message in (
-        ({**header["rerank_statistics"], "n_items": 11, "n_sample": 11}, "describes 11 items"),
-        ({**header["rerank_statistics"], "share": [2.0, 0.0]}, "is invalid"),
+        ({**holder["rerank_statistics"], "n_items": 11, "n_sample": 11}, "describes 11 items"),
+        ({**holder["rerank_statistics"], "share": [2.0, 0.0]}, "is invalid"),
         ("many", "is invalid"),
     ):
-        edited = {**header, "rerank_statistics": bad}
-        bad_file = tmp_path / "bad.safetensors"
-        save_file(
-            tensors, str(bad_file), metadata={"galleria": json.dumps(edited), "galleria_sha256": seal(edited)}
-        )
-        with pytest.raises(ValueError, match=f"header key 'rerank_statistics' {message}"):
+        edited = json.loads(json.dumps(header))
+        (edited if layout == "old" else edited["extensions"])["rerank_statistics"] = bad
+        bad_file = write_sealed(tmp_path / "bad.safetensors", edited, tensors)
+        with pytest.raises(ValueError, match=f"header key '{label}' {message}"):
             InMemoryImageEmbeddingStore.load_from_disk(bad_file)
-    without = {key: value for key, value in header.items() if key != "rerank_statistics"}
-    old_file = tmp_path / "old.safetensors"
-    save_file(
-        tensors, str(old_file), metadata={"galleria": json.dumps(without), "galleria_sha256": seal(without)}
-    )
+    del holder["rerank_statistics"]
+    if header.get("extensions") == {}:
+        del header["extensions"]
+    old_file = write_sealed(tmp_path / "without.safetensors", header, tensors)
     old = InMemoryImageEmbeddingStore.load_from_disk(old_file)  # a file without the record still loads
     assert old._rerank_statistics is None
     assert default_rerank_params(old) == default_rerank_params(store)  # computed on first use

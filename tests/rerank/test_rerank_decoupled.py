@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _support.store_files import old_layout, read_parts, write_sealed
 from galleria import InMemoryImageEmbeddingStore
 from galleria.rerank import (
     DecoupledDiffusionReranker,
@@ -203,34 +204,20 @@ def test_prepare_ahead_and_mutation_drops_it() -> None:
     assert "g3" not in {c.path for c in got} and store._offline_diffusion.positions.shape == (19, 6)
 
 
-def _tamper(file: Path, tensors_edit=None, header_edit=None) -> Path:
-    """Rewrite a store file with edited tensors / header and digests recomputed (a well-formed liar)."""
-    import hashlib
-
-    from safetensors import safe_open
-    from safetensors.numpy import load_file, save_file
-
-    with safe_open(str(file), framework="numpy") as reader:
-        metadata = reader.metadata()
-    tensors = load_file(str(file))
-    header = json.loads(metadata["galleria"])
+def _tamper(file: Path, tensors_edit=None, header_edit=None, old: bool = False) -> Path:
+    """Rewrite a store file with edited tensors / header and digests recomputed (a well-formed liar);
+    ``old``: laid out as before the extension slot (such files are still read, as strictly)."""
+    header, tensors = read_parts(file)
     if tensors_edit:
         tensors_edit(tensors)
     if header_edit:
         header_edit(header)
+    if old:
+        header, tensors = old_layout(header, tensors)
+    return write_sealed(file.with_name("tampered.safetensors"), header, tensors)
 
-    def digest(array: np.ndarray) -> str:
-        return hashlib.sha256(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data).hexdigest()
 
-    header["tensors"] = {name: {"sha256": digest(array)} for name, array in tensors.items()}
-    canonical = json.dumps(header, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
-    out = file.with_name("tampered.safetensors")
-    save_file(
-        tensors,
-        str(out),
-        metadata={"galleria": json.dumps(header), "galleria_sha256": hashlib.sha256(canonical).hexdigest()},
-    )
-    return out
+POSITIONS, VALUES = "ext/offline_diffusion/positions", "ext/offline_diffusion/values"
 
 
 def _set(name: str, fn):
@@ -242,7 +229,7 @@ def _set(name: str, fn):
 
 def _header(key: str, value):
     def edit(header: dict) -> None:
-        header["offline_diffusion"][key] = value
+        header["extensions"]["offline_diffusion"][key] = value
 
     return edit
 
@@ -273,36 +260,40 @@ def _drop(name: str):
 
 
 def _no_record(header: dict) -> None:
-    del header["offline_diffusion"]
+    del header["extensions"]["offline_diffusion"]
 
 
 @pytest.mark.parametrize(
     ("tensors_edit", "header_edit", "message"),
     [
-        (_set("diffusion_positions", lambda p: p.astype(np.int64)), None, "int32"),
-        (_set("diffusion_positions", lambda p: p[:, :5]), None, "shape"),
-        (_set("diffusion_values", lambda v: v[:-1]), None, "shape"),
-        (_set("diffusion_positions", _outside), None, "outside"),
-        (_set("diffusion_positions", lambda p: p[:, ::-1].copy()), None, "start with"),
-        (_set("diffusion_positions", _flip_row), None, "twice"),
-        (_set("diffusion_values", _nan), None, "NaN"),
-        (_drop("diffusion_values"), None, "needs the tensors"),
+        (_set(POSITIONS, lambda p: p.astype(np.int64)), None, "int32"),
+        (_set(POSITIONS, lambda p: p[:, :5]), None, "shape"),
+        (_set(VALUES, lambda v: v[:-1]), None, "shape"),
+        (_set(POSITIONS, _outside), None, "outside"),
+        (_set(POSITIONS, lambda p: p[:, ::-1].copy()), None, "start with"),
+        (_set(POSITIONS, _flip_row), None, "twice"),
+        (_set(VALUES, _nan), None, "NaN"),
+        (_drop(VALUES), None, "needs the tensors"),
         (None, _no_record, "no header key"),
         (None, _header("truncation", 6), "shape"),
         (None, _header("alpha", 1.5), "alpha"),
         (None, _header("k", True), "'k'"),
         (None, _header("maxiter", 1 << 30), "maxiter"),
         (None, _header("gamma", "3"), "gamma"),
-        (None, lambda h: h["offline_diffusion"].update(extra=1), "exactly the keys"),
+        (None, lambda h: h["extensions"]["offline_diffusion"].update(extra=1), "exactly the keys"),
     ],
 )
-def test_a_stored_offline_diffusion_is_validated(tmp_path: Path, tensors_edit, header_edit, message) -> None:
+@pytest.mark.parametrize("old", [False, True], ids=["slot", "old-layout"])
+def test_a_stored_offline_diffusion_is_validated(
+    tmp_path: Path, tensors_edit, header_edit, message, old: bool
+) -> None:
     store = _store(_clusters(12, n=12))
     prepare_offline_diffusion(store, k=3, truncation=8)
     file = tmp_path / "s.safetensors"
     store.save_to_disk(file)
     InMemoryImageEmbeddingStore.load_from_disk(file)  # the untouched file loads
-    bad = _tamper(file, tensors_edit, header_edit)
+    InMemoryImageEmbeddingStore.load_from_disk(_tamper(file, old=old))  # so does its old layout
+    bad = _tamper(file, tensors_edit, header_edit, old)
     with pytest.raises(ValueError, match=message):
         InMemoryImageEmbeddingStore.load_from_disk(bad)
 
@@ -378,12 +369,13 @@ def test_build_precomputes_the_offline_part_and_search_reuses_it(
     assert summary["precomputed"]["method"] == "decoupled-diffusion"
     with safe_open(str(out), framework="numpy") as reader:
         header = json.loads(reader.metadata()["galleria"])
-        assert {"diffusion_positions", "diffusion_values"} <= set(reader.keys())
-        positions = reader.get_tensor("diffusion_positions")
+        assert {POSITIONS, VALUES} <= set(reader.keys())  # in the extension slot
+        positions = reader.get_tensor(POSITIONS)
     assert positions.shape == (24, 24)  # truncation 1000 capped at the gallery
     loaded = InMemoryImageEmbeddingStore.load_from_disk(out)
     wanted = check_method_params("decoupled-diffusion", default_rerank_params(loaded, "decoupled-diffusion"))
-    assert header["offline_diffusion"] == {key: wanted[key] for key in decoupled_module.OFFLINE_PARAMS}
+    params = header["extensions"]["offline_diffusion"]
+    assert params == {key: wanted[key] for key in decoupled_module.OFFLINE_PARAMS}
     assert summary["precomputed"]["params"] == wanted
 
     calls: list[Any] = []
@@ -410,7 +402,7 @@ def test_build_precomputes_the_offline_part_and_search_reuses_it(
     # galleria info says what each file keeps for re-ranking
     assert main(["info", str(out), "--json"]) == 0
     kept = json.loads(capsys.readouterr().out)["rerank"]
-    assert kept["precomputed"] == {"method": "decoupled-diffusion", "params": header["offline_diffusion"]}
+    assert kept["precomputed"] == {"method": "decoupled-diffusion", "params": params}
     assert kept["statistics"]["n_items"] == 24
     assert main(["info", str(plain_out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rerank"]["precomputed"] is None

@@ -551,29 +551,32 @@ def test_augmented_store_round_trips_through_its_file(tmp_path: Path) -> None:
     assert InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "plain.safetensors").augmentation is None
 
 
-def test_a_tampered_augmentation_record_is_refused(tmp_path: Path) -> None:
-    import hashlib
-    import json
-
-    from safetensors import safe_open
-    from safetensors.numpy import load_file, save_file
+@pytest.mark.parametrize("old", [False, True], ids=["slot", "old-layout"])
+def test_a_tampered_augmentation_record_is_refused(tmp_path: Path, old: bool) -> None:
+    from _support.store_files import old_layout, read_parts, write_sealed
 
     store = augment_store(InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2)), neighbors=1)
     path = tmp_path / "s.safetensors"
     store.save_to_disk(path)
-    with safe_open(str(path), framework="numpy") as reader:
-        header = json.loads(reader.metadata()["galleria"])
+    header, tensors = read_parts(path)
+    assert header["extensions"]["augmentation"] == store.augmentation and "augmentation" not in header
+    if old:  # a file written before the extension slot: the record at the top of the header
+        header, tensors = old_layout(header, tensors)
+    label = "augmentation" if old else "extensions.augmentation"
+    assert (
+        InMemoryImageEmbeddingStore.load_from_disk(
+            write_sealed(tmp_path / "good.safetensors", header, tensors)
+        ).augmentation
+        == store.augmentation
+    )
     for bad in (
         {"method": "dba", "neighbors": 0, "alpha": 1.0},
         {"method": "x", "neighbors": 1, "alpha": 1.0},
         [1],
     ):
-        header["augmentation"] = bad
-        canonical = json.dumps(header, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()  # the tamperer reseals the header
-        metadata = {"galleria": json.dumps(header), "galleria_sha256": digest}
-        save_file(load_file(str(path)), str(tmp_path / "bad.safetensors"), metadata=metadata)
-        with pytest.raises(ValueError, match="header key 'augmentation' must be"):
+        (header if old else header["extensions"])["augmentation"] = bad  # the tamperer reseals it
+        write_sealed(tmp_path / "bad.safetensors", header, tensors)
+        with pytest.raises(ValueError, match=f"header key '{label}' must be"):
             InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "bad.safetensors")
 
 

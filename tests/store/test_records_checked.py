@@ -176,18 +176,21 @@ def test_non_finite_index_results_are_never_returned_as_scores() -> None:
 # ---------------------------------------------------------------------------- forged offline tables
 
 
-def _resealed(source: Path, target: Path, edit: object) -> Path:
-    """A tamperer with galleria's own writer: tensors edited, every digest computed afresh."""
-    from safetensors import safe_open
-
+def _resealed(source: Path, target: Path, edit: object, old: bool = False) -> Path:
+    """A tamperer with galleria's own writer: tensors edited, every digest computed afresh; ``old``:
+    laid out as files were before the extension slot."""
+    from _support.store_files import old_layout, read_parts
     from galleria.store.persistence import write_store
 
-    with safe_open(str(source), framework="numpy") as reader:
-        header = json.loads(reader.metadata()["galleria"])
-        tensors = {key: reader.get_tensor(key) for key in reader.keys()}
+    header, tensors = read_parts(source)
     edit(tensors)  # type: ignore[operator]
+    if old:
+        header, tensors = old_layout(header, tensors)
     write_store(str(target), tensors, header)
     return target
+
+
+POSITIONS, VALUES = "ext/offline_diffusion/positions", "ext/offline_diffusion/values"
 
 
 @pytest.fixture
@@ -208,32 +211,38 @@ def with_offline(tmp_path: Path) -> Path:
 
 
 def _negated(tensors: dict[str, object]) -> None:
-    tensors["diffusion_values"] = -tensors["diffusion_values"]  # type: ignore[operator]
+    tensors[VALUES] = -tensors[VALUES]  # type: ignore[operator]
 
 
 def _shuffled(tensors: dict[str, object]) -> None:
     import numpy as np
 
-    positions = np.array(tensors["diffusion_positions"])
+    positions = np.array(tensors[POSITIONS])
     rng = np.random.default_rng(0)
     for row in range(positions.shape[0]):  # still valid: the item first, distinct rows in range
         others = rng.permutation(np.setdiff1d(np.arange(positions.shape[0]), [row]))[: positions.shape[1] - 1]
         positions[row, 1:] = others
-    tensors["diffusion_positions"] = positions.astype(np.int32)
+    tensors[POSITIONS] = positions.astype(np.int32)
 
 
 def _scaled(tensors: dict[str, object]) -> None:
     import numpy as np
 
-    values = np.array(tensors["diffusion_values"])
+    values = np.array(tensors[VALUES])
     values[:, 1:] *= 3.0  # the item's own value kept: only the recomputation can tell
-    tensors["diffusion_values"] = values
+    tensors[VALUES] = values
 
 
 @pytest.mark.parametrize("edit", [_negated, _shuffled, _scaled], ids=["negated", "shuffled", "scaled"])
 @pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "bounded"])
+@pytest.mark.parametrize("old", [False, True], ids=["slot", "old-layout"])
 def test_a_forged_offline_table_is_refused_on_first_use(
-    with_offline: Path, tmp_path: Path, edit: object, recompute: bool, monkeypatch: pytest.MonkeyPatch
+    with_offline: Path,
+    tmp_path: Path,
+    edit: object,
+    recompute: bool,
+    old: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from galleria import InMemoryImageEmbeddingStore
     from galleria.rerank import witness
@@ -249,6 +258,12 @@ def test_a_forged_offline_table_is_refused_on_first_use(
         monkeypatch.setattr(witness, "_WITNESS_FULL", 0)
         if edit is _scaled:
             pytest.skip("only the recomputation sees values scaled away from the item itself")
-    forged = _resealed(with_offline, tmp_path / "forged.safetensors", edit)
-    with pytest.raises(ValueError, match=r"forged\.safetensors.*'offline_diffusion'"):
+    forged = _resealed(with_offline, tmp_path / "forged.safetensors", edit, old)
+    where = (
+        r"header key 'offline_diffusion' \(tensors 'diffusion_positions', 'diffusion_values'\)"
+        if old
+        else r"header key 'extensions\.offline_diffusion' \(tensors 'ext/offline_diffusion/positions', "
+        r"'ext/offline_diffusion/values'\)"
+    )
+    with pytest.raises(ValueError, match=rf"forged\.safetensors': {where} does not match"):
         first_use(forged)

@@ -212,28 +212,43 @@ def test_alpha_at_the_bound_keeps_scores_meaningful() -> None:
 # ---------------------------------------------------------------------------------------------- DBA record
 
 
+def _with_dba_record(header: dict[str, Any], record: dict[str, Any], old: bool) -> str:
+    """Put a DBA record where a file keeps it (its slot; ``old``: the top of the header, as files
+    written before the slot); the key errors name."""
+    if old:
+        header["augmentation"] = record
+        return "augmentation"
+    header.setdefault("extensions", {})["augmentation"] = record
+    return "extensions.augmentation"
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["slot", "old-layout"])
 @pytest.mark.parametrize("space", ["l2", "ip"])
-def test_dba_record_on_a_store_augment_store_refuses_is_refused(tmp_path: Path, space: str) -> None:
+def test_dba_record_on_a_store_augment_store_refuses_is_refused(
+    tmp_path: Path, space: str, old: bool
+) -> None:
     good = tmp_path / "good.safetensors"
     InMemoryImageEmbeddingStore.from_embeddings(["/a", "/b", "/c"], np.eye(3), space=space).save_to_disk(good)
     header, tensors = read_parts(good)
-    header["augmentation"] = {"method": "dba", "neighbors": 2, "alpha": 3.0}
+    key = _with_dba_record(header, {"method": "dba", "neighbors": 2, "alpha": 3.0}, old)
     file = write_sealed(tmp_path / "crafted.safetensors", header, tensors)
-    with pytest.raises(ValueError, match=r"crafted\.safetensors.*'augmentation' records database-side"):
+    with pytest.raises(ValueError, match=rf"crafted\.safetensors.*'{key}' records database-side"):
         InMemoryImageEmbeddingStore.load_from_disk(file)
 
 
-def test_dba_record_alpha_is_bounded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("old", [False, True], ids=["slot", "old-layout"])
+def test_dba_record_alpha_is_bounded(tmp_path: Path, old: bool) -> None:
     good = tmp_path / "good.safetensors"
     InMemoryImageEmbeddingStore.from_embeddings(["/a", "/b", "/c"], np.eye(3)).save_to_disk(good)
     header, tensors = read_parts(good)
-    header["augmentation"] = {"method": "dba", "neighbors": 2, "alpha": 1e300}
+    key = _with_dba_record(header, {"method": "dba", "neighbors": 2, "alpha": 1e300}, old)
     file = write_sealed(tmp_path / "crafted.safetensors", header, tensors)
-    with pytest.raises(ValueError, match=r"crafted\.safetensors.*header key 'augmentation'"):
+    with pytest.raises(ValueError, match=rf"crafted\.safetensors.*header key '{key}'"):
         InMemoryImageEmbeddingStore.load_from_disk(file)
-    header["augmentation"]["alpha"] = 3.0
+    record = {"method": "dba", "neighbors": 2, "alpha": 3.0}
+    _with_dba_record(header, record, old)
     write_sealed(file, header, tensors)
-    assert InMemoryImageEmbeddingStore.load_from_disk(file).augmentation == header["augmentation"]
+    assert InMemoryImageEmbeddingStore.load_from_disk(file).augmentation == record
 
 
 # ---------------------------------------------------------------------------------------------- shards

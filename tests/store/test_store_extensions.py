@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from _support.store_files import read_parts, write_sealed
+from _support.store_files import OLD_RECORDS, old_layout, read_parts, write_old_layout, write_sealed
+from _support.store_support import store_with_records
 from galleria import InMemoryImageEmbeddingStore
 from galleria.store.extensions import (
     MAX_EXTENSION_TENSORS,
@@ -201,30 +202,94 @@ def test_a_codec_must_agree_with_the_legacy_table() -> None:
         register_extension(object())  # type: ignore[arg-type]
 
 
-def test_an_old_file_keeps_loading_and_an_offline_record_moves_with_its_tensors(tmp_path: Path) -> None:
-    from galleria.rerank.decoupled import prepare_offline_diffusion
+def _all_three(tmp_path: Path) -> tuple[InMemoryImageEmbeddingStore, Path]:
+    file = tmp_path / "new.safetensors"
+    return store_with_records(file), file
 
-    vectors = np.random.default_rng(0).normal(size=(20, 8))
-    store = InMemoryImageEmbeddingStore.from_embeddings([f"/g/{i}" for i in range(20)], vectors)
-    held = prepare_offline_diffusion(store, k=3, truncation=5)
-    old = tmp_path / "old.safetensors"
-    store.save_to_disk(old)
-    header, tensors = read_parts(old)
-    assert header["offline_diffusion"] == held.params and "diffusion_values" in tensors  # as before the slot
 
-    # The same record in the slot (as a future galleria may write it) reads back the same.
-    header["extensions"] = {"offline_diffusion": header.pop("offline_diffusion")}
-    tensors["ext/offline_diffusion/positions"] = tensors.pop("diffusion_positions")
-    tensors["ext/offline_diffusion/values"] = tensors.pop("diffusion_values")
-    slot = write_sealed(tmp_path / "slot.safetensors", header, tensors)
-    loaded = InMemoryImageEmbeddingStore.load_from_disk(slot)._offline_diffusion
-    assert loaded is not None and loaded.params == held.params
-    np.testing.assert_array_equal(loaded.positions, held.positions)
-    # ... and is checked as strictly, its tensors named as they lie in the file.
-    tensors["ext/offline_diffusion/values"] = tensors["ext/offline_diffusion/values"][:, :4].copy()
+def _records(store: InMemoryImageEmbeddingStore) -> tuple[Any, ...]:
+    offline = store._offline_diffusion
+    assert offline is not None
+    statistics = store._rerank_statistics
+    return (
+        store.augmentation,
+        offline.params,
+        offline.positions.tolist(),
+        offline.values.tolist(),
+        None if statistics is None else statistics.record(),
+    )
+
+
+def test_galleria_writes_its_own_records_in_the_slot(tmp_path: Path) -> None:
+    store, file = _all_three(tmp_path)
+    header, tensors = read_parts(file)
+    offline = store._offline_diffusion
+    assert offline is not None and store._rerank_statistics is not None
+    assert header["extensions"] == {
+        "augmentation": {"method": "dba", "neighbors": 2, "alpha": 1.5},
+        "offline_diffusion": offline.params,
+        "rerank_statistics": store._rerank_statistics.record(),
+    }
+    assert not set(OLD_RECORDS) & set(header)  # nothing at the top of the header any more
+    assert {key for key in tensors if "diffusion" in key} == {
+        "ext/offline_diffusion/positions",
+        "ext/offline_diffusion/values",
+    }
+    assert tensors["ext/offline_diffusion/positions"].tolist() == offline.positions.tolist()
+    assert _records(InMemoryImageEmbeddingStore.load_from_disk(file)) == _records(store)
+
+
+def test_an_old_file_loads_the_same_and_a_save_moves_its_records_into_the_slot(tmp_path: Path) -> None:
+    store, new = _all_three(tmp_path)
+    old = write_old_layout(new, tmp_path / "old.safetensors")
+    old_header, old_tensors = read_parts(old)
+    assert set(OLD_RECORDS) <= set(old_header) and "extensions" not in old_header  # the layout of 0.2.0
+    assert {"diffusion_positions", "diffusion_values"} <= set(old_tensors)
+    loaded = InMemoryImageEmbeddingStore.load_from_disk(old)
+    assert _records(loaded) == _records(store)
+
+    again = tmp_path / "again.safetensors"
+    loaded.save_to_disk(again)
+    (header, tensors), (fresh, fresh_tensors) = read_parts(again), read_parts(new)
+    assert header == fresh  # the same header, digests included, as the store saved before
+    assert not set(OLD_RECORDS) & set(header)
+    assert sorted(tensors) == sorted(fresh_tensors)
+    assert _records(InMemoryImageEmbeddingStore.load_from_disk(again)) == _records(store)
+
+
+def test_an_old_record_no_codec_reads_moves_into_the_slot_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from galleria.store import extensions
+
+    _, new = _all_three(tmp_path)
+    old = write_old_layout(new, tmp_path / "old.safetensors")
+    monkeypatch.delitem(extensions._CODECS, "offline_diffusion")  # a script that never imported rerank
+    store = InMemoryImageEmbeddingStore.load_from_disk(old)
+    held = store._extensions["offline_diffusion"]
+    assert isinstance(held, OpaqueRecord) and set(held.tensors) == {"positions", "values"}
+    store.save_to_disk(tmp_path / "again.safetensors")
+    monkeypatch.undo()
+    (header, tensors), (fresh, fresh_tensors) = read_parts(tmp_path / "again.safetensors"), read_parts(new)
+    assert header["extensions"]["offline_diffusion"] == fresh["extensions"]["offline_diffusion"]
+    assert "offline_diffusion" not in header
+    for key in ("ext/offline_diffusion/positions", "ext/offline_diffusion/values"):
+        assert tensors[key].tobytes() == fresh_tensors[key].tobytes()
+        assert header["tensors"][key] == fresh["tensors"][key]
+
+
+def test_a_record_in_the_slot_is_checked_as_strictly_as_an_old_one(tmp_path: Path) -> None:
+    _, new = _all_three(tmp_path)
+    header, tensors = read_parts(new)
+    bad = tmp_path / "bad.safetensors"
+    short = tensors["ext/offline_diffusion/values"][:, :4].copy()
+    tensors["ext/offline_diffusion/values"] = short
     with pytest.raises(ValueError, match="'ext/offline_diffusion/values' must be float32 of shape"):
-        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(slot, header, tensors))
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(bad, header, tensors))
+    old = write_sealed(tmp_path / "old.safetensors", *old_layout(header, tensors))
+    with pytest.raises(ValueError, match="'diffusion_values' must be float32 of shape"):
+        InMemoryImageEmbeddingStore.load_from_disk(old)
     # A legacy tensor beside a slot record is not where the record keeps it.
     tensors["diffusion_values"] = tensors.pop("ext/offline_diffusion/values")
     with pytest.raises(ValueError, match="not where"):
-        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(slot, header, tensors))
+        InMemoryImageEmbeddingStore.load_from_disk(write_sealed(bad, header, tensors))

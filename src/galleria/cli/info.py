@@ -110,13 +110,16 @@ def _graph_text(record: dict[str, Any] | None) -> str:
 
 
 def _rerank_record(store: Any) -> dict[str, Any]:
-    """What the store keeps for re-ranking: a precomputed offline part and the gallery statistics.
+    """What the store keeps for re-ranking: its DBA augmentation (its vectors replaced by it), a
+    precomputed offline part and the gallery statistics.
 
-    Both were checked when the file was loaded; ``None`` when the file holds none.
+    Each was checked when the file was loaded; ``None`` when the file holds none.
     """
     offline = getattr(store, "_offline_diffusion", None)
     statistics = getattr(store, "_rerank_statistics", None)
+    augmentation = getattr(store, "augmentation", None)
     return {
+        "augmentation": None if augmentation is None else dict(augmentation),
         "precomputed": (
             None if offline is None else {"method": "decoupled-diffusion", "params": dict(offline.params)}
         ),
@@ -154,6 +157,10 @@ def _extensions_text(records: list[dict[str, Any]]) -> str:
 
 def _rerank_text(record: dict[str, Any]) -> str:
     parts = []
+    augmentation = record["augmentation"]
+    if augmentation is not None:
+        params = ", ".join(f"{key}={value}" for key, value in augmentation.items() if key != "method")
+        parts.append(f"vectors augmented by {str(augmentation['method']).upper()} ({params})")
     if record["precomputed"] is not None:
         params = ", ".join(f"{key}={value}" for key, value in record["precomputed"]["params"].items())
         parts.append(f"{record['precomputed']['method']} offline part kept ({params})")

@@ -38,7 +38,6 @@ class AugmentationCodec(ExtensionCodec):
 
     name = "augmentation"
     legacy_key = "augmentation"
-    writes_legacy = True  # older galleria versions read the file
     state_field = "augmentation"
 
     def check_record(self, record: Any, context: ExtensionContext) -> None:

@@ -27,7 +27,6 @@ class OfflineDiffusionCodec(ExtensionCodec):
     name = "offline_diffusion"
     tensors = frozenset({"positions", "values"})
     legacy_key = "offline_diffusion"
-    writes_legacy = True  # older galleria versions read the file
     legacy_tensors: ClassVar[dict[str, str]] = {
         "diffusion_positions": "positions",
         "diffusion_values": "values",
@@ -81,7 +80,8 @@ class OfflineDiffusionCodec(ExtensionCodec):
             raise ValueError(f"{source!r}: a row of tensor {where!r} names a gallery row twice")
         if not np.isfinite(values).all():
             raise ValueError(f"{source!r}: tensor {what!r} holds NaN or infinite values")
-        return OfflineDiffusion(dict(record), positions, values, source=repr(source))
+        where_read = f"{source!r}: {context.label} (tensors {where!r}, {what!r})"  # what errors name
+        return OfflineDiffusion(dict(record), positions, values, source=where_read)
 
     def encode(self, value: Any) -> tuple[Any, dict[str, np.ndarray]]:
         return dict(value.params), {"positions": value.positions, "values": value.values}

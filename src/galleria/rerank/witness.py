@@ -3,7 +3,7 @@
 A store file keeps the offline part of decoupled diffusion (:mod:`galleria.rerank.decoupled`) beside
 its vectors; a re-sealed file could keep a table that does not belong to them and so decide the
 rankings. :func:`check_offline_witness` recomputes a sample of rows from the vectors and refuses a
-table that disagrees, naming the file and the key.
+table that disagrees, naming the file, the record and its tensors.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def _witness_rows(count: int) -> np.ndarray:
 
 def check_offline_witness(offline: OfflineDiffusion, vectors: np.ndarray, source: str) -> None:
     """Refuse a stored offline table that does not belong to the store's ``vectors`` (ValueError
-    naming ``source`` and the key ``offline_diffusion``).
+    naming ``source``: where the table was read, the file, its record and tensors as
+    :attr:`~galleria.store._state.OfflineDiffusion.source` says it).
 
     A sample of rows is checked against the vectors: each row's truncation list must hold the
     item's most similar others (their similarities equal the best ones, ties allowed), and its
@@ -45,8 +46,7 @@ def check_offline_witness(offline: OfflineDiffusion, vectors: np.ndarray, source
 
     def refuse(problem: str) -> ValueError:
         return ValueError(
-            f"{source}: header key 'offline_diffusion' (tensors 'diffusion_positions', 'diffusion_values') "
-            f"does not match the store's vectors: {problem}; recompute it "
+            f"{source} does not match the store's vectors: {problem}; recompute it "
             "(galleria build --precompute-rerank)"
         )
 

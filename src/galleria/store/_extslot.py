@@ -176,33 +176,29 @@ def decode_records(
             raise ValueError(
                 f"{name!r}: {entry.label} holds more than {MAX_OPAQUE_TENSOR_BYTES} bytes of tensors"
             )
-        values[key] = OpaqueRecord(key, entry.record, dict(arrays), legacy=entry.legacy)
+        values[key] = OpaqueRecord(key, entry.record, dict(arrays))
     return values
 
 
-def encode_records(state: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
-    """``(slot, top, tensors)`` of a store file for ``state``: every registered codec's value (read
-    from its ``state_field`` or ``state.extensions``), then the opaque records it does not replace,
-    each where it belongs: in the slot, or (``writes_legacy``, or an opaque record read from there)
-    under its old top-level key ``top`` with its old tensor names."""
+def encode_records(state: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(slot, tensors)`` of a store file for ``state``: every registered codec's value (read from
+    its ``state_field`` or ``state.extensions``), then the opaque records it does not replace, all in
+    the slot (a record read from an older file's top-level key moves there, its tensors renamed)."""
     slot: dict[str, Any] = {}
-    top: dict[str, Any] = {}
     tensors: dict[str, np.ndarray] = {}
 
-    def place(name: str, record: Any, arrays: Any, legacy: bool) -> None:
-        entry = SlotRecord(name, record, legacy and name in LEGACY_RECORDS)
-        (top if entry.legacy else slot)[name] = record
-        tensors.update({entry.tensor_name(short): array for short, array in arrays.items()})
+    def place(name: str, record: Any, arrays: Any) -> None:
+        slot[name] = record
+        tensors.update({tensor_key(name, short): array for short, array in arrays.items()})
 
     kept = dict(state.extensions)
     for codec in registered_codecs():
         value = getattr(state, codec.state_field) if codec.state_field else kept.get(codec.name)
         if value is None or isinstance(value, OpaqueRecord):
             continue
-        record, arrays = codec.encode(value)
-        place(codec.name, record, arrays, codec.writes_legacy)
+        place(codec.name, *codec.encode(value))
         kept.pop(codec.name, None)  # a fresh value replaces an opaque record of the same name
     for key, value in kept.items():
         if isinstance(value, OpaqueRecord):
-            place(key, value.record, value.tensors, value.legacy)
-    return slot, top, tensors
+            place(key, value.record, value.tensors)
+    return slot, tensors

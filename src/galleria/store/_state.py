@@ -26,7 +26,9 @@ class OfflineDiffusion:
     values : (n, T) float32 array
         Row i: the diffusion from item i at those rows.
     source : str or None
-        The file it was read from while it is not yet checked against the store's vectors
+        Where it was read from (the file, the record and its tensors, as errors name them:
+        ``"'g.safetensors': header key 'extensions.offline_diffusion' (tensors ...)"``) while it is
+        not yet checked against the store's vectors
         (:func:`galleria.rerank.witness.check_offline_witness` runs on its first use); None once
         checked, or for one computed here.
     """

@@ -20,7 +20,6 @@ class StatisticsCodec(ExtensionCodec):
 
     name = "rerank_statistics"
     legacy_key = "rerank_statistics"
-    writes_legacy = True  # older galleria versions read the file
     state_field = "rerank_statistics"
 
     def check_record(self, record: Any, context: ExtensionContext) -> None:

@@ -76,7 +76,7 @@ def encode_store(
     tensors["path_bytes"] = paths.data
     if state.pixel_digests is not None:
         tensors[DIGEST_TENSOR] = state.pixel_digests
-    slot, top, extension_tensors = encode_records(state)  # the codecs' records, then the opaque ones
+    slot, extension_tensors = encode_records(state)  # the codecs' records, then the opaque ones
     tensors.update(extension_tensors)
     embedder = state.embedder
     header = {
@@ -90,7 +90,6 @@ def encode_store(
         "skipped": list(state.skipped),
         "tensors": {name: {"sha256": ""} for name in tensors},
     }
-    header.update(top)  # records their codecs keep under the old keys (older galleria reads them)
     if slot:
         header[SLOT_KEY] = slot
     if state.labels_root is not None:  # the folder the labels were drawn from at build

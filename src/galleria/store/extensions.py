@@ -18,9 +18,9 @@ gallery's rows change (it describes rows that are gone).
 
 Files written before the slot existed kept three records at the top of the header
 (:data:`LEGACY_RECORDS`); they are read as records of the same name, and a codec declares the old
-key and tensor names it replaces (``legacy_key``, ``legacy_tensors``). A codec with
-``writes_legacy`` keeps saving its record there, so that older galleria versions still read the
-files (galleria's own three codecs do, for now); every other record is saved in the slot.
+key and tensor names it replaces (``legacy_key``, ``legacy_tensors``). A save writes every record in
+the slot, those read from an old file too; galleria 0.2.0 and earlier refuse such a file whole
+("unknown header key(s) ['extensions']").
 """
 
 from __future__ import annotations
@@ -129,9 +129,6 @@ class ExtensionCodec:
         The top-level header key it replaces in older files (one of :data:`LEGACY_RECORDS`).
     legacy_tensors : mapping
         Old tensor name -> short name, as :data:`LEGACY_RECORDS` lists them for ``legacy_key``.
-    writes_legacy : bool
-        Save the record under ``legacy_key`` and the old tensor names (so that a galleria from
-        before the slot still reads the file) instead of in the slot.
     state_field : str or None
         The :class:`~galleria.store._state.GalleryState` attribute that holds the checked value of a
         record galleria's own store keeps; None keeps it in ``GalleryState.extensions[name]``.
@@ -141,7 +138,6 @@ class ExtensionCodec:
     tensors: ClassVar[frozenset[str]] = frozenset()
     legacy_key: ClassVar[str | None] = None
     legacy_tensors: ClassVar[Mapping[str, str]] = {}
-    writes_legacy: ClassVar[bool] = False
     state_field: ClassVar[str | None] = None
 
     def check_record(self, record: Any, context: ExtensionContext) -> None:
@@ -159,13 +155,12 @@ class ExtensionCodec:
 
 @dataclass(frozen=True)
 class OpaqueRecord:
-    """An extension record no registered codec reads: kept as it was read, written back unchanged."""
+    """An extension record no registered codec reads: kept as it was read, written back unchanged
+    (in the slot, also when it was read from an older file's top-level key)."""
 
     name: str
     record: Any
     tensors: Mapping[str, np.ndarray]
-    #: Read from an older file's top-level key (:data:`LEGACY_RECORDS`): written back there.
-    legacy: bool = False
 
     def describe(self) -> dict[str, Any]:
         """What ``galleria info`` shows of it: its name, record size and tensors (dtype, shape)."""

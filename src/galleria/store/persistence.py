@@ -30,8 +30,9 @@ File layout (safetensors; readable by any safetensors reader):
   back unchanged, used by nothing, and listed by ``galleria info``. Files written before the slot
   kept three records at the top of the header (``augmentation``, ``offline_diffusion`` with the
   tensors ``diffusion_positions`` / ``diffusion_values``, ``rerank_statistics``); they load as
-  before, each checked by the codec that declares the old key, and are saved in the slot. (A
-  galleria from before the slot refuses a file that uses it: "unknown header key 'extensions'".)
+  before, each checked by the codec that declares the old key, and a save moves them into the slot
+  (every record is written there). galleria 0.2.0 and earlier refuse a file that uses the slot:
+  "unknown header key(s) ['extensions']".
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.

@@ -128,7 +128,7 @@ def test_header_edit_without_resealing_is_refused(saved: Path, tmp_path: Path) -
 
 def test_version_2_file_without_digest_is_refused(saved: Path, tmp_path: Path) -> None:
     header, tensors = read_parts(saved)
-    assert header["format_version"] == FORMAT_VERSION == 3
+    assert header["format_version"] == FORMAT_VERSION == 4
     for version in (2, 3):
         if version == 2:
             header, tensors = as_old_format(header, tensors)

@@ -32,7 +32,9 @@ __all__ = [
 ]
 
 FORMAT_NAME = "galleria-store"
-FORMAT_VERSION = 3
+#: 4: the extension slot (``"extensions"``, ``ext/<name>/<tensor>``) holds galleria's own records too;
+#: a version-3 reader (galleria 0.2) would refuse its key, so it is told to upgrade instead.
+FORMAT_VERSION = 4
 #: The first format version whose paths are tensors (earlier ones list them in the header).
 _PATH_TENSORS_VERSION = 3
 HEADER_KEY = "galleria"

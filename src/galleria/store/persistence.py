@@ -16,7 +16,7 @@ File layout (safetensors; readable by any safetensors reader):
   the start of a character; strict UTF-8 without NUL bytes; no path twice.
 * metadata key ``"galleria"`` — a JSON header::
 
-      {"format": "galleria-store", "format_version": 3, "rows": 1000, "space": "cosine",
+      {"format": "galleria-store", "format_version": 4, "rows": 1000, "space": "cosine",
        "dim": 512, "index": {"name": "hnsw", "params": {...}}, "embedder": {"config": {...}} | null,
        "skipped": [...], "tensors": {"index": {"sha256": "..."}, "vectors": {"sha256": "..."}},
        "extensions": {"augmentation": {"method": "dba", "neighbors": 10, "alpha": 3.0}}}
@@ -276,7 +276,7 @@ def read_store_header(path: Any) -> dict[str, Any]:
     >>> InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2)).save_to_disk(file)
     >>> header = read_store_header(file)
     >>> header["format_version"], header["dim"], header["index"]["name"]
-    (3, 2, 'exact')
+    (4, 2, 'exact')
     """
     name = check_regular_file(path)
     with open(name, "rb") as file:

@@ -47,8 +47,24 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps({**record, "load": load()}), flush=True)
 
 
-def build(engine: str, count: int, batch: int, lists: int) -> tuple[float, float, str]:
-    """(wall seconds of all adds, of which training, hash of the faiss index)."""
+def assignments(index: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Each id's inverted list and PQ code in a built IVF-PQ faiss index."""
+    ivf = faiss.extract_index_ivf(index)
+    inverted = ivf.invlists
+    lists = np.full(ivf.ntotal, -1, dtype=np.int64)
+    codes = np.zeros((ivf.ntotal, inverted.code_size), dtype=np.uint8)
+    for number in range(ivf.nlist):
+        size = inverted.list_size(number)
+        if size:
+            ids = faiss.rev_swig_ptr(inverted.get_ids(number), size).copy()
+            raw = faiss.rev_swig_ptr(inverted.get_codes(number), size * inverted.code_size)
+            lists[ids] = number
+            codes[ids] = np.asarray(raw).reshape(size, inverted.code_size)
+    return lists, codes
+
+
+def build(engine: str, count: int, batch: int, lists: int) -> tuple[float, float, str, Any]:
+    """(wall seconds of all adds, of which training, hash of the faiss index, the faiss index)."""
     index = IvfPqIndex(
         "l2",
         lists=lists,
@@ -71,15 +87,17 @@ def build(engine: str, count: int, batch: int, lists: int) -> tuple[float, float
         del part, began
     wall = time.perf_counter() - start
     digest = hashlib.sha256(bytes(faiss.serialize_index(index.faiss_index))).hexdigest()[:16]
-    return wall, training, digest
+    return wall, training, digest, index.faiss_index
 
 
 def run_build(options: argparse.Namespace) -> None:
     faiss.omp_set_num_threads(2)
     rows = {}
+    indexes: dict[str, Any] = {}
     for engine in ("processes", "ray"):
-        wall, training, digest = build(engine, options.build, options.batch, options.lists)
+        wall, training, digest, built = build(engine, options.build, options.batch, options.lists)
         rows[engine] = (wall, training, digest)
+        indexes[engine] = built
         emit(
             {
                 "what": "ivfpq build",
@@ -92,6 +110,15 @@ def run_build(options: argparse.Namespace) -> None:
             }
         )
     one, spread = rows["processes"], rows["ray"]
+    (lists_one, codes_one), (lists_ray, codes_ray) = (assignments(indexes[e]) for e in ("processes", "ray"))
+    emit(
+        {
+            "what": "ivfpq build differences",
+            "ids in another list": int(np.count_nonzero(lists_one != lists_ray)),
+            "ids with another code": int(np.count_nonzero((codes_one != codes_ray).any(axis=1))),
+            "of": options.build,
+        }
+    )
     emit(
         {
             "what": "ivfpq build summary",

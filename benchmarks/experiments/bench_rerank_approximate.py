@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve()
-sys.path.insert(0, str(HERE.parents[1]))
+sys.path.insert(0, str(HERE.parents[1] / "suites"))  # bench_protocols: the re-identification data
 
 from bench_protocols import reid_data  # noqa: E402
 

@@ -16,6 +16,7 @@ The figures of 1 and 3 must be equal (same split, same vectors). Run:
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -83,4 +84,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     main()

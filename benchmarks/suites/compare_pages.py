@@ -6,7 +6,8 @@ Run the suites (``make bench``, or one suite at a time), then
 tables of the page now — a table by its header row, a row by its first cell, a column by its header —
 and every cell holding a number in both is listed with its ratio after / before. Pages that did not
 change are named, not listed. Each page gets a summary: how many figures, how many equal, the
-median ratio, and how many lie outside the noise band (``--band``, default 0.8–1.25).
+median ratio, how many lie outside the noise band (``--band``, default 0.8–1.25), and which of those
+are worse (a time or a size up, a rate down, as far as the column's or row's header tells).
 """
 
 from __future__ import annotations
@@ -76,6 +77,29 @@ def compare(before: str, after: str) -> list[tuple[str, str, float, float]]:
     return pairs
 
 
+RATE = re.compile(r"/s\b|per second|qps|speed-?up|×|÷|\bvs\b", re.IGNORECASE)
+COST = re.compile(r"\b(ms|s|seconds?|time|min|minutes?|mb|mib|gb|gib|peak|rss|memory)\b", re.IGNORECASE)
+
+
+def better_when(column: str) -> int:
+    """+1 when a larger figure in ``column`` is better (a rate), -1 when smaller is (a time, a size),
+    0 when the header does not say (counts, accuracies, settings)."""
+    if RATE.search(column):
+        return 1
+    if COST.search(column):
+        return -1
+    return 0
+
+
+def worse(row: str, column: str, old: float, new: float, band: tuple[float, float]) -> bool:
+    """Whether ``new`` is worse than ``old`` beyond the noise band, as far as the headers tell."""
+    ratio = _ratio(old, new)
+    direction = better_when(column) or better_when(row)
+    if ratio is None or direction == 0:
+        return False
+    return ratio < band[0] if direction > 0 else ratio > band[1]
+
+
 def _ratio(old: float, new: float) -> float | None:
     return None if old == 0 else new / old
 
@@ -86,17 +110,21 @@ def page_section(name: str, pairs: list[tuple[str, str, float, float]], band: tu
     equal = sum(1 for pair in pairs if pair[2] == pair[3])
     outside = sum(1 for r in ratios if not band[0] <= r <= band[1])
     median = f"{statistics.median(ratios):.3f}" if ratios else "—"
+    worst = [f"{row} / {column}" for row, column, old, new in pairs if worse(row, column, old, new, band)]
     lines = [
         f"## {name}\n",
         f"{len(pairs)} figures, {equal} equal, median after / before {median}, "
-        f"{outside} outside {band[0]}–{band[1]}.\n",
+        f"{outside} outside {band[0]}–{band[1]}; worse beyond it (a time or size up, a rate down): "
+        + (f"{len(worst)}: " + "; ".join(worst) if worst else "none")
+        + ".\n",
         "| row | column | before | after | after / before |",
         "|---|---|---|---|---|",
     ]
     for row, column, old, new in pairs:
         ratio = _ratio(old, new)
         shown = "—" if ratio is None else f"{ratio:.3f}"
-        lines.append(f"| {row} | {column} | {old:g} | {new:g} | {shown} |")
+        mark = " **worse**" if worse(row, column, old, new, band) else ""
+        lines.append(f"| {row} | {column} | {old:g} | {new:g} | {shown}{mark} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,8 @@
 """Show the suites' figures before and after a rerun, side by side: ``docs/benchmarks/before-after.md``.
 
 Run the suites (``make bench``, or one suite at a time), then
-``python benchmarks/suites/compare_pages.py --before REV``: for every page a suite writes
+``python benchmarks/suites/compare_pages.py --before REV`` (or ``--before DIR`` for the pages another
+checkout wrote, ``--after DIR`` likewise): for every page a suite writes
 (``docs/benchmarks/<area>.md``), the tables of the page as committed at ``REV`` are matched with the
 tables of the page now — a table by its header row, a row by its first cell, a column by its header —
 and every cell holding a number in both is listed with its ratio after / before. Pages that did not
@@ -128,9 +129,27 @@ def page_section(name: str, pairs: list[tuple[str, str, float, float]], band: tu
     return "\n".join(lines) + "\n"
 
 
+def _before_page(before: str, path: Path) -> str | None:
+    """The page ``path`` as committed at the git revision ``before``, or read from the folder
+    ``before`` (a page of another checkout); None when it has no such page."""
+    folder = Path(before)
+    if folder.is_dir():
+        page = folder / path.name
+        return page.read_text(encoding="utf-8") if page.exists() else None
+    shown = subprocess.run(
+        ["git", "show", f"{before}:{path.as_posix()}"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    return shown.stdout if shown.returncode == 0 else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="the git revision of the 'before' pages")
+    parser.add_argument(
+        "--before", required=True, help="the git revision of the 'before' pages, or a folder holding them"
+    )
+    parser.add_argument(
+        "--after", default=None, help="a folder holding the 'after' pages (default: docs/benchmarks)"
+    )
     parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "before-after.md"))
     parser.add_argument("--band", type=float, nargs=2, default=(0.8, 1.25))
     parser.add_argument("pages", nargs="*", default=list(SECTIONS))
@@ -138,28 +157,22 @@ def main() -> None:
     band = (args.band[0], args.band[1])
     parts = [
         "# Benchmarks before and after\n",
-        f"Each suite's page as committed at `{args.before}` against its rerun; written by "
+        f"Each suite's page at `{args.before}` against its rerun; written by "
         "`benchmarks/suites/compare_pages.py`. Absolute times on this shared 2-core machine move "
         "with the load; same-run ratios are the figures to trust.\n",
     ]
     unchanged = []
     for name in args.pages:
         path = Path("docs") / "benchmarks" / f"{name}.md"
-        shown = subprocess.run(
-            ["git", "show", f"{args.before}:{path.as_posix()}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        current = ROOT / path
-        if shown.returncode != 0 or not current.exists():
+        before = _before_page(args.before, path)
+        current = Path(args.after) / f"{name}.md" if args.after else ROOT / path
+        if before is None or not current.exists():
             continue
         after = current.read_text(encoding="utf-8")
-        if after == shown.stdout:
+        if after == before:
             unchanged.append(name)
             continue
-        parts.append(page_section(name, compare(shown.stdout, after), band))
+        parts.append(page_section(name, compare(before, after), band))
     if unchanged:
         parts.append("Not rerun (page unchanged): " + ", ".join(unchanged) + ".\n")
     Path(args.output).write_text("\n".join(parts), encoding="utf-8")

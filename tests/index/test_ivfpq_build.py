@@ -92,3 +92,33 @@ def test_an_index_read_back_encodes_new_rows_like_the_trained_one() -> None:
     index.add(data[2_000:])
     copy.add(data[2_000:])
     np.testing.assert_array_equal(copy.reconstruct(np.arange(3_000)), index.reconstruct(np.arange(3_000)))
+
+
+def test_a_large_add_encodes_the_same_shards_on_every_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of two shards and a tail is encoded, in this process, as the shards the Ray tasks and the
+    worker processes take (one OpenMP thread each); the bytes do not depend on the thread count."""
+    import faiss
+
+    from galleria.index import _ivfpq_build
+
+    count = 2 * _ivfpq_build.SHARD_ROWS + 10_000
+    vectors = np.random.default_rng(3).normal(size=(count, 16)).astype(np.float32)
+    encoded: list[tuple[int, int]] = []
+    original = _ivfpq_build._add_shard
+
+    def spy(trained: bytes, part: np.ndarray, first_id: int) -> bytes:
+        encoded.append((first_id, first_id + part.shape[0]))
+        return original(trained, part, first_id)
+
+    monkeypatch.setattr(_ivfpq_build, "_add_shard", spy)
+    built = {}
+    for threads in (1, 2):
+        index = IvfPqIndex("l2", lists=32, subquantizers=4, bits=8, probe_lists=8, num_threads=threads)
+        index.add(vectors)
+        built[threads] = bytes(faiss.serialize_index(index.faiss_index))
+    shards = _ivfpq_build.shard_bounds(count, _ivfpq_build.SHARD_ROWS)
+    assert len(shards) == 2 and sorted(encoded) == sorted(shards * 2)
+    assert built[1] == built[2]
+    whole = IvfPqIndex("l2", lists=32, subquantizers=4, bits=8, probe_lists=8, num_threads=2)
+    whole.add(vectors[:1000])  # below a shard's threshold: one faiss add on the index's threads
+    assert len(encoded) == 4

@@ -8,7 +8,6 @@ both lists, and recall@10 is the mean share of the exact ten the index finds.
 
 from __future__ import annotations
 
-import itertools
 import time
 import warnings
 from collections.abc import Callable
@@ -24,11 +23,17 @@ from galleria.index.exact import exact_search
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
 
 __all__ = [
+    "FAISS_ADD_BLOCK",
     "MIN_MEASURED_ROWS",
     "SAMPLE_QUERIES",
+    "SHARD_ROWS",
+    "add_in_threads",
     "add_parallel",
     "list_ids",
     "measure_recall",
+    "merge_shards",
+    "shard_bounds",
+    "trained_bytes",
     "tune_probes",
 ]
 
@@ -37,6 +42,12 @@ SAMPLE_QUERIES = 300
 #: Smaller first batches are not measured (every list is probed instead).
 MIN_MEASURED_ROWS = 1_000
 _K = 10
+#: Rows each shard holds, in Ray tasks, worker processes and this process's threads (a multiple of
+#: :data:`FAISS_ADD_BLOCK`; the last shard may differ).
+SHARD_ROWS = 2 * 65_536
+#: The rows faiss's IVF-PQ add encodes at once (``IndexIVFPQ::add_core_o``), a multiple of the rows
+#: its coarse assignment multiplies at once (``distance_compute_blas_query_bs``, 4,096).
+FAISS_ADD_BLOCK = 65_536
 
 
 def list_ids(ivf: Any) -> np.ndarray:
@@ -48,6 +59,66 @@ def list_ids(ivf: Any) -> np.ndarray:
         if size:
             chunks.append(faiss.rev_swig_ptr(lists.get_ids(number), size).copy())
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+
+
+def shard_bounds(count: int, shard_rows: int) -> list[tuple[int, int]]:
+    """Rows ``start:stop`` of each shard of a batch of ``count`` rows: starts at multiples of
+    ``shard_rows`` (a multiple of :data:`FAISS_ADD_BLOCK`, raised to faiss's matrix-product
+    threshold), and a last shard below that threshold folded into the one before it.
+
+    Examples
+    --------
+    >>> shard_bounds(300_000, 131_072)  # a tail of 37,856 rows joins the shard before it
+    [(0, 131072), (131072, 300000)]
+    >>> shard_bounds(530_000, 131_072)
+    [(0, 131072), (131072, 262144), (262144, 393216), (393216, 530000)]
+    >>> shard_bounds(50_000, 131_072)
+    [(0, 50000)]
+    """
+    if shard_rows < 1 or shard_rows % FAISS_ADD_BLOCK:
+        raise ValueError(f"shard_rows must be a positive multiple of {FAISS_ADD_BLOCK}, got {shard_rows}")
+    threshold = int(faiss.cvar.distance_compute_blas_threshold)
+    shard_rows = max(shard_rows, -(-threshold // FAISS_ADD_BLOCK) * FAISS_ADD_BLOCK)
+    bounds = [(start, min(start + shard_rows, count)) for start in range(0, count, shard_rows)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < threshold:
+        bounds[-2:] = [(bounds[-2][0], count)]
+    return bounds
+
+
+def merge_shards(index: Any, ivf: Any, shards: list[bytes], first: int) -> None:
+    """Merge the serialised shard indexes ``shards`` (row order; ids from 0 of the batch) into the
+    trained faiss ``index`` (whose IVF part is ``ivf``) as rows ``first ..``."""
+    if ivf.direct_map.type != faiss.DirectMap.NoMap:
+        ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
+    for data in shards:
+        shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
+        # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
+        ivf.merge_from(faiss.extract_index_ivf(shard), first)
+        del shard
+    index.ntotal = ivf.ntotal  # an OPQ wrapper counts its rows itself (merge_from fills the IVF part)
+
+
+def trained_bytes(index: Any) -> bytes:
+    """The trained ``index`` without its rows, serialised (what every shard starts from)."""
+    empty = faiss.clone_index(index)
+    empty.reset()
+    return bytes(faiss.serialize_index(empty))
+
+
+def add_in_threads(index: Any, ivf: Any, array: np.ndarray, first: int, threads: int) -> None:
+    """Encode ``array`` (ids from ``first``) in this process: the shards of :func:`shard_bounds`, each
+    by :func:`_add_shard` on one OpenMP thread, ``threads`` shards at a time (faiss releases the GIL),
+    merged in row order. The same shards on the same single thread as the Ray tasks and the worker
+    processes, so every engine gives the same bytes whatever the thread or worker count."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    trained = trained_bytes(index)
+    bounds = shard_bounds(array.shape[0], SHARD_ROWS)
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(bounds)))) as pool:
+        shards = list(
+            pool.map(lambda bound: _add_shard(trained, array[bound[0] : bound[1]], bound[0]), bounds)
+        )
+    merge_shards(index, ivf, shards, first)
 
 
 def _add_shard(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
@@ -81,33 +152,23 @@ def add_parallel(index: Any, ivf: Any, array: np.ndarray, first: int, workers: i
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import shared_memory
 
-    empty = faiss.clone_index(index)
-    empty.reset()
-    trained = bytes(faiss.serialize_index(empty))
-    del empty
+    trained = trained_bytes(index)
     count = array.shape[0]
     block = shared_memory.SharedMemory(create=True, size=array.nbytes)
     try:
         np.ndarray(array.shape, dtype=np.float32, buffer=block.buf)[:] = array
-        bounds = np.linspace(0, count, workers + 1).astype(int)
+        bounds = shard_bounds(count, SHARD_ROWS)  # the Ray shards: the same bytes on every engine
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = [
                 pool.submit(_add_shard_shared, trained, block.name, array.shape, int(a), int(b))
-                for a, b in itertools.pairwise(bounds)
+                for a, b in bounds
             ]
             shards = [future.result() for future in futures]
     finally:
         block.close()
         block.unlink()
-    if ivf.direct_map.type != faiss.DirectMap.NoMap:
-        ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
-    for data in shards:
-        shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
-        # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
-        ivf.merge_from(faiss.extract_index_ivf(shard), first)
-        del shard
-    index.ntotal = ivf.ntotal  # an OPQ wrapper counts its rows itself (merge_from fills the IVF part)
+    merge_shards(index, ivf, shards, first)
 
 
 def _without_self(found: np.ndarray, rows: np.ndarray) -> np.ndarray:

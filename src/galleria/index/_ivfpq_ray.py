@@ -39,17 +39,19 @@ from typing import Any
 import faiss as _faiss
 import numpy as np
 
-from galleria.index._ivfpq_build import _add_shard
+from galleria.index._ivfpq_build import (
+    FAISS_ADD_BLOCK,
+    SHARD_ROWS,
+    _add_shard,
+    merge_shards,
+    shard_bounds,
+    trained_bytes,
+)
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
 
 __all__ = ["FAISS_ADD_BLOCK", "MAX_RETRIES", "SHARD_ROWS", "add_on_ray", "ray_module", "shard_bounds"]
 
-#: Rows each Ray task encodes (a multiple of :data:`FAISS_ADD_BLOCK`; the last shard may differ).
-SHARD_ROWS = 2 * 65_536
-#: The rows faiss's IVF-PQ add encodes at once (``IndexIVFPQ::add_core_o``), a multiple of the rows
-#: its coarse assignment multiplies at once (``distance_compute_blas_query_bs``, 4,096).
-FAISS_ADD_BLOCK = 65_536
 #: Times a shard's task is retried after its worker died.
 MAX_RETRIES = 2
 
@@ -61,30 +63,6 @@ def ray_module() -> Any:
     except ImportError as error:  # pragma: no cover - exercised only without the extra
         raise ImportError("build_engine='ray' needs Ray: pip install -e '.[ray]'") from error
     return ray
-
-
-def shard_bounds(count: int, shard_rows: int) -> list[tuple[int, int]]:
-    """Rows ``start:stop`` of each shard of a batch of ``count`` rows: starts at multiples of
-    ``shard_rows`` (a multiple of :data:`FAISS_ADD_BLOCK`, raised to faiss's matrix-product
-    threshold), and a last shard below that threshold folded into the one before it.
-
-    Examples
-    --------
-    >>> shard_bounds(300_000, 131_072)  # a tail of 37,856 rows joins the shard before it
-    [(0, 131072), (131072, 300000)]
-    >>> shard_bounds(530_000, 131_072)
-    [(0, 131072), (131072, 262144), (262144, 393216), (393216, 530000)]
-    >>> shard_bounds(50_000, 131_072)
-    [(0, 50000)]
-    """
-    if shard_rows < 1 or shard_rows % FAISS_ADD_BLOCK:
-        raise ValueError(f"shard_rows must be a positive multiple of {FAISS_ADD_BLOCK}, got {shard_rows}")
-    threshold = int(faiss.cvar.distance_compute_blas_threshold)
-    shard_rows = max(shard_rows, -(-threshold // FAISS_ADD_BLOCK) * FAISS_ADD_BLOCK)
-    bounds = [(start, min(start + shard_rows, count)) for start in range(0, count, shard_rows)]
-    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < threshold:
-        bounds[-2:] = [(bounds[-2][0], count)]
-    return bounds
 
 
 def _encode(trained: bytes, vectors: np.ndarray, first_id: int) -> bytes:
@@ -117,22 +95,12 @@ def add_on_ray(index: Any, ivf: Any, array: np.ndarray, first: int) -> int:
 
     if not ray.is_initialized():
         ray.init(include_dashboard=False)
-    empty = faiss.clone_index(index)
-    empty.reset()
-    trained = ray.put(bytes(faiss.serialize_index(empty)))  # sent once; every task reads this copy
-    del empty
+    trained = ray.put(trained_bytes(index))  # sent once; every task reads this copy
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES)(_encode)
     pending = [
         (start, stop, task.remote(trained, array[start:stop], start))
         for start, stop in shard_bounds(array.shape[0], SHARD_ROWS)
     ]
     shards = _gather(ray, pending)
-    if ivf.direct_map.type != faiss.DirectMap.NoMap:
-        ivf.set_direct_map_type(faiss.DirectMap.NoMap)  # faiss merges only without one
-    for data in shards:
-        shard = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8).copy())
-        # The shard's ids count from the start of the batch; merge_from shifts them to the index's ids.
-        ivf.merge_from(faiss.extract_index_ivf(shard), first)
-        del shard
-    index.ntotal = ivf.ntotal  # an OPQ wrapper counts its rows itself (merge_from fills the IVF part)
+    merge_shards(index, ivf, shards, first)
     return len(pending)

@@ -31,7 +31,7 @@ from galleria.index._faiss import (
     omp_threads,
     usable_threads,
 )
-from galleria.index._ivfpq_build import add_parallel, choose_probes
+from galleria.index._ivfpq_build import add_in_threads, add_parallel, choose_probes
 from galleria.index._ivfpq_files import pack_ivfpq, read_ivfpq
 from galleria.index._ivfpq_params import (
     IVFPQ_PARAMETERS,
@@ -263,12 +263,14 @@ rerank_candidates, seed, build_workers, num_threads, build_engine
         on_ray = self._params["build_engine"] == "ray" and count >= MIN_ROWS_PER_WORKER
         # A file's params never choose more processes than this machine lets the process use.
         workers = min(usable_threads(self._params["build_workers"]), count // MIN_ROWS_PER_WORKER)
-        # The lists, the kept copy and the row bookkeeping change together (Ctrl-C held back).
-        with deferred_interrupts():
+        with deferred_interrupts():  # lists, kept copy and row bookkeeping change together
             if on_ray:
                 add_on_ray(self._index, self._ivf, array, first)
             elif workers > 1:
                 self._add_parallel(array, first, workers)
+            elif count >= MIN_ROWS_PER_WORKER:  # the Ray shards, on this process's threads
+                threads = usable_threads(self._params["num_threads"] or faiss.omp_get_max_threads())
+                add_in_threads(self._index, self._ivf, array, first, threads)
             else:
                 with omp_threads(self._params["num_threads"]):
                     self._index.add_with_ids(array, np.arange(first, first + count, dtype=np.int64))
@@ -277,8 +279,7 @@ rerank_candidates, seed, build_workers, num_threads, build_engine
             self._rows.append(count)
 
     def _add_parallel(self, array: np.ndarray, first: int, workers: int) -> None:
-        """Encode ``array`` in ``workers`` processes and merge their lists (:func:`add_parallel`)."""
-        add_parallel(self._index, self._ivf, array, first, workers)
+        add_parallel(self._index, self._ivf, array, first, workers)  # in ``workers`` processes
 
     def _keep(self, array: np.ndarray) -> None:
         """Append ``array`` to the exact copy (grown geometrically, like the exact index)."""

@@ -10,17 +10,16 @@ driver merges their inverted lists, in row order, into the index's own in-memory
 
 Equality with the one-process build. faiss assigns a batch of at least
 ``distance_compute_blas_threshold`` rows (128,000 in faiss 1.15) to its lists with matrix products,
-a smaller one distance by distance, in blocks counted from the start of each ``add``. Shards
-therefore start at multiples of :data:`FAISS_ADD_BLOCK` rows of the batch (where the one-process
-add starts its own blocks), hold at least that threshold of rows, and a short tail is folded into
-the shard before it; each list is filled in row order. Codes and ids per list then equal the
-one-process build's (``tests/engines/test_ray_ivfpq.py``, two shards of a 272,144-row batch). Not
-every time at scale: a vector almost exactly between two centroids can be assigned to either,
-depending on how the matrix products are split over threads. At 10⁶ × 128 (4,096 lists) the Ray
-build put 1 vector of 10⁶ in another list than the 2-thread one-process build (the same one in
-two runs), and one-process builds on 1 and 2 OpenMP threads give different indexes too (training
-included; ``benchmarks/suites/bench_ray_scale.py``): the one-process build is itself reproducible
-only for a given thread count.
+a smaller one distance by distance, in blocks counted from the start of each ``add``; and a product
+split over 2 threads can round a near tie (a vector almost exactly between two centroids) the other
+way than one thread does. So every engine encodes the same shards
+(:func:`galleria.index._ivfpq_build.shard_bounds`: starts at multiples of :data:`FAISS_ADD_BLOCK`,
+at least the threshold of rows, a short tail folded into the shard before it) each on one thread:
+Ray tasks, the local worker processes, and, for a batch of at least ``MIN_ROWS_PER_WORKER`` rows,
+the index's own process (:func:`~galleria.index._ivfpq_build.add_in_threads`, several shards at a
+time on its threads). Codes and ids per list are then equal whatever the engine, thread count or
+worker count (``tests/engines/test_ray_ivfpq.py``, ``tests/index/test_ivfpq_build.py``;
+``benchmarks/suites/bench_ray_scale.py`` counts differing ids at 10⁶ and 10⁷).
 
 A task whose worker dies is retried by Ray (:data:`MAX_RETRIES`); when the retries run out the add
 raises ``RuntimeError`` naming the rows and Ray's message, and the index is left as it was before

@@ -42,6 +42,8 @@ ROUNDS = """
 and [the ECN sweep](benchmarks/ecn-sweep.md).
 [benchmarks/previous-collection.md](benchmarks/previous-collection.md) is the collected page as it
 stood before it became this index (older runs of some suites).
+[benchmarks/before-after.md](benchmarks/before-after.md) sets the suites' figures before and after the
+rooms move side by side (written by `benchmarks/suites/compare_pages.py`).
 """
 
 

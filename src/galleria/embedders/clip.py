@@ -319,7 +319,7 @@ class ClipEmbedder:
 
 def parse_spec(rest: str) -> dict[str, Any]:
     """The options of ``--embedder clip[:MODEL[:PRETRAINED]]`` (PRETRAINED an open_clip tag, a local
-    checkpoint, which may hold colons, or ``random``); ValueError phrased after the spec."""
+    checkpoint, which may hold colons, or ``random``); ValueError phrased after the spelling."""
     parts = rest.split(":", 1) if rest else []
     if not all(parts):
         raise ValueError("is malformed: expected clip[:MODEL[:PRETRAINED]]")

@@ -161,7 +161,7 @@ class PixelEmbedder:
 
 def parse_spec(rest: str) -> dict[str, Any]:
     """The options of ``--embedder pixel[:SIZE][:gray]`` (``rest`` follows ``pixel:``); ValueError
-    phrased after the spec (``is malformed: ...``)."""
+    phrased after the spelling (``is malformed: ...``)."""
     options: dict[str, Any] = {"size": 32, "grayscale": False}
     parts = rest.split(":") if rest else []
     if len(parts) > 2:

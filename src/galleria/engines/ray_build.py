@@ -18,7 +18,7 @@ from galleria._validation import check_bool, check_positive_int
 from galleria.datasets.folder import IMAGE_EXTENSIONS
 from galleria.embedders import batch_size_of, embedder_config, embedder_from_config
 from galleria.engines.shards import write_shards
-from galleria.store.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
+from galleria.images.reading import ImageReadError, decode_rgb, draft_size_for, read_rgb
 
 __all__ = ["LOCAL_RAY_OPTIONS", "build_with_ray", "init_local_ray", "list_image_uris", "read_image_any"]
 
@@ -61,7 +61,7 @@ def _is_uri(path: str) -> bool:
 def read_image_any(path: str, min_size: tuple[int, int] | None = None) -> np.ndarray:
     """Decode a local path, or a URI through pyarrow's filesystems (``s3://``, ``gs://``, ``file://``).
 
-    ``min_size`` is the store's draft size (:func:`~galleria.store.reading.draft_size_for`), so a
+    ``min_size`` is the store's draft size (:func:`~galleria.images.reading.draft_size_for`), so a
     large JPEG decodes exactly as an in-process build decodes it.
     """
     if not _is_uri(path):
@@ -343,7 +343,7 @@ def build_with_ray(
         Folder for ``part-NNNNN.parquet`` shards and ``manifest.json``.
     skip_errors : bool
         Leave unreadable images out (listed in ``store.skipped`` and the manifest, with a warning)
-        instead of raising :class:`~galleria.store.reading.ImageReadError`.
+        instead of raising :class:`~galleria.images.reading.ImageReadError`.
     address : str, optional
         Ray cluster address, joined with the cluster's own settings; None reuses the Ray this
         process runs, or starts a local one with :data:`LOCAL_RAY_OPTIONS` (:func:`init_local_ray`).

@@ -1,7 +1,7 @@
 """Evaluate retrieval on labelled queries: the pipeline behind ``galleria demo`` and ``galleria evaluate``.
 
 - :class:`RetrievalConfig` / :func:`standard_configs`: plain retrieval, αQE, and αQE + k-reciprocal
-  re-ranking on a pool of candidates (the spec's benchmark table).
+  re-ranking on a pool of candidates (the README's benchmark table).
 - :func:`evaluate_retrieval`: runs the configurations on a built store and returns one
   :class:`ConfigResult` each (Recall@1, Recall@5, mAP@100, MRR, ms/query, PR curve).
 - :func:`write_report`, :func:`format_table`, :func:`results_payload`: ``report.md``,

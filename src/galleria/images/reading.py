@@ -1,4 +1,4 @@
-"""The one image reader of galleria: images decoded to RGB uint8 arrays (rules: embedders.decoding).
+"""The one image reader of galleria: images decoded to RGB uint8 arrays (rules: images.decoding).
 
 Gallery files, query files, uploaded bytes, thumbnails and the report's contact sheets all go through
 :func:`read_rgb` (a path) or :func:`decode_rgb` (bytes or an open binary file); no other module of

@@ -1,11 +1,12 @@
-"""Retrieval metrics: ranks with the spec's tie rule, Recall@K, MRR, mAP, PR curves, image-text eval.
+"""Retrieval metrics: ranks with the tie rule (docs/metrics.md), Recall@K, MRR, mAP, PR curves, text-image.
 
 Two families of inputs:
 
 * **scores** (similarities, higher is better) or **embeddings** with the positives of each
   query → 0-indexed ranks (:func:`retrieval_ranks`, :func:`ranks_from_embeddings`) → rank summaries
   (:func:`recall_from_ranks`, :func:`mrr_from_ranks`, :func:`median_rank`, :func:`mean_rank`);
-  :func:`recall_at_k` is the spec's function; :func:`image_text_retrieval` does both directions.
+  :func:`recall_at_k` is Recall@K as docs/metrics.md defines it; :func:`image_text_retrieval` does
+  both directions.
 * **ranked result lists** (the store's candidates, scores are distances) with labels →
   :func:`ranked_relevance` → ``hits`` → :func:`hit_rate`, :func:`mean_reciprocal_rank`,
   :func:`average_precision`, :func:`mean_average_precision`, :func:`interpolated_pr_curve`.

@@ -1,7 +1,7 @@
 """The kernel behind the protocol metrics: the positions of every positive in a ranking with junk removed.
 
 A row of *keys* (higher is better) is ranked by descending key, ties to the lower gallery index —
-the spec's rule; distances become keys by negation, which is exact. Junk items are given the key
+the tie rule (docs/metrics.md); distances become keys by negation, which is exact. Junk items get the key
 −inf, which puts them after every valid (finite) item, so that counting the items above a positive
 counts valid items only: the position of a positive ``p`` among the valid items is
 

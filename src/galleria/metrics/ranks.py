@@ -146,7 +146,7 @@ def ranks_of_matrix(name: str, scores: np.ndarray, positives: Positives) -> npt.
 
 
 def retrieval_ranks(scores: Any, positives: Any) -> npt.NDArray[np.int64]:
-    """Rank of each query's best-ranked positive, 0-indexed, with the spec's tie rule.
+    """Rank of each query's best-ranked positive, 0-indexed, with the tie rule of docs/metrics.md.
 
     Parameters
     ----------

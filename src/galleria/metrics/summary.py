@@ -35,7 +35,7 @@ def recall_from_ranks(ranks: Any, ks: Any) -> list[float]:
     Returns
     -------
     list of float
-        ``mean(ranks < K)`` for each K, not rounded (``recall_at_k`` rounds, per the spec).
+        ``mean(ranks < K)`` for each K, not rounded (``recall_at_k`` rounds, as docs/metrics.md says).
 
     Raises
     ------

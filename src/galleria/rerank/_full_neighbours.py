@@ -110,7 +110,7 @@ def neighbour_lists(
 def chunked_lists(
     gram: np.ndarray, start: int, size: int, probes: int, width: int, mode: str, original: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`scaled_rows` + :func:`~galleria.rerank._common.stable_smallest` from a cosine Gram block.
+    """:func:`scaled_rows` + :func:`~galleria.vectors.stable_smallest` from a cosine Gram block.
 
     Equal bit for bit to ranking the distances ``1 - gram`` transformed and scaled as
     :func:`scaled_rows` does, without transforming the whole block. The ranking key of every mode

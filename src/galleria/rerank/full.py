@@ -47,8 +47,6 @@ from galleria.rerank._common import (
 )
 from galleria.rerank._full_jaccard import Jaccard, expanded_pairs, query_expansion, set_features
 from galleria.rerank._full_neighbours import (
-    chunked_lists,
-    first_in_order,
     first_step,
     neighbour_lists,
     scaled_rows,
@@ -67,16 +65,11 @@ METRICS: tuple[str, ...] = ("cosine", "euclidean")
 # The private names of the one-module layout, kept importable from here (galleria 0.3 split the
 # module: sources, first pass and Jaccard sums in _full_sources, _full_neighbours and _full_jaccard,
 # the block sizes in _full_blocks, which is where a test sets smaller ones).
-_MatrixSource = MatrixSource
 _FeatureSource = FeatureSource
-_Source = Source
 _transform = transform
-_row_step = blocks.row_step
 _first_step = first_step
 _scaled_rows = scaled_rows
 _neighbour_lists = neighbour_lists
-_chunked_lists = chunked_lists
-_first_in_order = first_in_order
 _expanded_pairs = expanded_pairs
 _features = set_features
 _query_expansion = query_expansion

@@ -28,7 +28,7 @@ from galleria.rerank.registry import (
 __all__ = ["DEFAULT_POOL", "PRESETS", "RetrievalConfig", "standard_configs"]
 
 #: Candidates re-ranked per query when nothing says otherwise: here, in every command's ``--pool`` and
-#: in ``galleria serve`` (the spec's benchmark pool).
+#: in ``galleria serve`` (the pool of the README's benchmark table).
 DEFAULT_POOL = 200
 #: Where values left out come from: the gallery's statistics (the default) or the published values.
 PRESETS: tuple[str, ...] = ("adaptive", "paper")

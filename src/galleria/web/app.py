@@ -37,7 +37,7 @@ from galleria.web._guard import Guard, normalise_hosts
 from galleria.web._items import ServedLabels
 from galleria.web._limits import FORM_SLACK as _FORM_SLACK
 from galleria.web._limits import BodyLimit as _BodyLimit
-from galleria.web._site import SETTING_KEYS, Site, page_renderer
+from galleria.web._site import Site, page_renderer
 from galleria.web._work import DEFAULT_REQUEST_TIMEOUT, DEFAULT_WORKERS, WorkerPool
 from galleria.web.routes.map import map_points
 
@@ -46,7 +46,6 @@ __all__ = ["DEFAULT_MAX_UPLOAD_BYTES", "create_app"]
 #: Largest upload accepted by default (20 MB).
 DEFAULT_MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 _HERE = Path(__file__).parent
-_SETTING_KEYS = SETTING_KEYS
 
 
 def _bounded(settings: SearchSettings, sent: dict[str, Any]) -> SearchSettings:

@@ -43,6 +43,7 @@ __all__ = [
     "Prepared",
     "StateCache",
     "gallery_state",
+    "kept_graph",
     "read_candidates",
     "take_snapshot",
 ]
@@ -145,3 +146,16 @@ class StateCache(Generic[T]):
         """Forget every kept structure."""
         with self._lock:
             self._kept.clear()
+
+
+def kept_graph(store: Any, state: int, k: int) -> np.ndarray | None:
+    """The ids of ``store``'s neighbour graph (:func:`galleria.store.graph.neighbor_graph`: the one
+    kept in memory or beside the store, built there when missing) with ``k`` neighbours a row, when
+    the gallery is in ``state`` before and after it is read; None otherwise (the gallery changed:
+    the caller builds the lists from its snapshot of ``state``)."""
+    from galleria.store.graph import neighbor_graph
+
+    if gallery_state(store) != state:
+        return None
+    ids = neighbor_graph(store, k)[0]
+    return ids if gallery_state(store) == state else None

@@ -12,7 +12,7 @@ from galleria._validation import check_positive_int
 from galleria.expansion import alpha_query_expansion, check_expansion_alpha
 from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
-from galleria.rerank._consistent import take_snapshot
+from galleria.rerank._consistent import kept_graph, take_snapshot
 from galleria.rerank.base import check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -118,9 +118,11 @@ def augment_store(
             raise TypeError("give neighbor_lists or its old name neighbour_lists, not both")
         neighbor_lists = neighbour_lists
     snapshot = take_snapshot(store)  # paths and vectors of one gallery state
-    if neighbor_lists is None:  # the gallery's neighbor graph (galleria.index.neighbor_graph), of that state
+    if neighbor_lists is None:  # the gallery's neighbor graph (galleria.store.graph), of that state
         wanted = min(count, max(len(snapshot.vectors) - 1, 1))
-        neighbor_lists = build_graph(snapshot.vectors, wanted, snapshot.space)[0]
+        neighbor_lists = kept_graph(store, snapshot.state, wanted)
+        if neighbor_lists is None:  # the gallery changed since the snapshot: the same core over it
+            neighbor_lists = build_graph(snapshot.vectors, wanted, snapshot.space)[0]
     augmented = _augment(snapshot.vectors, count, power, neighbor_lists)
     index = store.search_index
     result = InMemoryImageEmbeddingStore.from_embeddings(

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from galleria.index.neighbor_graph import build_graph
-from galleria.rerank._consistent import GallerySnapshot, StateCache
+from galleria.rerank._consistent import GallerySnapshot, StateCache, kept_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 
@@ -23,15 +23,18 @@ class _GalleryGraph(NamedTuple):
 _GRAPHS: StateCache[_GalleryGraph] = StateCache()
 
 
-def _graph_of(snapshot: GallerySnapshot, others: int) -> _GalleryGraph:
-    """The gallery's k-NN lists in its space, from the gallery's neighbour-graph core
-    (:func:`galleria.index.neighbor_graph.build_graph`: blockwise, exact up to 100,000 items) over
-    exactly the snapshot's vectors; each row's ids sorted ascending."""
+def _graph_of(store: InMemoryImageEmbeddingStore, snapshot: GallerySnapshot, others: int) -> _GalleryGraph:
+    """The gallery's k-NN lists in its space: the store's neighbour graph (:func:`kept_graph`) while
+    the store holds the snapshot's state, else the same core (:func:`galleria.index.neighbor_graph.
+    build_graph`: blockwise, exact up to 100,000 items) over the snapshot's vectors; each row's ids
+    sorted ascending."""
     size = snapshot.vectors.shape[0]
     wanted = min(others, size - 1)
     if wanted <= 0:
         return _GalleryGraph(snapshot.paths, np.empty((size, 0), dtype=np.int32), others)
-    ids, _distances, _method = build_graph(snapshot.vectors, wanted, snapshot.space)
+    ids = kept_graph(store, snapshot.state, wanted)
+    if ids is None:
+        ids = build_graph(snapshot.vectors, wanted, snapshot.space)[0]
     return _GalleryGraph(snapshot.paths, np.sort(ids[:, :wanted], axis=1).astype(np.int32), others)
 
 
@@ -41,7 +44,7 @@ def gallery_graph(
     """The store's gallery graph with ``others`` neighbours per row: built once, kept while the store
     keeps its gallery (adding or removing images makes a new one on next use). With ``snapshot``
     (:func:`galleria.rerank._consistent.take_snapshot`), the graph of exactly that state."""
-    return _GRAPHS.get(store, others, lambda source: _graph_of(source, others), snapshot).value
+    return _GRAPHS.get(store, others, lambda source: _graph_of(store, source, others), snapshot).value
 
 
 def truncated_neighbors(graph: _GalleryGraph, rows: np.ndarray) -> np.ndarray:

@@ -214,3 +214,36 @@ def test_cli_import_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert again.paths == paths and again.captions[0] == "a photo number 0"
     assert main(["import", "clip-retrieval", str(tmp_path / "nothing"), "--out", str(store)]) == 2
     assert "holds no img_emb/" in capsys.readouterr().err
+
+
+def test_cli_sync_and_remove_leave_and_name_url_items(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On a store mixing files and URL-only items, ``sync`` plans over the files alone (URLs never
+    vanish or change) and ``remove`` takes a URL as stored (no absolute path made of it)."""
+    from PIL import Image
+
+    from galleria import PixelEmbedder
+
+    gallery = tmp_path / "g"
+    gallery.mkdir()
+    for number, colour in enumerate(("red", "blue", "green")):
+        Image.new("RGB", (12, 12), colour).save(gallery / f"{number}.png")
+    embedder = PixelEmbedder(size=4)
+    files = [str(gallery / "0.png"), str(gallery / "1.png")]
+    urls = ["https://example.org/a.jpg", "https://example.org/b.jpg"]
+    vectors = np.vstack(
+        [
+            embedder.embed([Image.open(file).convert("RGB") for file in files]),
+            np.random.default_rng(0).random((2, 48)),
+        ]
+    )
+    mixed = InMemoryImageEmbeddingStore.from_embeddings(files + urls, vectors, embedder)
+    store = tmp_path / "mixed.safetensors"
+    mixed.save_to_disk(store)
+    assert main(["sync", str(store), str(gallery)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    synced = InMemoryImageEmbeddingStore.load_from_disk(store)
+    assert sorted(synced.paths) == sorted([*files, str(gallery / "2.png"), *urls])
+    assert main(["remove", str(store), urls[0]]) == 0, capsys.readouterr().err
+    assert urls[0] not in InMemoryImageEmbeddingStore.load_from_disk(store) and urls[1] in synced

@@ -57,13 +57,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from galleria.store._urls import is_url
+
     if not args.paths and not args.all:
         raise CliError("give the PATHs to remove, or --all to remove every image")
     store = load_store(args, args.store)
     stored = store.paths
     gone: list[str] = [] if args.paths else list(stored)
     for item in args.paths:
-        path = os.path.abspath(item)
+        path = item if is_url(item) else os.path.abspath(item)  # a URL-only item is named as stored
         if path in store:
             gone.append(path)
             continue

@@ -146,14 +146,16 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from galleria.datasets import list_images
     from galleria.images.reading import ImageReadError
+    from galleria.store._urls import is_url
 
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)
+    files = [path for path in store.paths if not is_url(path)]  # URL-only items are left as they are
     listed = list_images(folder)
     if args.root is None:
-        _refuse_a_moved_gallery(store.paths, listed, folder, args.store)
+        _refuse_a_moved_gallery(files, listed, folder, args.store)
     stats = read_manifest(args.store)
-    new, vanished, changed = plan_sync(store.paths, listed, folder, stats, os.stat(args.store).st_mtime_ns)
+    new, vanished, changed = plan_sync(files, listed, folder, stats, os.stat(args.store).st_mtime_ns)
     to_embed = new + changed
     skipped: list[str] = []
     if args.skip_errors:

@@ -1,6 +1,7 @@
 """Issue 28 §4–§6 in a real browser: the map (draw, hover, click, rectangle), duplicates, the full view.
 
-Playwright drives Debian's chromium (as :mod:`test_web_browser` does) against a live server. With
+Playwright drives Debian's chromium (with :mod:`_support.browser`, as :mod:`test_web_browser` does)
+against a live server. With
 ``GALLERIA_SCREENSHOTS=DIR`` it keeps screenshots of ``/map``, ``/duplicates``, ``/view`` and the
 browse grid filtered by a map rectangle (those in ``docs/img/``). Skipped only when chromium is not installed.
 """
@@ -21,8 +22,8 @@ from PIL import Image
 pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extra)")
 import uvicorn  # noqa: E402
-from test_web_browser import CHROMIUM, _free_port, _page  # noqa: E402
 
+from _support.browser import CHROMIUM, free_port, watched_page  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
 from galleria.web import create_app  # noqa: E402
 
@@ -68,7 +69,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=8), num_workers=1)
     store.build_store(progress=False)
     app = create_app(store, store_name="photos.safetensors")
-    port = _free_port()
+    port = free_port()
     instance = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
@@ -100,7 +101,7 @@ def _shot(page: Any, name: str, full_page: bool = True) -> None:
 
 def test_the_map_draws_hovers_clicks_and_filters(server: tuple[str, int], browser: Any) -> None:
     url, count = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.set_viewport_size({"width": 1280, "height": 1100})  # the whole canvas on screen
     page.goto(url + "/map")
     page.wait_for_selector("#map[data-ready='1']", timeout=120_000)
@@ -156,7 +157,7 @@ def test_the_map_draws_hovers_clicks_and_filters(server: tuple[str, int], browse
 
 def test_the_duplicates_view(server: tuple[str, int], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/duplicates")
     page.wait_for_selector("#dup-count", timeout=120_000)  # the page reloads itself until ready
     groups = page.locator(".dup-group")
@@ -176,7 +177,7 @@ def test_the_duplicates_view(server: tuple[str, int], browser: Any) -> None:
 
 def test_the_view_zooms_and_steps_through_the_results(server: tuple[str, int], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/?path=green/green_04.jpg")
     links = page.locator("#plain a.view-link")
     targets = [links.nth(i).get_attribute("href") for i in range(3)]
@@ -204,7 +205,7 @@ def test_the_view_zooms_and_steps_through_the_results(server: tuple[str, int], b
 
 def test_the_new_pages_fit_a_narrow_screen(server: tuple[str, int], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser, width=420)
+    page, problems = watched_page(browser, width=420)
     for address, ready in (
         ("/map", "#map[data-ready='1']"),
         ("/duplicates", "#dup-count"),
@@ -220,7 +221,7 @@ def test_the_new_pages_fit_a_narrow_screen(server: tuple[str, int], browser: Any
 def test_a_drawn_rectangle_filters_the_browse_grid(server: tuple[str, int], browser: Any) -> None:
     """Issue 28 §5: the rectangle drawn on the map filters the main browse grid (``/?map=...``)."""
     url, count = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.set_viewport_size({"width": 1280, "height": 1100})
     page.goto(url + "/map")
     page.wait_for_selector("#map[data-ready='1']", timeout=120_000)

@@ -6,9 +6,13 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["CHROMIUM", "chromium_binary", "free_port", "watched_page"]
+__all__ = ["CHROMIUM", "chromium_binary", "free_port", "serving", "watched_page"]
 
 
 def chromium_binary() -> str | None:
@@ -61,3 +65,24 @@ def watched_page(browser: Any, width: int = 1280) -> tuple[Any, list[str]]:
         ),
     )
     return page, problems
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port in a thread; yields its address, stops it after."""
+    import uvicorn
+
+    port = free_port()
+    instance = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=instance.run, daemon=True)
+    thread.start()
+    for _ in range(200):  # wait for the socket (bounded)
+        if instance.started:
+            break
+        time.sleep(0.05)
+    assert instance.started, "the server did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        instance.should_exit = True
+        thread.join(timeout=10)

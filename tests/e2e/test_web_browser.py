@@ -12,9 +12,6 @@ Skipped only when chromium is not installed (``.ci/run`` installs it: ``apt-get 
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,27 +27,12 @@ pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not inst
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extra)")
 import uvicorn  # noqa: E402
 
+from _support.browser import CHROMIUM, free_port, watched_page  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
 from galleria.cli import main as cli_main  # noqa: E402
 from galleria.evaluation.per_query import read_query_results  # noqa: E402
 from galleria.web import create_app  # noqa: E402
 
-
-def chromium_binary() -> str | None:
-    """The chromium executable of Debian's package (what ``dpkg -L chromium`` lists), else on PATH."""
-    try:
-        listing = subprocess.run(
-            ["dpkg", "-L", "chromium"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        listing = ""
-    for line in listing.splitlines():
-        if line.endswith("/bin/chromium") and os.access(line, os.X_OK):
-            return line
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-CHROMIUM = chromium_binary()
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
 )
@@ -66,12 +48,6 @@ class _TextEmbedder(PixelEmbedder):
     def embed_text(self, texts: Any) -> np.ndarray:
         images = [np.full((8, 8, 3), COLOURS[text.split()[-1]], dtype=np.uint8) for text in texts]
         return self.embed(images)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +76,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     store = InMemoryImageEmbeddingStore(paths, _TextEmbedder(size=8), num_workers=1)
     store.build_store(progress=False)
     app = create_app(store, store_name="colours.safetensors", evaluation=read_query_results(report))
-    port = _free_port()
+    port = free_port()
     instance = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
@@ -149,29 +125,6 @@ def browser() -> Iterator[Any]:
             instance.close()
 
 
-def _page(browser: Any, width: int = 1280) -> tuple[Any, list[str]]:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    problems: list[str] = []
-    page.on("pageerror", lambda error: problems.append(str(error)))
-    page.on(  # every failed request but the one checked on purpose (and the favicon: another helper's)
-        "response",
-        lambda response: (
-            problems.append(f"{response.status} {response.url}")
-            if response.status >= 400 and "k=abc" not in response.url and "favicon" not in response.url
-            else None
-        ),
-    )
-    page.on(  # a refused inline script or style, a script error
-        "console",
-        lambda message: (
-            problems.append(message.text)
-            if message.type == "error" and "Failed to load resource" not in message.text
-            else None
-        ),
-    )
-    return page, problems
-
-
 def _shot(page: Any, name: str) -> None:
     folder = os.environ.get("GALLERIA_SCREENSHOTS")
     if folder:
@@ -180,7 +133,7 @@ def _shot(page: Any, name: str) -> None:
 
 def test_browse_filter_and_click_to_query(server: tuple[str, Path], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/")
     assert "galleria" in page.title()
     assert page.locator("#count").inner_text().startswith("64 images · page 1 of 2")
@@ -218,7 +171,7 @@ def test_browse_filter_and_click_to_query(server: tuple[str, Path], browser: Any
 
 def test_upload_then_change_settings_searches_the_same_image(server: tuple[str, Path], browser: Any) -> None:
     url, query = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/")
     assert page.locator("input[name=k1]").is_disabled()  # re-ranking is off at first
     page.set_input_files("#image", str(query))
@@ -271,7 +224,7 @@ def test_upload_then_change_settings_searches_the_same_image(server: tuple[str, 
 
 def test_text_query_twice_keeps_the_text(server: tuple[str, Path], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/")
     page.fill("#text", "something red")
     page.click("#search")
@@ -292,7 +245,7 @@ def test_text_query_twice_keeps_the_text(server: tuple[str, Path], browser: Any)
 
 def test_evaluation_view(server: tuple[str, Path], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/eval")
     rows = page.locator("#queries .query-row")
     assert rows.count() == 16
@@ -318,7 +271,7 @@ def test_evaluation_view(server: tuple[str, Path], browser: Any) -> None:
 
 def test_every_page_fits_a_narrow_screen(server: tuple[str, Path], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser, width=420)
+    page, problems = watched_page(browser, width=420)
     first = LONG + "/" + LONG + "_0001_with_a_long_name.png"
     for address in (
         "/",

@@ -1,6 +1,9 @@
 """Issue 28 §4–§6 in a real browser: the map (draw, hover, click, rectangle), duplicates, the full view.
 
-Playwright drives Debian's chromium (as :mod:`test_web_browser` does) against a live server. With
+Also an EXIF-rotated JPEG in the full view and the evaluation's per-label list and its label filter.
+
+Playwright drives Debian's chromium (with :mod:`_support.browser`, as :mod:`test_web_browser` does)
+against a live server. With
 ``GALLERIA_SCREENSHOTS=DIR`` it keeps screenshots of ``/map``, ``/duplicates``, ``/view`` and the
 browse grid filtered by a map rectangle (those in ``docs/img/``). Skipped only when chromium is not installed.
 """
@@ -21,9 +24,10 @@ from PIL import Image
 pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extra)")
 import uvicorn  # noqa: E402
-from test_web_browser import CHROMIUM, _free_port, _page  # noqa: E402
 
+from _support.browser import CHROMIUM, free_port, serving, watched_page  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
+from galleria.evaluation.per_query import QueryOutcome, QueryResults, RankedPaths  # noqa: E402
 from galleria.web import create_app  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -68,7 +72,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=8), num_workers=1)
     store.build_store(progress=False)
     app = create_app(store, store_name="photos.safetensors")
-    port = _free_port()
+    port = free_port()
     instance = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=instance.run, daemon=True)
     thread.start()
@@ -100,7 +104,7 @@ def _shot(page: Any, name: str, full_page: bool = True) -> None:
 
 def test_the_map_draws_hovers_clicks_and_filters(server: tuple[str, int], browser: Any) -> None:
     url, count = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.set_viewport_size({"width": 1280, "height": 1100})  # the whole canvas on screen
     page.goto(url + "/map")
     page.wait_for_selector("#map[data-ready='1']", timeout=120_000)
@@ -156,7 +160,7 @@ def test_the_map_draws_hovers_clicks_and_filters(server: tuple[str, int], browse
 
 def test_the_duplicates_view(server: tuple[str, int], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/duplicates")
     page.wait_for_selector("#dup-count", timeout=120_000)  # the page reloads itself until ready
     groups = page.locator(".dup-group")
@@ -176,7 +180,7 @@ def test_the_duplicates_view(server: tuple[str, int], browser: Any) -> None:
 
 def test_the_view_zooms_and_steps_through_the_results(server: tuple[str, int], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.goto(url + "/?path=green/green_04.jpg")
     links = page.locator("#plain a.view-link")
     targets = [links.nth(i).get_attribute("href") for i in range(3)]
@@ -204,7 +208,7 @@ def test_the_view_zooms_and_steps_through_the_results(server: tuple[str, int], b
 
 def test_the_new_pages_fit_a_narrow_screen(server: tuple[str, int], browser: Any) -> None:
     url, _ = server
-    page, problems = _page(browser, width=420)
+    page, problems = watched_page(browser, width=420)
     for address, ready in (
         ("/map", "#map[data-ready='1']"),
         ("/duplicates", "#dup-count"),
@@ -220,7 +224,7 @@ def test_the_new_pages_fit_a_narrow_screen(server: tuple[str, int], browser: Any
 def test_a_drawn_rectangle_filters_the_browse_grid(server: tuple[str, int], browser: Any) -> None:
     """Issue 28 §5: the rectangle drawn on the map filters the main browse grid (``/?map=...``)."""
     url, count = server
-    page, problems = _page(browser)
+    page, problems = watched_page(browser)
     page.set_viewport_size({"width": 1280, "height": 1100})
     page.goto(url + "/map")
     page.wait_for_selector("#map[data-ready='1']", timeout=120_000)
@@ -261,4 +265,103 @@ def test_a_drawn_rectangle_filters_the_browse_grid(server: tuple[str, int], brow
     page.click("#map-filter-clear")  # back to the whole gallery
     page.wait_for_url(url + "/")
     assert str(count) in page.locator("#count").inner_text()
+    assert problems == []
+
+
+# Two features tested over HTTP in tests/web/test_web_collector.py, here as the browser shows them ---------
+
+#: Each label's AP@100 after re-ranking in the made-up evaluation (before: 0.5 for every query).
+LABEL_AP = {"red": 0.9, "green": 0.5, "blue": 0.2}
+
+
+def _made_up_evaluation(paths: list[str]) -> QueryResults:
+    """Three queries a label (``paths`` are ``label/…``), each with :data:`LABEL_AP`'s AP for its label."""
+    queries = []
+    for label, after in LABEL_AP.items():
+        mine = [path for path in paths if Path(path).parent.name == label]
+        others = [path for path in paths if Path(path).parent.name != label]
+        for i, path in enumerate(mine[:3]):
+            ranked = RankedPaths(tuple(others[:3]), (i == 0, False, False))
+            queries.append(QueryOutcome(path, label, {"plain": 0.5, "rerank": after}, ranked, ranked))
+    configurations = [
+        {"name": "plain", "title": "plain", "settings": {"rerank": False}, "map@100": 0.5},
+        {"name": "rerank", "title": "re-ranked", "settings": {"rerank": True}, "map@100": 0.53},
+    ]
+    return QueryResults("made up", ("plain", "rerank"), 3, configurations, queries)
+
+
+@pytest.fixture(scope="module")
+def labelled_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, np.ndarray]]:
+    """A gallery with a JPEG stored sideways (EXIF orientation 6) and a made-up evaluation of it."""
+    root = tmp_path_factory.mktemp("labelled-browser") / "photos"
+    paths = []
+    for label, colour in COLOURS.items():
+        if label == "yellow":
+            continue
+        (root / label).mkdir(parents=True)
+        for i in range(4):
+            path = root / label / f"{label}_{i}.jpg"
+            Image.fromarray(_photo(colour, i + 10 * len(paths))[:80, :120]).save(path, quality=90)
+            paths.append(str(path))
+    # Stored 120 wide and 40 high, its left half red and its right half blue; orientation 6 says
+    # "turn 90° clockwise to show": upright it is 40 wide and 120 high, red on top, blue below.
+    stored = np.zeros((40, 120, 3), dtype=np.uint8)
+    stored[:, :60] = (220, 20, 20)
+    stored[:, 60:] = (20, 20, 220)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(stored).save(root / "red" / "turned.jpg", exif=exif.tobytes(), quality=95)
+    paths.append(str(root / "red" / "turned.jpg"))
+    store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=8), num_workers=1)
+    store.build_store(progress=False)
+    on_disk = np.asarray(Image.open(root / "red" / "turned.jpg"))  # the pixel array as stored
+    app = create_app(store, store_name="photos.safetensors", evaluation=_made_up_evaluation(paths))
+    with serving(app) as url:
+        yield url, on_disk
+
+
+def test_the_full_view_shows_an_exif_rotated_jpeg_upright(
+    labelled_server: tuple[str, np.ndarray], browser: Any
+) -> None:
+    url, stored = labelled_server
+    page, problems = watched_page(browser)
+    page.goto(url + "/view/red/turned.jpg")
+    page.wait_for_function("() => document.getElementById('full').naturalWidth > 0")
+    width, height = page.evaluate(
+        "() => { const i = document.getElementById('full'); return [i.naturalWidth, i.naturalHeight]; }"
+    )
+    assert stored.shape[:2] == (40, 120)  # height, width as stored
+    assert (width, height) == (stored.shape[0], stored.shape[1])  # swapped: shown upright
+    top, bottom = page.evaluate(  # red on top, blue below: turned clockwise, not anticlockwise
+        "() => { const i = document.getElementById('full'); const c = document.createElement('canvas');"
+        " c.width = i.naturalWidth; c.height = i.naturalHeight; const g = c.getContext('2d');"
+        " g.drawImage(i, 0, 0); const at = y => [...g.getImageData(c.width >> 1, y, 1, 1).data];"
+        " return [at(10), at(c.height - 10)]; }"
+    )
+    assert top[0] > 150 > top[2] and bottom[2] > 150 > bottom[0], (top, bottom)
+    assert problems == []
+
+
+def test_the_evaluation_lists_labels_worst_first_and_filters(
+    labelled_server: tuple[str, np.ndarray], browser: Any
+) -> None:
+    url, _ = labelled_server
+    page, problems = watched_page(browser)
+    page.goto(url + "/eval")
+    rows = page.locator("#per-label tbody tr")
+    labels = rows.locator("td:first-child a").all_inner_texts()
+    assert labels == sorted(LABEL_AP, key=LABEL_AP.__getitem__)  # the lowest mAP@100 first
+    after = [float(text.split("→")[1]) for text in rows.locator("td:nth-child(4)").all_inner_texts()]
+    assert after == sorted(after) and after[0] < after[-1]
+    assert page.locator("#queries .query-row").count() == 3 * len(LABEL_AP)
+    assert page.locator("#label-filter").count() == 0
+    page.locator("#per-label a", has_text="green").click()  # the label filter
+    page.wait_for_url("**/eval?label=green")
+    shown = page.locator("#queries .query-row .label").all_inner_texts()
+    assert shown == ["green"] * 3
+    assert "green" in page.locator("#label-filter").inner_text()
+    assert page.locator("#per-label tr.compared td:first-child").inner_text() == "green"
+    page.locator("#label-filter a").click()  # back to every label
+    page.wait_for_url(url + "/eval")
+    assert page.locator("#queries .query-row").count() == 3 * len(LABEL_AP)
     assert problems == []

@@ -3,9 +3,10 @@
 Each part is checked as loading checks it, and then some: the store file (header, every tensor's
 digest, the path table, the re-ranking records, the index's own structure, then every row the index
 holds read back and found finite), its file manifest ``STORE.files.json``, the checkpoint
-``STORE.partial`` an interrupted build left (loaded like a store), the writer lock ``STORE.lock``
-(held by a running writer, or free), and the temporary files killed saves left. No model is loaded
-and nothing is embedded or searched.
+``STORE.partial`` an interrupted build left (loaded like a store), the neighbour graph ``STORE.graph``
+and the map ``STORE.map`` (damaged, or current / stale: of another state of the store, rebuilt when
+next wanted), the writer lock ``STORE.lock`` (held by a running writer, or free), and the temporary
+files killed saves left. No model is loaded and nothing is embedded or searched.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Verify STORE as loading does (header, digests, paths, re-ranking records, the index's "
             "structure), read back every row its index holds, and check its side files: the file "
-            "manifest STORE.files.json, an interrupted build's STORE.partial, the writer lock STORE.lock "
+            "manifest STORE.files.json, an interrupted build's STORE.partial, the neighbour graph "
+            "STORE.graph and the map STORE.map (current, stale or damaged), the writer lock STORE.lock "
             "and temporary files left by killed saves. Prints what it found; exit code 0 when all is "
             "well, 2 otherwise. No model is loaded and nothing is searched."
         ),
@@ -157,9 +159,70 @@ def _lock_part(path: str) -> dict[str, Any]:
     return _part("lock", True, "free (a lock file left by a writer that ended)", name)
 
 
+def _graph_part(path: str, store: Any) -> dict[str, Any]:
+    """``STORE.graph``: verified as :func:`~galleria.store.graph.read_graph_file` reads it."""
+    import warnings
+
+    from galleria.store.graph import GraphStateWarning, graph_file_for, read_graph_file, read_graph_header
+
+    name = graph_file_for(path)
+    if not os.path.lexists(name):
+        return _part("graph", True, "none (built when first wanted)", name)
+    try:
+        if store is None:
+            header = read_graph_header(name)
+            return _part(
+                "graph", True, f"k={header['k']} ({header['method']}); not compared (no store)", name
+            )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GraphStateWarning)
+            graph = read_graph_file(name, store)
+    except (OSError, ValueError) as error:
+        return _part("graph", False, "damaged: " + " ".join(str(error).split()), name)
+    except RuntimeError as error:  # the store cannot give its vectors back
+        return _part("graph", True, "not compared: " + " ".join(str(error).split()), name)
+    if graph is None or caught:
+        return _part("graph", True, "stale: of another state of the store (rebuilt when next wanted)", name)
+    return _part("graph", True, f"current: k={graph.k} ({graph.method})", name)
+
+
+def _map_part(path: str, store: Any) -> dict[str, Any]:
+    """``STORE.map``: verified as :func:`~galleria.store.gallery_map.read_map_file` reads it."""
+    from galleria.store.gallery_map import CHECK_TOLERANCE, fingerprints, map_file_for, read_map_file
+
+    name = map_file_for(path)
+    if not os.path.lexists(name):
+        return _part("map", True, "none (computed when first wanted)", name)
+    size = len(store) if store is not None else (1 << 62)
+    try:
+        prints, checks, _, method = read_map_file(name, size)
+    except (OSError, ValueError) as error:
+        return _part("map", False, "damaged: " + " ".join(str(error).split()), name)
+    detail = f"{len(prints)} point(s) ({method})"
+    if store is None:
+        return _part("map", True, detail + "; not compared (no store)", name)
+    try:
+        vectors = store._gallery_vectors(np.arange(len(store), dtype=np.int64))
+    except RuntimeError as error:  # the store cannot give its vectors back
+        return _part("map", True, f"{detail}; not compared: " + " ".join(str(error).split()), name)
+    now, now_checks = fingerprints(store.paths, vectors)
+    position = {int(value): row for row, value in enumerate(prints)}
+    found = np.array([position.get(int(value), -1) for value in now], dtype=np.int64)
+    known = found >= 0
+    known[known] = np.abs(checks[found[known]] - now_checks[known]) <= CHECK_TOLERANCE
+    if int(known.sum()) == len(now) == len(prints):
+        return _part("map", True, "current: " + detail, name)
+    if now.size and known.sum() * 2 < now.size:
+        return _part("map", True, f"stale: {detail} of another gallery (recomputed when next wanted)", name)
+    placed = len(now) - int(known.sum())
+    return _part(
+        "map", True, f"stale: {detail}; {placed} image(s) placed from their neighbours when next wanted", name
+    )
+
+
 def _temporaries_part(path: str) -> dict[str, Any]:
     folder, base = os.path.split(os.path.abspath(path))
-    names = [re.escape(f".{base}{suffix}.") for suffix in ("", ".files.json", ".partial")]
+    names = [re.escape(f".{base}{suffix}.") for suffix in ("", ".files.json", ".partial", ".graph", ".map")]
     pattern = re.compile(f"(?:{'|'.join(names)})" + r"\d+\.[^.]+\.tmp")
     try:
         left = sorted(entry for entry in os.listdir(folder) if pattern.fullmatch(entry))
@@ -176,6 +239,8 @@ def check_store(path: str) -> list[dict[str, Any]]:
         store_part,
         _manifest_part(path, store),
         _checkpoint_part(path),
+        _graph_part(path, store),
+        _map_part(path, store),
         _lock_part(path),
         _temporaries_part(path),
     ]

@@ -63,11 +63,12 @@ def _peak_bytes() -> int:
 def run(args: argparse.Namespace) -> int:
     """Build (or reuse) the graph, keep it, print the figures."""
     import os
+    import warnings
 
     import numpy as np
 
     from galleria.index.neighbor_graph import exact_graph, graph_recall
-    from galleria.store.graph import graph_file_for, neighbor_graph, read_graph_header
+    from galleria.store.graph import GraphFileWarning, graph_file_for, neighbor_graph, read_graph_header
 
     if args.sample < 0:
         raise CliError(f"--sample must be 0 or more, got {args.sample}")
@@ -77,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
         os.remove(side)
     before = os.stat(side).st_mtime_ns if os.path.exists(side) else None
     start = time.perf_counter()
-    ids, _distances = neighbor_graph(store, args.k, method=args.method, store_file=args.store)
+    with warnings.catch_warnings():  # asked for the graph file itself: a damaged one is an error here
+        warnings.simplefilter("error", GraphFileWarning)
+        try:
+            ids, _distances = neighbor_graph(store, args.k, method=args.method, store_file=args.store)
+        except GraphFileWarning as damaged:
+            problem = str(damaged).removesuffix("; ignored and rebuilt")
+            raise CliError(f"{problem} (run with --rebuild to replace it)") from None
     seconds = time.perf_counter() - start
     header = read_graph_header(side)
     sample = min(args.sample, len(store))

@@ -8,7 +8,9 @@ neighbours also answers every smaller ``k`` (its rows' prefixes).
 ``galleria graph`` or :func:`save_neighbor_graph`. Saving the store never writes it, so an unchanged
 graph is never rewritten. The file records the *state* it belongs to: the SHA-256 of the store's
 space, shape and vectors (row order included). A graph file of another state (the store changed since)
-is ignored with a :class:`GraphStateWarning` and rebuilt, never used. The file is untrusted: its
+is ignored with a :class:`GraphStateWarning` and rebuilt, never used; so is a damaged or unreadable one
+(garbage, truncated, a flipped byte: a :class:`GraphFileWarning` naming the file and the problem) when
+a graph is wanted, while :func:`read_graph_file` (``galleria check``) refuses it. The file is untrusted: its
 size must be exactly what its header and the store's size say (the store, not the file, fixes the
 item count, so it cannot make galleria allocate more), and the arrays pass
 :func:`~galleria.index.neighbor_graph.check_graph_arrays`, distances recomputed on a sample.
@@ -40,6 +42,7 @@ from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
     "GRAPH_SUFFIX",
+    "GraphFileWarning",
     "GraphStateWarning",
     "NeighborGraph",
     "graph_file_for",
@@ -59,6 +62,10 @@ _HEADER_LIMIT = 1 << 16
 
 class GraphStateWarning(GalleriaWarning):
     """A neighbour-graph file belongs to another state of the store; it was ignored (and rebuilt)."""
+
+
+class GraphFileWarning(GraphStateWarning):
+    """A neighbour-graph file is damaged or unreadable; it was ignored (and rebuilt), never used."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +197,17 @@ def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingS
     return NeighborGraph(state, ids, distances, header["method"])
 
 
+def _usable_graph_file(path: str, store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
+    """:func:`read_graph_file`, or None with a :class:`GraphFileWarning` when the file is damaged."""
+    try:
+        return read_graph_file(path, store)
+    except (ValueError, OSError) as error:  # damaged, truncated, forged, unreadable: rebuild, never use
+        warnings.warn(
+            GraphFileWarning(f"graph file {path!r} is unusable ({error}); ignored and rebuilt"), stacklevel=3
+        )
+        return None
+
+
 def _write_graph_file(path: str, graph: NeighborGraph) -> None:
     ids = np.ascontiguousarray(graph.ids, dtype="<i4")
     distances = np.ascontiguousarray(graph.distances, dtype="<f4")
@@ -253,7 +271,7 @@ def neighbor_graph(
     state = _state_of(store.space, vectors)
     graph = None
     if path is not None and os.path.exists(path):
-        graph = read_graph_file(path, store)
+        graph = _usable_graph_file(path, store)
         if graph is not None and (graph.k < wanted or method not in ("auto", graph.method)):
             graph = None
     if graph is None:

@@ -12,8 +12,6 @@ Skipped only when chromium is not installed (``.ci/run`` installs it: ``apt-get 
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,8 @@ from PIL import Image
 
 pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
 playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (dev extra)")
-import uvicorn  # noqa: E402
 
-from _support.browser import CHROMIUM, free_port, watched_page  # noqa: E402
+from _support.browser import CHROMIUM, serving, watched_page  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
 from galleria.cli import main as cli_main  # noqa: E402
 from galleria.evaluation.per_query import read_query_results  # noqa: E402
@@ -76,20 +73,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     store = InMemoryImageEmbeddingStore(paths, _TextEmbedder(size=8), num_workers=1)
     store.build_store(progress=False)
     app = create_app(store, store_name="colours.safetensors", evaluation=read_query_results(report))
-    port = free_port()
-    instance = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    for _ in range(200):  # wait for the socket (bounded)
-        if instance.started:
-            break
-        time.sleep(0.05)
-    assert instance.started, "the server did not start"
     query = base / "query.png"
     Image.new("RGB", (40, 40), COLOURS["blue"]).save(query)
-    yield f"http://127.0.0.1:{port}", query
-    instance.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as address:
+        yield address, query
 
 
 def _params(url: str) -> dict[str, str]:

@@ -8,9 +8,8 @@ the codebooks) on a seeded sample of at most ``train_size`` vectors of the first
 Parameters left unset are chosen from that batch (:mod:`galleria.index._ivfpq_params`): the shape
 from its size, dimension and ``memory_budget``, and ``probe_lists`` by measuring recall@10 on a
 sample of the gallery against exact search until ``recall_target`` is met
-(:mod:`galleria.index._ivfpq_build`). What was chosen and measured is :attr:`IvfPqIndex.build_report`
-(saved with the index). Its file is written and read by :mod:`galleria.index._ivfpq_files`.
-"""
+(:mod:`galleria.index._ivfpq_build`), reported in :attr:`IvfPqIndex.build_report` (saved with the
+index; its file: :mod:`galleria.index._ivfpq_files`)."""
 
 from __future__ import annotations
 

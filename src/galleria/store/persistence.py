@@ -4,8 +4,8 @@ File layout (safetensors; readable by any safetensors reader):
 
 * tensor ``"index"`` — the serialised search index (``SearchIndex.to_bytes()``) as a 1-D uint8
   tensor. The HNSW graph is in it, so loading does not rebuild anything and gives the same
-  results. The built-in indexes hold their vectors inside these bytes, so the vectors are not
-  written a second time. Left out when the index cannot be serialised (some external indexes).
+  results. The built-in indexes hold their vectors in these bytes (not written a second time).
+  Left out when the index cannot be serialised (some external indexes).
 * tensor ``"vectors"`` — the (n, d) float32 gallery vectors in row order, written when the index
   cannot give them back (an external index) or when ``vectors=`` is passed to ``save_to_disk``.
 * tensors ``"path_bytes"`` and ``"path_offsets"`` — the gallery paths in row order: their UTF-8
@@ -30,9 +30,8 @@ File layout (safetensors; readable by any safetensors reader):
   back unchanged, used by nothing, and listed by ``galleria info``. Files written before the slot
   kept three records at the top of the header (``augmentation``, ``offline_diffusion`` with the
   tensors ``diffusion_positions`` / ``diffusion_values``, ``rerank_statistics``); they load as
-  before, each checked by the codec that declares the old key, and a save moves them into the slot
-  (every record is written there). galleria 0.2.0 and earlier refuse a file that uses the slot:
-  "unknown header key(s) ['extensions']".
+  before, each checked by the codec that declares the old key, and a save moves them into the slot,
+  in format version 4 (galleria 0.2.0 and earlier ask to be upgraded to read it).
 
   ``embedder`` is null for a store without an embedder and ``{"config": null}`` for one whose
   embedder has no ``config()``.

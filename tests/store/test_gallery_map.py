@@ -194,3 +194,38 @@ def test_the_map_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert figures["images"] == 40 and figures["method"] == "pca" and Path(figures["file"]).is_file()
     assert main(["map", str(store_file)]) == 0
     assert "map of 40 images (pca)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("space", ["cosine", "l2"])
+def test_the_tsne_map_stands_on_the_stores_neighbour_graph(
+    space: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """t-SNE's affinities come from the store's one neighbour graph (built once, kept for the other
+    consumers; l2 distances as Euclidean ones), and the map keeps the clusters apart."""
+    pytest.importorskip("openTSNE")
+    import galleria
+    from galleria.index.neighbor_graph import build_graph
+    from galleria.store import graph as graph_module
+
+    calls: list[int] = []
+
+    def counting(vectors: np.ndarray, k: int, *args: object, **kwargs: object) -> object:
+        calls.append(k)
+        return build_graph(vectors, k, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(graph_module, "build_graph", counting)
+    rng = np.random.default_rng(1)
+    vectors = (np.eye(4) * 6)[np.arange(120) % 4] + rng.normal(size=(120, 4))
+    store = InMemoryImageEmbeddingStore.from_embeddings(
+        [f"/g/{i}.png" for i in range(120)], vectors, space=space
+    )
+    result = gallery_map(store, method="tsne")
+    assert result.method == "tsne" and calls == [90]
+    galleria.neighbor_graph(store, 30)  # the graph the map asked for serves the others
+    assert calls == [90]
+    labels = np.arange(120) % 4
+    points = result.coordinates
+    centres = np.array([points[labels == c].mean(axis=0) for c in range(4)])
+    spread = max(float(np.linalg.norm(points[labels == c] - centres[c], axis=1).mean()) for c in range(4))
+    gaps = [float(np.linalg.norm(a - b)) for i, a in enumerate(centres) for b in centres[i + 1 :]]
+    assert min(gaps) > 2 * spread

@@ -1,9 +1,10 @@
 """A 2-D map of a store's gallery: one point per image, kept beside the store (``STORE.map``).
 
-**Projection.** With the ``map`` extra (openTSNE) the vectors are laid out by t-SNE (FFT-accelerated
-gradients, approximate neighbours, PCA initialisation: neighbourhoods stay together and the global
-layout follows the principal axes); without it, by PCA onto the two leading axes (exact and fast,
-but classes overlap). ``docs/map.md`` says why this choice and gives the measured cost.
+**Projection** (:mod:`galleria.store._projection`). With the ``map`` extra (openTSNE) the vectors are
+laid out by t-SNE (FFT-accelerated gradients, PCA initialisation: neighbourhoods stay together and
+the global layout follows the principal axes) on the store's neighbour graph
+(:func:`galleria.store.graph.neighbor_graph`); without it, by PCA onto the two leading axes (exact
+and fast, but classes overlap). ``docs/map.md`` says why this choice and gives the measured cost.
 
 **Images added later** are placed without recomputing the map: an image is known to the map by its
 path and a check of its vector (so a re-embedded image counts as new); each new one lands at the mean
@@ -43,6 +44,7 @@ from galleria._files import atomic_path, load_json, open_regular_file
 from galleria._validation import check_choice
 from galleria._warnings import GalleriaWarning
 from galleria.distances import pairwise_distances
+from galleria.store._projection import MAP_METHODS, map_neighbors, project_vectors
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -59,8 +61,6 @@ __all__ = [
 ]
 
 MAP_SUFFIX = ".map"
-#: ``auto``: t-SNE when openTSNE is installed (``galleria[map]``), else PCA.
-MAP_METHODS = ("auto", "tsne", "pca")
 _MAGIC = b"GALLERIA-MAP1\n"
 _LENGTH = struct.Struct("<I")
 _HEADER_LIMIT = 1 << 16
@@ -89,73 +89,6 @@ class GalleryMap:
     method: str
     #: Rows placed from their neighbours (added after the projection), not projected.
     placed: int = 0
-
-
-def _pca(vectors: np.ndarray) -> np.ndarray:
-    centred = vectors.astype(np.float64) - vectors.mean(axis=0, dtype=np.float64)
-    covariance = centred.T @ centred
-    _, axes = np.linalg.eigh(covariance)
-    top = axes[:, ::-1][:, :2]
-    if top.shape[1] < 2:
-        top = np.pad(top, ((0, 0), (0, 2 - top.shape[1])))
-    signs = np.sign(top[np.argmax(np.abs(top), axis=0), [0, 1]])  # a deterministic orientation
-    signs[signs == 0] = 1.0
-    projected: np.ndarray = (centred @ (top * signs)).astype(np.float32)
-    return projected
-
-
-def _tsne(vectors: np.ndarray, space: str, seed: int, threads: int) -> np.ndarray:
-    from openTSNE import TSNE
-
-    count = vectors.shape[0]
-    perplexity = float(min(30.0, max(2.0, (count - 1) / 3.0)))
-    model = TSNE(
-        n_components=2,
-        perplexity=perplexity,
-        metric="euclidean" if space == "l2" else "cosine",
-        initialization="pca",
-        neighbors="exact" if count < 2_000 else "annoy",
-        negative_gradient_method="bh" if count < 10_000 else "fft",
-        n_jobs=threads,
-        random_state=seed,
-        verbose=False,
-    )
-    return np.asarray(model.fit(vectors.astype(np.float32)), dtype=np.float32)
-
-
-def _tsne_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("openTSNE") is not None
-
-
-def project_vectors(
-    vectors: np.ndarray, space: str = "cosine", *, method: str = "auto", seed: int = 0, threads: int = 1
-) -> tuple[np.ndarray, str]:
-    """The (n, 2) float32 map of ``vectors`` and the method used (``"tsne"`` or ``"pca"``).
-
-    ``auto`` uses t-SNE when openTSNE is installed and there are at least 10 vectors, PCA otherwise;
-    ``tsne`` without openTSNE raises ImportError naming the extra.
-
-    Examples
-    --------
-    >>> points, used = project_vectors(np.array([[0.0, 0, 1], [0, 0, 2], [0, 0, 4]]), "l2", method="pca")
-    >>> used, points.shape, [round(float(x), 3) for x in points[:, 0]]
-    ('pca', (3, 2), [-1.333, -0.333, 1.667])
-    """
-    chosen = check_choice("method", method, MAP_METHODS)
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.ndim != 2:
-        raise ValueError(f"vectors must be a 2-D array, got shape {array.shape}")
-    if chosen == "tsne" and not _tsne_available():
-        raise ImportError("the t-SNE map needs openTSNE: pip install 'galleria[map]'")
-    if chosen == "auto":
-        chosen = "tsne" if array.shape[0] >= 10 and _tsne_available() else "pca"
-    if array.shape[0] == 0:
-        return np.zeros((0, 2), np.float32), chosen
-    if chosen == "tsne" and array.shape[0] >= 4:
-        return _tsne(array, space, seed, threads), "tsne"
-    return _pca(array), "pca"
 
 
 def place_points(
@@ -379,8 +312,9 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
+        neighbors = map_neighbors(store, rows, method)  # the store's neighbour graph, for t-SNE
         coordinates, used = project_vectors(
-            vectors, store.space, method=method, seed=seed, threads=MAP_THREADS
+            vectors, store.space, method=method, seed=seed, threads=MAP_THREADS, neighbors=neighbors
         )
         result = GalleryMap(_state(*keys), coordinates, used)
     if path is not None and fresh and write is not False:

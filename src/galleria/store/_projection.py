@@ -1,0 +1,130 @@
+"""The map's projection: t-SNE (openTSNE, the ``map`` extra) on the store's neighbour graph, or PCA.
+
+t-SNE's affinities come from each item's 3 × perplexity nearest neighbours (90 for a gallery of at
+least 91 items). For a store in the cosine or l2 space they are the store's one neighbour graph
+(:func:`galleria.store.graph.neighbor_graph`: kept in memory or in ``STORE.graph``, built there when
+missing, exact up to 100,000 items), with l2 distances as Euclidean (not squared) ones; otherwise, and
+for bare vectors, openTSNE searches them itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from galleria._validation import check_choice
+
+__all__ = ["MAP_METHODS", "map_neighbors", "project_vectors"]
+
+#: ``auto``: t-SNE when openTSNE is installed (``galleria[map]``), else PCA.
+MAP_METHODS = ("auto", "tsne", "pca")
+#: Neighbours per item t-SNE's affinities take (3 × openTSNE's default perplexity of 30).
+TSNE_NEIGHBORS = 90
+
+
+def _pca(vectors: np.ndarray) -> np.ndarray:
+    centred = vectors.astype(np.float64) - vectors.mean(axis=0, dtype=np.float64)
+    covariance = centred.T @ centred
+    _, axes = np.linalg.eigh(covariance)
+    top = axes[:, ::-1][:, :2]
+    if top.shape[1] < 2:
+        top = np.pad(top, ((0, 0), (0, 2 - top.shape[1])))
+    signs = np.sign(top[np.argmax(np.abs(top), axis=0), [0, 1]])  # a deterministic orientation
+    signs[signs == 0] = 1.0
+    projected: np.ndarray = (centred @ (top * signs)).astype(np.float32)
+    return projected
+
+
+def _tsne(
+    vectors: np.ndarray, space: str, seed: int, threads: int, neighbors: tuple[np.ndarray, np.ndarray] | None
+) -> np.ndarray:
+    from openTSNE import TSNE
+
+    count = vectors.shape[0]
+    perplexity = float(min(30.0, max(2.0, (count - 1) / 3.0)))
+    model = TSNE(
+        n_components=2,
+        perplexity=perplexity,
+        metric="euclidean" if space == "l2" else "cosine",
+        initialization="pca",
+        neighbors="exact" if count < 2_000 else "annoy",
+        negative_gradient_method="bh" if count < 10_000 else "fft",
+        n_jobs=threads,
+        random_state=seed,
+        verbose=False,
+    )
+    data = vectors.astype(np.float32)
+    if neighbors is None:
+        return np.asarray(model.fit(data), dtype=np.float32)
+    from openTSNE import affinity, initialization
+    from openTSNE.nearest_neighbors import PrecomputedNeighbors
+
+    ids, distances = neighbors
+    known = PrecomputedNeighbors(
+        np.ascontiguousarray(ids, np.int64), np.ascontiguousarray(distances, np.float64)
+    )
+    affinities = affinity.PerplexityBasedNN(
+        perplexity=perplexity, knn_index=known, n_jobs=threads, random_state=seed, verbose=False
+    )
+    start = initialization.pca(data, random_state=seed)
+    return np.asarray(model.fit(affinities=affinities, initialization=start), dtype=np.float32)
+
+
+def _tsne_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openTSNE") is not None
+
+
+def project_vectors(
+    vectors: np.ndarray,
+    space: str = "cosine",
+    *,
+    method: str = "auto",
+    seed: int = 0,
+    threads: int = 1,
+    neighbors: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, str]:
+    """The (n, 2) float32 map of ``vectors`` and the method used (``"tsne"`` or ``"pca"``).
+
+    ``neighbors`` (t-SNE only): each row's nearest other rows and their distances, ``(ids,
+    distances)`` of shape (n, k), as :func:`map_neighbors` gives them; None lets openTSNE search.
+
+    ``auto`` uses t-SNE when openTSNE is installed and there are at least 10 vectors, PCA otherwise;
+    ``tsne`` without openTSNE raises ImportError naming the extra.
+
+    Examples
+    --------
+    >>> points, used = project_vectors(np.array([[0.0, 0, 1], [0, 0, 2], [0, 0, 4]]), "l2", method="pca")
+    >>> used, points.shape, [round(float(x), 3) for x in points[:, 0]]
+    ('pca', (3, 2), [-1.333, -0.333, 1.667])
+    """
+    chosen = check_choice("method", method, MAP_METHODS)
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2:
+        raise ValueError(f"vectors must be a 2-D array, got shape {array.shape}")
+    if chosen == "tsne" and not _tsne_available():
+        raise ImportError("the t-SNE map needs openTSNE: pip install 'galleria[map]'")
+    if chosen == "auto":
+        chosen = "tsne" if array.shape[0] >= 10 and _tsne_available() else "pca"
+    if array.shape[0] == 0:
+        return np.zeros((0, 2), np.float32), chosen
+    if chosen == "tsne" and array.shape[0] >= 4:
+        return _tsne(array, space, seed, threads, neighbors), "tsne"
+    return _pca(array), "pca"
+
+
+def map_neighbors(store: Any, rows: Any, method: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """t-SNE's neighbours from ``store``'s neighbour graph while its gallery is still ``rows`` (the
+    path table the caller read its vectors with): ``(ids, distances)``; None when the map will not
+    be a t-SNE, the store's space is neither cosine nor l2, or the gallery changed meanwhile."""
+    count = len(rows)
+    if method == "pca" or count < 10 or store.space not in ("cosine", "l2") or not _tsne_available():
+        return None
+    from galleria.store.graph import neighbor_graph
+
+    ids, distances = neighbor_graph(store, min(TSNE_NEIGHBORS, count - 1))
+    if store._paths is not rows:
+        return None
+    return ids, (np.sqrt(np.maximum(distances, 0.0)) if store.space == "l2" else distances)

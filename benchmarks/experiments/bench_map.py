@@ -4,7 +4,9 @@ Each (size, method) runs in its own process so that its peak RSS is its own. The
 synthetic and clustered like an embedder's (``--classes`` Gaussian clusters on the unit sphere,
 128 dimensions). Quality is the share of each sampled point's 10 nearest neighbours (cosine, in the
 vectors) that are also among its 10 nearest on the map, and the share of 10 map neighbours of the
-same cluster; placement is the cost of placing 1 % more images on an existing map.
+same cluster; placement is the cost of placing 1 % more images on an existing map. ``tsne`` and
+``pca`` draw a store's map (``gallery_map``: t-SNE on the store's neighbour graph, the graph's
+build included); ``tsne-bare`` projects the bare vectors (openTSNE's own Annoy neighbours).
 
     python benchmarks/experiments/bench_map.py --sizes 10000 100000 --methods tsne pca
 """
@@ -45,12 +47,21 @@ def _quality(
 
 
 def _one(count: int, method: str, classes: int, threads: int) -> dict[str, object]:
-    from galleria.store.gallery_map import place_points, project_vectors
+    from galleria import InMemoryImageEmbeddingStore
+    from galleria.store.gallery_map import gallery_map, place_points, project_vectors
 
     vectors, labels = _vectors(count, 128, classes, seed=1)
+    store = None
+    if method != "tsne-bare":  # a store's map: t-SNE on the store's neighbour graph
+        store = InMemoryImageEmbeddingStore.from_embeddings([f"/g/{i}.png" for i in range(count)], vectors)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    points, used = project_vectors(vectors, "cosine", method=method, threads=threads)
+    if store is None:  # bare vectors: openTSNE finds the neighbours itself (Annoy)
+        points, used = project_vectors(vectors, "cosine", method="tsne", threads=threads)
+        used = "tsne-bare"
+    else:
+        drawn = gallery_map(store, method=method)
+        points, used = drawn.coordinates, drawn.method
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     extra, _ = _vectors(max(1, count // 100), 128, classes, seed=2)
@@ -72,7 +83,7 @@ def _one(count: int, method: str, classes: int, threads: int) -> dict[str, objec
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000])
-    parser.add_argument("--methods", nargs="+", default=["tsne", "pca"], choices=["tsne", "pca"])
+    parser.add_argument("--methods", nargs="+", default=["tsne", "pca"], choices=["tsne", "tsne-bare", "pca"])
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--one", nargs=2, metavar=("N", "METHOD"), help=argparse.SUPPRESS)

@@ -568,9 +568,9 @@ def vectors(
     base = _root(root)
     gallery = folder(name, base)
     relative = [os.path.relpath(path, base / name) for path in gallery.paths]
-    cache = base / "_vectors" / f"{name}.{embedder}"
+    cache = base / "_vectors"
     digest = hashlib.sha256("\n".join(relative).encode()).hexdigest()[:16]
-    meta_path, array_path = cache.with_suffix(".json"), cache.with_suffix(".npy")
+    meta_path, array_path = cache / f"{name}.{embedder}.json", cache / f"{name}.{embedder}.npy"
     if meta_path.is_file() and array_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("paths_sha256") == digest:
@@ -583,8 +583,8 @@ def vectors(
     store.build_store(progress=False)
     array = np.asarray(store.embeddings_of(gallery.paths), dtype=np.float32)
     seconds = time.perf_counter() - started
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    temporary = cache.with_suffix(".tmp.npy")
+    cache.mkdir(parents=True, exist_ok=True)
+    temporary = cache / f"{name}.{embedder}.tmp.npy"
     np.save(temporary, array, allow_pickle=False)
     temporary.replace(array_path)
     config = model.config() if hasattr(model, "config") else {}
@@ -680,9 +680,13 @@ def plant_copies(
     (and :data:`WIDE_KINDS` when ``wide``), the kinds dealt out in turn so each is about as frequent.
     A copy lies in its original's class folder, named ``<stem>~copy-<kind>.<ext>`` (sorts after the
     original), except one in :data:`EARLY_NAME`, named ``!copy-<kind>-<stem>.<ext>`` (sorts before
-    it). Writes ``out_dir/copies.csv`` (original, copy, kind, copy_sorts_first; paths relative to
-    ``out_dir``) and returns the (original, copy, kind) rows with full paths.
+    it). A crop of ``p`` % a side cuts ``round(p/100 × side)`` pixels, at least 1 (so 1 pixel on a
+    side of 20–32 pixels, whatever ``p``). Writes ``out_dir/copies.csv`` (original, copy, kind,
+    copy_sorts_first, original_size, copy_size; paths relative to ``out_dir``) and returns the
+    (original, copy, kind) rows with full paths.
     """
+    from PIL import Image
+
     from galleria.datasets import load_image_folder
 
     gallery = load_image_folder(source) if isinstance(source, (str, os.PathLike)) else source
@@ -709,12 +713,13 @@ def plant_copies(
         copy = original.with_name(name)
         copy.write_bytes(data)
         planted.append((str(original), str(copy), kind))
-        lines.append(
-            (str(original.relative_to(out)), str(copy.relative_to(out)), kind, str(copy.name < original.name))
-        )
+        with Image.open(original) as before, Image.open(copy) as after:
+            sizes = f"{before.width}x{before.height}", f"{after.width}x{after.height}"
+        relative = str(original.relative_to(out)), str(copy.relative_to(out))
+        lines.append((*relative, kind, str(copy.name < original.name), *sizes))
     with open(out / "copies.csv", "w", newline="", encoding="utf-8") as stream:
         writer = csv.writer(stream)
-        writer.writerow(("original", "copy", "kind", "copy_sorts_first"))
+        writer.writerow(("original", "copy", "kind", "copy_sorts_first", "original_size", "copy_size"))
         writer.writerows(lines)
     return planted
 

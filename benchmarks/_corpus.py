@@ -1,6 +1,6 @@
 """A corpus of real labelled galleries of several kinds, with cached vectors and planted copies.
 
-Six galleries, each written once as PNG files in the labelled layout ``ROOT/<gallery>/<class>/<image>``
+Seven galleries, each written once as PNG files in the labelled layout ``ROOT/<gallery>/<class>/<image>``
 with classes of 5 to 60 images (larger classes are cut by a seeded sample, smaller ones dropped):
 
 ============  ===========  ==========================================================================
@@ -18,12 +18,13 @@ gallery       kind         where the images come from
                            its eight facings in *cimpletoon* plus its sprite in *amplio2* and *trident*
 ``icons``     icons        one class per freedesktop icon name (``folder``, ``printer``...), the icon as
                            drawn by 5 to 9 icon themes (Debian's PNG themes: Adwaita, Tango, Oxygen...)
+``cards``     playing      one class per card (``queen-of-hearts``), drawn by Aisleriot's French-suited
+              cards        decks (Debian ``gnome-cards-data``, rendered by ``rsvg-convert``)
 ============  ===========  ==========================================================================
 
-Within a gallery, an image that is
-the same picture as one already kept (an exact copy, or within :data:`NEAR_RMS` RMS grey levels on a
-16×16 RGB thumbnail, in any class) is left out, so the only copies are the ones :func:`plant_copies`
-plants. ``python benchmarks/_corpus.py list`` prints what was built and how much was left out.
+Within a gallery, an image that is the same picture as one already kept (an exact copy, or within
+:data:`NEAR_RMS` RMS grey levels on a 16×16 RGB thumbnail on white, in any class) is left out, so the
+only copies are the ones :func:`plant_copies` plants. ``python benchmarks/_corpus.py list`` prints what was built and how much was left out.
 
 Fitting and judging: :data:`FIT` names the galleries the adaptive re-ranking rules may be fitted on,
 :data:`JUDGE` the galleries they are judged on (kinds not seen in fitting).
@@ -107,10 +108,11 @@ GALLERIES: dict[str, Source] = {
     "glyphs": Source("glyphs", ("fonts-* (40 families)",), (32, True), "a character in 40 font families"),
     "units": Source("sprites", ("freeciv-data",), (32, False), "Freeciv units: 8 facings + 2 tilesets"),
     "icons": Source("icons", ("9 icon themes",), (32, False), "an icon name across 5–9 icon themes"),
+    "cards": Source("playing cards", ("gnome-cards-data", "librsvg2-bin"), (32, False), "a card in 29 decks"),
 }
 #: The galleries the adaptive rules may be fitted on; :data:`JUDGE` are the rest, of other kinds.
 FIT = ("digits", "stamps", "icons")
-JUDGE = ("fashion", "glyphs", "units")
+JUDGE = ("fashion", "glyphs", "units", "cards")
 
 FONT_PACKAGES = tuple(
     (
@@ -157,6 +159,9 @@ UNIT_SPECS = (
     "trident/extra_units.spec",
 )
 TUXPAINT = "usr/share/tuxpaint/stamps"
+#: Aisleriot decks left out of ``cards``: Swiss suits (acorns, shields...), not French ones.
+CARD_DECKS_LEFT_OUT = ("swiss-xvii",)
+CARD_WIDTH = 80
 
 
 def default_root() -> Path:
@@ -182,7 +187,7 @@ def _installed(package: str) -> bool:
     done = subprocess.run(
         ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
     )
-    return done.returncode == 0 and done.stdout.strip().endswith("installed")
+    return done.returncode == 0 and done.stdout.strip() == "install ok installed"
 
 
 def package_root(package: str, root: Path) -> Path:
@@ -466,6 +471,50 @@ def _icons(root: Path) -> Iterator[Item]:
             yield name, f"{theme.lower()}.png", path
 
 
+def _rsvg_convert(root: Path) -> str:
+    found = shutil.which("rsvg-convert")
+    if found is not None:
+        return found
+    return str(package_root("librsvg2-bin", root) / "usr/bin/rsvg-convert")
+
+
+def _cards(root: Path) -> Iterator[Item]:
+    """Aisleriot's card decks: each SVG lays its cards out 13 × 5 (clubs, diamonds, hearts, spades by
+    rank, ace first; the fifth row holds jokers and the back, left out); one render a deck, cut."""
+    from PIL import Image
+
+    converter = _rsvg_convert(root)
+    decks = package_root("gnome-cards-data", root) / "usr/share/aisleriot/cards"
+    ranks = ("ace", "2", "3", "4", "5", "6", "7", "8", "9", "10", "jack", "queen", "king")
+    for deck in sorted(decks.glob("*.svgz")):
+        if deck.stem in CARD_DECKS_LEFT_OUT:
+            continue
+        done = subprocess.run(
+            [converter, "-w", str(13 * CARD_WIDTH), str(deck)], capture_output=True, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(
+                f"rsvg-convert failed on {deck} ({done.stderr.decode(errors='replace')[-200:]}); "
+                "apt-get install librsvg2-bin"
+            )
+        with Image.open(io.BytesIO(done.stdout)) as opened:
+            sheet = opened.convert("RGBA")
+        width, height = sheet.width / 13, sheet.height / 5
+        name = (
+            re.sub(r"[^a-z0-9]+", "-", deck.stem.lower()).strip("-")
+            or f"deck{zlib.crc32(deck.stem.encode())}"
+        )
+        for row, suit in enumerate(("clubs", "diamonds", "hearts", "spades")):
+            for column, rank in enumerate(ranks):
+                box = (
+                    round(column * width),
+                    round(row * height),
+                    round((column + 1) * width),
+                    round((row + 1) * height),
+                )
+                yield f"{rank}-of-{suit}", f"{name}.png", _png(sheet.crop(box))
+
+
 BUILDERS: dict[str, Callable[[Path], Iterator[Item]]] = {
     "digits": _digits,
     "fashion": _fashion,
@@ -473,6 +522,7 @@ BUILDERS: dict[str, Callable[[Path], Iterator[Item]]] = {
     "glyphs": _glyphs,
     "units": _units,
     "icons": _icons,
+    "cards": _cards,
 }
 CLASS_SIZES: dict[str, tuple[int, int]] = {"digits": (40, 60), "fashion": (40, 60)}
 MANIFEST = ".corpus.json"

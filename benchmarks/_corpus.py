@@ -106,9 +106,7 @@ class Source:
 
 
 GALLERIES: dict[str, Source] = {
-    "digits": Source(
-        "handwriting", ("python3-sklearn (PyPI scikit-learn)",), (16, True), "8×8 digits, 40–60 a class"
-    ),
+    "digits": Source("handwriting", ("scikit-learn (PyPI)",), (16, True), "8×8 digits, 40–60 a class"),
     "fashion": Source(
         "clothing", ("dataset-fashion-mnist",), (28, True), "Fashion-MNIST train, 40–60 a class"
     ),
@@ -837,19 +835,19 @@ def _names(text: str | None) -> list[str]:
 def _table(root: Path) -> None:
     print(f"corpus under {root}")
     print(
-        f"{'gallery':<9} {'kind':<12} {'classes':>7} {'images':>6} {'min':>4} {'median':>6} {'max':>4} "
+        f"{'gallery':<9} {'kind':<13} {'classes':>7} {'images':>6} {'min':>4} {'median':>6} {'max':>4} "
         f"{'left out':>8}  split  package"
     )
     for name, source in GALLERIES.items():
         manifest = root / name / MANIFEST
         split = "fit" if name in FIT else "judge"
         if not manifest.is_file():
-            print(f"{name:<9} {source.kind:<12} (not built)  {split}  {', '.join(source.packages)}")
+            print(f"{name:<9} {source.kind:<13} (not built)  {split}  {', '.join(source.packages)}")
             continue
         record = json.loads(manifest.read_text())
         low, median, high = record["per_class"]
         print(
-            f"{name:<9} {source.kind:<12} {record['classes']:>7} {record['images']:>6} {low:>4} {median:>6g} "
+            f"{name:<9} {source.kind:<13} {record['classes']:>7} {record['images']:>6} {low:>4} {median:>6g} "
             f"{high:>4} {record['left_out_same_picture']:>8}  {split:<5}  {', '.join(source.packages)}"
         )
 

@@ -1,6 +1,6 @@
 """A corpus of real labelled galleries of several kinds, with cached vectors and planted copies.
 
-Six galleries, each written once as PNG files in the labelled layout ``ROOT/<gallery>/<class>/<image>``
+Seven galleries, each written once as PNG files in the labelled layout ``ROOT/<gallery>/<class>/<image>``
 with classes of 5 to 60 images (larger classes are cut by a seeded sample, smaller ones dropped):
 
 ============  ===========  ==========================================================================
@@ -18,37 +18,46 @@ gallery       kind         where the images come from
                            its eight facings in *cimpletoon* plus its sprite in *amplio2* and *trident*
 ``icons``     icons        one class per freedesktop icon name (``folder``, ``printer``...), the icon as
                            drawn by 5 to 9 icon themes (Debian's PNG themes: Adwaita, Tango, Oxygen...)
+``cards``     playing      one class per card (``queen-of-hearts``), drawn by Aisleriot's French-suited
+              cards        decks (Debian ``gnome-cards-data``, rendered by ``rsvg-convert``)
 ============  ===========  ==========================================================================
 
-Within a gallery, an image that is
-the same picture as one already kept (an exact copy, or within :data:`NEAR_RMS` RMS grey levels on a
-16×16 RGB thumbnail, in any class) is left out, so the only copies are the ones :func:`plant_copies`
-plants. ``python benchmarks/_corpus.py list`` prints what was built and how much was left out.
+Within a gallery, an image that is the same picture as one already kept (an exact copy, or within
+:data:`NEAR_RMS` RMS grey levels on a 16×16 RGB thumbnail on white, in any class) is left out, so the
+only copies are the ones :func:`plant_copies` plants. ``list`` prints how many were left out.
 
-Fitting and judging: :data:`FIT` names the galleries the adaptive re-ranking rules may be fitted on,
-:data:`JUDGE` the galleries they are judged on (kinds not seen in fitting).
+Fitting and judging: :data:`FIT` names the galleries the adaptive re-ranking rules may be fitted on
+(digits, stamps, icons), :data:`JUDGE` the galleries they are judged on (fashion, glyphs, units, cards:
+kinds not seen in fitting).
 
 Command line (``ROOT`` is ``--root``, else ``$GALLERIA_CORPUS``, else ``$TMPDIR/galleria-corpus``)::
 
     python benchmarks/_corpus.py build [--root DIR] [--only NAME,...] [--force]
     python benchmarks/_corpus.py list [--root DIR]
-    python benchmarks/_corpus.py embed [--root DIR] [--only NAME,...] [--embedders pixel,lite0]
-    python benchmarks/_corpus.py plant GALLERY --out DIR [--seed S] [--n N] [--root DIR]
+    python benchmarks/_corpus.py embed [--root DIR] [--only NAME,...] [--embedders pixel,lite0] [--planted S]
+    python benchmarks/_corpus.py plant GALLERY --out DIR [--seed S] [--n N] [--no-wide] [--root DIR]
 
-``build`` needs the Debian packages: it uses them where they are installed (``dpkg -s``), else it
+``build`` needs the Debian packages: it uses them where they are installed (``dpkg-query``), else it
 fetches them itself with ``apt-get download`` and unpacks them with ``dpkg -x`` into
 ``ROOT/_debian/`` (about 350 MB of packages; nothing is installed), else it says which to install.
-``embed`` caches each gallery's vectors as ``ROOT/_vectors/<gallery>.<embedder>.npy`` (with a
-``.json`` beside it: paths, labels, seconds, the embedder's config); Lite0 runs on ONNX Runtime
-when it is installed (``TimmEmbedder(..., runtime="onnx")``), else on torch.
+The folders are the same on every build (sorted listings, seeded samples). ``embed`` caches each
+gallery's vectors as ``ROOT/_vectors/<gallery>.<embedder>.npy`` (a ``.json`` beside it: paths,
+labels, seconds, the embedder's config); Lite0 runs on ONNX Runtime when it is installed
+(``TimmEmbedder(..., runtime="onnx")``), else on torch. ``embed --planted S`` does the same for the
+galleries with planted copies (``ROOT/_vectors/<gallery>.seed<S>.<embedder>.npy``).
 
 Python API (from another benchmark: ``sys.path.insert(0, "benchmarks"); import _corpus``):
 
-- :data:`GALLERIES`: name → :class:`Source` (kind, package, pixel embedder settings, description);
+- :data:`GALLERIES`: name → :class:`Source` (kind, packages, pixel embedder settings, description);
+  :data:`FIT`, :data:`JUDGE`: the split;
 - :func:`folder` ``(name, root=None)`` → :class:`galleria.datasets.ImageFolder` (paths, labels);
-- :func:`vectors` ``(name, embedder, root=None)`` → ``(array (n, d) float32, labels, paths)`` in the
-  folder's order, embedded and cached on first use;
-- :func:`plant_copies` ``(folder, out_dir, n, seed)`` → list of ``(original, copy, kind)``.
+- :func:`vectors` ``(name, embedder, root=None, *, planted_seed=None)`` → ``(array (n, d) float32,
+  labels, paths)`` in the folder's order, embedded and cached on first use;
+- :func:`make_embedder` ``(embedder, gallery)``: the embedder those vectors come from;
+- :func:`plant_copies` ``(folder, out_dir, n, seed)`` → list of ``(original, copy, kind)``, with
+  ``out_dir/copies.csv``; :func:`planted` ``(name, seed=0)`` → ``(ImageFolder, rows)``: the same,
+  made once under ``ROOT/_planted/<name>.seed<S>.n<N>/``. Kinds: :data:`COPY_KINDS` (the pixel
+  embedder's target) and :data:`WIDE_KINDS` (crops of 7 and 10 % a side, Lite0's target only).
 
 The images are Debian's (each package's own licence); they are used locally and never committed.
 """
@@ -97,9 +106,7 @@ class Source:
 
 
 GALLERIES: dict[str, Source] = {
-    "digits": Source(
-        "handwriting", ("python3-sklearn (PyPI scikit-learn)",), (16, True), "8×8 digits, 40–60 a class"
-    ),
+    "digits": Source("handwriting", ("scikit-learn (PyPI)",), (16, True), "8×8 digits, 40–60 a class"),
     "fashion": Source(
         "clothing", ("dataset-fashion-mnist",), (28, True), "Fashion-MNIST train, 40–60 a class"
     ),
@@ -107,10 +114,11 @@ GALLERIES: dict[str, Source] = {
     "glyphs": Source("glyphs", ("fonts-* (40 families)",), (32, True), "a character in 40 font families"),
     "units": Source("sprites", ("freeciv-data",), (32, False), "Freeciv units: 8 facings + 2 tilesets"),
     "icons": Source("icons", ("9 icon themes",), (32, False), "an icon name across 5–9 icon themes"),
+    "cards": Source("playing cards", ("gnome-cards-data", "librsvg2-bin"), (32, False), "a card in 29 decks"),
 }
 #: The galleries the adaptive rules may be fitted on; :data:`JUDGE` are the rest, of other kinds.
 FIT = ("digits", "stamps", "icons")
-JUDGE = ("fashion", "glyphs", "units")
+JUDGE = ("fashion", "glyphs", "units", "cards")
 
 FONT_PACKAGES = tuple(
     (
@@ -157,6 +165,9 @@ UNIT_SPECS = (
     "trident/extra_units.spec",
 )
 TUXPAINT = "usr/share/tuxpaint/stamps"
+#: Aisleriot decks left out of ``cards``: Swiss suits (acorns, shields...), not French ones.
+CARD_DECKS_LEFT_OUT = ("swiss-xvii",)
+CARD_WIDTH = 80
 
 
 def default_root() -> Path:
@@ -182,7 +193,7 @@ def _installed(package: str) -> bool:
     done = subprocess.run(
         ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
     )
-    return done.returncode == 0 and done.stdout.strip().endswith("installed")
+    return done.returncode == 0 and done.stdout.strip() == "install ok installed"
 
 
 def package_root(package: str, root: Path) -> Path:
@@ -466,6 +477,50 @@ def _icons(root: Path) -> Iterator[Item]:
             yield name, f"{theme.lower()}.png", path
 
 
+def _rsvg_convert(root: Path) -> str:
+    found = shutil.which("rsvg-convert")
+    if found is not None:
+        return found
+    return str(package_root("librsvg2-bin", root) / "usr/bin/rsvg-convert")
+
+
+def _cards(root: Path) -> Iterator[Item]:
+    """Aisleriot's card decks: each SVG lays its cards out 13 × 5 (clubs, diamonds, hearts, spades by
+    rank, ace first; the fifth row holds jokers and the back, left out); one render a deck, cut."""
+    from PIL import Image
+
+    converter = _rsvg_convert(root)
+    decks = package_root("gnome-cards-data", root) / "usr/share/aisleriot/cards"
+    ranks = ("ace", "2", "3", "4", "5", "6", "7", "8", "9", "10", "jack", "queen", "king")
+    for deck in sorted(decks.glob("*.svgz")):
+        if deck.stem in CARD_DECKS_LEFT_OUT:
+            continue
+        done = subprocess.run(
+            [converter, "-w", str(13 * CARD_WIDTH), str(deck)], capture_output=True, check=False
+        )
+        if done.returncode != 0:
+            raise SystemExit(
+                f"rsvg-convert failed on {deck} ({done.stderr.decode(errors='replace')[-200:]}); "
+                "apt-get install librsvg2-bin"
+            )
+        with Image.open(io.BytesIO(done.stdout)) as opened:
+            sheet = opened.convert("RGBA")
+        width, height = sheet.width / 13, sheet.height / 5
+        name = (
+            re.sub(r"[^a-z0-9]+", "-", deck.stem.lower()).strip("-")
+            or f"deck{zlib.crc32(deck.stem.encode())}"
+        )
+        for row, suit in enumerate(("clubs", "diamonds", "hearts", "spades")):
+            for column, rank in enumerate(ranks):
+                box = (
+                    round(column * width),
+                    round(row * height),
+                    round((column + 1) * width),
+                    round((row + 1) * height),
+                )
+                yield f"{rank}-of-{suit}", f"{name}.png", _png(sheet.crop(box))
+
+
 BUILDERS: dict[str, Callable[[Path], Iterator[Item]]] = {
     "digits": _digits,
     "fashion": _fashion,
@@ -473,6 +528,7 @@ BUILDERS: dict[str, Callable[[Path], Iterator[Item]]] = {
     "glyphs": _glyphs,
     "units": _units,
     "icons": _icons,
+    "cards": _cards,
 }
 CLASS_SIZES: dict[str, tuple[int, int]] = {"digits": (40, 60), "fashion": (40, 60)}
 MANIFEST = ".corpus.json"
@@ -557,20 +613,29 @@ def make_embedder(embedder: str, gallery: str) -> Any:
     )
 
 
+def _digest(paths: Sequence[str], top: Path) -> str:
+    return hashlib.sha256("\n".join(os.path.relpath(path, top) for path in paths).encode()).hexdigest()[:16]
+
+
 def vectors(
-    name: str, embedder: str, root: str | os.PathLike[str] | None = None
+    name: str, embedder: str, root: str | os.PathLike[str] | None = None, *, planted_seed: int | None = None
 ) -> tuple[np.ndarray, list[str], list[str]]:
     """The gallery's vectors (n, d) float32 by ``embedder`` ("pixel" or "lite0"), its labels and paths.
 
-    Computed once and cached in ``ROOT/_vectors/``; a cache made for another build of the folder (other
-    paths) is recomputed.
+    With ``planted_seed``, those of the gallery with planted copies (:func:`planted`, ``n`` =
+    :data:`PLANTED_N`). Computed once and cached in ``ROOT/_vectors/``; a cache made for another build
+    of the folder (other paths) is recomputed.
     """
     base = _root(root)
-    gallery = folder(name, base)
-    relative = [os.path.relpath(path, base / name) for path in gallery.paths]
+    if planted_seed is None:
+        gallery, top, key = folder(name, base), base / name, name
+    else:
+        gallery, _ = planted(name, planted_seed, base)
+        top, key = Path(gallery.root), f"{name}.seed{planted_seed}"
+    relative = [os.path.relpath(path, top) for path in gallery.paths]
     cache = base / "_vectors"
-    digest = hashlib.sha256("\n".join(relative).encode()).hexdigest()[:16]
-    meta_path, array_path = cache / f"{name}.{embedder}.json", cache / f"{name}.{embedder}.npy"
+    digest = _digest(gallery.paths, top)
+    meta_path, array_path = cache / f"{key}.{embedder}.json", cache / f"{key}.{embedder}.npy"
     if meta_path.is_file() and array_path.is_file():
         meta = json.loads(meta_path.read_text())
         if meta.get("paths_sha256") == digest:
@@ -584,7 +649,7 @@ def vectors(
     array = np.asarray(store.embeddings_of(gallery.paths), dtype=np.float32)
     seconds = time.perf_counter() - started
     cache.mkdir(parents=True, exist_ok=True)
-    temporary = cache / f"{name}.{embedder}.tmp.npy"
+    temporary = cache / f"{key}.{embedder}.tmp.npy"
     np.save(temporary, array, allow_pickle=False)
     temporary.replace(array_path)
     config = model.config() if hasattr(model, "config") else {}
@@ -624,6 +689,8 @@ COPY_KINDS = (
 )
 #: ... and Lite0's these too (crops of up to 10 % a side).
 WIDE_KINDS = ("crop7", "crop10")
+#: Copies :func:`planted` plants by default (half the images of a gallery smaller than twice this).
+PLANTED_N = 60
 #: One copy in this many is named to sort before its original (``!copy_...``).
 EARLY_NAME = 5
 
@@ -724,6 +791,35 @@ def plant_copies(
     return planted
 
 
+def planted(
+    name: str, seed: int = 0, root: str | os.PathLike[str] | None = None, n: int = 0
+) -> tuple[Any, list[tuple[str, str, str]]]:
+    """The gallery ``name`` with ``n`` copies planted (default :data:`PLANTED_N`, fewer in a small
+    gallery), made once under ``ROOT/_planted/<name>.seed<seed>.n<n>/`` (remade when the gallery was
+    rebuilt): its ImageFolder and its (original, copy, kind) rows, full paths."""
+    from galleria.datasets import load_image_folder
+
+    base = _root(root)
+    gallery = folder(name, base)
+    count = n or min(PLANTED_N, len(gallery.paths) // 2)
+    target = base / "_planted" / f"{name}.seed{seed}.n{count}"
+    stamp = {"gallery_sha256": _digest(gallery.paths, base / name), "seed": seed, "n": count}
+    marker = target / ".planted.json"
+    if not marker.is_file() or json.loads(marker.read_text()) != stamp:
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        plant_copies(gallery, partial, count, seed)
+        (partial / ".planted.json").write_text(json.dumps(stamp))
+        shutil.rmtree(target, ignore_errors=True)
+        partial.replace(target)
+    with open(target / "copies.csv", newline="", encoding="utf-8") as stream:
+        rows = [
+            (str(target / row["original"]), str(target / row["copy"]), row["kind"])
+            for row in csv.DictReader(stream)
+        ]
+    return load_image_folder(target), rows
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Command line
 
@@ -739,19 +835,19 @@ def _names(text: str | None) -> list[str]:
 def _table(root: Path) -> None:
     print(f"corpus under {root}")
     print(
-        f"{'gallery':<9} {'kind':<12} {'classes':>7} {'images':>6} {'min':>4} {'median':>6} {'max':>4} "
+        f"{'gallery':<9} {'kind':<13} {'classes':>7} {'images':>6} {'min':>4} {'median':>6} {'max':>4} "
         f"{'left out':>8}  split  package"
     )
     for name, source in GALLERIES.items():
         manifest = root / name / MANIFEST
         split = "fit" if name in FIT else "judge"
         if not manifest.is_file():
-            print(f"{name:<9} {source.kind:<12} (not built)  {split}  {', '.join(source.packages)}")
+            print(f"{name:<9} {source.kind:<13} (not built)  {split}  {', '.join(source.packages)}")
             continue
         record = json.loads(manifest.read_text())
         low, median, high = record["per_class"]
         print(
-            f"{name:<9} {source.kind:<12} {record['classes']:>7} {record['images']:>6} {low:>4} {median:>6g} "
+            f"{name:<9} {source.kind:<13} {record['classes']:>7} {record['images']:>6} {low:>4} {median:>6g} "
             f"{high:>4} {record['left_out_same_picture']:>8}  {split:<5}  {', '.join(source.packages)}"
         )
 
@@ -774,6 +870,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     embedded.add_argument("--only", default=None, help="comma-separated galleries (default: all)")
     embedded.add_argument("--embedders", default=",".join(EMBEDDERS))
+    embedded.add_argument(
+        "--planted", type=int, default=None, metavar="SEED", help="the galleries with planted copies (seed)"
+    )
     planting = commands.add_parser(
         "plant", parents=[rooted], help="copy a gallery and plant near-duplicate copies in it"
     )
@@ -799,8 +898,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in _names(args.only):
             for embedder in args.embedders.split(","):
                 started = time.perf_counter()
-                array, _, _ = vectors(name, embedder, root)
-                meta = json.loads((root / "_vectors" / f"{name}.{embedder}.json").read_text())
+                array, _, _ = vectors(name, embedder, root, planted_seed=args.planted)
+                key = name if args.planted is None else f"{name}.seed{args.planted}"
+                meta = json.loads((root / "_vectors" / f"{key}.{embedder}.json").read_text())
                 print(
                     f"{name} {embedder}: {array.shape}, embedded in {meta['seconds']} s "
                     f"({time.perf_counter() - started:.1f} s this run)",

@@ -30,8 +30,9 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=500)
     args = parser.parse_args()
 
-    import _corpus
     import bench_defaults as bd
+
+    import _corpus
     from galleria.rerank.adaptive import store_statistics
     from galleria.retrieval import RetrievalConfig, Searcher
     from galleria.store import InMemoryImageEmbeddingStore
@@ -56,7 +57,9 @@ def main() -> None:
         params = dict(zip(names, combo, strict=True))
         dr, dm = [], []
         for store, q, gl, ql, plain in splits:
-            config = RetrievalConfig("x", rerank=True, rerank_method=args.method, rerank_params=params, pool=bd.POOL)
+            config = RetrievalConfig(
+                "x", rerank=True, rerank_method=args.method, rerank_params=params, pool=bd.POOL
+            )
             s = bd.per_query(Searcher(store, config).search(vectors[q], bd.DEPTH), ql, gl)
             dr.append((s - plain)[:, 0].mean())
             dm.append((s - plain)[:, 1].mean())

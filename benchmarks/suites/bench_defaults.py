@@ -184,7 +184,8 @@ def details(r: dict[str, Any], methods: list[str]) -> str:
         f"mAP@100 {s['plain_map@100']:.4f}. Statistics (seed 0 split): "
         f"share {s['statistics'][0]['share']}, median mutual {s['statistics'][0]['median']}.",
         "",
-        "| method | parameters (per split) | ΔR@1 [95 % CI] | ΔmAP@100 [95 % CI] | ΔR@1 per seed | ΔmAP per seed |",
+        "| method | parameters (per split) | ΔR@1 [95 % CI] | ΔmAP@100 [95 % CI] | ΔR@1 per seed "
+        "| ΔmAP per seed |",
         "| --- | --- | ---: | ---: | --- | --- |",
     ]
     for m in methods:

@@ -23,9 +23,16 @@ import numpy as np
 
 from galleria._validation import check_nonnegative_float
 from galleria.distances import normalize_rows
-from galleria.statistics import GalleryStatistics, read_statistics
+from galleria.statistics import FIRST_SHARE, GalleryStatistics, read_statistics
 
-__all__ = ["MAX_EXPANSION_ALPHA", "adaptive_expansion", "alpha_query_expansion", "check_expansion_alpha"]
+__all__ = [
+    "MAX_EXPANSION_ALPHA",
+    "STILL_ALPHA",
+    "adaptive_expansion",
+    "alpha_query_expansion",
+    "check_expansion_alpha",
+    "trusts_first_matches",
+]
 
 #: Largest αQE exponent accepted. The weights ``cos ** alpha`` are float32: far above this every
 #: match but exact duplicates weighs 0 (an α of 1000 already gives a match at cos 0.99 a weight of
@@ -150,14 +157,46 @@ def alpha_query_expansion(
     return _unit_rows(expanded)
 
 
-def adaptive_expansion(stats: GalleryStatistics) -> dict[str, Any]:
-    """αQE's parameters read from a gallery's statistics: ``α = 3`` and two matches, or one where the
-    gallery shows no neighbourhood structure (then the first result cannot be overtaken).
+#: αQE's exponent where a gallery's nearest matches cannot be trusted: a match then weighs
+#: ``cos ** 1000`` (0.37 at cos 0.999, 4e-5 at 0.99), so only a near copy moves the query.
+STILL_ALPHA = MAX_EXPANSION_ALPHA
+
+
+def adaptive_expansion(stats: GalleryStatistics, *, reranked: bool = False) -> dict[str, Any]:
+    """αQE's parameters read from a gallery's statistics: ``α = 3`` and two matches where an item's
+    first neighbours are mostly reciprocal; else one match at ``α =`` :data:`STILL_ALPHA`, which keeps
+    the query where it is unless its match is a near copy.
+
+    Two matches at ``α = 3``: the first result cannot be overtaken by the second (its weight is no
+    smaller). Where fewer than :data:`~galleria.statistics.FIRST_SHARE` of an item's first five
+    neighbours are mutual (or the gallery shows no structure at all), the first match is too often of
+    another class: pulling the query towards it lowered mAP@100 on the corpus's fitting galleries
+    (Lite0 on the digits, pixels on the stamps; ``benchmarks/suites/bench_defaults.py``).
+
+    ``reranked``: a re-ranker follows (``--expand --rerank``). It reads the expanded query's own
+    neighbourhood, so the query expands by its first match alone (``n = 1``): with two, the second
+    match's class pulled the re-ranked first result away (Recall@1 −0.014 on the pixel digits and
+    −0.019 on the Lite0 stamps, where one match kept it and nearly all of the lift).
 
     Examples
     --------
     >>> from galleria.statistics import GalleryStatistics
     >>> adaptive_expansion(GalleryStatistics(2, 0, (), (), ()))
-    {'expansion_alpha': 3.0, 'expansion_neighbors': 1}
+    {'expansion_alpha': 1000.0, 'expansion_neighbors': 1}
+    >>> adaptive_expansion(GalleryStatistics(1000, 200, (5, 10, 20), (0.5, 0.55, 0.6), (3, 6, 13)))
+    {'expansion_alpha': 3.0, 'expansion_neighbors': 2}
+    >>> stats = GalleryStatistics(1000, 200, (5, 10, 20), (0.5, 0.55, 0.6), (3, 6, 13))
+    >>> adaptive_expansion(stats, reranked=True)["expansion_neighbors"]
+    1
     """
-    return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if read_statistics(stats).flat else 2}
+    if trusts_first_matches(stats):
+        return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if reranked else 2}
+    return {"expansion_alpha": STILL_ALPHA, "expansion_neighbors": 1}
+
+
+def trusts_first_matches(stats: GalleryStatistics) -> bool:
+    """Whether a gallery's nearest matches may pull a query (or a gallery item) towards them: it shows
+    neighbourhood structure and at least :data:`~galleria.statistics.FIRST_SHARE` of an item's first
+    five neighbours are mutual."""
+    reading = read_statistics(stats)
+    return not reading.flat and reading.first >= FIRST_SHARE

@@ -21,6 +21,10 @@ from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.vectors import stable_smallest
 
 __all__ = [
+    "FIRST_SHARE",
+    "LAMBDA_AT_ZERO",
+    "LAMBDA_HIGH",
+    "LAMBDA_LOW",
     "MAJORITY",
     "MIN_MUTUAL",
     "MIN_SHARE",
@@ -201,6 +205,19 @@ MIN_SHARE = 0.25
 #: of an item's first 20 are mutual. DBA (which rewrites the gallery) and the GNN's aggregation
 #: (which averages neighbours' similarity rows) change only by small amounts below it.
 MAJORITY = 0.5
+#: The mixing weight of the original distance (k-reciprocal's and the GNN's λ) is
+#: ``clip(LAMBDA_AT_ZERO − 1.4·s, LAMBDA_LOW, LAMBDA_HIGH)``: the less reciprocal the neighbourhoods, the
+#: more of the original order is kept. Fitted on the corpus's fitting galleries (digits, stamps, icons;
+#: ``benchmarks/suites/bench_defaults.py``): below 0.55 the Jaccard term decides the first result on its
+#: own, and Recall@1 fell by 0.01–0.03 on galleries of small or loose classes (galleria 0.2's 0.3 floor).
+LAMBDA_LOW = 0.55
+LAMBDA_HIGH = 0.9
+LAMBDA_AT_ZERO = 1.45
+#: Unless a majority of an item's first five neighbours are mutual, its nearest matches are too often
+#: of another class to pull a query towards them: αQE (and DBA's expansion) keep the query where it is.
+#: Fitted on the corpus's fitting galleries: αQE lowered mAP@100 on the Lite0 digits (share 0.42–0.46)
+#: and lifted it on the Lite0 stamps and icons (0.53–0.58).
+FIRST_SHARE = 0.5
 #: A neighbourhood spans at most ``n_items // ROOM_SHARE`` items (a tenth of the gallery): the
 #: statistics are read at the largest probe size within it, and every neighbourhood size is capped
 #: by it (galleries of fewer than 200 items only; larger ones read k = 20 as before).
@@ -231,6 +248,7 @@ class Reading:
     reach: float
     lam: float
     room: int
+    first: float = 0.0
 
     def capped(self, value: float, low: int, high: int) -> int:
         """``value`` rounded and clipped to [low, high], then held within ``max(low, room)``."""
@@ -252,8 +270,9 @@ def read_statistics(stats: GalleryStatistics) -> Reading:
         share, mutual = stats.at(min(20, room))
     flat = mutual < MIN_MUTUAL or share < MIN_SHARE
     majority = not flat and share >= MAJORITY
-    lam = 1.0 if flat else round(min(0.9, max(0.3, 1.3 - 1.4 * share)), 2)
-    return Reading(share, mutual, flat, majority, mutual * share / 2.0, lam, room)
+    lam = 1.0 if flat else round(min(LAMBDA_HIGH, max(LAMBDA_LOW, LAMBDA_AT_ZERO - 1.4 * share)), 2)
+    first = stats.share[0] if stats.n_sample else 0.0  # the share among the first 5 (or fewer)
+    return Reading(share, mutual, flat, majority, mutual * share / 2.0, lam, room, first)
 
 
 def clip_round(value: float, low: int, high: int) -> int:

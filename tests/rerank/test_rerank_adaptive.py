@@ -233,18 +233,28 @@ def test_every_rule_keeps_the_first_result_or_falls_back(share: float, median: f
     params = params_from_statistics(_stats(share, median))
     flat = median < 2 or share < 0.25
     majority = not flat and share >= 0.5
+    trusted = not flat and share >= 0.5  # the share among the first five (here the same at every k)
     for method in ("diffusion", "decoupled-diffusion"):
         assert params[method]["query_k"] == 1  # the best match alone represents the query
-        assert params[method]["alpha"] == (0.0 if flat else 0.9)  # α = 0: the original order
+        assert params[method]["alpha"] == (0.9 if trusted else 0.0)  # α = 0: the original order
         assert 10 <= params[method]["k"] <= 30
-    assert params["aqe"]["expansion_neighbors"] == (1 if flat else 2)
-    gnn, dba = params["gnn"], params["dba"]
-    assert gnn["lambda_value"] == (
-        1.0 if flat else params["k-reciprocal"]["lambda_value"] if majority else 0.9
+    assert (params["ecn"]["lambda_value"] == 1.0) == (not trusted)  # ECN leans on the best match too
+    # αQE: two matches at α 3 where the first ones are trusted, else one that weighs cos ** 1000
+    assert params["aqe"] == (
+        {"expansion_alpha": 3.0, "expansion_neighbors": 2}
+        if trusted
+        else {"expansion_alpha": 1000.0, "expansion_neighbors": 1}
     )
-    assert (dba["alpha"] == 10.0) == majority and (dba["alpha"] == 1000.0) == (not majority)
-    if not majority:
-        assert dba["neighbors"] == dba["aqe_neighbors"] == 1
+    # k-reciprocal's λ keeps at least 0.55 of the original distance (1: the original order)
+    lam = params["k-reciprocal"]["lambda_value"]
+    assert lam == 1.0 if flat else 0.55 <= lam <= 0.9
+    gnn, dba = params["gnn"], params["dba"]
+    assert gnn["lambda_value"] == (1.0 if flat else lam if majority else 0.9)
+    augments = majority and trusted
+    assert (dba["alpha"] == 10.0) == augments and (dba["alpha"] == 1000.0) == (not augments)
+    if not augments:
+        assert dba["neighbors"] == dba["aqe_neighbors"] == 1 and dba["aqe_alpha"] == 1000.0
+    assert dba["aqe_neighbors"] <= 2  # as αQE: the first match cannot be overtaken
     more = params_from_statistics(_stats(share, min(20.0, median + 4)))
     assert more["diffusion"]["k"] >= params["diffusion"]["k"]  # larger classes, larger graphs
 

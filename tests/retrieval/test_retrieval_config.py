@@ -52,8 +52,12 @@ def test_defaults_are_the_adaptive_rules_and_paper_is_by_name() -> None:
 
     store = _store()
     adaptive = Searcher(store, RetrievalConfig("a", query_expansion=True, rerank=True)).config
-    rule = default_rerank_params(store, "aqe")
+    rule = default_rerank_params(store, "aqe", reranked=True)  # αQE before a re-ranker
     assert (adaptive.expansion_alpha, adaptive.expansion_neighbors) == tuple(rule.values())
+    alone = Searcher(store, RetrievalConfig("e", query_expansion=True)).config
+    assert (alone.expansion_alpha, alone.expansion_neighbors) == tuple(
+        default_rerank_params(store, "aqe").values()
+    )
     assert adaptive.rerank_params == default_rerank_params(store)
     paper = RetrievalConfig("p", query_expansion=True, rerank=True, rerank_preset="paper")
     assert (paper.expansion_alpha, paper.expansion_neighbors) == (3.0, 50)
@@ -62,7 +66,9 @@ def test_defaults_are_the_adaptive_rules_and_paper_is_by_name() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         by_default = store.retrieve_by_vector(queries, 10, query_expansion=True)
-    explicit = store.retrieve_by_vector(queries, 10, query_expansion=True, **rule)
+    explicit = store.retrieve_by_vector(
+        queries, 10, query_expansion=True, **default_rerank_params(store, "aqe")
+    )
     assert [[c.path for c in found] for found in by_default] == [
         [c.path for c in found] for found in explicit
     ]
@@ -75,7 +81,7 @@ def test_small_galleries_read_their_neighbourhoods_within_a_tenth() -> None:
 
     small = GalleryStatistics(120, 120, (5, 10, 20), (0.51, 0.59, 0.70), (3.0, 6.5, 16.0))
     params = params_from_statistics(small)
-    assert params["k-reciprocal"] == {"k1": 12, "k2": 2, "lambda_value": 0.47}
+    assert params["k-reciprocal"] == {"k1": 12, "k2": 2, "lambda_value": 0.62}
     assert params["diffusion"]["k"] == 12 and params["gnn"]["k1"] == 12
     large = GalleryStatistics(1200, 200, (5, 10, 20), (0.51, 0.59, 0.70), (3.0, 6.5, 16.0))
     assert params_from_statistics(large)["k-reciprocal"]["k1"] == 20  # read at k = 20, as before

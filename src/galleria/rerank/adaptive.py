@@ -113,11 +113,13 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
       ``k2 = clip(m·s / 2, 2, 6)`` — the local expansion averages ``k2`` neighbours' encodings, so it
       may reach only as far as the *reliable* part of the neighbourhood (``k2 = 1``, no expansion,
       was measured to be worse than 2 on unreliable galleries);
-      ``λ = clip(1.3 − 1.4·s, 0.3, 0.9)`` — the less reciprocal the neighbourhoods, the more of the
-      original distance is kept (the paper's 0.3 from ``s ≈ 0.71``).
-    * αQE: ``n = 2``, ``α = 3``. With at most two matches the first result cannot be overtaken by
-      the second (its weight is no smaller), and the expanded query stays within the query's own
-      nearest pair; larger ``n`` pulled queries into a dominant class on the stamps.
+      ``λ = clip(1.45 − 1.4·s, 0.55, 0.9)`` — the less reciprocal the neighbourhoods, the more of the
+      original distance is kept; below 0.55 the Jaccard term decides the first result on its own
+      (galleria 0.2's floor of 0.3 lost 0.01–0.03 Recall@1 on galleries of small or loose classes).
+    * αQE: ``n = 2``, ``α = 3`` where a majority of an item's first five neighbours are mutual, else
+      one match at ``α = 1000`` (the query stays where it is unless its match is a near copy); before
+      a re-ranker one match (:func:`galleria.expansion.adaptive_expansion`). With at most two matches
+      the first result cannot be overtaken by the second (its weight is no smaller).
     * diffusion and decoupled diffusion: ``query_k = 1`` — the query is represented by its best
       match alone; the walk starts there with weight 1 and passes less than that to any other item
       unless it is a hub, so the first result (nearly always) stays where it was and the rest are
@@ -132,23 +134,24 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
       neighbours that are mostly not mutual, so it only corrects the original similarity:
       ``k2 = 2``, ``λ =`` :data:`GNN_MINORITY_LAMBDA`.
     * DBA + αQE rewrites the gallery itself, so a wrong neighbourhood moves an item for every query:
-      it augments only at a majority of mutual neighbours, ``neighbors = aqe_neighbors =
-      clip(m·s / 3, 1, 10)`` with ``α =`` :data:`DBA_ALPHA` (weights ``cos ** 10``: a tenth of a
-      neighbour at cos 0.8); below it, one neighbour with ``α =`` :data:`DBA_OFF_ALPHA`, whose weight
-      is negligible unless the neighbour is a near copy, and the αQE of one match (which keeps the
-      first result).
+      it augments only at a majority of mutual neighbours where αQE trusts the first matches,
+      ``neighbors = aqe_neighbors = clip(m·s / 3, 1, 10)`` with ``α =`` :data:`DBA_ALPHA` (weights
+      ``cos ** 10``: a tenth of a neighbour at cos 0.8); else one neighbour with ``α =``
+      :data:`DBA_OFF_ALPHA`, whose weight is negligible unless the neighbour is a near copy, and αQE's
+      still expansion (one match at ``α = 1000``).
 
     Where the gallery shows no neighbourhood structure (fewer than 3 items, ``m <`` :data:`MIN_MUTUAL`
     or ``s <`` :data:`MIN_SHARE`), every method falls back to (nearly) the plain order: k-reciprocal
     and the GNN get ``λ = 1`` (the candidates in their original order), the diffusions ``α = 0``
-    (the walk stays at the query's own similarities: the original order), αQE one match, DBA the
-    weights of :data:`DBA_OFF_ALPHA`. A default that does nothing is better than one that hurts.
+    (the walk stays at the query's own similarities: the original order), αQE one match at
+    ``α = 1000``, DBA the weights of :data:`DBA_OFF_ALPHA`. A default that does nothing is better
+    than one that hurts.
 
     Examples
     --------
     >>> stats = GalleryStatistics(1000, 200, (5, 10, 20), (0.6, 0.62, 0.65), (3.0, 6.0, 14.0))
     >>> params_from_statistics(stats)["k-reciprocal"]
-    {'k1': 20, 'k2': 5, 'lambda_value': 0.39}
+    {'k1': 20, 'k2': 5, 'lambda_value': 0.55}
     >>> params_from_statistics(stats)["diffusion"]
     {'k': 28, 'query_k': 1, 'alpha': 0.9, 'gamma': 3.0}
     >>> params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["k-reciprocal"]["lambda_value"]
@@ -159,11 +162,12 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     return {name: _rule(stats, name) for name in ("aqe", *(c.name for c in reranker_components()))}
 
 
-def _rule(stats: GalleryStatistics, name: str) -> dict[str, Any]:
+def _rule(stats: GalleryStatistics, name: str, *, reranked: bool = False) -> dict[str, Any]:
     """The parameters ``name``'s rule (αQE's here, a re-ranker's in its declaration) gives ``stats``;
-    a method without a rule keeps its paper values (or its defaults)."""
+    a method without a rule keeps its paper values (or its defaults). ``reranked``: αQE before a
+    re-ranker (:func:`galleria.expansion.adaptive_expansion`)."""
     if name == "aqe":
-        return adaptive_expansion(stats)
+        return adaptive_expansion(stats, reranked=reranked)
     from galleria.rerank.registry import reranker_component
 
     component = reranker_component(name)
@@ -173,7 +177,7 @@ def _rule(stats: GalleryStatistics, name: str) -> dict[str, Any]:
 
 
 def default_rerank_params(
-    store: Any, method: str = "k-reciprocal", preset: str = "adaptive"
+    store: Any, method: str = "k-reciprocal", preset: str = "adaptive", *, reranked: bool = False
 ) -> dict[str, Any]:
     """The default parameters of ``method`` on ``store``: read from its gallery, or the paper's by name.
 
@@ -189,6 +193,9 @@ def default_rerank_params(
         ``"aqe"``.
     preset : {"adaptive", "paper"}
         ``"paper"`` returns :data:`PAPER_PARAMS` for the method.
+    reranked : bool
+        For ``"aqe"``: a re-ranker follows the expansion (``--expand --rerank``), which then expands
+        by the first match alone (:func:`galleria.expansion.adaptive_expansion`).
 
     Examples
     --------
@@ -202,7 +209,7 @@ def default_rerank_params(
     chosen = check_choice("preset", preset, PRESETS)
     if chosen == "paper":
         return dict(paper_params()[name])
-    return _rule(store_statistics(store), name)  # this method's rule only
+    return _rule(store_statistics(store), name, reranked=reranked)  # this method's rule only
 
 
 def paper_params() -> dict[str, dict[str, Any]]:

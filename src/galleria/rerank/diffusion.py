@@ -281,11 +281,14 @@ def diffusion_rerank_features(
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """query_k 1, k = clip(2m, 10, 30), α 0.9 (0 on a flat gallery), γ 3 (docs/reranking.md)."""
+    """query_k 1, k = clip(2m, 10, 30), α 0.9, γ 3 (docs/reranking.md); α 0 (the original order) where
+    αQE does not trust an item's first matches: the walk starts at the best match, so where that is
+    too often of another class it orders the rest by their ties to the wrong class."""
+    from galleria.expansion import trusts_first_matches
     from galleria.rerank.adaptive import DIFFUSION_ALPHA, read_statistics
 
     reading = read_statistics(stats)
-    walk = 0.0 if reading.flat else DIFFUSION_ALPHA
+    walk = DIFFUSION_ALPHA if trusts_first_matches(stats) else 0.0
     return {"k": reading.capped(2 * reading.mutual, 10, 30), "query_k": 1, "alpha": walk, "gamma": 3.0}
 
 

@@ -247,10 +247,13 @@ def ecn_params_from_statistics(stats: Any) -> dict[str, Any]:
       stamps capped at 12 images per class and on Fashion-MNIST at 12 per class, every ``t ≥ 2``
       or ``q ≥ 2`` lost Recall@1 at the λ below, and the statistics do not tell those galleries from
       the digits, where ``q = 8`` gains (figures in ``docs/reranking.md``).
-    * ``λ = clip(1.3 − 1.4·s, 0.3, 0.9)``, k-reciprocal's rule: the less reciprocal the
-      neighbourhoods, the more of the original distance is kept.
-    * No neighbourhood structure (``read_statistics(stats).flat``, as for the other methods):
-      ``λ = 1``, the original order.
+    * ``λ = clip(1.3 − 1.4·s, 0.3, 0.9)``: the less reciprocal the neighbourhoods, the more of the
+      original distance is kept (k-reciprocal's rule of galleria 0.2; with ``t = q = 1`` the first
+      result is anchored, so ECN kept Recall@1 on every corpus gallery at this λ, and k-reciprocal's
+      higher floor of 0.55 would only halve its lift).
+    * No neighbourhood structure (``read_statistics(stats).flat``, as for the other methods), or
+      first matches αQE does not trust (:func:`galleria.expansion.trusts_first_matches`: ECN measures
+      every candidate from the best match too): ``λ = 1``, the original order.
 
     Examples
     --------
@@ -260,10 +263,13 @@ def ecn_params_from_statistics(stats: Any) -> dict[str, Any]:
     >>> ecn_params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["lambda_value"]
     1.0
     """
+    from galleria.expansion import trusts_first_matches
     from galleria.rerank.adaptive import read_statistics
 
     reading = read_statistics(stats)
-    return {"t": 1, "q": 1, "lambda_value": reading.lam}  # λ = 1 where the gallery is flat
+    trusted = trusts_first_matches(stats)  # ECN measures every candidate from the best match too
+    lam = round(min(0.9, max(0.3, 1.3 - 1.4 * reading.share)), 2) if trusted else 1.0
+    return {"t": 1, "q": 1, "lambda_value": lam}  # λ = 1 where the gallery is flat
 
 
 class ECNReranker(PoolReranker):

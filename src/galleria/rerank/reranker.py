@@ -313,7 +313,7 @@ class KReciprocalReranker:
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1), λ = clip(1.3 − 1.4·s, 0.3, 0.9); λ 1 if flat."""
+    """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1), λ = clip(1.45 − 1.4·s, 0.55, 0.9); λ 1 if flat."""
     from galleria.rerank.adaptive import clip_round, read_statistics
 
     reading = read_statistics(stats)

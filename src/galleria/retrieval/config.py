@@ -213,7 +213,7 @@ class RetrievalConfig:
 
         alpha, neighbors = self.expansion_alpha, self.expansion_neighbors
         if self.query_expansion and None in (alpha, neighbors):
-            rule = default_rerank_params(store, "aqe")
+            rule = default_rerank_params(store, "aqe", reranked=self.rerank)
             alpha = rule["expansion_alpha"] if alpha is None else alpha
             neighbors = rule["expansion_neighbors"] if neighbors is None else neighbors
         params = dict(self.rerank_params)

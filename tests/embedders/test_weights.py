@@ -30,16 +30,41 @@ def test_the_lite0_package_file_is_named_imagenet_never_pretrained_none() -> Non
     ("config", "source", "text"),
     [
         (
-            {"type": "timm", "model_name": "resnet18", "pretrained": None, "checkpoint_name": "mine.pth",
-             "checkpoint_sha256": "ab" * 32},
+            {
+                "type": "timm",
+                "model_name": "resnet18",
+                "pretrained": None,
+                "checkpoint_name": "mine.pth",
+                "checkpoint_sha256": "ab" * 32,
+            },
             "file",
             "local file mine.pth sha256 abababababab…",
         ),
-        ({"type": "timm", "model_name": "resnet18", "pretrained": None}, "random", "random (seed 0; not trained)"),
-        ({"type": "clip", "model_name": "ViT-B-32", "pretrained": None}, "random", "random (seed 0; not trained)"),
-        ({"type": "timm", "model_name": "resnet50", "pretrained": "a1_in1k"}, "tag", "timm's hub weights resnet50:a1_in1k"),
-        ({"type": "clip", "model_name": "ViT-B-32", "pretrained": "openai"}, "tag", "open_clip weights ViT-B-32:openai"),
-        ({"type": "timm", "model_name": "resnet18", "pretrained": True}, "default", "timm's default weights of resnet18 (from the hub)"),
+        (
+            {"type": "timm", "model_name": "resnet18", "pretrained": None},
+            "random",
+            "random (seed 0; not trained)",
+        ),
+        (
+            {"type": "clip", "model_name": "ViT-B-32", "pretrained": None},
+            "random",
+            "random (seed 0; not trained)",
+        ),
+        (
+            {"type": "timm", "model_name": "resnet50", "pretrained": "a1_in1k"},
+            "tag",
+            "timm's hub weights resnet50:a1_in1k",
+        ),
+        (
+            {"type": "clip", "model_name": "ViT-B-32", "pretrained": "openai"},
+            "tag",
+            "open_clip weights ViT-B-32:openai",
+        ),
+        (
+            {"type": "timm", "model_name": "resnet18", "pretrained": True},
+            "default",
+            "timm's default weights of resnet18 (from the hub)",
+        ),
         ({"type": "pixel", "size": 16}, "none", "none (the image's own pixels)"),
     ],
 )

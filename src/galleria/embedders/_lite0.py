@@ -86,12 +86,16 @@ def _blocks() -> list[tuple[str, str, int, int, int, int, int]]:
     for stage, (kind, repeats, kernel, stride, expansion, out) in enumerate(_STAGES):
         for index in range(repeats):
             hidden = channels * expansion
-            result.append((f"blocks.{stage}.{index}", kind, kernel, stride if index == 0 else 1, channels, hidden, out))
+            result.append(
+                (f"blocks.{stage}.{index}", kind, kernel, stride if index == 0 else 1, channels, hidden, out)
+            )
             channels = out
     return result
 
 
-def _conv_bn(prefix: str, conv: str, bn: str, out: int, inp: int, kernel: int) -> list[tuple[str, tuple[int, ...]]]:
+def _conv_bn(
+    prefix: str, conv: str, bn: str, out: int, inp: int, kernel: int
+) -> list[tuple[str, tuple[int, ...]]]:
     return [(f"{prefix}{conv}.weight", (out, inp, kernel, kernel))] + [
         (f"{prefix}{bn}.{part}", () if part == "num_batches_tracked" else (out,)) for part in _BN
     ]
@@ -178,7 +182,9 @@ class _Graph:
         self.nodes.append(helper.make_node(op, inputs, [output], name=output, **attributes))
         return output
 
-    def conv_bn(self, x: str, conv: str, bn: str, size: int, stride: int, groups: int, relu6: bool) -> tuple[str, int]:
+    def conv_bn(
+        self, x: str, conv: str, bn: str, size: int, stride: int, groups: int, relu6: bool
+    ) -> tuple[str, int]:
         """``x`` through the convolution ``conv`` with the batch norm ``bn`` folded in (then ReLU6)."""
         weight = self.weights[f"{conv}.weight"].astype(np.float64)
         gamma, beta, mean, var = (self.weights[f"{bn}.{part}"].astype(np.float64) for part in _BN[:4])
@@ -187,8 +193,11 @@ class _Graph:
         pads, out = _same_pads(size, kernel, stride)
         y = self.node(
             "Conv",
-            [x, self.constant(f"{conv}.weight", weight * scale[:, None, None, None]),
-             self.constant(f"{conv}.bias", beta - mean * scale)],
+            [
+                x,
+                self.constant(f"{conv}.weight", weight * scale[:, None, None, None]),
+                self.constant(f"{conv}.bias", beta - mean * scale),
+            ],
             kernel_shape=[kernel, kernel],
             strides=[stride, stride],
             pads=pads,

@@ -91,7 +91,9 @@ class _Tensor:
 
     __slots__ = ("offset", "shape", "storage", "strides")
 
-    def __init__(self, storage: _Storage, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> None:
+    def __init__(
+        self, storage: _Storage, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]
+    ) -> None:
         self.storage, self.offset, self.shape, self.strides = storage, offset, shape, strides
 
     def __setstate__(self, state: Any) -> None:

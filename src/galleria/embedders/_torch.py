@@ -28,7 +28,12 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 
 
 #: The distributions of the torch stack, by the module they install.
-_DISTRIBUTIONS = {"torch": "torch", "torchvision": "torchvision", "timm": "timm", "open_clip": "open_clip_torch"}
+_DISTRIBUTIONS = {
+    "torch": "torch",
+    "torchvision": "torchvision",
+    "timm": "timm",
+    "open_clip": "open_clip_torch",
+}
 #: torchvision's minor version is torch 2's plus this (torch 2.14 ↔ torchvision 0.29).
 _TORCHVISION_OFFSET = 15
 _CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -60,7 +65,7 @@ def installed(module: str) -> bool:
 
 
 def torch_fix() -> tuple[str, str]:
-    """What is wrong with the installed torch and torchvision (``""`` when they match) and the one-line fix."""
+    """What is wrong with the installed torch and torchvision (``""``: they match), and the one-line fix."""
     torch_version, vision_version = _version("torch"), _version("torchvision")
     if torch_version is None:
         return "torch is not installed", "pip install torch torchvision"
@@ -95,7 +100,9 @@ def install_problem(who: str, module: str, error: BaseException) -> InstallProbl
         if mismatch:
             cause += f": {mismatch}"
         elif module not in ("torch", "torchvision"):
-            pinned = " ".join(f"{name}=={_version(name)}" for name in ("torch", "torchvision") if _version(name))
+            pinned = " ".join(
+                f"{name}=={_version(name)}" for name in ("torch", "torchvision") if _version(name)
+            )
             fix = f"pip install --force-reinstall {_DISTRIBUTIONS[module]} {pinned}".rstrip()
         photo = "; or run without torch: pip install -e '.[photo]' (EfficientNet-Lite0 on ONNX Runtime)"
     else:

@@ -213,7 +213,8 @@ def describe_weights(config: Any) -> dict[str, Any] | None:
                 "package": LITE0_PACKAGE,
                 "file": name,
                 "sha256": digest,
-                "text": f"ImageNet (EfficientNet-Lite0, package {LITE0_PACKAGE}, file {name}, sha256 {short})",
+                "text": f"ImageNet (EfficientNet-Lite0, package {LITE0_PACKAGE}, file {name}, "
+                f"sha256 {short})",
             }
         return {"source": "file", "file": name, "sha256": digest, "text": f"local file {name} sha256 {short}"}
     pretrained = config.get("pretrained")

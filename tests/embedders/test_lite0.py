@@ -71,6 +71,25 @@ def _images() -> list:
     return images
 
 
+def _image_files(folder: Path) -> list[str]:
+    """Real image files: scikit-image's cat and coffee photos (as PNGs), else Tux Paint stamps."""
+    try:
+        from skimage import data
+    except ImportError:
+        stamps = sorted(STAMPS.rglob("*.png"))[::97][:4] if STAMPS.is_dir() else []
+        if not stamps:
+            pytest.skip("needs scikit-image's photos or Debian's tuxpaint-stamps-default")
+        return [str(path) for path in stamps]
+    from PIL import Image
+
+    paths = []
+    for name in ("chelsea", "coffee"):
+        path = folder / f"{name}.png"
+        Image.fromarray(np.asarray(getattr(data, name)())).save(path)
+        paths.append(str(path))
+    return paths
+
+
 def _run(data: bytes, batch: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     return np.asarray(session.run(None, {"images": batch})[0])
@@ -164,14 +183,18 @@ class Block:
         return None
 sys.meta_path.insert(0, Block())
 import numpy as np
-from skimage import data
+from PIL import Image
 from galleria.cli import main
 from galleria.embedders import TimmEmbedder
 from galleria.embedders._cache import onnx_path
 assert main(["models", "export-onnx", "timm:tf_efficientnet_lite0:imagenet"]) == 0
 embedder = TimmEmbedder("tf_efficientnet_lite0", pretrained="imagenet")
 assert embedder.runtime == "onnx", embedder.runtime
-vectors = embedder.embed([np.asarray(data.chelsea()), np.asarray(data.coffee())])
+images = []
+for path in sys.argv[2:]:
+    with Image.open(path) as image:
+        images.append(np.asarray(image.convert("RGB")))
+vectors = embedder.embed(images)
 np.save(sys.argv[1], vectors)
 assert not any(name.split(".")[0] in ("torch", "torchvision", "timm") for name in sys.modules)
 print(hashlib.sha256(onnx_path(embedder._key).read_bytes()).hexdigest())
@@ -181,14 +204,18 @@ print(hashlib.sha256(onnx_path(embedder._key).read_bytes()).hexdigest())
 def test_without_torch_the_package_weights_are_written_and_embed_deterministically(
     package: str, model_bytes: bytes, tmp_path: Path
 ) -> None:
-    pytest.importorskip("skimage", reason="the photos are scikit-image's")
+    images = _image_files(tmp_path)
     digests, vectors = [], []
     for run in range(2):
         cache = tmp_path / f"cache{run}"
         env = dict(os.environ, PYTHONPATH=SRC, GALLERIA_MODEL_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
         out = tmp_path / f"vectors{run}.npy"
         result = subprocess.run(
-            [sys.executable, "-c", _NO_TORCH, str(out)], capture_output=True, text=True, env=env, timeout=300
+            [sys.executable, "-c", _NO_TORCH, str(out), *images],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         digests.append(result.stdout.split()[-1])

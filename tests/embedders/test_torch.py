@@ -2,7 +2,8 @@
 
 The failure is simulated (an import hook whose module raises torchvision's classic
 ``RuntimeError: operator torchvision::nms does not exist`` when imported, and the installed versions
-replaced), so the real torch is never touched and the tests run where torch is absent too.
+replaced), so the real torch is never touched and the tests run where torch is absent too (an empty
+module then stands in for torch itself).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,8 @@ def broken(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     from PyTorch's index, torchvision 0.29.1 from PyPI)."""
     for name in ("timm", "open_clip", "torchvision"):
         monkeypatch.delitem(sys.modules, name, raising=False)
+    if not _torch.installed("torch"):  # a photo install: torch itself stands in as an empty module
+        monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
     monkeypatch.setattr(
         sys, "meta_path", [_Failing(("timm", "open_clip"), RuntimeError(NMS)), *sys.meta_path]
     )

@@ -222,6 +222,26 @@ def test_a_pickle_naming_anything_but_tensor_records_is_refused_and_nothing_runs
     assert not sentinel.exists()
 
 
+@pytest.mark.parametrize(
+    ("target", "opcodes"),
+    [
+        (_global("torch", "FloatStorage"), b"}" + _text("dtype") + _text("<f8") + b"sb"),  # BUILD, a dict
+        (_global("torch", "FloatStorage"), b"N}" + _text("dtype") + _text("<f8") + b"s\x86b"),  # slot state
+        (_global("torch._utils", "_rebuild_tensor_v2"), b"N}" + _text("__defaults__") + b")s\x86b"),
+        (_global("collections", "OrderedDict"), b")\x81"),  # NEWOBJ: only a class may be instantiated
+    ],
+    ids=["storage-state", "storage-slots", "function-defaults", "newobj"],
+)
+def test_an_allowed_global_cannot_be_changed_or_instantiated(
+    tmp_path: Path, target: bytes, opcodes: bytes
+) -> None:
+    path = _write_zip(tmp_path / "build.pth", b"\x80\x02" + target + opcodes + b".", {})
+    with pytest.raises(ValueError, match=r"checkpoint .*build\.pth"):
+        read_pth(str(path))
+    valid, expected = _valid_zip(tmp_path / "after.pth")  # the reader is as it was
+    assert np.array_equal(read_pth(str(valid))["conv.weight"], expected["conv.weight"])
+
+
 def test_a_storage_larger_than_its_data_is_refused(tmp_path: Path) -> None:
     pickled = _state_pickle([("w", _tensor("0", 1000, (1000,)))])
     path = _write_zip(tmp_path / "short.pth", pickled, {"0": np.zeros(4, np.float32).tobytes()})

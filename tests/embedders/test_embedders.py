@@ -313,6 +313,8 @@ def test_clip_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch
         return real_import(name)
 
     monkeypatch.setattr(torch_helpers.importlib, "import_module", fake_import)
+    # not installed (an installed open_clip that fails to import is an install problem: test_torch.py)
+    monkeypatch.setattr(torch_helpers, "installed", lambda module: module != "open_clip")
     with pytest.raises(ImportError, match=r"pip install -e '\.\[clip\]'"):
         ClipEmbedder(TINY_CLIP, pretrained=None)
 

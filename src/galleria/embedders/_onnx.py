@@ -35,6 +35,7 @@ __all__ = [
     "embed_onnx",
     "export_network",
     "onnxruntime_available",
+    "save_network",
     "usable_threads",
 ]
 
@@ -129,6 +130,24 @@ def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim
             dynamo=False,
         )
     data = buffer.getvalue()
+    path = onnx_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, data)
+    entry = {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "dim": int(dim),
+        "preprocess": preprocess.to_dict(),
+    }
+    write_manifest_entry(key, entry)
+    return _check_entry(key, entry)
+
+
+def save_network(key: str, data: bytes, preprocess: Preprocess, dim: int) -> dict[str, Any]:
+    """Put the ONNX file ``data`` (made without torch: :mod:`._lite0`) into the cache under ``key``, with
+    the manifest entry an export writes; return its checked entry."""
+    from galleria._files import atomic_write_bytes
+
     path = onnx_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, data)

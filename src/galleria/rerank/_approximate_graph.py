@@ -136,8 +136,12 @@ def symmetric_graph(features: np.ndarray, k: int, metric: str) -> np.ndarray:
         if width == 0:
             return
         columns = np.argpartition(-scores, width - 1, axis=1)[:, :width]
-        best.scores[low:high, :width] = np.take_along_axis(scores, columns, axis=1)
-        best.columns[low:high, :width] = columns + low
+        kept = np.take_along_axis(scores, columns, axis=1)
+        # argpartition leaves the chosen in any order (numpy's choice); a graph of one tile is never
+        # merged, so order each row here: by score from the largest, then by column
+        order = np.lexsort((columns, -kept), axis=1)
+        best.scores[low:high, :width] = np.take_along_axis(kept, order, axis=1)
+        best.columns[low:high, :width] = np.take_along_axis(columns, order, axis=1) + low
         if width == k:  # a short last tile keeps every entry of the other tiles
             best.threshold[low:high] = best.scores[low:high].min(axis=1)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from galleria._validation import check_nonnegative_float
 from galleria.distances import normalize_rows
-from galleria.statistics import FIRST_SHARE, GalleryStatistics, read_statistics
+from galleria.statistics import FIRST_RISE, FIRST_SHARE, GalleryStatistics, read_statistics
 
 __all__ = [
     "MAX_EXPANSION_ALPHA",
@@ -196,7 +196,17 @@ def adaptive_expansion(stats: GalleryStatistics, *, reranked: bool = False) -> d
 
 def trusts_first_matches(stats: GalleryStatistics) -> bool:
     """Whether a gallery's nearest matches may pull a query (or a gallery item) towards them: it shows
-    neighbourhood structure and at least :data:`~galleria.statistics.FIRST_SHARE` of an item's first
-    five neighbours are mutual."""
+    neighbourhood structure, at least :data:`~galleria.statistics.FIRST_SHARE` of an item's first
+    five neighbours are mutual, and the share grows by :data:`~galleria.statistics.FIRST_RISE` from the
+    first five to the first 20 (classes larger than a few images).
+
+    Examples
+    --------
+    >>> from galleria.statistics import GalleryStatistics
+    >>> trusts_first_matches(GalleryStatistics(1000, 200, (5, 10, 20), (0.55, 0.6, 0.62), (3, 6, 13)))
+    True
+    >>> trusts_first_matches(GalleryStatistics(1000, 200, (5, 10, 20), (0.57, 0.57, 0.57), (3, 6, 11)))
+    False
+    """
     reading = read_statistics(stats)
-    return not reading.flat and reading.first >= FIRST_SHARE
+    return not reading.flat and reading.first >= FIRST_SHARE and reading.share - reading.first >= FIRST_RISE

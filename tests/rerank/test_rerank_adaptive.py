@@ -233,7 +233,8 @@ def test_every_rule_keeps_the_first_result_or_falls_back(share: float, median: f
     params = params_from_statistics(_stats(share, median))
     flat = median < 2 or share < 0.25
     majority = not flat and share >= 0.5
-    trusted = not flat and share >= 0.5  # the share among the first five (here the same at every k)
+    # _stats gives one share at every k: never more reciprocal at 20 than at 5, so never trusted
+    trusted = False
     for method in ("diffusion", "decoupled-diffusion"):
         assert params[method]["query_k"] == 1  # the best match alone represents the query
         assert params[method]["alpha"] == (0.9 if trusted else 0.0)  # α = 0: the original order
@@ -255,6 +256,10 @@ def test_every_rule_keeps_the_first_result_or_falls_back(share: float, median: f
     if not augments:
         assert dba["neighbors"] == dba["aqe_neighbors"] == 1 and dba["aqe_alpha"] == 1000.0
     assert dba["aqe_neighbors"] <= 2  # as αQE: the first match cannot be overtaken
+    rising = GalleryStatistics(1000, 200, (5, 10, 20), (share, share + 0.01, share + 0.02), (3, 6, median))
+    trusted_rising = not flat and share >= 0.5
+    assert (params_from_statistics(rising)["aqe"]["expansion_neighbors"] == 2) == trusted_rising
+    assert (params_from_statistics(rising)["diffusion"]["alpha"] == 0.9) == trusted_rising
     more = params_from_statistics(_stats(share, min(20.0, median + 4)))
     assert more["diffusion"]["k"] >= params["diffusion"]["k"]  # larger classes, larger graphs
 

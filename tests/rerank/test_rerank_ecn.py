@@ -272,13 +272,18 @@ def test_the_adaptive_rule_keeps_the_plain_order_without_structure() -> None:
 
 
 def test_the_adaptive_rule_keeps_more_of_the_original_where_neighbourhoods_are_less_reciprocal() -> None:
-    weak = GalleryStatistics(1000, 200, (5, 10, 20), (0.35, 0.35, 0.35), (2.0, 3.0, 4.0))
-    strong = GalleryStatistics(1000, 200, (5, 10, 20), (0.8, 0.8, 0.8), (4.0, 8.0, 16.0))
+    # the share grows from the first five to the first 20: the first matches are trusted
+    weak = GalleryStatistics(1000, 200, (5, 10, 20), (0.52, 0.54, 0.56), (2.0, 3.0, 6.0))
+    strong = GalleryStatistics(1000, 200, (5, 10, 20), (0.8, 0.82, 0.85), (4.0, 8.0, 16.0))
     low, high = ecn_params_from_statistics(weak), ecn_params_from_statistics(strong)
     for params in (low, high):
         check_ecn_params(params["t"], params["q"], params["lambda_value"])
         assert (params["t"], params["q"]) == (1, 1)  # anchored on the best match
-    assert low["lambda_value"] > high["lambda_value"] >= 0.3
+    assert 1.0 > low["lambda_value"] > high["lambda_value"] >= 0.3
+    # first matches mostly not mutual, or no more reciprocal at 20 than at 5: the original order
+    for untrusted in ((0.35, 0.4, 0.45), (0.8, 0.8, 0.8)):
+        stats = GalleryStatistics(1000, 200, (5, 10, 20), untrusted, (4.0, 8.0, 16.0))
+        assert ecn_params_from_statistics(stats)["lambda_value"] == 1.0
 
 
 @given(points_on_a_grid, st.sampled_from([0.0, 0.37, 0.7, 1.0]))

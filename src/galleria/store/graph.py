@@ -12,8 +12,18 @@ is ignored with a :class:`GraphStateWarning` and rebuilt, never used; so is a da
 (garbage, truncated, a flipped byte: a :class:`GraphFileWarning` naming the file and the problem) when
 a graph is wanted, while :func:`read_graph_file` (``galleria check``) refuses it. The file is untrusted: its
 size must be exactly what its header and the store's size say (the store, not the file, fixes the
-item count, so it cannot make galleria allocate more), and the arrays pass
-:func:`~galleria.index.neighbor_graph.check_graph_arrays`, distances recomputed on a sample.
+item count, so it cannot make galleria allocate more), the arrays pass
+:func:`~galleria.index.neighbor_graph.check_graph_arrays`, and :func:`verify_graph_rows` checks rows
+drawn afresh at each read (:data:`VERIFY_ROWS` of them, the seed named in any refusal so the check can
+be rerun; every row with ``galleria check --full``) against the store's vectors: their distances
+recomputed, and their true nearest neighbours listed (nothing outside a row closer than its k-th
+distance; an approximate graph, ``hnsw`` or ``ivf``, may miss at most 1 - :data:`APPROXIMATE_RECALL`
+of them). A forged row outside the sample is not seen by one read (docs/security.md says what
+sampling can and cannot see); ``--full`` sees every row.
+
+A side file that cannot be read or written (a FIFO, a folder, a link to a device or a dangling one, a
+read-only folder, a full disk) is a :class:`GraphFileWarning` for the commands that only want a graph:
+they answer from the graph they computed. ``galleria graph`` and ``galleria check`` are strict.
 
 Layout: ``b"GALLERIA-GRAPH1\\n"``, a 4-byte little-endian header length, a UTF-8 JSON header
 (``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB), then the ids
@@ -24,7 +34,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import secrets
 import struct
 import threading
 import warnings
@@ -37,11 +49,14 @@ import numpy as np
 from galleria._files import atomic_path, load_json, open_regular_file
 from galleria._validation import check_positive_int
 from galleria._warnings import GalleriaWarning
-from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays
+from galleria.distances import pairwise_distances
+from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays, exact_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "APPROXIMATE_RECALL",
     "GRAPH_SUFFIX",
+    "VERIFY_ROWS",
     "GraphFileWarning",
     "GraphStateWarning",
     "NeighborGraph",
@@ -52,12 +67,19 @@ __all__ = [
     "read_graph_header",
     "remember_graph_file",
     "save_neighbor_graph",
+    "verify_graph_rows",
 ]
 
 GRAPH_SUFFIX = ".graph"
 _MAGIC = b"GALLERIA-GRAPH1\n"
 _LENGTH = struct.Struct("<I")
 _HEADER_LIMIT = 1 << 16
+#: Rows of a graph file verified against the store's vectors at each read (drawn afresh each time).
+VERIFY_ROWS = 64
+#: Share of a verified row's true nearest neighbours an approximate graph (hnsw, ivf) must list.
+APPROXIMATE_RECALL = 0.9
+#: Rows verified at once (their exact neighbours are computed among all items).
+_VERIFY_BLOCK = 4096
 
 
 class GraphStateWarning(GalleriaWarning):
@@ -76,6 +98,10 @@ class NeighborGraph:
     ids: np.ndarray
     distances: np.ndarray
     method: str
+    #: Rows verified against the vectors when the graph was read from a file (0: built here).
+    verified: int = 0
+    #: The seed the verified rows were drawn with (None: every row, or built here).
+    seed: int | None = None
 
     @property
     def k(self) -> int:
@@ -164,10 +190,88 @@ def _read_header(name: str, stream: Any) -> tuple[dict[str, Any], int]:
     return header, len(lead) + length
 
 
-def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
+def verify_graph_rows(
+    ids: np.ndarray,
+    distances: np.ndarray,
+    vectors: np.ndarray,
+    space: str,
+    method: str,
+    what: str,
+    rows: np.ndarray,
+) -> None:
+    """Refuse a graph whose ``rows`` do not hold their true nearest neighbours (ValueError naming ``what``).
+
+    For each row its listed distances are recomputed from ``vectors``, and its exact ``k`` nearest
+    items are found among all of them: none may lie closer than the row's k-th listed distance
+    without being listed. An approximate graph (``method`` hnsw or ivf) may miss at most
+    1 - :data:`APPROXIMATE_RECALL` of them over the rows verified, and must hold each row's
+    nearest item in all but that share of rows. ``ids``/``distances`` are the whole graph's arrays,
+    already through :func:`~galleria.index.neighbor_graph.check_graph_arrays`.
+    """
+    count, k = ids.shape
+    if k == 0 or len(rows) == 0:
+        return
+    tolerance = 1e-4 * math.sqrt(vectors.shape[1])
+    missed = closer = first_missed = 0
+    for start in range(0, len(rows), _VERIFY_BLOCK):
+        chosen = np.asarray(rows[start : start + _VERIFY_BLOCK], dtype=np.int64)
+        listed, claimed = ids[chosen].astype(np.int64), distances[chosen]
+        recomputed = np.stack(
+            [
+                pairwise_distances(vectors[row : row + 1], vectors[listed[i]], space)[0]
+                for i, row in enumerate(chosen)
+            ]
+        )
+        wrong = ~np.isclose(recomputed, claimed, rtol=1e-4, atol=tolerance).all(axis=1)
+        if wrong.any():
+            raise ValueError(
+                f"{what}: the distances do not match the store's vectors "
+                f"(row {int(chosen[np.flatnonzero(wrong)[0]])})"
+            )
+        true_ids, true_distances = exact_graph(vectors, k, space, rows=chosen)
+        bound = claimed[:, -1:] - 1e-4 * np.abs(claimed[:, -1:]) - tolerance
+        nearer = true_distances < bound  # must all be listed
+        offsets = np.arange(len(chosen), dtype=np.int64)[:, None] * count
+        flat = np.sort((listed + offsets).ravel())
+        wanted = true_ids.astype(np.int64) + offsets
+        spot = np.minimum(np.searchsorted(flat, wanted), flat.size - 1)
+        absent = nearer & (flat[spot] != wanted)
+        if method == "exact" and absent.any():
+            row = int(np.flatnonzero(absent.any(axis=1))[0])
+            hidden = int(true_ids[row][np.flatnonzero(absent[row])[0]])
+            raise ValueError(
+                f"{what}: row {int(chosen[row])} does not list its true neighbour {hidden} "
+                f"(distance {float(true_distances[row][np.flatnonzero(absent[row])[0]]):.6g}, closer than "
+                f"its k-th listed {float(claimed[row, -1]):.6g})"
+            )
+        missed += int(absent.sum())
+        closer += int(nearer.sum())
+        first_missed += int(absent[:, 0].sum())
+    if method != "exact":
+        slots = len(rows) * k
+        if missed > (1.0 - APPROXIMATE_RECALL) * slots or first_missed > (1.0 - APPROXIMATE_RECALL) * len(
+            rows
+        ):
+            raise ValueError(
+                f"{what}: its {len(rows)} verified row(s) miss {missed} of their true nearest neighbours "
+                f"({first_missed} row(s) their nearest); an {method} graph may miss at most "
+                f"{1.0 - APPROXIMATE_RECALL:.0%}"
+            )
+
+
+def read_graph_file(
+    path: str | os.PathLike[str],
+    store: InMemoryImageEmbeddingStore,
+    *,
+    verify: int | None = VERIFY_ROWS,
+    seed: int | None = None,
+) -> NeighborGraph | None:
     """The graph kept in ``path`` for ``store``'s current state, or None (with a warning) if it is of another.
 
-    Raises ValueError naming the file when the file is damaged or not a graph of this store's size.
+    ``verify`` rows (None: every row), drawn with ``seed`` (None: a fresh one), are checked by
+    :func:`verify_graph_rows`; the graph returned records how many and the seed. Raises ValueError
+    naming the file (and the seed) when the file is damaged, not a graph of this store's size, or a
+    verified row does not hold its true neighbours.
     """
     name = os.fspath(path)
     _, vectors = _rows_and_vectors(store)
@@ -193,8 +297,17 @@ def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingS
         raise ValueError(f"graph file {name!r}: the arrays do not match their recorded SHA-256 (damaged)")
     ids = np.frombuffer(payload, dtype="<i4", count=count * k).reshape(count, k).astype(np.int32)
     distances = np.frombuffer(payload, dtype="<f4", offset=4 * count * k).reshape(count, k).astype(np.float32)
-    check_graph_arrays(ids, distances, count, f"graph file {name!r}", vectors=vectors, space=store.space)
-    return NeighborGraph(state, ids, distances, header["method"])
+    check_graph_arrays(ids, distances, count, f"graph file {name!r}")
+    if verify is None or verify >= count:
+        rows, used = np.arange(count, dtype=np.int64), None
+        what = f"graph file {name!r} (every row verified)"
+    else:
+        used = secrets.randbits(32) if seed is None else int(seed)
+        chosen = np.random.default_rng(used).choice(count, size=min(count, max(0, verify)), replace=False)
+        rows = np.sort(chosen)
+        what = f"graph file {name!r} ({len(rows)} rows verified, seed {used})"
+    verify_graph_rows(ids, distances, vectors, store.space, header["method"], what, rows)
+    return NeighborGraph(state, ids, distances, header["method"], len(rows), used)
 
 
 def _usable_graph_file(path: str, store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
@@ -278,7 +391,16 @@ def neighbor_graph(
         ids, distances, used = build_graph(vectors, requested, store.space, method)
         graph = NeighborGraph(state, ids, distances, used)
         if store_file is not None:  # a file remembered from loading is read, never written
-            _write_graph_file(path, graph)  # type: ignore[arg-type]
+            try:
+                _write_graph_file(path, graph)  # type: ignore[arg-type]
+            except (OSError, ValueError) as error:  # no regular file, a read-only folder, a full disk
+                warnings.warn(
+                    GraphFileWarning(
+                        f"graph file {path!r} cannot be written ({error}); answered from the graph "
+                        "computed, which is not kept"
+                    ),
+                    stacklevel=2,
+                )
     graph.ids.flags.writeable = False
     graph.distances.flags.writeable = False
     with _LOCK:

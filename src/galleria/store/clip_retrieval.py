@@ -7,10 +7,17 @@ The layout clip-retrieval's inference writes (``FOLDER`` or ``FOLDER/embeddings`
     image.index                      autofaiss's index over the parts in order (optional; also
                                      looked for in FOLDER/index/)
 
-Everything in the folder is untrusted. ``.npy`` headers are parsed without pickle and checked (2-D,
-float16/float32, one dimension for all parts, exact file size) before the data is mapped; every
-parquet file must have exactly its part's row count and the path column, and every path is a
-non-empty string without control characters (ValueError naming the file and the row). The index is
+Everything in the folder is untrusted. Every part (``img_emb/``, each ``.npy`` and ``.parquet`` file,
+the index) must resolve inside the folder: a symbolic link leading out of it could pull a user's own
+files into a store that is then shared, so it is refused unless ``follow_links`` (``--follow-links``)
+is given, and then each link followed is said. ``.npy`` headers are parsed without pickle and checked
+(2-D, float16/float32, one dimension for all parts, exact file size) before the data is mapped; every
+parquet file must have exactly its part's row count and the path column; before a row group is
+decompressed, the sizes its metadata records must stay within a decompression-ratio cap for the
+whole file (:data:`MAX_EXPANSION` times its size plus :data:`EXPANSION_SLACK`) and within the field
+caps per row; every path is a non-empty string of at most :data:`MAX_PATH` characters without control
+characters, every caption at most :data:`MAX_CAPTION` bytes (ValueError naming the file and the row,
+the value cut to a readable length). The index is
 walked by galleria's FAISS checks like every FAISS file; its ``ntotal`` and dimension must match
 the embeddings (refused otherwise). An index the checks refuse (an HNSW coarse quantiser, on-disk
 inverted lists) is not used: the store's index is rebuilt from the ``.npy`` parts, with a message.
@@ -32,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_path, open_regular_file
+from galleria._files import atomic_path, open_regular_file, resolve_inside, short
 from galleria.index import ExternalSearchIndex
 from galleria.index._faiss import deserialize
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -44,7 +51,14 @@ _DTYPES = (np.dtype("<f2"), np.dtype("<f4"))
 _PATH_COLUMNS = ("image_path", "url")
 #: Galleries up to this size are rebuilt with the exact index, larger ones with IVF-PQ.
 _EXACT_REBUILD = 100_000
-_MAX_PATH = 4096
+#: The longest item path (characters) and caption (UTF-8 bytes) a metadata file may hold.
+MAX_PATH = 4096
+MAX_CAPTION = 64 << 10
+#: A metadata file may decompress to at most this many times its size, plus :data:`EXPANSION_SLACK`.
+MAX_EXPANSION = 64
+EXPANSION_SLACK = 16 << 20
+#: Bytes a row may take besides its path and caption in the columns read (lengths, nulls, pages).
+_ROW_OVERHEAD = 64
 
 
 def _parquet() -> Any:
@@ -69,6 +83,24 @@ class ClipRetrievalFolder:
     messages: list[str] = field(default_factory=list)
 
 
+def _inside(path: str, root: str, follow_links: bool, messages: list[str]) -> str:
+    """``path`` once it resolves inside ``root``; a link leading out is refused unless ``follow_links``
+    (then followed, and said)."""
+    try:
+        resolve_inside(path, root, "the part")
+    except ValueError:
+        real = os.path.realpath(path)
+        if not follow_links:
+            raise ValueError(
+                f"{short(path)} resolves to {short(real)}, outside the folder {short(root)}: a link "
+                "out of the folder is not imported; pass --follow-links (follow_links=True) to follow it"
+            ) from None
+        messages.append(
+            f"following the link {short(path)} to {short(real)}, outside the folder (--follow-links)"
+        )
+    return path
+
+
 def _locate(folder: str) -> tuple[str, str]:
     for base in (folder, os.path.join(folder, "embeddings")):
         if os.path.isdir(os.path.join(base, "img_emb")):
@@ -78,7 +110,9 @@ def _locate(folder: str) -> tuple[str, str]:
 
 def _npy_part(path: str) -> np.ndarray:
     """One embeddings part, its header checked without pickle before it is mapped."""
-    with open_regular_file(path, "embeddings file") as stream:
+    name = path
+    path = short(path)
+    with open_regular_file(name, "embeddings file") as stream:
         try:
             version = np.lib.format.read_magic(stream)
             if version == (1, 0):
@@ -88,19 +122,21 @@ def _npy_part(path: str) -> np.ndarray:
             else:
                 raise ValueError(f"unsupported .npy version {version}")
         except (ValueError, SyntaxError, struct.error) as error:
-            raise ValueError(f"embeddings file {path!r} is not a valid .npy file: {error}") from None
+            raise ValueError(
+                f"embeddings file {path} is not a valid .npy file: {short(str(error))}"
+            ) from None
         offset, size = stream.tell(), os.fstat(stream.fileno()).st_size
     if dtype.hasobject:
-        raise ValueError(f"embeddings file {path!r} holds Python objects (pickle); refused")
+        raise ValueError(f"embeddings file {path} holds Python objects (pickle); refused")
     if dtype not in _DTYPES or len(shape) != 2 or shape[1] < 1:
         raise ValueError(
-            f"embeddings file {path!r} must hold a 2-D float16/float32 array, got {dtype} {shape}"
+            f"embeddings file {path} must hold a 2-D float16/float32 array, got {dtype} {short(shape)}"
         )
     if size != offset + shape[0] * shape[1] * dtype.itemsize:
-        raise ValueError(f"embeddings file {path!r} is {size} bytes, not what its header {shape} says")
-    array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+        raise ValueError(f"embeddings file {path} is {size} bytes, not what its header {shape} says")
+    array: np.ndarray = np.load(name, mmap_mode="r", allow_pickle=False)
     if array.shape != shape or array.dtype != dtype:
-        raise ValueError(f"embeddings file {path!r} changed while it was read")
+        raise ValueError(f"embeddings file {path} changed while it was read")
     return array
 
 
@@ -108,20 +144,47 @@ def _bad_text(value: str) -> bool:
     return any(unicodedata.category(char) in ("Cc", "Cf", "Cs") for char in value)
 
 
+def _check_expansion(parquet: Any, path: str, columns: list[str], size: int) -> None:
+    """Refuse (ValueError naming the file and row group) a file whose row groups, by the sizes their
+    metadata records, would decompress past the whole-file cap or past the field caps of their rows."""
+    metadata = parquet.metadata
+    limit = MAX_EXPANSION * size + EXPANSION_SLACK
+    per_row = MAX_PATH * 4 * len(columns) + MAX_CAPTION + _ROW_OVERHEAD * len(columns)
+    total = 0
+    for group in range(metadata.num_row_groups):
+        chunk = metadata.row_group(group)
+        wanted = 0
+        for position in range(chunk.num_columns):
+            column = chunk.column(position)
+            if str(column.path_in_schema).split(".")[0] in columns:
+                wanted += int(column.total_uncompressed_size)
+        total += wanted
+        if total > limit or wanted > per_row * chunk.num_rows + EXPANSION_SLACK:
+            raise ValueError(
+                f"{path}: row group {group} would decompress to {wanted} bytes "
+                f"({total} so far), more than the {limit} a {size}-byte file may expand to "
+                f"or the field caps of its {chunk.num_rows} rows allow; refused"
+            )
+
+
 def _metadata_part(path: str, rows: int, part: str, use: str) -> tuple[list[str], list[str | None]]:
     """(paths, captions) of one metadata part of ``rows`` rows; ValueError naming the file and row."""
     _, pq = _parquet()
-    with open_regular_file(path, "metadata file") as stream:
+    name, path = path, short(path)
+    with open_regular_file(name, "metadata file") as stream:
+        size = os.fstat(stream.fileno()).st_size
         try:
             parquet = pq.ParquetFile(stream)
             count = parquet.metadata.num_rows
             names = set(parquet.schema_arrow.names)
         except Exception as error:  # pyarrow raises its own types on damaged files
-            raise ValueError(f"metadata file {path!r} is not a readable parquet file: {error}") from None
+            raise ValueError(
+                f"metadata file {path} is not a readable parquet file: {short(str(error))}"
+            ) from None
         if count != rows:
             first = min(count, rows)
             raise ValueError(
-                f"metadata file {path!r} has {count} rows but {part} has {rows} embeddings "
+                f"metadata file {path} has {count} rows but {part} has {rows} embeddings "
                 f"(row {first} is the first without its {'metadata' if count < rows else 'embedding'})"
             )
         wanted = [column for column in _PATH_COLUMNS if column in names]
@@ -129,24 +192,51 @@ def _metadata_part(path: str, rows: int, part: str, use: str) -> tuple[list[str]
             wanted = [use] if use in names else []
         if not wanted:
             missing = "'image_path' (nor 'url')" if use == "auto" else repr(use)
-            raise ValueError(f"metadata file {path!r} has no column {missing}")
+            raise ValueError(f"metadata file {path} has no column {missing}")
         columns = wanted + (["caption"] if "caption" in names else [])
-        table = parquet.read(columns=columns)
-    values = {name: table.column(name).to_pylist() for name in columns}
+        _check_expansion(parquet, f"metadata file {path}", columns, size)
+        values: dict[str, list[Any]] = {column: [] for column in columns}
+        for group in range(parquet.metadata.num_row_groups):
+            try:
+                table = parquet.read_row_group(group, columns=columns)
+            except Exception as error:  # pyarrow's own types on damaged pages
+                raise ValueError(
+                    f"metadata file {path}: row group {group} cannot be read: {short(str(error))}"
+                ) from None
+            for column in columns:
+                values[column].extend(table.column(column).to_pylist())
+    return _checked_rows(path, rows, wanted, values)
+
+
+def _checked_rows(
+    path: str, rows: int, wanted: list[str], values: dict[str, list[Any]]
+) -> tuple[list[str], list[str | None]]:
     paths = []
     for row in range(rows):
         chosen = next((values[name][row] for name in wanted if values[name][row]), None)
         if not isinstance(chosen, str) or not chosen:
-            raise ValueError(f"metadata file {path!r}: row {row} has no {' or '.join(wanted)} string")
-        if len(chosen) > _MAX_PATH or _bad_text(chosen):
             raise ValueError(
-                f"metadata file {path!r}: row {row}: the path {chosen!r} holds control characters"
+                f"metadata file {path}: row {row} has no {' or '.join(wanted)} string, got {short(chosen)}"
+            )
+        if len(chosen) > MAX_PATH:
+            raise ValueError(
+                f"metadata file {path}: row {row}: the path is {len(chosen)} characters long, more "
+                f"than the {MAX_PATH} allowed: {short(chosen)}"
+            )
+        if _bad_text(chosen):
+            raise ValueError(
+                f"metadata file {path}: row {row}: the path {short(chosen)} holds control characters"
             )
         paths.append(chosen)
     captions = values.get("caption", [None] * rows)
     for row, caption in enumerate(captions):
         if caption is not None and not isinstance(caption, str):
-            raise ValueError(f"metadata file {path!r}: row {row}: the caption is not a string")
+            raise ValueError(f"metadata file {path}: row {row}: the caption is not a string")
+        if caption is not None and len(caption.encode("utf-8", "surrogatepass")) > MAX_CAPTION:
+            raise ValueError(
+                f"metadata file {path}: row {row}: the caption is longer than the {MAX_CAPTION} bytes "
+                f"allowed: {short(caption)}"
+            )
     return paths, captions
 
 
@@ -187,16 +277,21 @@ def _read_index(path: str, rows: int, dim: int, messages: list[str]) -> Any:
     return index
 
 
-def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolder:
+def read_clip_retrieval(folder: Any, *, use: str = "auto", follow_links: bool = False) -> ClipRetrievalFolder:
     """Read and check a clip-retrieval / autofaiss folder (module docstring); nothing is written.
 
     ``use``: which parquet column names an item — ``"image_path"``, ``"url"``, or ``"auto"`` (the
-    image path where a row has one, else its URL).
+    image path where a row has one, else its URL). ``follow_links``: follow parts that are links
+    leading out of the folder (refused otherwise).
     """
     if use not in ("auto", *_PATH_COLUMNS):
         raise ValueError(f"use must be 'auto', 'image_path' or 'url', got {use!r}")
     root = os.fspath(folder)
+    messages: list[str] = []
     embeddings, metadata = _locate(root)
+    _inside(embeddings, root, follow_links, messages)
+    if os.path.lexists(metadata):
+        _inside(metadata, root, follow_links, messages)
     numbers = sorted((int(m.group(1)), name) for name in os.listdir(embeddings) if (m := _PART.match(name)))
     if not numbers:
         raise ValueError(f"folder {embeddings!r} holds no img_emb_N.npy part")
@@ -205,7 +300,7 @@ def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolde
     captions: list[str | None] = []
     seen: dict[str, str] = {}
     for number, name in numbers:
-        part = _npy_part(os.path.join(embeddings, name))
+        part = _npy_part(_inside(os.path.join(embeddings, name), root, follow_links, messages))
         if parts and part.dtype != parts[0].dtype:
             raise ValueError(f"embeddings file {name!r} holds {part.dtype}, the first part {parts[0].dtype}")
         if parts and part.shape[1] != parts[0].shape[1]:
@@ -216,11 +311,14 @@ def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolde
         parquet = os.path.join(metadata, f"metadata_{digits}.parquet")
         if not os.path.lexists(parquet):
             raise ValueError(f"metadata file {parquet!r} of part {number} is missing")
-        found, notes = _metadata_part(parquet, part.shape[0], name, use)
+        found, notes = _metadata_part(
+            _inside(parquet, root, follow_links, messages), part.shape[0], name, use
+        )
         for row, item in enumerate(found):
             if item in seen:
                 raise ValueError(
-                    f"metadata file {parquet!r}: row {row} repeats the path {item!r} of {seen[item]}"
+                    f"metadata file {short(parquet)}: row {row} repeats the path {short(item)} "
+                    f"of {seen[item]}"
                 )
             seen[item] = f"part {number}, row {row}"
         parts.append(part)
@@ -229,11 +327,94 @@ def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolde
     vectors = np.concatenate([np.asarray(part, dtype=np.float32) for part in parts])
     if not np.isfinite(vectors).all():
         raise ValueError(f"folder {embeddings!r}: the embeddings must be finite")
-    result = ClipRetrievalFolder(paths, vectors, captions)
+    result = ClipRetrievalFolder(paths, vectors, captions, messages=messages)
     located = _index_file(root)
     if located is not None:
+        _inside(located, root, follow_links, messages)
         result.index = _read_index(located, vectors.shape[0], vectors.shape[1], result.messages)
     return result
+
+
+#: The side files of a store that an import replacing it removes (they describe the old store).
+_SIDE_SUFFIXES = (".graph", ".map", ".files.json", ".captions.parquet")
+#: The largest HNSW ``efSearch`` tried when tuning an imported HNSW index.
+_MAX_EF_SEARCH = 4096
+
+
+def _tune_index(index: Any, vectors: np.ndarray, say: Callable[[str], None]) -> str | None:
+    """Tune the search knob of the imported faiss ``index`` (IVF ``nprobe``, HNSW ``efSearch``) to the
+    recall@10 galleria's IVF-PQ meets by default, measured on a sample of the folder's own vectors
+    against exact search; the label the store keeps (what was done and measured), or None when the
+    index cannot be tuned to it (the caller rebuilds)."""
+    import faiss
+
+    from galleria.index._ivfpq_build import MIN_MEASURED_ROWS, SAMPLE_QUERIES, measure_recall, tune_probes
+    from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET
+
+    target = DEFAULT_RECALL_TARGET
+    space = "ip" if int(index.metric_type) == faiss.METRIC_INNER_PRODUCT else "l2"
+    count = vectors.shape[0]
+    sample = min(count, SAMPLE_QUERIES)
+    inner = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    ivf = None
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:
+        ivf = None
+    hnsw = inner if isinstance(inner, faiss.IndexHNSW) else None
+    if isinstance(inner, faiss.IndexFlat) or count < MIN_MEASURED_ROWS:
+        if ivf is not None:
+            ivf.nprobe = ivf.nlist  # a tiny gallery: probe every list, as galleria's IVF-PQ does
+        if hnsw is not None:
+            hnsw.hnsw.efSearch = max(int(hnsw.hnsw.efSearch), min(count, _MAX_EF_SEARCH))
+        kind = "exact" if isinstance(inner, faiss.IndexFlat) else f"{count} vectors, every one reached"
+        say(f"the folder's index ({type(inner).__name__}) is reused as it is ({kind})")
+        return f"autofaiss {type(inner).__name__}"
+
+    def search_with(setting: Callable[[int], None]) -> Callable[[np.ndarray, int, int], np.ndarray]:
+        def search(queries: np.ndarray, k: int, knob: int) -> np.ndarray:
+            setting(knob)
+            return np.asarray(index.search(np.ascontiguousarray(queries, dtype=np.float32), k)[1])
+
+        return search
+
+    if ivf is not None:
+        before = int(ivf.nprobe)
+        recall = measure_recall(search_with(lambda knob: setattr(ivf, "nprobe", knob)), vectors, 0, space, 0)
+        found = recall(before)
+        probes, measured = (before, found) if found >= target else tune_probes(recall, int(ivf.nlist), target)
+        ivf.nprobe = probes
+        knob, old, new = "nprobe", before, probes
+    elif hnsw is not None:
+        before = int(hnsw.hnsw.efSearch)
+        recall = measure_recall(
+            search_with(lambda knob: setattr(hnsw.hnsw, "efSearch", knob)), vectors, 0, space, 0
+        )
+        measured, new = recall(before), before
+        ef = max(16, before)
+        while measured < target and ef < _MAX_EF_SEARCH:
+            ef *= 2
+            measured, new = recall(ef), ef
+        hnsw.hnsw.efSearch = new
+        knob, old = "efSearch", before
+    else:
+        recall = measure_recall(search_with(lambda knob: None), vectors, 0, space, 0)
+        measured, knob, old, new = recall(0), "", 0, 0
+    if measured < target:
+        what = f" at {knob}={new}" if knob else ""
+        say(
+            f"the folder's index ({type(inner).__name__}) reaches recall@10 {measured:.3f} on {sample} "
+            f"sampled vectors{what}, below {target}: it is rebuilt from the vectors"
+        )
+        return None
+    change = (
+        f"{knob} {old} -> {new}" if knob and new != old else (f"{knob} {new} kept" if knob else "no knob")
+    )
+    say(
+        f"the folder's index ({type(inner).__name__}) is reused: recall@10 {measured:.3f} on {sample} "
+        f"sampled vectors against exact search ({change}; target {target})"
+    )
+    return f"autofaiss {type(inner).__name__}, recall@10 {measured:.3f} at {change} (measured on import)"
 
 
 def import_clip_retrieval(
@@ -243,50 +424,103 @@ def import_clip_retrieval(
     use: str = "auto",
     index: str | None = None,
     say: Callable[[str], None] = print,
+    follow_links: bool = False,
+    overwrite: bool = False,
 ) -> InMemoryImageEmbeddingStore:
     """A galleria store of a clip-retrieval folder; saved to ``out`` (with ``out.captions.parquet``) if given.
 
-    The folder's ``image.index`` is the store's index when galleria's checks accept it; otherwise
-    (or with ``index`` naming a galleria index: ``"exact"``, ``"hnsw"``, ``"ivfpq"``) the index is built
-    from the vectors, in the inner-product space clip-retrieval uses. ``say`` gets each message.
+    The folder's ``image.index`` is the store's index when galleria's checks accept it and, its
+    search knob tuned (IVF ``nprobe``, HNSW ``efSearch``), it reaches the recall@10 galleria's
+    IVF-PQ meets by default on a sample of the folder's own vectors; otherwise (or with ``index``
+    naming a galleria index: ``"exact"``, ``"hnsw"``, ``"ivfpq"``) the index is built from the
+    vectors, in the inner-product space clip-retrieval uses. Scores are distances either way
+    (``1 - <q, v>``). ``say`` gets each message. An existing ``out`` is replaced only with
+    ``overwrite`` (its side files, which describe the old store, are removed); ``out`` is written
+    atomically, so a failure leaves the old store as it was.
     """
-    found = read_clip_retrieval(folder, use=use)
+    from galleria._files import check_output_path
+
+    if out is not None:
+        target = check_output_path(out, "out")
+        if os.path.exists(target) and not overwrite:
+            raise ValueError(
+                f"out {short(target)} already exists; pass overwrite=True (--overwrite) to replace it"
+            )
+    found = read_clip_retrieval(folder, use=use, follow_links=follow_links)
     for message in found.messages:
         say(message)
     chosen: Any = index
     if chosen is None and found.index is not None:
-        chosen = ExternalSearchIndex.from_faiss_index(found.index, name="autofaiss")
-    elif chosen is None:
+        label = _tune_index(found.index, found.vectors, say)
+        if label is not None:
+            chosen = ExternalSearchIndex.from_faiss_index(found.index, name=label)
+    if chosen is None:
         chosen = "exact" if len(found.paths) <= _EXACT_REBUILD else "ivfpq"
     space = None if not isinstance(chosen, str) else "ip"
     store = InMemoryImageEmbeddingStore.from_embeddings(found.paths, found.vectors, None, chosen, space=space)
     if out is not None:
-        store.save_to_disk(out)
-        if any(caption is not None for caption in found.captions):
-            _write_captions(os.fspath(out) + ".captions.parquet", found.paths, found.captions)
+        _save_import(store, os.fspath(out), found.paths, found.captions)
     return store
 
 
-def _write_captions(target: str, paths: list[str], captions: list[str | None]) -> None:
+def _save_import(
+    store: InMemoryImageEmbeddingStore, out: str, paths: list[str], captions: list[str | None]
+) -> None:
+    """Save the store to ``out`` with its captions, each file atomically; then remove the side files
+    of the store it replaced (all but the captions just written)."""
+    import contextlib
+
+    captions_file = out + ".captions.parquet"
+    if any(caption is not None for caption in captions):
+        with atomic_path(captions_file) as temporary:  # moved into place only once the store is
+            _write_captions_to(temporary, paths, captions)
+            store.save_to_disk(out)
+        kept = {captions_file}
+    else:
+        store.save_to_disk(out)
+        kept = set()
+    for suffix in _SIDE_SUFFIXES:
+        side = out + suffix
+        if side not in kept and os.path.lexists(side) and not os.path.isdir(side):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(side)
+
+
+def _write_captions_to(temporary: str, paths: list[str], captions: list[str | None]) -> None:
     pa, pq = _parquet()
-    table = pa.table({"image_path": paths, "caption": captions})
-    with atomic_path(target) as temporary:
-        pq.write_table(table, temporary)
+    pq.write_table(pa.table({"image_path": paths, "caption": captions}), temporary)
 
 
 def _read_captions(path: str, paths: list[str]) -> list[str | None]:
-    """The captions kept beside a store, by path (checked like any metadata file)."""
+    """The captions kept beside a store, by path (checked like any metadata file: sizes bounded before
+    a row group is decompressed, ``image_path`` strings, captions strings or nulls)."""
     _, pq = _parquet()
-    with open_regular_file(path, "captions file") as stream:
-        parquet = pq.ParquetFile(stream)
-        if parquet.metadata.num_rows > len(paths) or {"image_path", "caption"} - set(
-            parquet.schema_arrow.names
-        ):
+    name, path = path, short(path)
+    with open_regular_file(name, "captions file") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        try:
+            parquet = pq.ParquetFile(stream)
+            names = set(parquet.schema_arrow.names)
+        except Exception as error:  # pyarrow raises its own types on damaged files
             raise ValueError(
-                f"captions file {path!r} must have image_path and caption, at most one row per item"
+                f"captions file {path} is not a readable parquet file: {short(str(error))}"
+            ) from None
+        if parquet.metadata.num_rows > len(paths) or {"image_path", "caption"} - names:
+            raise ValueError(
+                f"captions file {path} must have image_path and caption, at most one row per item"
             )
+        _check_expansion(parquet, f"captions file {path}", ["image_path", "caption"], size)
         table = parquet.read(columns=["image_path", "caption"])
-    kept = dict(zip(table.column("image_path").to_pylist(), table.column("caption").to_pylist(), strict=True))
+    items, texts = table.column("image_path").to_pylist(), table.column("caption").to_pylist()
+    for row, (item, text) in enumerate(zip(items, texts, strict=True)):
+        if not isinstance(item, str):
+            raise ValueError(
+                f"captions file {path}: row {row}: image_path must be a string, got "
+                f"{type(item).__name__} {short(item)}"
+            )
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"captions file {path}: row {row}: caption must be a string or null")
+    kept = dict(zip(items, texts, strict=True))
     return [value if isinstance(value := kept.get(item), str) else None for item in paths]
 
 

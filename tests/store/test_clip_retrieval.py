@@ -190,6 +190,9 @@ def test_pickled_and_malformed_npy_parts_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"img_emb_1.npy' holds Python objects \(pickle\); refused"):
         read_clip_retrieval(tmp_path / "cr")
     np.save(part, np.zeros((5, DIM), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"holds int64, not one of \['float16', 'float32'\]"):
+        read_clip_retrieval(tmp_path / "cr")
+    np.save(part, np.zeros((5, DIM, 1), dtype=np.float16))
     with pytest.raises(ValueError, match="must hold a 2-D float16/float32 array"):
         read_clip_retrieval(tmp_path / "cr")
     np.save(part, np.zeros((5, DIM + 1), dtype=np.float16))

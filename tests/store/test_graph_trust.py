@@ -181,7 +181,7 @@ def test_a_full_disk_is_a_warning_for_duplicates(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(graph_module, "atomic_path", full)
+    monkeypatch.setattr(graph_module, "atomic_stream", full)
     found, err = _groups(saved, capsys)
     assert found == truth and "cannot be written" in err and "No space left" in err
     assert main(["graph", str(saved), "--k", str(K), "--sample", "0"]) == 2

@@ -39,7 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_path, open_regular_file, resolve_inside, short
+from galleria._files import (
+    atomic_path,
+    atomic_stream,
+    check_parquet_expansion,
+    map_npy,
+    open_parquet,
+    open_regular_file,
+    resolve_inside,
+    short,
+)
 from galleria.index import ExternalSearchIndex
 from galleria.index._faiss import deserialize
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -110,33 +119,12 @@ def _locate(folder: str) -> tuple[str, str]:
 
 def _npy_part(path: str) -> np.ndarray:
     """One embeddings part, its header checked without pickle before it is mapped."""
-    name = path
-    path = short(path)
-    with open_regular_file(name, "embeddings file") as stream:
-        try:
-            version = np.lib.format.read_magic(stream)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(stream, max_header_size=4096)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(stream, max_header_size=4096)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-        except (ValueError, SyntaxError, struct.error) as error:
-            raise ValueError(
-                f"embeddings file {path} is not a valid .npy file: {short(str(error))}"
-            ) from None
-        offset, size = stream.tell(), os.fstat(stream.fileno()).st_size
-    if dtype.hasobject:
-        raise ValueError(f"embeddings file {path} holds Python objects (pickle); refused")
-    if dtype not in _DTYPES or len(shape) != 2 or shape[1] < 1:
+    array: np.ndarray = map_npy(path, "embeddings file", _DTYPES)
+    if array.ndim != 2 or array.shape[1] < 1:
         raise ValueError(
-            f"embeddings file {path} must hold a 2-D float16/float32 array, got {dtype} {short(shape)}"
+            f"embeddings file {short(path)} must hold a 2-D float16/float32 array, got {array.dtype} "
+            f"{short(array.shape)}"
         )
-    if size != offset + shape[0] * shape[1] * dtype.itemsize:
-        raise ValueError(f"embeddings file {path} is {size} bytes, not what its header {shape} says")
-    array: np.ndarray = np.load(name, mmap_mode="r", allow_pickle=False)
-    if array.shape != shape or array.dtype != dtype:
-        raise ValueError(f"embeddings file {path} changed while it was read")
     return array
 
 
@@ -144,43 +132,28 @@ def _bad_text(value: str) -> bool:
     return any(unicodedata.category(char) in ("Cc", "Cf", "Cs") for char in value)
 
 
-def _check_expansion(parquet: Any, path: str, columns: list[str], size: int) -> None:
-    """Refuse (ValueError naming the file and row group) a file whose row groups, by the sizes their
-    metadata records, would decompress past the whole-file cap or past the field caps of their rows."""
-    metadata = parquet.metadata
-    limit = MAX_EXPANSION * size + EXPANSION_SLACK
-    per_row = MAX_PATH * 4 * len(columns) + MAX_CAPTION + _ROW_OVERHEAD * len(columns)
-    total = 0
-    for group in range(metadata.num_row_groups):
-        chunk = metadata.row_group(group)
-        wanted = 0
-        for position in range(chunk.num_columns):
-            column = chunk.column(position)
-            if str(column.path_in_schema).split(".")[0] in columns:
-                wanted += int(column.total_uncompressed_size)
-        total += wanted
-        if total > limit or wanted > per_row * chunk.num_rows + EXPANSION_SLACK:
-            raise ValueError(
-                f"{path}: row group {group} would decompress to {wanted} bytes "
-                f"({total} so far), more than the {limit} a {size}-byte file may expand to "
-                f"or the field caps of its {chunk.num_rows} rows allow; refused"
-            )
+def _check_expansion(parquet: Any, what: str, columns: list[str], size: int) -> None:
+    """The decompression caps of a metadata or captions file (module docstring)."""
+    check_parquet_expansion(
+        parquet,
+        what,
+        columns,
+        size,
+        ratio=MAX_EXPANSION,
+        slack=EXPANSION_SLACK,
+        per_row=MAX_PATH * 4 * len(columns) + MAX_CAPTION + _ROW_OVERHEAD * len(columns),
+    )
 
 
 def _metadata_part(path: str, rows: int, part: str, use: str) -> tuple[list[str], list[str | None]]:
     """(paths, captions) of one metadata part of ``rows`` rows; ValueError naming the file and row."""
-    _, pq = _parquet()
+    _parquet()  # the ImportError naming the extra
     name, path = path, short(path)
     with open_regular_file(name, "metadata file") as stream:
         size = os.fstat(stream.fileno()).st_size
-        try:
-            parquet = pq.ParquetFile(stream)
-            count = parquet.metadata.num_rows
-            names = set(parquet.schema_arrow.names)
-        except Exception as error:  # pyarrow raises its own types on damaged files
-            raise ValueError(
-                f"metadata file {path} is not a readable parquet file: {short(str(error))}"
-            ) from None
+        parquet = open_parquet(stream, f"metadata file {path}")
+        count = parquet.metadata.num_rows
+        names = set(parquet.schema_arrow.names)
         if count != rows:
             first = min(count, rows)
             raise ValueError(
@@ -494,17 +467,12 @@ def _write_captions_to(temporary: str, paths: list[str], captions: list[str | No
 def _read_captions(path: str, paths: list[str]) -> list[str | None]:
     """The captions kept beside a store, by path (checked like any metadata file: sizes bounded before
     a row group is decompressed, ``image_path`` strings, captions strings or nulls)."""
-    _, pq = _parquet()
+    _parquet()  # the ImportError naming the extra
     name, path = path, short(path)
     with open_regular_file(name, "captions file") as stream:
         size = os.fstat(stream.fileno()).st_size
-        try:
-            parquet = pq.ParquetFile(stream)
-            names = set(parquet.schema_arrow.names)
-        except Exception as error:  # pyarrow raises its own types on damaged files
-            raise ValueError(
-                f"captions file {path} is not a readable parquet file: {short(str(error))}"
-            ) from None
+        parquet = open_parquet(stream, f"captions file {path}")
+        names = set(parquet.schema_arrow.names)
         if parquet.metadata.num_rows > len(paths) or {"image_path", "caption"} - names:
             raise ValueError(
                 f"captions file {path} must have image_path and caption, at most one row per item"
@@ -560,7 +528,7 @@ def export_clip_retrieval(
         rows = slice(number * part_rows, min(len(paths), (number + 1) * part_rows))
         tag = str(number).zfill(digits)
         target = os.path.join(root, "img_emb", f"img_emb_{tag}.npy")
-        with atomic_path(target) as temporary, open(temporary, "wb") as stream:
+        with atomic_stream(target) as stream:
             np.save(stream, vectors[rows], allow_pickle=False)
         table = pa.table(
             {
@@ -575,6 +543,6 @@ def export_clip_retrieval(
         written += [target, meta]
     flat = faiss.IndexFlatL2(vectors.shape[1]) if store.space == "l2" else faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
-    with atomic_path(os.path.join(root, "image.index")) as temporary, open(temporary, "wb") as stream:
+    with atomic_stream(os.path.join(root, "image.index")) as stream:
         stream.write(faiss.serialize_index(flat).tobytes())
     return [*written, os.path.join(root, "image.index")]

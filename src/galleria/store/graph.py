@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_path, load_json, open_regular_file
+from galleria._files import atomic_stream, load_json, open_regular_file
 from galleria._validation import check_positive_int
 from galleria._warnings import GalleriaWarning
 from galleria.distances import pairwise_distances
@@ -336,7 +336,7 @@ def _write_graph_file(path: str, graph: NeighborGraph) -> None:
         "sha256": digest.hexdigest(),
     }
     encoded = json.dumps(header, sort_keys=True).encode()
-    with atomic_path(path) as temporary, open(temporary, "wb") as stream:
+    with atomic_stream(path) as stream:
         stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded)
         stream.write(ids.reshape(-1).view(np.uint8).data)
         stream.write(distances.reshape(-1).view(np.uint8).data)

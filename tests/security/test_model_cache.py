@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +234,11 @@ def test_external_data_in_the_cache_folder_listed_with_its_digest_is_used(
 
 
 _ADD_ENTRIES = """
-import sys
+import os, sys, time
 from galleria.embedders._cache import write_manifest_entry
+open(sys.argv[3] + sys.argv[1], "w").close()  # ready
+while not os.path.exists(sys.argv[3] + "go"):  # both start at once
+    time.sleep(0.001)
 for number in range(int(sys.argv[2])):
     write_manifest_entry(f"{int(sys.argv[1]):02x}" + f"{number:062x}", {"number": number})
 """
@@ -242,12 +246,17 @@ for number in range(int(sys.argv[2])):
 
 def test_processes_adding_manifest_entries_at_once_keep_every_entry(cache: Path) -> None:
     env = dict(os.environ, PYTHONPATH=SRC, GALLERIA_MODEL_CACHE_DIR=str(cache))
+    flags = str(cache.parent / "flag-")
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", _ADD_ENTRIES, str(which), "150"], env=env, stderr=subprocess.PIPE
+            [sys.executable, "-c", _ADD_ENTRIES, str(which), "150", flags], env=env, stderr=subprocess.PIPE
         )
         for which in (1, 2)
     ]
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(flags + str(which)) for which in (1, 2)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    Path(flags + "go").touch()
     for writer in writers:
         _, error = writer.communicate(timeout=300)
         assert writer.returncode == 0, error.decode()[-2000:]

@@ -201,6 +201,37 @@ def details(r: dict[str, Any], methods: list[str]) -> str:
     return "\n".join(out)
 
 
+def lift_table(results: list[dict[str, Any]], methods: list[str], before: list[dict[str, Any]]) -> str:
+    """Each method's mean ΔmAP@100 over the galleries measured in both runs, now and before (the rules
+    of an earlier galleria, ``--before``), and the ratio; how many galleries ``--rerank`` lifts by 0.02."""
+    earlier = {(r["gallery"], r["embedder"]): r["summary"]["rows"] for r in before}
+    shared = [r for r in results if (r["gallery"], r["embedder"]) in earlier]
+    lines = [
+        f"Over the {len(shared)} gallery × embedder pairs measured with both rules:",
+        "",
+        "| method | mean ΔmAP@100 now | before | now / before | worst ΔR@1 now | worst ΔR@1 before |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for m in methods:
+        pairs = [(r["summary"]["rows"][m], earlier[(r["gallery"], r["embedder"])].get(m)) for r in shared]
+        pairs = [(a, b) for a, b in pairs if b is not None]
+        if not pairs:
+            continue
+        now = float(np.mean([a["d_map@100"] for a, _ in pairs]))
+        then = float(np.mean([b["d_map@100"] for _, b in pairs]))
+        ratio = f"{now / then:.2f}" if then > 0 else "–"
+        worst_now = min(a["d_recall@1"] for a, _ in pairs)
+        worst_then = min(b["d_recall@1"] for _, b in pairs)
+        lines.append(f"| {m} | {now:+.4f} | {then:+.4f} | {ratio} | {worst_now:+.3f} | {worst_then:+.3f} |")
+    lifted = [r for r in results if r["summary"]["rows"].get("k-reciprocal", {}).get("d_map@100", 0) >= 0.02]
+    lines += [
+        "",
+        f"`--rerank` (k-reciprocal) lifts mAP@100 by at least 0.02 on {len(lifted)} of {len(results)} "
+        "gallery × embedder pairs.",
+    ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--galleries", default="", help="comma-separated corpus galleries (default: all)")
@@ -210,6 +241,8 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=500, help="queries per split at most")
     parser.add_argument("--out", default="", help="write the markdown report here")
     parser.add_argument("--json", default="", help="write the raw summaries here")
+    parser.add_argument("--from-json", default="", help="report these saved summaries (no measuring)")
+    parser.add_argument("--before", default="", help="saved summaries of earlier rules, set beside")
     args = parser.parse_args()
 
     import _corpus
@@ -218,7 +251,11 @@ def main() -> None:
     embedders = [e for e in args.embedders.split(",") if e]
     methods = [m for m in args.methods.split(",") if m] or methods_default()
     seeds = [int(v) for v in args.seeds.split(",")]
-    results = []
+    results: list[dict[str, Any]] = []
+    if args.from_json:
+        for part in args.from_json.split(","):
+            results.extend(json.loads(Path(part).read_text()))
+        names = []
     for name in names:
         for embedder in embedders:
             started = time.perf_counter()
@@ -245,6 +282,11 @@ def main() -> None:
                 flush=True,
             )
     report = markdown(results, methods)
+    if args.before:
+        before: list[dict[str, Any]] = []
+        for part in args.before.split(","):
+            before.extend(json.loads(Path(part).read_text()))
+        report += "\n\n" + lift_table(results, methods, before)
     print(report)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

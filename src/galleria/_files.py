@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 __all__ = [
     "StoreLockedError",
     "atomic_path",
+    "atomic_stream",
     "atomic_write_bytes",
     "check_output_path",
     "default_mode",
@@ -33,8 +34,49 @@ __all__ = [
     "open_regular_file",
     "read_regular_file",
     "remove_stale_temporaries",
+    "resolve_inside",
+    "short",
     "writer_lock",
 ]
+
+#: Characters of an untrusted value (a path, a caption) an error message shows at most.
+SHORT_LIMIT = 160
+
+
+def short(value: object, limit: int = SHORT_LIMIT) -> str:
+    """``repr(value)``, cut to about ``limit`` characters with an ellipsis and the full length.
+
+    An error message names the value it refuses, but an untrusted value may be 64 MB long: the
+    message shows its start and says how long it was.
+
+    Examples
+    --------
+    >>> short("a" * 1000, 20)
+    "'aaaaaaaaaaaaaaaaaa…' (1000 characters)"
+    >>> short("photo.jpg")
+    "'photo.jpg'"
+    """
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        head = repr(value[: max(1, limit - 2)])
+        return f"{head[:-1]}…{head[-1]} ({len(value)} {unit})"
+    text = repr(value)
+    return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
+
+
+def resolve_inside(path: str | os.PathLike[str], folder: str | os.PathLike[str], what: str) -> str:
+    """The real path of ``path`` once it lies inside the real path of ``folder``; ValueError otherwise.
+
+    An artefact's part (a shard of an import, a cached model's data file) belongs to the folder the
+    user named: a symbolic link leading out of it could pull any file of the user's into the result.
+    """
+    real = os.path.realpath(os.fspath(path))
+    base = os.path.realpath(os.fspath(folder))
+    if os.path.commonpath([real, base]) != base:
+        raise ValueError(
+            f"{what} {short(os.fspath(path))} resolves to {short(real)}, outside the folder {short(base)}"
+        )
+    return real
 
 
 def default_mode(*, folder: bool = False) -> int:
@@ -107,28 +149,42 @@ def remove_stale_temporaries(destination: str) -> list[str]:
     return removed
 
 
+@contextmanager
+def atomic_stream(target: str | os.PathLike[str], mode: str = "wb", **options: Any) -> Iterator[Any]:
+    """A stream (``open(temporary, mode, **options)``) whose file replaces ``target`` once the block
+    ends without an error (:func:`atomic_path`); on an error nothing is replaced."""
+    with atomic_path(target) as temporary, open(temporary, mode, **options) as stream:
+        yield stream
+
+
 def atomic_write_bytes(target: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``target`` atomically."""
-    with atomic_path(target) as temporary, open(temporary, "wb") as stream:
+    with atomic_stream(target) as stream:
         stream.write(data)
 
 
-def open_regular_file(path: str | os.PathLike[str], what: str) -> BinaryIO:
+def open_regular_file(
+    path: str | os.PathLike[str], what: str, *, inside: str | os.PathLike[str] | None = None
+) -> BinaryIO:
     """Open ``path`` for reading once it is a regular file; ValueError naming ``what`` otherwise.
 
     A side file (a manifest, a settings file, a shard) is untrusted: a FIFO would block the read
     forever and ``/dev/zero`` never ends, so anything but a regular file is refused before a byte
     is read. The file is opened without blocking and checked on the open descriptor, so swapping
     it between a check and the open changes nothing. OSError (missing, unreadable) passes through.
+    With ``inside``, a path resolving outside that folder (a symbolic link leaving it) is refused
+    (:func:`resolve_inside`) and the file opened is the one the check resolved.
     """
     name = os.fspath(path)
+    if inside is not None:
+        name = resolve_inside(name, inside, what)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     descriptor = os.open(name, flags)
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
             kind = "folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "device"
-            raise ValueError(f"{what} {name!r} is a {kind}, not a regular file")
+            raise ValueError(f"{what} {short(name)} is a {kind}, not a regular file")
         if hasattr(os, "set_blocking"):
             os.set_blocking(descriptor, True)
         return os.fdopen(descriptor, "rb")
@@ -137,21 +193,23 @@ def open_regular_file(path: str | os.PathLike[str], what: str) -> BinaryIO:
         raise
 
 
-def read_regular_file(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
+def read_regular_file(
+    path: str | os.PathLike[str], what: str, limit: int, *, inside: str | os.PathLike[str] | None = None
+) -> bytes:
     """The bytes of the regular file ``path`` (:func:`open_regular_file`), at most ``limit`` of them.
 
     A file larger than ``limit`` is refused (ValueError naming ``what``) before it is read.
     """
     name = os.fspath(path)
-    with open_regular_file(name, what) as stream:
+    with open_regular_file(name, what, inside=inside) as stream:
         size = os.fstat(stream.fileno()).st_size
         if size > limit:
-            raise ValueError(f"{what} {name!r} is larger than the {limit} bytes allowed ({size} bytes)")
+            raise ValueError(f"{what} {short(name)} is larger than the {limit} bytes allowed ({size} bytes)")
         data = stream.read(size + 1)  # not read(limit + 1): that allocates the whole bound first
         if len(data) > size:  # it grew since fstat
             data += stream.read(limit + 1 - len(data))
     if len(data) > limit:
-        raise ValueError(f"{what} {name!r} is larger than the {limit} bytes allowed")
+        raise ValueError(f"{what} {short(name)} is larger than the {limit} bytes allowed")
     return data
 
 

@@ -50,7 +50,7 @@ def test_check_lists_no_graph_or_map_when_there_is_none(
 
 def test_check_says_current_graph_and_map(saved: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parts = _parts(saved, capsys)
-    assert parts["graph"]["ok"] and parts["graph"]["detail"] == "current: k=5 (exact)"
+    assert parts["graph"]["ok"] and parts["graph"]["detail"] == "current: k=5 (exact); all 60 rows verified"
     assert parts["map"]["ok"] and parts["map"]["detail"] == "current: 60 point(s) (pca)"
     assert main(["check", str(saved)]) == 0
     lines = capsys.readouterr().out.splitlines()

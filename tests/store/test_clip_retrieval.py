@@ -85,7 +85,10 @@ def test_round_trip_import_search_export_import(tmp_path: Path) -> None:
     vectors, paths, captions = write_folder(tmp_path / "cr")
     messages: list[str] = []
     store = import_clip_retrieval(tmp_path / "cr", tmp_path / "s.safetensors", say=messages.append)
-    assert messages == [] and store.paths == paths and store.search_index.name == "external"
+    assert store.paths == paths and store.search_index.name == "external"
+    assert messages == [
+        "the folder's index (IndexIVFFlat) is reused as it is (18 vectors, every one reached)"
+    ]
     np.testing.assert_allclose(store.embeddings, vectors, atol=1e-6)
     hit = store.retrieve_by_vector(vectors[9], k=1)[0][0]
     assert hit.path == paths[9]
@@ -187,6 +190,9 @@ def test_pickled_and_malformed_npy_parts_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"img_emb_1.npy' holds Python objects \(pickle\); refused"):
         read_clip_retrieval(tmp_path / "cr")
     np.save(part, np.zeros((5, DIM), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"holds int64, not one of \['float16', 'float32'\]"):
+        read_clip_retrieval(tmp_path / "cr")
+    np.save(part, np.zeros((5, DIM, 1), dtype=np.float16))
     with pytest.raises(ValueError, match="must hold a 2-D float16/float32 array"):
         read_clip_retrieval(tmp_path / "cr")
     np.save(part, np.zeros((5, DIM + 1), dtype=np.float16))
@@ -212,7 +218,9 @@ def test_cli_import_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "wrote 5 files" in capsys.readouterr().out
     again = read_clip_retrieval(tmp_path / "back")
     assert again.paths == paths and again.captions[0] == "a photo number 0"
-    assert main(["import", "clip-retrieval", str(tmp_path / "nothing"), "--out", str(store)]) == 2
+    assert (
+        main(["import", "clip-retrieval", str(tmp_path / "nothing"), "--out", str(store), "--overwrite"]) == 2
+    )
     assert "holds no img_emb/" in capsys.readouterr().err
 
 

@@ -522,7 +522,7 @@ def test_from_embeddings_keeps_given_vectors_for_a_filled_non_reconstructing_ind
     assert len(store.retrieve_by_vector(vectors[4], k=3, query_expansion=True)[0]) == 3
 
 
-def test_external_flat_index_keeps_its_own_scores(gallery: list[str]) -> None:
+def test_external_inner_product_index_scores_are_distances(gallery: list[str]) -> None:
     external = ExternalSearchIndex.from_faiss_index(faiss.IndexFlatIP(192), name="flat-ip")
     store = InMemoryImageEmbeddingStore(gallery, pixel_embedder(), external)
     store.build_store(progress=False)
@@ -530,8 +530,9 @@ def test_external_flat_index_keeps_its_own_scores(gallery: list[str]) -> None:
     raw = pixel_embedder().embed([read_rgb(gallery[2])])
     ranked = store.retrieve_by_vector(raw, k=3)[0]
     assert ranked[0].path == gallery[2]
-    assert ranked[0].score == pytest.approx(float(raw[0] @ raw[0]), rel=1e-5)  # an inner product, not 1 - ip
-    assert [c.score for c in ranked] == sorted((c.score for c in ranked), reverse=True)
+    # 1 - ip, as for every store (issue 34: the inner product itself until 0.2)
+    assert ranked[0].score == pytest.approx(1.0 - float(raw[0] @ raw[0]), rel=1e-5)
+    assert [c.score for c in ranked] == sorted(c.score for c in ranked)
     np.testing.assert_allclose(store.embeddings_of([gallery[2]]), raw, rtol=1e-6)
 
 

@@ -25,23 +25,24 @@ _JSON_FLOOR = 1 << 20
 
 def _load_npy(option: str, path: str) -> np.ndarray:
     """The array stored in a .npy file (memory-mapped, never unpickled), or a one-line CliError."""
+    from galleria._file_formats import map_npy
+    from galleria._files import open_regular_file
+
     check_existing_file(f"{option} file", path)
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(path, f"{option} file") as handle:
             magic = handle.read(6)
     except OSError as error:
         raise CliError(f"{option} file {path!r} cannot be read: {error.strerror or error}") from None
+    except ValueError as error:
+        raise CliError(str(error)) from None
     if magic != b"\x93NUMPY":
         raise CliError(f"{option} file {path!r} is not a .npy file (no NumPy header)")
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as error:
+        array: np.ndarray = map_npy(path, f"{option} file", None)
+    except (ValueError, OSError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise CliError(f"{option} file {path!r} is not a readable .npy array: {reason}") from None
-    if not isinstance(array, np.ndarray):
-        if hasattr(array, "close"):
-            array.close()
-        raise CliError(f"{option} file {path!r} is not a single .npy array (an .npz archive?)")
     return array
 
 
@@ -111,12 +112,16 @@ def _as_similarities(matrix: np.ndarray, option: str, higher: bool) -> np.ndarra
 
 def _load_json(option: str, path: str, limit: int) -> Any:
     """A JSON document (never more than ``limit`` bytes are read), or a one-line CliError."""
+    from galleria._files import open_regular_file
+
     check_existing_file(f"{option} file", path)
     try:
-        with open(path, "rb") as handle:
+        with open_regular_file(path, f"{option} file") as handle:
             data = handle.read(limit + 1)
     except OSError as error:
         raise CliError(f"{option} file {path!r} cannot be read: {error.strerror or error}") from None
+    except ValueError as error:
+        raise CliError(str(error)) from None
     if len(data) > limit:
         raise CliError(f"{option} file {path!r} is larger than {limit} bytes, too large for these scores")
     try:

@@ -26,6 +26,8 @@ __all__ = ["add_parser", "check_store", "run"]
 _EXAMPLES = """\
   galleria check photos.safetensors
   galleria check photos.safetensors --json
+  galleria check photos.safetensors --full          # verify every row of STORE.graph
+  galleria check photos.safetensors --seed 1234     # rerun a check on the rows it drew
 """
 
 #: Rows read back at a time when the index is walked.
@@ -50,6 +52,18 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("store", metavar="STORE", help="store file to verify")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="verify every row of the neighbour graph STORE.graph against the vectors (default: a "
+        "sample of rows drawn afresh, its seed printed)",
+    )
+    parser.add_argument(
+        "--seed",
+        default=None,
+        metavar="N",
+        help="seed of the graph rows verified (the one a previous check printed, to rerun it)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -159,11 +173,18 @@ def _lock_part(path: str) -> dict[str, Any]:
     return _part("lock", True, "free (a lock file left by a writer that ended)", name)
 
 
-def _graph_part(path: str, store: Any) -> dict[str, Any]:
-    """``STORE.graph``: verified as :func:`~galleria.store.graph.read_graph_file` reads it."""
+def _graph_part(path: str, store: Any, full: bool = False, seed: int | None = None) -> dict[str, Any]:
+    """``STORE.graph``: verified as :func:`~galleria.store.graph.read_graph_file` reads it (every row
+    with ``full``; else a sample drawn with ``seed``, a fresh one when None)."""
     import warnings
 
-    from galleria.store.graph import GraphStateWarning, graph_file_for, read_graph_file, read_graph_header
+    from galleria.store.graph import (
+        VERIFY_ROWS,
+        GraphStateWarning,
+        graph_file_for,
+        read_graph_file,
+        read_graph_header,
+    )
 
     name = graph_file_for(path)
     if not os.path.lexists(name):
@@ -176,14 +197,18 @@ def _graph_part(path: str, store: Any) -> dict[str, Any]:
             )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GraphStateWarning)
-            graph = read_graph_file(name, store)
+            graph = read_graph_file(name, store, verify=None if full else VERIFY_ROWS, seed=seed)
     except (OSError, ValueError) as error:
         return _part("graph", False, "damaged: " + " ".join(str(error).split()), name)
     except RuntimeError as error:  # the store cannot give its vectors back
         return _part("graph", True, "not compared: " + " ".join(str(error).split()), name)
     if graph is None or caught:
         return _part("graph", True, "stale: of another state of the store (rebuilt when next wanted)", name)
-    return _part("graph", True, f"current: k={graph.k} ({graph.method})", name)
+    if graph.seed is None:
+        verified = f"all {graph.verified} rows verified"
+    else:
+        verified = f"{graph.verified} rows verified (seed {graph.seed}; --full verifies every row)"
+    return _part("graph", True, f"current: k={graph.k} ({graph.method}); {verified}", name)
 
 
 def _map_part(path: str, store: Any) -> dict[str, Any]:
@@ -232,14 +257,15 @@ def _temporaries_part(path: str) -> dict[str, Any]:
     return _part("temporary files", True, detail, folder)
 
 
-def check_store(path: str) -> list[dict[str, Any]]:
-    """The findings of ``galleria check`` for the store file ``path``: one dict per part checked."""
+def check_store(path: str, *, full: bool = False, seed: int | None = None) -> list[dict[str, Any]]:
+    """The findings of ``galleria check`` for the store file ``path``: one dict per part checked
+    (``full``: every row of the graph verified; ``seed``: the seed of the rows verified otherwise)."""
     store_part, store = _store_part(path)
     return [
         store_part,
         _manifest_part(path, store),
         _checkpoint_part(path),
-        _graph_part(path, store),
+        _graph_part(path, store, full, seed),
         _map_part(path, store),
         _lock_part(path),
         _temporaries_part(path),
@@ -249,9 +275,11 @@ def check_store(path: str) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     """Print what was found; 0 when every part is fine, 2 otherwise."""
     from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import parse_int
 
     check_existing_file("store file", args.store)
-    parts = check_store(args.store)
+    seed = None if args.seed is None else parse_int("--seed", args.seed, minimum=0)
+    parts = check_store(args.store, full=args.full, seed=seed)
     ok = all(part["ok"] for part in parts)
     if args.json:
         print_json({"store": args.store, "ok": ok, "parts": parts})

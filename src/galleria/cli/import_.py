@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
+from galleria.cli._edits import add_wait_option, store_writer
 
 __all__ = ["add_parser", "run"]
 
@@ -26,14 +27,30 @@ def add_parser(subparsers: Any) -> None:
             "Read img_emb/img_emb_N.npy (float16/float32) and metadata/metadata_N.parquet (image_path, url, "
             "caption) in part order, and image.index if present, check them all, and write a galleria "
             "store. The autofaiss index is reused when galleria's FAISS checks accept it, otherwise the "
-            "index is rebuilt from the vectors (with a message). Captions go to STORE.captions.parquet. "
-            "Items known by URL only keep the URL as their path; nothing is ever fetched."
+            "index is rebuilt from the vectors (with a message). A reused index has its search knob "
+            "(IVF nprobe, HNSW efSearch) tuned to the recall@10 galleria's IVF-PQ meets, measured on a "
+            "sample of the folder's vectors; one that cannot reach it is rebuilt. Scores are distances "
+            "(1 - inner product). Captions go to STORE.captions.parquet. Items known by URL only keep "
+            "the URL as their path; nothing is ever fetched. Parts that are links out of DIR are refused "
+            "without --follow-links; an existing STORE is replaced only with --overwrite."
         ),
         examples=_EXAMPLES,
     )
     parser.add_argument("format", choices=("clip-retrieval",), help="the folder's layout")
     parser.add_argument("folder", metavar="DIR", help="the clip-retrieval output folder")
     parser.add_argument("--out", required=True, metavar="STORE", help="store file to write")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace STORE if it exists, and remove its side files (graph, map, manifest, captions)",
+    )
+    parser.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="follow parts of DIR (img_emb/, .npy, .parquet, image.index) that are symbolic links "
+        "leading out of it (refused without it)",
+    )
+    add_wait_option(parser)
     parser.add_argument(
         "--use",
         default="auto",
@@ -60,13 +77,27 @@ def run(args: argparse.Namespace) -> int:
         messages.append(message)
         print(f"galleria import: {message}", file=sys.stderr)
 
-    store = import_clip_retrieval(args.folder, args.out, use=args.use, index=args.index, say=say)
+    from galleria.cli.build import _check_out
+
+    _check_out(args.out, args.overwrite)
+    with store_writer(args, args.out):  # one writer per store, as for build, add and remove
+        _check_out(args.out, args.overwrite)  # another writer may have made it meanwhile
+        store = import_clip_retrieval(
+            args.folder,
+            args.out,
+            use=args.use,
+            index=args.index,
+            say=say,
+            follow_links=args.follow_links,
+            overwrite=args.overwrite,
+        )
     summary = {
         "store": args.out,
         "items": len(store),
         "dim": store.dim,
         "space": store.space,
         "index": store.search_index.name,
+        "index_params": store.search_index.params(),
         "messages": messages,
     }
     if args.json:

@@ -7,10 +7,16 @@ there, both written atomically and read as untrusted:
 * ``onnx-manifest.json`` maps a model key (the SHA-256 of the architecture and its weights' identity:
   the checkpoint's SHA-256, a hub tag, or ``random``) to the exported ONNX file's SHA-256 and size, the
   feature length and the preprocessing. The ONNX file's name is derived from the key by galleria, never
-  read from the manifest.
+  read from the manifest. A model that keeps tensor data in other files may name only files of this
+  folder that its entry lists, each with its own SHA-256 and size (``"external"``); they are verified
+  and put inside the model before ONNX Runtime sees it (:mod:`._onnx_files`).
 * ``checkpoints.json`` maps a checkpoint's SHA-256 to the paths the user gave with ``--checkpoint`` or in
   an ``--embedder`` spec. A store records only name and digest; this per-user list is where galleria
-  looks for the file again. A path found there is used only when its digest still matches.
+  looks for the file again. A path found there is used only when its digest still matches, and is
+  hashed only when it is a regular file of at most :data:`~._checkpoint.MAX_CHECKPOINT_BYTES`.
+
+Both are changed read-modify-write under a writer lock (:func:`galleria._files.writer_lock` on the
+file), so processes adding entries at once keep every entry.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from galleria._files import atomic_write_bytes, load_json, read_regular_file
+from galleria._files import atomic_write_bytes, load_json, read_regular_file, writer_lock
 
 __all__ = [
     "MAX_ONNX_BYTES",
@@ -41,6 +47,8 @@ MAX_ONNX_BYTES = 2 << 30
 _MAX_JSON_BYTES = 4 << 20
 _MAX_PATHS_PER_DIGEST = 8
 _KEY = re.compile(r"[0-9a-f]{64}")
+#: Seconds a writer of the manifest or the registry waits for another one.
+_LOCK_WAIT = 60.0
 
 
 def cache_dir() -> Path:
@@ -94,13 +102,14 @@ def read_manifest() -> dict[str, Any]:
 
 
 def write_manifest_entry(key: str, entry: dict[str, Any]) -> None:
-    """Add or replace one manifest entry, atomically."""
-    entries = {k: v for k, v in read_manifest().items() if isinstance(k, str) and _KEY.fullmatch(k)}
-    entries[key] = entry
+    """Add or replace one manifest entry, atomically, under the manifest's writer lock."""
     folder = cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    data = json.dumps({"format": 1, "models": entries}, indent=1, sort_keys=True).encode("utf-8")
-    atomic_write_bytes(folder / "onnx-manifest.json", data)
+    with writer_lock(folder / "onnx-manifest.json", wait=_LOCK_WAIT, what="ONNX manifest"):
+        entries = {k: v for k, v in read_manifest().items() if isinstance(k, str) and _KEY.fullmatch(k)}
+        entries[key] = entry
+        data = json.dumps({"format": 1, "models": entries}, indent=1, sort_keys=True).encode("utf-8")
+        atomic_write_bytes(folder / "onnx-manifest.json", data)
 
 
 def read_checkpoints() -> dict[str, list[str]]:
@@ -123,13 +132,14 @@ def remember_checkpoint(path: str, digest: str) -> None:
     if not _KEY.fullmatch(digest):
         raise ValueError(f"checkpoint digest must be 64 lower-case hex digits, got {digest!r}")
     absolute = os.path.abspath(path)
-    registry = read_checkpoints()
-    paths = [absolute] + [p for p in registry.get(digest, []) if p != absolute]
-    registry[digest] = paths[:_MAX_PATHS_PER_DIGEST]
     try:
         folder = cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(registry, indent=1, sort_keys=True).encode("utf-8")
-        atomic_write_bytes(folder / "checkpoints.json", data)
-    except OSError:
+        with writer_lock(folder / "checkpoints.json", wait=_LOCK_WAIT, what="checkpoint registry"):
+            registry = read_checkpoints()
+            paths = [absolute] + [p for p in registry.get(digest, []) if p != absolute]
+            registry[digest] = paths[:_MAX_PATHS_PER_DIGEST]
+            data = json.dumps(registry, indent=1, sort_keys=True).encode("utf-8")
+            atomic_write_bytes(folder / "checkpoints.json", data)
+    except (OSError, ValueError):
         pass

@@ -15,13 +15,24 @@ import stat
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CHECKPOINT_KEYS", "check_record", "checkpoint_record", "file_sha256", "verify_checkpoint"]
+from galleria._files import open_regular_file, short
+
+__all__ = [
+    "CHECKPOINT_KEYS",
+    "MAX_CHECKPOINT_BYTES",
+    "check_record",
+    "checkpoint_record",
+    "file_sha256",
+    "verify_checkpoint",
+]
 
 #: The config keys under which an embedder records its local checkpoint.
 CHECKPOINT_KEYS = ("checkpoint_name", "checkpoint_sha256")
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
+#: The largest file hashed as a checkpoint (a registry entry may name any file: it is not read past this).
+MAX_CHECKPOINT_BYTES = 64 << 30
 
 
 def _regular_file(path: Any, what: str) -> str:
@@ -39,7 +50,11 @@ def _regular_file(path: Any, what: str) -> str:
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    """Return the hex SHA-256 of a regular file, read in chunks.
+    """Return the hex SHA-256 of a regular file of at most :data:`MAX_CHECKPOINT_BYTES`, read in chunks.
+
+    The file is opened as :func:`galleria._files.open_regular_file` opens it (a FIFO or a device is
+    refused on the open descriptor, never read), and one larger than the bound is refused (ValueError)
+    before a byte is hashed.
 
     Examples
     --------
@@ -51,8 +66,18 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     """
     name = _regular_file(path, "checkpoint")
     digest = hashlib.sha256()
-    with open(name, "rb") as stream:
+    limit = MAX_CHECKPOINT_BYTES
+    with open_regular_file(name, "checkpoint") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size > limit:
+            raise ValueError(
+                f"checkpoint {short(name)} is larger than the {limit} bytes allowed ({size} bytes)"
+            )
+        read = 0
         for chunk in iter(lambda: stream.read(_CHUNK), b""):
+            read += len(chunk)
+            if read > limit:  # it grew since fstat
+                raise ValueError(f"checkpoint {short(name)} is larger than the {limit} bytes allowed")
             digest.update(chunk)
     return digest.hexdigest()
 

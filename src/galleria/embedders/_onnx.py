@@ -4,8 +4,12 @@ A network is exported once with torch (``torch.onnx.export``, TorchScript export
 cache (:mod:`galleria.embedders._cache`), and its manifest entry records the file's SHA-256 and size,
 the feature length and the preprocessing. Loading reads the manifest entry, checks the file's size
 before reading it and its SHA-256 once read, and hands ONNX Runtime the verified bytes, never a path:
-a damaged or swapped file is refused before ONNX Runtime parses a byte of it. Loading needs
-onnxruntime only; exporting needs torch and onnx too.
+a damaged or swapped file is refused before ONNX Runtime parses a byte of it. The verified bytes
+may still name files (a tensor's ``external_data``, which ONNX Runtime would resolve against the
+working directory): such a model is refused before ONNX Runtime sees it, unless every file it names
+is one of the cache folder's that its manifest entry lists with its own SHA-256 and size; those are
+verified and put inside the model (:mod:`._onnx_files`). Loading needs onnxruntime only (and onnx
+for a model with allowed external data); exporting needs torch and onnx too.
 """
 
 from __future__ import annotations
@@ -13,15 +17,17 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from galleria._files import read_regular_file
+from galleria._files import read_regular_file, short
 from galleria.embedders._cache import (
     MAX_ONNX_BYTES,
+    cache_dir,
     onnx_path,
     read_manifest,
     write_manifest_entry,
@@ -36,11 +42,14 @@ __all__ = [
     "export_network",
     "onnxruntime_available",
     "save_network",
+    "self_contained",
     "usable_threads",
 ]
 
 _OPSET = 17
 _MAX_DIM = 1 << 16
+_MAX_EXTERNAL_FILES = 64
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def onnxruntime_available() -> bool:
@@ -75,7 +84,32 @@ def _check_entry(key: str, entry: Any) -> dict[str, Any]:
     if not isinstance(dim, int) or isinstance(dim, bool) or not 0 < dim <= _MAX_DIM:
         raise ValueError(f"{where}: dim must be an int in [1, {_MAX_DIM}], got {dim!r}")
     preprocess = Preprocess.from_dict(entry.get("preprocess"))
-    return {"sha256": digest, "size": size, "dim": dim, "preprocess": preprocess}
+    return {
+        "sha256": digest,
+        "size": size,
+        "dim": dim,
+        "preprocess": preprocess,
+        "external": _check_external(key, where, entry.get("external", {})),
+    }
+
+
+def _check_external(key: str, where: str, files: Any) -> dict[str, dict[str, Any]]:
+    """The entry's external data files: ``KEY.NAME`` in the cache folder → checked sha256 and size."""
+    if not isinstance(files, Mapping) or len(files) > _MAX_EXTERNAL_FILES:
+        raise ValueError(f"{where}: external must be an object of at most {_MAX_EXTERNAL_FILES} files")
+    checked: dict[str, dict[str, Any]] = {}
+    for name, record in files.items():
+        plain = isinstance(name, str) and re.fullmatch(re.escape(key) + r"\.[A-Za-z0-9_-]{1,64}", name)
+        if not plain:
+            raise ValueError(f"{where}: external file {short(name)} must be named {key[:12]}….NAME")
+        digest = record.get("sha256") if isinstance(record, Mapping) else None
+        size = record.get("size") if isinstance(record, Mapping) else None
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise ValueError(f"{where}: external file {name!r}: sha256 must be 64 lower-case hex digits")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_ONNX_BYTES:
+            raise ValueError(f"{where}: external file {name!r}: size must be an int in [0, {MAX_ONNX_BYTES}]")
+        checked[name] = {"sha256": digest, "size": size}
+    return checked
 
 
 def cached_entry(key: str) -> dict[str, Any] | None:
@@ -106,6 +140,50 @@ def verified_bytes(key: str, entry: Mapping[str, Any]) -> bytes:
             f"{entry['sha256'][:12]}…: it was damaged or replaced; delete it and it is exported again"
         )
     return data
+
+
+def _verified_external(name: str, record: Mapping[str, Any]) -> bytes:
+    """The bytes of the cache folder's external data file ``name``, once its size and digest match."""
+    folder = cache_dir()
+    path = folder / name
+    data = read_regular_file(path, "ONNX external data file", record["size"], inside=folder)
+    if len(data) != record["size"] or hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise ValueError(
+            f"ONNX external data file {str(path)!r} does not match the size and sha256 the cache manifest "
+            "records: it was damaged or replaced; delete it and the model is exported again"
+        )
+    return data
+
+
+def self_contained(key: str, entry: Mapping[str, Any], data: bytes) -> bytes:
+    """The verified model ``data`` of ``key``, naming no file: refused (ValueError) when it names any
+    file but the cache folder's external data files its manifest entry lists, whose verified bytes
+    are put inside it. Runs before ONNX Runtime sees the model."""
+    from galleria.embedders._onnx_files import external_tensors, inline_external_data
+
+    path = str(onnx_path(key))
+    try:
+        named = external_tensors(data)
+    except ValueError as error:
+        raise ValueError(f"ONNX file {path!r}: {error}; delete it and it is exported again") from None
+    if not named:
+        return data
+    allowed: Mapping[str, Mapping[str, Any]] = entry.get("external") or {}
+    locations = sorted({record.get("location", "") for record in named})
+    outside = [location for location in locations if location not in allowed]
+    if outside or any(record.get("data_location") not in (None, "1") for record in named):
+        raise ValueError(
+            f"ONNX file {path!r}: {len(named)} tensor(s) keep their data in files it names "
+            f"({', '.join(short(location, 60) for location in (outside or locations)[:3])}); a cached model "
+            "may name only its own data files in the cache folder, listed with their sha256 in the "
+            "manifest: delete it and it is exported again"
+        )
+    import_extra("a cached ONNX model with external data", "onnx", "onnx")
+    sizes = {name: int(record["size"]) for name, record in allowed.items()}
+    try:
+        return inline_external_data(data, lambda name: _verified_external(name, allowed[name]), sizes)
+    except ValueError as error:
+        raise ValueError(f"ONNX file {path!r}: {error}") from None
 
 
 def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim: int) -> dict[str, Any]:
@@ -166,7 +244,7 @@ class OnnxNetwork:
 
     def __init__(self, key: str, entry: Mapping[str, Any], *, num_threads: int | None = None) -> None:
         (ort,) = import_extra("the ONNX Runtime path", "onnx", "onnxruntime")
-        data = verified_bytes(key, entry)  # before onnxruntime sees anything
+        data = self_contained(key, entry, verified_bytes(key, entry))  # before onnxruntime sees anything
         options = ort.SessionOptions()
         options.intra_op_num_threads = usable_threads(num_threads)
         options.inter_op_num_threads = 1

@@ -159,6 +159,8 @@ class RetrievalMixin(StoreCore):
                 )
             ids, scores = self._index.search(queries, k)
             paths = self._paths
+        if getattr(self._index, "higher_is_better", False):  # an external inner-product index: as
+            scores = np.float32(1.0) - scores  # every store, a distance (1 - <q, v>, ascending)
         make, token, table = Candidate._from_store, self._id, paths.token
         return [
             [

@@ -7,10 +7,17 @@ The layout clip-retrieval's inference writes (``FOLDER`` or ``FOLDER/embeddings`
     image.index                      autofaiss's index over the parts in order (optional; also
                                      looked for in FOLDER/index/)
 
-Everything in the folder is untrusted. ``.npy`` headers are parsed without pickle and checked (2-D,
-float16/float32, one dimension for all parts, exact file size) before the data is mapped; every
-parquet file must have exactly its part's row count and the path column, and every path is a
-non-empty string without control characters (ValueError naming the file and the row). The index is
+Everything in the folder is untrusted. Every part (``img_emb/``, each ``.npy`` and ``.parquet`` file,
+the index) must resolve inside the folder: a symbolic link leading out of it could pull a user's own
+files into a store that is then shared, so it is refused unless ``follow_links`` (``--follow-links``)
+is given, and then each link followed is said. ``.npy`` headers are parsed without pickle and checked
+(2-D, float16/float32, one dimension for all parts, exact file size) before the data is mapped; every
+parquet file must have exactly its part's row count and the path column; before a row group is
+decompressed, the sizes its metadata records must stay within a decompression-ratio cap for the
+whole file (:data:`MAX_EXPANSION` times its size plus :data:`EXPANSION_SLACK`) and within the field
+caps per row; every path is a non-empty string of at most :data:`MAX_PATH` characters without control
+characters, every caption at most :data:`MAX_CAPTION` bytes (ValueError naming the file and the row,
+the value cut to a readable length). The index is
 walked by galleria's FAISS checks like every FAISS file; its ``ntotal`` and dimension must match
 the embeddings (refused otherwise). An index the checks refuse (an HNSW coarse quantiser, on-disk
 inverted lists) is not used: the store's index is rebuilt from the ``.npy`` parts, with a message.
@@ -24,27 +31,42 @@ from __future__ import annotations
 
 import os
 import re
-import struct
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_path, open_regular_file
+from galleria._file_formats import map_npy
+from galleria._files import atomic_path, atomic_stream, resolve_inside, short
 from galleria.index import ExternalSearchIndex
-from galleria.index._faiss import deserialize
+from galleria.store._clip_index import index_file, read_index, tune_index
+from galleria.store._clip_metadata import (
+    EXPANSION_SLACK,
+    MAX_CAPTION,
+    MAX_EXPANSION,
+    MAX_PATH,
+    PATH_COLUMNS,
+    metadata_part,
+    read_captions,
+)
 from galleria.store.store import InMemoryImageEmbeddingStore
 
-__all__ = ["ClipRetrievalFolder", "export_clip_retrieval", "import_clip_retrieval", "read_clip_retrieval"]
+__all__ = [
+    "EXPANSION_SLACK",
+    "MAX_CAPTION",
+    "MAX_EXPANSION",
+    "MAX_PATH",
+    "ClipRetrievalFolder",
+    "export_clip_retrieval",
+    "import_clip_retrieval",
+    "read_clip_retrieval",
+]
 
 _PART = re.compile(r"^img_emb_(\d{1,9})\.npy$")
 _DTYPES = (np.dtype("<f2"), np.dtype("<f4"))
-_PATH_COLUMNS = ("image_path", "url")
 #: Galleries up to this size are rebuilt with the exact index, larger ones with IVF-PQ.
 _EXACT_REBUILD = 100_000
-_MAX_PATH = 4096
 
 
 def _parquet() -> Any:
@@ -69,6 +91,24 @@ class ClipRetrievalFolder:
     messages: list[str] = field(default_factory=list)
 
 
+def _inside(path: str, root: str, follow_links: bool, messages: list[str]) -> str:
+    """``path`` once it resolves inside ``root``; a link leading out is refused unless ``follow_links``
+    (then followed, and said)."""
+    try:
+        resolve_inside(path, root, "the part")
+    except ValueError:
+        real = os.path.realpath(path)
+        if not follow_links:
+            raise ValueError(
+                f"{short(path)} resolves to {short(real)}, outside the folder {short(root)}: a link "
+                "out of the folder is not imported; pass --follow-links (follow_links=True) to follow it"
+            ) from None
+        messages.append(
+            f"following the link {short(path)} to {short(real)}, outside the folder (--follow-links)"
+        )
+    return path
+
+
 def _locate(folder: str) -> tuple[str, str]:
     for base in (folder, os.path.join(folder, "embeddings")):
         if os.path.isdir(os.path.join(base, "img_emb")):
@@ -78,125 +118,30 @@ def _locate(folder: str) -> tuple[str, str]:
 
 def _npy_part(path: str) -> np.ndarray:
     """One embeddings part, its header checked without pickle before it is mapped."""
-    with open_regular_file(path, "embeddings file") as stream:
-        try:
-            version = np.lib.format.read_magic(stream)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(stream, max_header_size=4096)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(stream, max_header_size=4096)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
-        except (ValueError, SyntaxError, struct.error) as error:
-            raise ValueError(f"embeddings file {path!r} is not a valid .npy file: {error}") from None
-        offset, size = stream.tell(), os.fstat(stream.fileno()).st_size
-    if dtype.hasobject:
-        raise ValueError(f"embeddings file {path!r} holds Python objects (pickle); refused")
-    if dtype not in _DTYPES or len(shape) != 2 or shape[1] < 1:
+    array: np.ndarray = map_npy(path, "embeddings file", _DTYPES)
+    if array.ndim != 2 or array.shape[1] < 1:
         raise ValueError(
-            f"embeddings file {path!r} must hold a 2-D float16/float32 array, got {dtype} {shape}"
+            f"embeddings file {short(path)} must hold a 2-D float16/float32 array, got {array.dtype} "
+            f"{short(array.shape)}"
         )
-    if size != offset + shape[0] * shape[1] * dtype.itemsize:
-        raise ValueError(f"embeddings file {path!r} is {size} bytes, not what its header {shape} says")
-    array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
-    if array.shape != shape or array.dtype != dtype:
-        raise ValueError(f"embeddings file {path!r} changed while it was read")
     return array
 
 
-def _bad_text(value: str) -> bool:
-    return any(unicodedata.category(char) in ("Cc", "Cf", "Cs") for char in value)
-
-
-def _metadata_part(path: str, rows: int, part: str, use: str) -> tuple[list[str], list[str | None]]:
-    """(paths, captions) of one metadata part of ``rows`` rows; ValueError naming the file and row."""
-    _, pq = _parquet()
-    with open_regular_file(path, "metadata file") as stream:
-        try:
-            parquet = pq.ParquetFile(stream)
-            count = parquet.metadata.num_rows
-            names = set(parquet.schema_arrow.names)
-        except Exception as error:  # pyarrow raises its own types on damaged files
-            raise ValueError(f"metadata file {path!r} is not a readable parquet file: {error}") from None
-        if count != rows:
-            first = min(count, rows)
-            raise ValueError(
-                f"metadata file {path!r} has {count} rows but {part} has {rows} embeddings "
-                f"(row {first} is the first without its {'metadata' if count < rows else 'embedding'})"
-            )
-        wanted = [column for column in _PATH_COLUMNS if column in names]
-        if use != "auto":
-            wanted = [use] if use in names else []
-        if not wanted:
-            missing = "'image_path' (nor 'url')" if use == "auto" else repr(use)
-            raise ValueError(f"metadata file {path!r} has no column {missing}")
-        columns = wanted + (["caption"] if "caption" in names else [])
-        table = parquet.read(columns=columns)
-    values = {name: table.column(name).to_pylist() for name in columns}
-    paths = []
-    for row in range(rows):
-        chosen = next((values[name][row] for name in wanted if values[name][row]), None)
-        if not isinstance(chosen, str) or not chosen:
-            raise ValueError(f"metadata file {path!r}: row {row} has no {' or '.join(wanted)} string")
-        if len(chosen) > _MAX_PATH or _bad_text(chosen):
-            raise ValueError(
-                f"metadata file {path!r}: row {row}: the path {chosen!r} holds control characters"
-            )
-        paths.append(chosen)
-    captions = values.get("caption", [None] * rows)
-    for row, caption in enumerate(captions):
-        if caption is not None and not isinstance(caption, str):
-            raise ValueError(f"metadata file {path!r}: row {row}: the caption is not a string")
-    return paths, captions
-
-
-def _index_file(folder: str) -> str | None:
-    for candidate in (os.path.join(folder, "image.index"), os.path.join(folder, "index", "image.index")):
-        if os.path.lexists(candidate):
-            return candidate
-    return None
-
-
-def _read_index(path: str, rows: int, dim: int, messages: list[str]) -> Any:
-    """The checked faiss index in ``path``; None (with a message) if galleria's checks refuse it."""
-    with open_regular_file(path, "faiss index") as stream:
-        size = os.fstat(stream.fileno()).st_size
-        head = stream.read(16)
-        if len(head) < 16:
-            raise ValueError(f"faiss index {path!r} is too short to be an index")
-        (ndim,), (ntotal,) = struct.unpack("<i", head[4:8]), struct.unpack("<q", head[8:16])
-        if ntotal != rows or ndim != dim:
-            raise ValueError(
-                f"faiss index {path!r} holds {ntotal} vectors of dimension {ndim}, but the embeddings are "
-                f"{rows} of dimension {dim}; refused"
-            )
-        limit = rows * (dim * 4 + 1024) + (64 << 20)
-        if size > limit:
-            raise ValueError(f"faiss index {path!r} is {size} bytes, more than {limit} for {rows} vectors")
-        data = np.empty(size, dtype=np.uint8)
-        stream.seek(0)
-        if stream.readinto(data.data) != size:  # type: ignore[attr-defined]
-            raise ValueError(f"faiss index {path!r} changed while it was read")
-    try:
-        index = deserialize(data, f"faiss index {path!r}", id_limit=rows)
-    except ValueError as error:
-        messages.append(f"{error}; the index is rebuilt from the .npy files")
-        return None
-    if index.ntotal != rows or index.d != dim:  # pragma: no cover - the header said so already
-        raise ValueError(f"faiss index {path!r} does not hold the {rows} embeddings; refused")
-    return index
-
-
-def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolder:
+def read_clip_retrieval(folder: Any, *, use: str = "auto", follow_links: bool = False) -> ClipRetrievalFolder:
     """Read and check a clip-retrieval / autofaiss folder (module docstring); nothing is written.
 
     ``use``: which parquet column names an item — ``"image_path"``, ``"url"``, or ``"auto"`` (the
-    image path where a row has one, else its URL).
+    image path where a row has one, else its URL). ``follow_links``: follow parts that are links
+    leading out of the folder (refused otherwise).
     """
-    if use not in ("auto", *_PATH_COLUMNS):
+    if use not in ("auto", *PATH_COLUMNS):
         raise ValueError(f"use must be 'auto', 'image_path' or 'url', got {use!r}")
     root = os.fspath(folder)
+    messages: list[str] = []
     embeddings, metadata = _locate(root)
+    _inside(embeddings, root, follow_links, messages)
+    if os.path.lexists(metadata):
+        _inside(metadata, root, follow_links, messages)
     numbers = sorted((int(m.group(1)), name) for name in os.listdir(embeddings) if (m := _PART.match(name)))
     if not numbers:
         raise ValueError(f"folder {embeddings!r} holds no img_emb_N.npy part")
@@ -205,7 +150,7 @@ def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolde
     captions: list[str | None] = []
     seen: dict[str, str] = {}
     for number, name in numbers:
-        part = _npy_part(os.path.join(embeddings, name))
+        part = _npy_part(_inside(os.path.join(embeddings, name), root, follow_links, messages))
         if parts and part.dtype != parts[0].dtype:
             raise ValueError(f"embeddings file {name!r} holds {part.dtype}, the first part {parts[0].dtype}")
         if parts and part.shape[1] != parts[0].shape[1]:
@@ -216,11 +161,12 @@ def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolde
         parquet = os.path.join(metadata, f"metadata_{digits}.parquet")
         if not os.path.lexists(parquet):
             raise ValueError(f"metadata file {parquet!r} of part {number} is missing")
-        found, notes = _metadata_part(parquet, part.shape[0], name, use)
+        found, notes = metadata_part(_inside(parquet, root, follow_links, messages), part.shape[0], name, use)
         for row, item in enumerate(found):
             if item in seen:
                 raise ValueError(
-                    f"metadata file {parquet!r}: row {row} repeats the path {item!r} of {seen[item]}"
+                    f"metadata file {short(parquet)}: row {row} repeats the path {short(item)} "
+                    f"of {seen[item]}"
                 )
             seen[item] = f"part {number}, row {row}"
         parts.append(part)
@@ -229,11 +175,16 @@ def read_clip_retrieval(folder: Any, *, use: str = "auto") -> ClipRetrievalFolde
     vectors = np.concatenate([np.asarray(part, dtype=np.float32) for part in parts])
     if not np.isfinite(vectors).all():
         raise ValueError(f"folder {embeddings!r}: the embeddings must be finite")
-    result = ClipRetrievalFolder(paths, vectors, captions)
-    located = _index_file(root)
+    result = ClipRetrievalFolder(paths, vectors, captions, messages=messages)
+    located = index_file(root)
     if located is not None:
-        result.index = _read_index(located, vectors.shape[0], vectors.shape[1], result.messages)
+        _inside(located, root, follow_links, messages)
+        result.index = read_index(located, vectors.shape[0], vectors.shape[1], result.messages)
     return result
+
+
+#: The side files of a store that an import replacing it removes (they describe the old store).
+_SIDE_SUFFIXES = (".graph", ".map", ".files.json", ".captions.parquet")
 
 
 def import_clip_retrieval(
@@ -243,51 +194,71 @@ def import_clip_retrieval(
     use: str = "auto",
     index: str | None = None,
     say: Callable[[str], None] = print,
+    follow_links: bool = False,
+    overwrite: bool = False,
 ) -> InMemoryImageEmbeddingStore:
     """A galleria store of a clip-retrieval folder; saved to ``out`` (with ``out.captions.parquet``) if given.
 
-    The folder's ``image.index`` is the store's index when galleria's checks accept it; otherwise
-    (or with ``index`` naming a galleria index: ``"exact"``, ``"hnsw"``, ``"ivfpq"``) the index is built
-    from the vectors, in the inner-product space clip-retrieval uses. ``say`` gets each message.
+    The folder's ``image.index`` is the store's index when galleria's checks accept it and, its
+    search knob tuned (IVF ``nprobe``, HNSW ``efSearch``), it reaches the recall@10 galleria's
+    IVF-PQ meets by default on a sample of the folder's own vectors; otherwise (or with ``index``
+    naming a galleria index: ``"exact"``, ``"hnsw"``, ``"ivfpq"``) the index is built from the
+    vectors, in the inner-product space clip-retrieval uses. Scores are distances either way
+    (``1 - <q, v>``). ``say`` gets each message. An existing ``out`` is replaced only with
+    ``overwrite`` (its side files, which describe the old store, are removed); ``out`` is written
+    atomically, so a failure leaves the old store as it was.
     """
-    found = read_clip_retrieval(folder, use=use)
+    from galleria._files import check_output_path
+
+    if out is not None:
+        target = check_output_path(out, "out")
+        if os.path.exists(target) and not overwrite:
+            raise ValueError(
+                f"out {short(target)} already exists; pass overwrite=True (--overwrite) to replace it"
+            )
+    found = read_clip_retrieval(folder, use=use, follow_links=follow_links)
     for message in found.messages:
         say(message)
     chosen: Any = index
     if chosen is None and found.index is not None:
-        chosen = ExternalSearchIndex.from_faiss_index(found.index, name="autofaiss")
-    elif chosen is None:
+        label = tune_index(found.index, found.vectors, say)
+        if label is not None:
+            chosen = ExternalSearchIndex.from_faiss_index(found.index, name=label)
+    if chosen is None:
         chosen = "exact" if len(found.paths) <= _EXACT_REBUILD else "ivfpq"
     space = None if not isinstance(chosen, str) else "ip"
     store = InMemoryImageEmbeddingStore.from_embeddings(found.paths, found.vectors, None, chosen, space=space)
     if out is not None:
-        store.save_to_disk(out)
-        if any(caption is not None for caption in found.captions):
-            _write_captions(os.fspath(out) + ".captions.parquet", found.paths, found.captions)
+        _save_import(store, os.fspath(out), found.paths, found.captions)
     return store
 
 
-def _write_captions(target: str, paths: list[str], captions: list[str | None]) -> None:
+def _save_import(
+    store: InMemoryImageEmbeddingStore, out: str, paths: list[str], captions: list[str | None]
+) -> None:
+    """Save the store to ``out`` with its captions, each file atomically; then remove the side files
+    of the store it replaced (all but the captions just written)."""
+    import contextlib
+
+    captions_file = out + ".captions.parquet"
+    if any(caption is not None for caption in captions):
+        with atomic_path(captions_file) as temporary:  # moved into place only once the store is
+            _write_captions_to(temporary, paths, captions)
+            store.save_to_disk(out)
+        kept = {captions_file}
+    else:
+        store.save_to_disk(out)
+        kept = set()
+    for suffix in _SIDE_SUFFIXES:
+        side = out + suffix
+        if side not in kept and os.path.lexists(side) and not os.path.isdir(side):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(side)
+
+
+def _write_captions_to(temporary: str, paths: list[str], captions: list[str | None]) -> None:
     pa, pq = _parquet()
-    table = pa.table({"image_path": paths, "caption": captions})
-    with atomic_path(target) as temporary:
-        pq.write_table(table, temporary)
-
-
-def _read_captions(path: str, paths: list[str]) -> list[str | None]:
-    """The captions kept beside a store, by path (checked like any metadata file)."""
-    _, pq = _parquet()
-    with open_regular_file(path, "captions file") as stream:
-        parquet = pq.ParquetFile(stream)
-        if parquet.metadata.num_rows > len(paths) or {"image_path", "caption"} - set(
-            parquet.schema_arrow.names
-        ):
-            raise ValueError(
-                f"captions file {path!r} must have image_path and caption, at most one row per item"
-            )
-        table = parquet.read(columns=["image_path", "caption"])
-    kept = dict(zip(table.column("image_path").to_pylist(), table.column("caption").to_pylist(), strict=True))
-    return [value if isinstance(value := kept.get(item), str) else None for item in paths]
+    pq.write_table(pa.table({"image_path": paths, "caption": captions}), temporary)
 
 
 def export_clip_retrieval(
@@ -315,7 +286,7 @@ def export_clip_retrieval(
     vectors = np.ascontiguousarray(
         store._gallery_vectors(np.arange(len(paths), dtype=np.int64)), dtype=np.float32
     )
-    captions = _read_captions(os.fspath(captions_file), paths) if captions_file else [None] * len(paths)
+    captions = read_captions(os.fspath(captions_file), paths) if captions_file else [None] * len(paths)
     pa, pq = _parquet()
     os.makedirs(os.path.join(root, "img_emb"), exist_ok=True)
     os.makedirs(os.path.join(root, "metadata"), exist_ok=True)
@@ -326,7 +297,7 @@ def export_clip_retrieval(
         rows = slice(number * part_rows, min(len(paths), (number + 1) * part_rows))
         tag = str(number).zfill(digits)
         target = os.path.join(root, "img_emb", f"img_emb_{tag}.npy")
-        with atomic_path(target) as temporary, open(temporary, "wb") as stream:
+        with atomic_stream(target) as stream:
             np.save(stream, vectors[rows], allow_pickle=False)
         table = pa.table(
             {
@@ -341,6 +312,6 @@ def export_clip_retrieval(
         written += [target, meta]
     flat = faiss.IndexFlatL2(vectors.shape[1]) if store.space == "l2" else faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
-    with atomic_path(os.path.join(root, "image.index")) as temporary, open(temporary, "wb") as stream:
+    with atomic_stream(os.path.join(root, "image.index")) as stream:
         stream.write(faiss.serialize_index(flat).tobytes())
     return [*written, os.path.join(root, "image.index")]

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_path, load_json, open_regular_file
+from galleria._files import atomic_stream, load_json, open_regular_file
 from galleria._validation import check_choice
 from galleria._warnings import GalleriaWarning
 from galleria.distances import pairwise_distances
@@ -217,7 +217,7 @@ def _write_map_file(path: str, keys: tuple[np.ndarray, np.ndarray], result: Gall
         "sha256": hashlib.sha256(payload).hexdigest(),
     }
     encoded = json.dumps(header, sort_keys=True).encode()
-    with atomic_path(path) as temporary, open(temporary, "wb") as stream:
+    with atomic_stream(path) as stream:
         stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded + payload)
 
 

@@ -12,8 +12,18 @@ is ignored with a :class:`GraphStateWarning` and rebuilt, never used; so is a da
 (garbage, truncated, a flipped byte: a :class:`GraphFileWarning` naming the file and the problem) when
 a graph is wanted, while :func:`read_graph_file` (``galleria check``) refuses it. The file is untrusted: its
 size must be exactly what its header and the store's size say (the store, not the file, fixes the
-item count, so it cannot make galleria allocate more), and the arrays pass
-:func:`~galleria.index.neighbor_graph.check_graph_arrays`, distances recomputed on a sample.
+item count, so it cannot make galleria allocate more), the arrays pass
+:func:`~galleria.index.neighbor_graph.check_graph_arrays`, and :func:`verify_graph_rows` checks rows
+drawn afresh at each read (:data:`VERIFY_ROWS` of them, the seed named in any refusal so the check can
+be rerun; every row with ``galleria check --full``) against the store's vectors: their distances
+recomputed, and their true nearest neighbours listed (nothing outside a row closer than its k-th
+distance; an approximate graph, ``hnsw`` or ``ivf``, may miss at most 1 - :data:`APPROXIMATE_RECALL`
+of them). A forged row outside the sample is not seen by one read (docs/security.md says what
+sampling can and cannot see); ``--full`` sees every row.
+
+A side file that cannot be read or written (a FIFO, a folder, a link to a device or a dangling one, a
+read-only folder, a full disk) is a :class:`GraphFileWarning` for the commands that only want a graph:
+they answer from the graph they computed. ``galleria graph`` and ``galleria check`` are strict.
 
 Layout: ``b"GALLERIA-GRAPH1\\n"``, a 4-byte little-endian header length, a UTF-8 JSON header
 (``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB), then the ids
@@ -25,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import struct
 import threading
 import warnings
@@ -34,14 +45,17 @@ from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_path, load_json, open_regular_file
+from galleria._files import atomic_stream, load_json, open_regular_file
 from galleria._validation import check_positive_int
 from galleria._warnings import GalleriaWarning
 from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays
+from galleria.store._graph_verify import APPROXIMATE_RECALL, verify_graph_rows
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "APPROXIMATE_RECALL",
     "GRAPH_SUFFIX",
+    "VERIFY_ROWS",
     "GraphFileWarning",
     "GraphStateWarning",
     "NeighborGraph",
@@ -52,12 +66,15 @@ __all__ = [
     "read_graph_header",
     "remember_graph_file",
     "save_neighbor_graph",
+    "verify_graph_rows",
 ]
 
 GRAPH_SUFFIX = ".graph"
 _MAGIC = b"GALLERIA-GRAPH1\n"
 _LENGTH = struct.Struct("<I")
 _HEADER_LIMIT = 1 << 16
+#: Rows of a graph file verified against the store's vectors at each read (drawn afresh each time).
+VERIFY_ROWS = 64
 
 
 class GraphStateWarning(GalleriaWarning):
@@ -76,6 +93,10 @@ class NeighborGraph:
     ids: np.ndarray
     distances: np.ndarray
     method: str
+    #: Rows verified against the vectors when the graph was read from a file (0: built here).
+    verified: int = 0
+    #: The seed the verified rows were drawn with (None: every row, or built here).
+    seed: int | None = None
 
     @property
     def k(self) -> int:
@@ -164,10 +185,19 @@ def _read_header(name: str, stream: Any) -> tuple[dict[str, Any], int]:
     return header, len(lead) + length
 
 
-def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
+def read_graph_file(
+    path: str | os.PathLike[str],
+    store: InMemoryImageEmbeddingStore,
+    *,
+    verify: int | None = VERIFY_ROWS,
+    seed: int | None = None,
+) -> NeighborGraph | None:
     """The graph kept in ``path`` for ``store``'s current state, or None (with a warning) if it is of another.
 
-    Raises ValueError naming the file when the file is damaged or not a graph of this store's size.
+    ``verify`` rows (None: every row), drawn with ``seed`` (None: a fresh one), are checked by
+    :func:`verify_graph_rows`; the graph returned records how many and the seed. Raises ValueError
+    naming the file (and the seed) when the file is damaged, not a graph of this store's size, or a
+    verified row does not hold its true neighbours.
     """
     name = os.fspath(path)
     _, vectors = _rows_and_vectors(store)
@@ -193,8 +223,17 @@ def read_graph_file(path: str | os.PathLike[str], store: InMemoryImageEmbeddingS
         raise ValueError(f"graph file {name!r}: the arrays do not match their recorded SHA-256 (damaged)")
     ids = np.frombuffer(payload, dtype="<i4", count=count * k).reshape(count, k).astype(np.int32)
     distances = np.frombuffer(payload, dtype="<f4", offset=4 * count * k).reshape(count, k).astype(np.float32)
-    check_graph_arrays(ids, distances, count, f"graph file {name!r}", vectors=vectors, space=store.space)
-    return NeighborGraph(state, ids, distances, header["method"])
+    check_graph_arrays(ids, distances, count, f"graph file {name!r}")
+    if verify is None or verify >= count:
+        rows, used = np.arange(count, dtype=np.int64), None
+        what = f"graph file {name!r} (every row verified)"
+    else:
+        used = secrets.randbits(32) if seed is None else int(seed)
+        chosen = np.random.default_rng(used).choice(count, size=min(count, max(0, verify)), replace=False)
+        rows = np.sort(chosen)
+        what = f"graph file {name!r} ({len(rows)} rows verified, seed {used})"
+    verify_graph_rows(ids, distances, vectors, store.space, header["method"], what, rows)
+    return NeighborGraph(state, ids, distances, header["method"], len(rows), used)
 
 
 def _usable_graph_file(path: str, store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
@@ -223,7 +262,7 @@ def _write_graph_file(path: str, graph: NeighborGraph) -> None:
         "sha256": digest.hexdigest(),
     }
     encoded = json.dumps(header, sort_keys=True).encode()
-    with atomic_path(path) as temporary, open(temporary, "wb") as stream:
+    with atomic_stream(path) as stream:
         stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded)
         stream.write(ids.reshape(-1).view(np.uint8).data)
         stream.write(distances.reshape(-1).view(np.uint8).data)
@@ -278,7 +317,16 @@ def neighbor_graph(
         ids, distances, used = build_graph(vectors, requested, store.space, method)
         graph = NeighborGraph(state, ids, distances, used)
         if store_file is not None:  # a file remembered from loading is read, never written
-            _write_graph_file(path, graph)  # type: ignore[arg-type]
+            try:
+                _write_graph_file(path, graph)  # type: ignore[arg-type]
+            except (OSError, ValueError) as error:  # no regular file, a read-only folder, a full disk
+                warnings.warn(
+                    GraphFileWarning(
+                        f"graph file {path!r} cannot be written ({error}); answered from the graph "
+                        "computed, which is not kept"
+                    ),
+                    stacklevel=2,
+                )
     graph.ids.flags.writeable = False
     graph.distances.flags.writeable = False
     with _LOCK:

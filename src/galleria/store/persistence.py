@@ -71,7 +71,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from galleria._files import atomic_path
+from galleria._files import atomic_stream, open_regular_file
 from galleria.index import SearchIndex
 from galleria.index._checks import all_finite, check_magnitude
 from galleria.index._serial import Packed, Unpacked
@@ -159,7 +159,7 @@ def write_store(target: str, tensors: dict[str, np.ndarray | Packed], header: di
             DIGEST_KEY: hashlib.sha256(canonical(header)).hexdigest(),
         }
 
-    with atomic_path(target) as temporary, open(temporary, "wb") as file:
+    with atomic_stream(target) as file:
         write_tensors(file, ordered, metadata_for)
 
 
@@ -278,7 +278,7 @@ def read_store_header(path: Any) -> dict[str, Any]:
     (4, 2, 'exact')
     """
     name = check_regular_file(path)
-    with open(name, "rb") as file:
+    with open_regular_file(name, "store file") as file:
         metadata = read_layout(name, file, os.fstat(file.fileno()).st_size).metadata
     header = parse_header(name, metadata)
     validate_header(name, header, os.path.getsize(name))
@@ -304,7 +304,7 @@ def read_store(
     saves replace the file, which leaves the mapping intact)."""
     name = check_regular_file(path)
     check_load_arguments(embedder, search_index, connect, mmap)
-    with open(name, "rb") as file:
+    with open_regular_file(name, "store file") as file:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             raise ValueError(f"path {name!r} is not a regular file")
         layout = read_store_layout(name, file)

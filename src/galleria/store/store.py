@@ -67,7 +67,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
     -----
     Scores of the built-in indexes are distances (lower is better): ``1 - cos`` for cosine
     (vectors stored L2-normalised), ``1 - <q, v>`` for ip, squared Euclidean for l2. An external
-    index keeps its own scores.
+    faiss index's scores are turned into the same distances (its inner products into ``1 - <q, v>``).
 
     Where the index cannot give vectors back (some external FAISS indexes), the store keeps a copy
     of the vectors it embedded or was given, so :attr:`embeddings`, query expansion and the

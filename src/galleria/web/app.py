@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from galleria._deadline import check_deadline
+from galleria._files import short
 from galleria.embedders import embedder_config
 from galleria.images.reading import DEFAULT_MAX_PIXELS, draft_size_for, read_rgb_image
 from galleria.viewer import (
@@ -69,14 +70,23 @@ def _settings_from(store: Any, defaults: Any, values: dict[str, Any]) -> SearchS
     return _bounded(SearchSettings.from_mapping(values, defaults, store=store), values)
 
 
+def _stored(labels: GalleryLabels, path: Any) -> bool:
+    """Whether ``path`` is spelled exactly as a gallery path is stored."""
+    try:
+        labels.relative(path)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
 def _run_search(
     store: Any, labels: GalleryLabels, decode: Any, query: Any, kind: str, settings: SearchSettings
 ) -> dict[str, Any]:
     """Search (in a worker thread): an ``"upload"`` query is the upload's bytes, decoded here."""
     if kind == "text" and not callable(getattr(store.embedder, "embed_text", None)):
         raise ValueError("text queries need a store built with a clip embedder")
-    if kind == "path" and query not in store:
-        raise LookupError(f"{query!r} is not an image of this gallery")
+    if kind == "path" and not _stored(labels, query):  # exactly as stored: no working directory
+        raise LookupError(f"{short(query)} is not an image of this gallery")
     if kind == "upload":
         query, kind = decode(query), "image"
         check_deadline()

@@ -84,7 +84,9 @@ async def parse_request(site: Site, store: Any, request: Request) -> tuple[Any, 
     path = fields["path"]
     if not isinstance(path, str):
         raise ValueError("path must be a string")
-    resolved = path if path in store else site.labels.path_of(path)
+    # Exactly a stored path, or exactly one relative to the gallery root: never resolved against
+    # the server's working directory (which may be gone), so an unknown path is a 404, not a 500.
+    resolved = path if site.relative(path) is not None else site.labels.path_of(path)
     return (resolved if resolved is not None else path), "path", settings
 
 

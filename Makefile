@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # One virtualenv, two install levels: the demo's (core + demo extra, no torch) and the full one.
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP      := $(VENV)/.installed-stamp
-ALL_EXTRAS := dev,clip,demo,web,milvus,ray,timm,tune,onnx,clip-retrieval,map
+ALL_EXTRAS := dev,clip,demo,web,milvus,ray,timm,tune,onnx,clip-retrieval,map,photo
 
 .PHONY: test demo lint types pytest install system-deps bench bench-quick clean
 

@@ -1,58 +1,94 @@
-"""Duplicate and near-duplicate groups of a gallery, from its neighbor graph.
+"""Duplicate and near-duplicate groups of a gallery: star groups around the image kept.
 
-Two images are linked when they are **exact duplicates** (the same decoded pixels: equal pixel
-digests, recorded at build — :attr:`~galleria.InMemoryImageEmbeddingStore.pixel_digests`) or
-**near-duplicates** (one is among the other's ``k`` nearest neighbors at a distance of at most
-``threshold``, in the store's space). A group is a connected component of those links, so a chain
-of near copies (a resize of a crop of a photo) is one group. Groups are listed largest first, then
-by their first path; every group names the image a ``keep`` rule keeps:
+**What counts.** A near-duplicate is *the same picture*: resized, re-encoded, brightened or darkened,
+cropped by a few percent, or stored turned with an EXIF orientation (the reader applies it, so the
+pixels are the same). A neighbouring view of an object, a look-alike, a greyscale or a mirrored copy
+is not. **Exact duplicates** — the same decoded pixels (equal pixel digests, recorded at build:
+:attr:`~galleria.InMemoryImageEmbeddingStore.pixel_digests`) — are a tier of their own: always
+grouped, at distance 0, whatever the threshold.
 
-* ``first`` — the first path in sorted order;
-* ``largest`` — the largest file (bytes on disk; ties: the first path);
-* ``oldest`` — the file modified longest ago (ties: the first path).
+**Star groups.** The images are ranked by the ``keep`` rule (:data:`KEEP_RULES`; ``best`` by
+default: the most pixels from the image header, then the most bytes, then the oldest, then the path;
+a URL or missing file after every local file). In that order, an image not yet in a group becomes a
+*representative* — the image its group keeps — and takes every image not yet in a group that lies
+within ``threshold`` of it (or has its pixels). Every member is therefore a duplicate *of the image
+kept*, never only of another member: a chain ``a – b – c`` with ``a`` and ``c`` further apart than
+the threshold is never one group of three.
 
-The rules only ``stat`` the files (they open none). The default threshold is the embedder's
-(:data:`DEFAULT_THRESHOLDS`, measured on planted copies: ``benchmarks/experiments/bench_duplicates.py``).
+**The threshold** is calibrated on the store itself (:func:`calibrated_threshold`): a fraction of a
+low quantile of the distances from every image to its :data:`DEFAULT_K` nearest neighbours (how far
+apart the gallery's closest *different* images lie), held between the embedder's floor and cap
+(:data:`THRESHOLD_BOUNDS`). It is a function of the store's vectors alone, so two runs on one store
+state apply the same threshold, and it is reported (:class:`DuplicateReport`, ``--json``,
+``galleria info``).
 
-The core, :func:`group_rows`, works on the graph's arrays: memory grows with the gallery times
+The core, :func:`star_groups`, works on the graph's arrays: memory grows with the gallery times
 ``k``, never with the gallery squared.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 __all__ = [
+    "CALIBRATION_FRACTION",
+    "CALIBRATION_QUANTILE",
     "DEFAULT_K",
-    "DEFAULT_THRESHOLDS",
+    "DEFAULT_KEEP",
+    "FALLBACK_BOUNDS",
     "KEEP_RULES",
+    "THRESHOLD_BOUNDS",
     "DuplicateGroup",
+    "DuplicateReport",
+    "FileFacts",
+    "calibrated_threshold",
     "check_threshold",
-    "default_threshold",
     "duplicate_groups",
+    "duplicate_report",
     "duplicates",
+    "file_facts",
     "find_duplicates",
-    "group_rows",
+    "involved_rows",
+    "keep_order",
+    "kept_because",
+    "star_groups",
+    "store_threshold",
+    "threshold_bounds",
 ]
 
-#: Neighbors per image searched for near copies (a group larger than this is still found whole,
-#: through its chain of links).
+#: Neighbours per image searched for near copies, and read for the calibration (a group larger than
+#: this is still found whole: a representative whose k neighbours are all within the threshold is
+#: searched exhaustively).
 DEFAULT_K = 10
-#: The near-duplicate threshold (a cosine distance) per embedder type, measured on Tux Paint's stamps
-#: with planted resized, recompressed, 3 %-cropped and colour-shifted copies
-#: (``benchmarks/experiments/bench_duplicates.py``; docs/duplicates.md): the smallest threshold of the
-#: sweep at which recall and precision both reach 0.95. CLIP's is not measured here (no CLIP weights
-#: ship in a package); it takes the CNN's.
-DEFAULT_THRESHOLDS: dict[str, float] = {"pixel": 0.1, "timm": 0.15, "clip": 0.15}
-#: The threshold of a store whose embedder is unknown (vectors imported from elsewhere).
-FALLBACK_THRESHOLD = 0.1
-#: How ``keep`` chooses the image kept in each group.
-KEEP_RULES = ("first", "largest", "oldest")
+#: The quantile of the store's neighbour distances (every image to its ``DEFAULT_K`` nearest) the
+#: threshold is read from; low, so it speaks of the gallery's closest different images, and pooled
+#: over the k neighbours, so copies (one neighbour of each copied image) barely move it.
+CALIBRATION_QUANTILE = 0.05
+#: The threshold is this fraction of that quantile (then held between the embedder's bounds). Fitted
+#: on planted copies in digits and Tux Paint's stamps (``benchmarks/experiments/bench_duplicates.py``;
+#: docs/benchmarks/duplicates.md): the largest round fraction keeping pair precision ≥ 0.9 there.
+CALIBRATION_FRACTION = 0.5
+#: (floor, cap) of the threshold per embedder type (a cosine distance). The floor keeps resizes and
+#: re-encodings of dense galleries (their copies lie within it); the cap keeps sparse galleries from
+#: grouping look-alikes (the old fixed defaults were 0.1 and 0.15: precision 0.71 and 0.52 on the
+#: stamps). CLIP's are not measured (no CLIP weights ship in a package): it takes the CNN's.
+THRESHOLD_BOUNDS: dict[str, tuple[float, float]] = {
+    "pixel": (0.005, 0.05),
+    "timm": (0.005, 0.1),
+    "clip": (0.005, 0.1),
+}
+#: The bounds of a store whose embedder is unknown (vectors imported from elsewhere).
+FALLBACK_BOUNDS = (0.005, 0.05)
+#: How the image kept in each group (its representative) is chosen.
+KEEP_RULES = ("best", "first", "largest", "oldest")
+#: The default rule: the best copy (most pixels, then most bytes, then the oldest file).
+DEFAULT_KEEP = "best"
 
 
 def check_threshold(value: Any) -> float:
@@ -65,97 +101,462 @@ def check_threshold(value: Any) -> float:
     return number
 
 
-def default_threshold(embedder_config: Any) -> float:
-    """The threshold of the embedder a store records (its config's ``type``), else the fallback."""
+def threshold_bounds(embedder_config: Any) -> tuple[float, float]:
+    """The (floor, cap) of the embedder a store records (its config's ``type``), else the fallback."""
     kind = embedder_config.get("type") if isinstance(embedder_config, dict) else None
-    return DEFAULT_THRESHOLDS.get(kind, FALLBACK_THRESHOLD) if isinstance(kind, str) else FALLBACK_THRESHOLD
+    return THRESHOLD_BOUNDS.get(kind, FALLBACK_BOUNDS) if isinstance(kind, str) else FALLBACK_BOUNDS
 
 
-def _exact_links(digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row, row) pairs linking every image to the first image of the same non-zero digest."""
+def calibrated_threshold(distances: np.ndarray, bounds: tuple[float, float]) -> tuple[float, dict[str, Any]]:
+    """The threshold a gallery's neighbour ``distances`` (n, k) call for, and how it was read.
+
+    ``CALIBRATION_FRACTION`` × the ``CALIBRATION_QUANTILE`` quantile of every distance, held in
+    ``bounds`` (floor, cap). Deterministic: no sampling. With no distances (fewer than two images)
+    the floor.
+
+    Examples
+    --------
+    >>> value, basis = calibrated_threshold(np.array([[0.04, 0.3], [0.04, 0.5], [0.2, 0.3]]), (0.005, 0.05))
+    >>> round(value, 4), basis["rule"]
+    (0.02, 'fraction')
+    """
+    floor, cap = bounds
+    values = np.asarray(distances, dtype=np.float64).ravel()
+    values = values[np.isfinite(values)]
+    basis: dict[str, Any] = {
+        "quantile": CALIBRATION_QUANTILE,
+        "fraction": CALIBRATION_FRACTION,
+        "floor": floor,
+        "cap": cap,
+        "distances": int(values.size),
+    }
+    if values.size == 0:
+        return floor, {**basis, "neighbour_quantile": None, "rule": "floor"}
+    level = float(np.quantile(values, CALIBRATION_QUANTILE, method="lower"))
+    raw = CALIBRATION_FRACTION * level
+    rule = "floor" if raw < floor else "cap" if raw > cap else "fraction"
+    return float(min(max(raw, floor), cap)), {**basis, "neighbour_quantile": level, "rule": rule}
+
+
+def _twin_classes(digests: np.ndarray | None, n: int) -> np.ndarray:
+    """Each row's class of identical non-zero digests (−1: unknown digest)."""
+    classes = np.full(n, -1, dtype=np.int64)
+    if digests is None:
+        return classes
     known = np.flatnonzero(np.any(digests != 0, axis=1))
-    if known.size < 2:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    keys = np.ascontiguousarray(digests[known]).view(np.dtype((np.void, digests.shape[1]))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    heads = known[first[inverse.ravel()]]
-    linked = heads != known
-    return known[linked], heads[linked]
+    if known.size:
+        keys = np.ascontiguousarray(digests[known]).view(np.dtype((np.void, digests.shape[1]))).ravel()
+        _, inverse = np.unique(keys, return_inverse=True)
+        classes[known] = inverse.ravel()
+    return classes
 
 
-def group_rows(
-    n: int,
+def involved_rows(
+    ids: np.ndarray, distances: np.ndarray, threshold: float, digests: np.ndarray | None
+) -> np.ndarray:
+    """The rows that may belong to a group: a neighbour within ``threshold``, or a digest shared."""
+    n = ids.shape[0]
+    close = (distances <= threshold) & (ids >= 0)
+    marked = np.zeros(n, dtype=bool)
+    marked[np.any(close, axis=1)] = True
+    marked[ids[close].astype(np.int64)] = True
+    classes = _twin_classes(digests, n)
+    if np.any(classes >= 0):
+        counts = np.bincount(classes[classes >= 0])
+        marked[(classes >= 0) & (counts[np.maximum(classes, 0)] > 1)] = True
+    return np.flatnonzero(marked)
+
+
+def star_groups(
+    order: np.ndarray,
     ids: np.ndarray,
     distances: np.ndarray,
     threshold: float,
     digests: np.ndarray | None = None,
-) -> list[tuple[np.ndarray, bool]]:
-    """The duplicate groups of ``n`` rows: ``(rows, exact)`` per group of two or more, the largest
-    group first (ties: the lower first row); ``rows`` ascending; ``exact`` when all share a digest.
+    within: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Star groups: ``(representative, members, distances)`` per group of two or more.
 
-    ``ids`` / ``distances`` are the (n, k) neighbor graph (ids −1 are ignored); ``digests`` an
-    optional (n, d) uint8 array of pixel digests (an all-zero row: unknown).
+    ``order`` ranks the rows best first (the rows it leaves out never represent a group, but may
+    join one); ``ids`` / ``distances`` are the (n, k) neighbour graph, each row sorted by distance
+    (ids −1 ignored); ``digests`` optional (n, d) uint8 pixel digests (all-zero: unknown). In
+    ``order``, a row not yet taken represents a group and takes every row not yet taken within
+    ``threshold`` of it — or of its pixels — with its distance (0 for the same pixels). A row whose
+    k neighbours all lie within the threshold may have more: ``within(row)`` then gives every row
+    and distance within the threshold (an exhaustive search; without it, the k neighbours).
+
+    ``members`` holds the taken rows (the representative not among them) ascending, ``distances``
+    theirs to the representative; groups are listed largest first, then in ``order``.
 
     Examples
     --------
-    >>> ids = np.array([[1], [0], [3], [2]]); distances = np.array([[0.01], [0.01], [0.5], [0.5]])
-    >>> [(rows.tolist(), exact) for rows, exact in group_rows(4, ids, distances, 0.05)]
-    [([0, 1], False)]
+    A chain 0 – 1 – 2 (0.04 apart each, 0.08 end to end) at threshold 0.05, 1 ranked first:
+
+    >>> ids = np.array([[1, 2], [0, 2], [1, 0]])
+    >>> gaps = np.array([[0.04, 0.08], [0.04, 0.04], [0.04, 0.08]])
+    >>> [(rep, found.tolist()) for rep, found, _ in star_groups(np.array([1, 0, 2]), ids, gaps, 0.05)]
+    [(1, [0, 2])]
+    >>> [(rep, found.tolist()) for rep, found, _ in star_groups(np.array([0, 1, 2]), ids, gaps, 0.05)]
+    [(0, [1])]
     """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    close = (distances <= threshold) & (ids >= 0)
-    sources = np.repeat(np.arange(n, dtype=np.int64), ids.shape[1])[close.ravel()]
-    targets = ids.astype(np.int64).ravel()[close.ravel()]
-    if digests is not None:
-        more_sources, more_targets = _exact_links(digests)
-        sources, targets = np.concatenate([sources, more_sources]), np.concatenate([targets, more_targets])
-    if sources.size == 0:
-        return []
-    links = coo_matrix((np.ones(sources.size, dtype=np.int8), (sources, targets)), shape=(n, n))
-    _, component = connected_components(links, directed=True, connection="weak")
-    sizes = np.bincount(component)
-    order = np.argsort(component, kind="stable")
-    bounds = np.cumsum(sizes)[:-1]
-    groups = [rows for rows in np.split(order, bounds) if rows.size > 1]
-    groups.sort(key=lambda rows: (-rows.size, int(rows[0])))
-    result = []
-    for rows in groups:
-        exact = (
-            digests is not None
-            and bool(np.any(digests[rows[0]] != 0))
-            and bool(np.all(digests[rows] == digests[rows[0]]))
+    n = ids.shape[0]
+    taken = np.zeros(n, dtype=bool)
+    classes = _twin_classes(digests, n)
+    twins: dict[int, np.ndarray] = {}
+    if np.any(classes >= 0):
+        listed = np.flatnonzero(classes >= 0)
+        by_class = listed[np.argsort(classes[listed], kind="stable")]
+        bounds = np.flatnonzero(np.diff(classes[by_class])) + 1
+        for rows in np.split(by_class, bounds):
+            if rows.size > 1:
+                twins[int(classes[rows[0]])] = rows
+    width = ids.shape[1]
+    groups: list[tuple[int, int, np.ndarray, np.ndarray]] = []
+    for position, row in enumerate(np.asarray(order, dtype=np.int64).tolist()):
+        if taken[row]:
+            continue
+        taken[row] = True
+        found: dict[int, float] = {}
+        own = twins.get(int(classes[row])) if classes[row] >= 0 else None
+        if own is not None:
+            for twin in own.tolist():
+                if not taken[twin]:
+                    found[twin] = 0.0
+        near, gaps = ids[row], distances[row]
+        if within is not None and width and width < n - 1 and gaps[-1] <= threshold and near[-1] >= 0:
+            near, gaps = within(row)  # every neighbour may be a copy: there may be more
+        for other, gap in zip(np.asarray(near).tolist(), np.asarray(gaps).tolist(), strict=True):
+            if other < 0 or other == row or gap > threshold or taken[other] or other in found:
+                continue
+            found[other] = max(float(gap), 0.0)
+            kin = twins.get(int(classes[other])) if classes[other] >= 0 else None
+            if kin is not None:  # the same pixels as a copy: the same copy
+                for twin in kin.tolist():
+                    if twin != row and not taken[twin] and twin not in found:
+                        found[twin] = found[other]
+        if not found:
+            continue
+        members = np.array(sorted(found), dtype=np.int64)
+        taken[members] = True
+        groups.append(
+            (position, row, members, np.array([found[m] for m in members.tolist()], dtype=np.float64))
         )
-        result.append((rows, exact))
-    return result
+    groups.sort(key=lambda group: (-group[2].size, group[0]))
+    return [(row, members, gaps) for _, row, members, gaps in groups]
 
 
-def _stat_key(path: str, rule: str) -> tuple[float, str]:
+# The image kept -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What the keep rules read of one item, without decoding it: None where unknown."""
+
+    local: bool
+    width: int | None = None
+    height: int | None = None
+    size: int | None = None
+    mtime_ns: int | None = None
+
+    @property
+    def pixels(self) -> int:
+        return (self.width or 0) * (self.height or 0)
+
+
+def file_facts(path: str, *, header: bool = True) -> FileFacts:
+    """``stat`` of ``path`` and, with ``header``, its (width, height) from the image header alone.
+
+    A URL, a missing or irregular file is not local (its facts unknown); an unreadable header leaves
+    the size in pixels unknown.
+    """
+    from galleria.store._urls import is_url
+
+    if is_url(path):
+        return FileFacts(False)
     try:
         status = os.stat(path)
-    except OSError:
-        return (float("inf"), path)  # a file that is gone is never the one kept
-    return (-float(status.st_size), path) if rule == "largest" else (float(status.st_mtime_ns), path)
+    except (OSError, ValueError):
+        return FileFacts(False)
+    if not stat.S_ISREG(status.st_mode):
+        return FileFacts(False)
+    width = height = None
+    if header:
+        from galleria.images.reading import ImageReadError, read_image_size
+
+        try:
+            width, height = read_image_size(path)
+        except (ImageReadError, ValueError):
+            pass
+    return FileFacts(True, width, height, int(status.st_size), int(status.st_mtime_ns))
 
 
-def keep_of(paths: Sequence[str], rule: str) -> str:
-    """The path ``rule`` (one of :data:`KEEP_RULES`) keeps among ``paths``."""
+def _rank_key(rule: str, path: str, facts: FileFacts) -> tuple[Any, ...]:
+    """Sorting key of ``rule`` (smaller first): a local file before any other, then the rule, then path."""
+    absent = 0 if facts.local else 1
     if rule == "first":
-        return min(paths)
-    return min(paths, key=lambda path: _stat_key(path, rule))
+        return (path,)
+    if rule == "largest":
+        return (absent, -(facts.size or 0), path)
+    if rule == "oldest":
+        return (absent, facts.mtime_ns if facts.mtime_ns is not None else 0, path)
+    return (
+        absent,
+        -facts.pixels,
+        -(facts.size or 0),
+        facts.mtime_ns if facts.mtime_ns is not None else 0,
+        path,
+    )
+
+
+def keep_order(rows: np.ndarray, paths: Sequence[str], rule: str, facts: dict[int, FileFacts]) -> np.ndarray:
+    """``rows`` ranked best first by ``rule`` (every rule ends on the path: a total order)."""
+    ranked = sorted(rows.tolist(), key=lambda row: _rank_key(rule, paths[row], facts[row]))
+    return np.array(ranked, dtype=np.int64)
+
+
+def _when(ns: int | None) -> str:
+    import datetime
+
+    if ns is None:
+        return "unknown"
+    return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def kept_because(rule: str, kept: FileFacts, runner_up: FileFacts) -> str:
+    """Why ``rule`` kept an item over the group's next best (in words, with both values)."""
+    if rule == "first":
+        return "first path in sorted order (--keep first)"
+    if kept.local and not runner_up.local:
+        return "the only local file (the others are URLs or missing files)"
+    if not kept.local:
+        return "no local file: the first path"
+    if rule == "largest" or (rule == "best" and kept.pixels == runner_up.pixels):
+        if (kept.size or 0) != (runner_up.size or 0):
+            what = (
+                "largest file"
+                if rule == "largest"
+                else f"same pixel count ({kept.width}×{kept.height}), larger file"
+            )
+            return f"{what} ({kept.size:,} vs {runner_up.size:,} bytes)"
+        if rule == "largest":
+            return f"same file size ({kept.size:,} bytes): the first path"
+    if rule == "best" and kept.pixels != runner_up.pixels:
+        other = f"{runner_up.width or '?'}×{runner_up.height or '?'}"
+        return f"largest pixel count ({kept.width}×{kept.height} vs {other})"
+    if kept.mtime_ns != runner_up.mtime_ns:
+        prefix = "" if rule == "oldest" else "same pixel count and bytes, "
+        return f"{prefix}oldest file ({_when(kept.mtime_ns)} vs {_when(runner_up.mtime_ns)} UTC)"
+    return "all else equal: the first path"
 
 
 @dataclass(frozen=True)
 class DuplicateGroup:
-    """One group: its paths (sorted), whether all are the same pixels, and the path to keep."""
+    """One star group: its paths (sorted), the path kept (its representative), each member's distance
+    to it (the kept path's own: 0), whether all are the same pixels, and why that path is kept."""
 
     paths: tuple[str, ...]
     exact: bool
     keep: str
+    distances: tuple[float, ...] = ()
+    kept_because: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"paths": list(self.paths), "kind": "exact" if self.exact else "near", "keep": self.keep}
+        return {
+            "paths": list(self.paths),
+            "kind": "exact" if self.exact else "near",
+            "keep": self.keep,
+            "kept_because": self.kept_because,
+            "distances": {
+                path: round(distance, 6)
+                for path, distance in zip(self.paths, self.distances, strict=True)
+                if path != self.keep
+            },
+        }
+
+
+@dataclass(frozen=True)
+class DuplicateReport:
+    """The groups with the threshold applied, how it was chosen and the rule that kept each image."""
+
+    groups: list[DuplicateGroup]
+    threshold: float
+    basis: dict[str, Any]
+    k: int
+    keep: str
+    images: int
+    notes: list[str] = field(default_factory=list)
+
+
+_FROM_STORE = "from the store"
+
+
+def _calibration(
+    store: Any, distances: np.ndarray, config: Any = _FROM_STORE
+) -> tuple[float, dict[str, Any]]:
+    if config is _FROM_STORE:
+        from galleria.embedders import embedder_config
+
+        embedder = getattr(store, "embedder", None)
+        config = embedder_config(embedder) if embedder is not None else None
+    value, basis = calibrated_threshold(distances[:, :DEFAULT_K], threshold_bounds(config))
+    kind = config.get("type") if isinstance(config, dict) else None
+    return value, {"source": "calibrated", "embedder": kind if isinstance(kind, str) else None, **basis}
+
+
+def store_threshold(
+    store: Any, *, store_file: Any = None, embedder_config: Any = _FROM_STORE
+) -> tuple[float, dict[str, Any]]:
+    """The near-copy threshold ``store`` calls for (calibrated on its neighbour graph) and its basis.
+
+    ``embedder_config``: the embedder's saved config, when the store holds no embedder of its own
+    (``galleria info`` describes a store without loading its model).
+    """
+    from galleria.store.graph import neighbor_graph
+
+    if len(store.paths) < 2:
+        return _calibration(store, np.empty((0, 0)), embedder_config)
+    _, distances = neighbor_graph(store, DEFAULT_K, store_file=store_file)
+    return _calibration(store, distances, embedder_config)
+
+
+def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+    """Every row within ``threshold`` of one row: a search of the whole gallery (rarely wanted)."""
+    space = store.space
+    held: list[np.ndarray] = []
+
+    def search(row: int) -> tuple[np.ndarray, np.ndarray]:
+        from galleria.store.graph import _rows_and_vectors
+
+        if not held:  # read once, when first wanted: a read-only view, not a copy, where it can be
+            held.append(_rows_and_vectors(store)[1])
+        vectors = held[0]
+        start, chunk = 0, 65536
+        rows, gaps = [], []
+        target = vectors[row]
+        while start < len(vectors):
+            block = vectors[start : start + chunk]
+            if space == "l2":
+                distance = np.sum((block - target) ** 2, axis=1)
+            else:
+                distance = 1.0 - block @ target
+            hit = np.flatnonzero(distance <= threshold)
+            rows.append(hit + start)
+            gaps.append(distance[hit])
+            start += chunk
+        found, values = np.concatenate(rows), np.concatenate(gaps)
+        order = np.lexsort((found, values))
+        return found[order], values[order]
+
+    return search
+
+
+def duplicate_report(
+    store: Any,
+    *,
+    threshold: Any = None,
+    k: Any = DEFAULT_K,
+    keep: str = DEFAULT_KEEP,
+    store_file: Any = None,
+) -> DuplicateReport:
+    """The duplicate groups of ``store``'s gallery with the threshold applied (module docstring).
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        A built store.
+    threshold : float in [0, 2], optional
+        The largest distance of a near copy to the image kept; None: calibrated on the store
+        (:func:`store_threshold`).
+    k : int
+        Neighbours searched per image (the graph's ``k``).
+    keep : {"best", "first", "largest", "oldest"}
+        Which image each group keeps (and is formed around).
+    store_file : str, optional
+        The store's file: its neighbour graph is then kept beside it (``STORE.graph``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A threshold outside [0, 2], a bad ``k`` or ``keep``, naming the value.
+    """
+    from galleria._validation import check_choice, check_positive_int
+    from galleria.store.graph import neighbor_graph
+
+    rule = check_choice("keep", keep, KEEP_RULES)
+    wanted = check_positive_int("k", k)
+    chosen = None if threshold is None else check_threshold(threshold)
+    paths = list(store.paths)
+    if len(paths) < 2:
+        value, basis = (
+            _calibration(store, np.empty((0, 0))) if chosen is None else (chosen, {"source": "given"})
+        )
+        note = f"{len(paths)} image(s): nothing to compare"
+        return DuplicateReport([], value, basis, wanted, rule, len(paths), [note])
+    ids, distances = neighbor_graph(store, max(wanted, DEFAULT_K), store_file=store_file)
+    if chosen is None:
+        value, basis = _calibration(store, distances)
+    else:
+        value, basis = chosen, {"source": "given"}
+    ids, distances = ids[:, :wanted], distances[:, :wanted]
+    digests = getattr(store, "pixel_digests", None)
+    rows = involved_rows(ids, distances, value, digests)
+    facts = {row: file_facts(paths[row], header=rule == "best") for row in rows.tolist()}
+    order = keep_order(rows, paths, rule, facts)
+    found = star_groups(order, ids, distances, value, digests, _within(store, value))
+    classes = _twin_classes(digests, len(paths))
+    groups = []
+    for representative, members, gaps in found:
+        members_facts = sorted(members.tolist(), key=lambda row: _rank_key(rule, paths[row], facts[row]))
+        by_path = {
+            paths[representative]: 0.0,
+            **{paths[m]: float(g) for m, g in zip(members.tolist(), gaps.tolist(), strict=True)},
+        }
+        ordered = tuple(sorted(by_path))
+        exact = bool(classes[representative] >= 0 and np.all(classes[members] == classes[representative]))
+        groups.append(
+            DuplicateGroup(
+                ordered,
+                exact,
+                paths[representative],
+                tuple(by_path[path] for path in ordered),
+                kept_because(rule, facts[representative], facts[members_facts[0]]),
+            )
+        )
+    groups.sort(key=lambda group: (-len(group.paths), group.keep))
+    sides = [max(f.width or 0, f.height or 0) for f in facts.values() if f.width]
+    tiny = bool(sides) and max(sides) <= TINY_SIDE
+    return DuplicateReport(
+        groups, value, basis, wanted, rule, len(paths), _notes(groups, len(paths), basis, tiny)
+    )
+
+
+#: Images at most this many pixels a side are tiny: a half-size copy has a few pixels left.
+TINY_SIDE = 32
+
+
+def _notes(groups: list[DuplicateGroup], images: int, basis: dict[str, Any], tiny: bool = False) -> list[str]:
+    """What the run saw, in words (shown by the command line)."""
+    notes = []
+    if tiny:
+        notes.append(
+            f"the images compared are tiny (at most {TINY_SIDE} px a side): a resized or cropped copy of "
+            "a tiny image is hard to tell from a look-alike; exact copies are always found"
+        )
+    if not groups:
+        notes.append(f"no duplicates among {images} images")
+    grouped = sum(len(group.paths) for group in groups)
+    if images and grouped == images and len(groups) == 1:
+        notes.append("every image is a copy of one picture")
+    if basis.get("rule") == "floor":
+        notes.append(
+            "the gallery's images lie very close together (tiny or many copies): the threshold is the "
+            f"embedder's floor, {basis['floor']:g}; near copies further apart than that are not grouped"
+        )
+    elif basis.get("rule") == "cap":
+        notes.append(
+            f"the gallery's images lie far apart: the threshold is the embedder's cap, {basis['cap']:g}"
+        )
+    return notes
 
 
 def duplicates(
@@ -163,53 +564,11 @@ def duplicates(
     *,
     threshold: Any = None,
     k: Any = DEFAULT_K,
-    keep: str = "first",
+    keep: str = DEFAULT_KEEP,
     store_file: Any = None,
 ) -> list[DuplicateGroup]:
-    """The duplicate groups of ``store``'s gallery (see the module docstring).
-
-    Parameters
-    ----------
-    store : InMemoryImageEmbeddingStore
-        A built store.
-    threshold : float in [0, 2], optional
-        The largest distance of a near copy; None: the store's embedder's default.
-    k : int
-        Neighbors searched per image (the graph's ``k``).
-    keep : {"first", "largest", "oldest"}
-        Which image each group keeps.
-    store_file : str, optional
-        The store's file: its neighbor graph is then kept beside it (``STORE.graph``).
-
-    Raises
-    ------
-    TypeError, ValueError
-        A threshold outside [0, 2], a bad ``k`` or ``keep``, naming the value.
-    """
-    from galleria._validation import check_choice
-    from galleria.store.graph import neighbor_graph
-
-    rule = check_choice("keep", keep, KEEP_RULES)
-    if threshold is None:
-        from galleria.embedders import embedder_config
-
-        embedder = getattr(store, "embedder", None)
-        value = default_threshold(embedder_config(embedder) if embedder is not None else None)
-    else:
-        value = check_threshold(threshold)
-    paths = list(store.paths)
-    if len(paths) < 2:
-        return []
-    ids, distances = neighbor_graph(store, k, store_file=store_file)
-    digests = getattr(store, "pixel_digests", None)
-    return [
-        DuplicateGroup(
-            tuple(paths[row] for row in rows),
-            exact,
-            keep_of([paths[row] for row in rows], rule),
-        )
-        for rows, exact in group_rows(len(paths), ids, distances, value, digests)
-    ]
+    """The duplicate groups of ``store``'s gallery: :func:`duplicate_report`'s ``groups``."""
+    return duplicate_report(store, threshold=threshold, k=k, keep=keep, store_file=store_file).groups
 
 
 #: Other names of :func:`duplicates` (``galleria.duplicates`` is the public one).

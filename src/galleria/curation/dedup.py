@@ -28,13 +28,33 @@ The core, :func:`star_groups`, works on the graph's arrays: memory grows with th
 
 from __future__ import annotations
 
-import os
-import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from galleria.curation.keep import (
+    DEFAULT_KEEP,
+    KEEP_RULES,
+    FileFacts,
+    file_facts,
+    keep_order,
+    kept_because,
+    rank_key,
+)
+from galleria.curation.threshold import (
+    CALIBRATION_FRACTION,
+    CALIBRATION_QUANTILE,
+    DEFAULT_K,
+    FALLBACK_BOUNDS,
+    THRESHOLD_BOUNDS,
+    calibrated_threshold,
+    calibration_of,
+    check_threshold,
+    store_threshold,
+    threshold_bounds,
+)
 
 __all__ = [
     "CALIBRATION_FRACTION",
@@ -61,81 +81,6 @@ __all__ = [
     "store_threshold",
     "threshold_bounds",
 ]
-
-#: Neighbours per image searched for near copies, and read for the calibration (a group larger than
-#: this is still found whole: a representative whose k neighbours are all within the threshold is
-#: searched exhaustively).
-DEFAULT_K = 10
-#: The quantile of the store's neighbour distances (every image to its ``DEFAULT_K`` nearest) the
-#: threshold is read from; low, so it speaks of the gallery's closest different images, and pooled
-#: over the k neighbours, so copies (one neighbour of each copied image) barely move it.
-CALIBRATION_QUANTILE = 0.05
-#: The threshold is this fraction of that quantile (then held between the embedder's bounds). Fitted
-#: on planted copies in digits and Tux Paint's stamps (``benchmarks/experiments/bench_duplicates.py``;
-#: docs/benchmarks/duplicates.md): the largest round fraction keeping pair precision ≥ 0.9 there.
-CALIBRATION_FRACTION = 0.5
-#: (floor, cap) of the threshold per embedder type (a cosine distance). The floor keeps resizes and
-#: re-encodings of dense galleries (their copies lie within it); the cap keeps sparse galleries from
-#: grouping look-alikes (the old fixed defaults were 0.1 and 0.15: precision 0.71 and 0.52 on the
-#: stamps). CLIP's are not measured (no CLIP weights ship in a package): it takes the CNN's.
-THRESHOLD_BOUNDS: dict[str, tuple[float, float]] = {
-    "pixel": (0.005, 0.05),
-    "timm": (0.005, 0.1),
-    "clip": (0.005, 0.1),
-}
-#: The bounds of a store whose embedder is unknown (vectors imported from elsewhere).
-FALLBACK_BOUNDS = (0.005, 0.05)
-#: How the image kept in each group (its representative) is chosen.
-KEEP_RULES = ("best", "first", "largest", "oldest")
-#: The default rule: the best copy (most pixels, then most bytes, then the oldest file).
-DEFAULT_KEEP = "best"
-
-
-def check_threshold(value: Any) -> float:
-    """A near-duplicate threshold: a number in [0, 2] (TypeError / ValueError naming it otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"threshold must be a number in [0, 2], got {value!r} ({type(value).__name__})")
-    number = float(value)
-    if not 0.0 <= number <= 2.0:  # NaN fails too
-        raise ValueError(f"threshold must lie in [0, 2], got {value!r}")
-    return number
-
-
-def threshold_bounds(embedder_config: Any) -> tuple[float, float]:
-    """The (floor, cap) of the embedder a store records (its config's ``type``), else the fallback."""
-    kind = embedder_config.get("type") if isinstance(embedder_config, dict) else None
-    return THRESHOLD_BOUNDS.get(kind, FALLBACK_BOUNDS) if isinstance(kind, str) else FALLBACK_BOUNDS
-
-
-def calibrated_threshold(distances: np.ndarray, bounds: tuple[float, float]) -> tuple[float, dict[str, Any]]:
-    """The threshold a gallery's neighbour ``distances`` (n, k) call for, and how it was read.
-
-    ``CALIBRATION_FRACTION`` × the ``CALIBRATION_QUANTILE`` quantile of every distance, held in
-    ``bounds`` (floor, cap). Deterministic: no sampling. With no distances (fewer than two images)
-    the floor.
-
-    Examples
-    --------
-    >>> value, basis = calibrated_threshold(np.array([[0.04, 0.3], [0.04, 0.5], [0.2, 0.3]]), (0.005, 0.05))
-    >>> round(value, 4), basis["rule"]
-    (0.02, 'fraction')
-    """
-    floor, cap = bounds
-    values = np.asarray(distances, dtype=np.float64).ravel()
-    values = values[np.isfinite(values)]
-    basis: dict[str, Any] = {
-        "quantile": CALIBRATION_QUANTILE,
-        "fraction": CALIBRATION_FRACTION,
-        "floor": floor,
-        "cap": cap,
-        "distances": int(values.size),
-    }
-    if values.size == 0:
-        return floor, {**basis, "neighbour_quantile": None, "rule": "floor"}
-    level = float(np.quantile(values, CALIBRATION_QUANTILE, method="lower"))
-    raw = CALIBRATION_FRACTION * level
-    rule = "floor" if raw < floor else "cap" if raw > cap else "fraction"
-    return float(min(max(raw, floor), cap)), {**basis, "neighbour_quantile": level, "rule": rule}
 
 
 def _twin_classes(digests: np.ndarray | None, n: int) -> np.ndarray:
@@ -245,110 +190,6 @@ def star_groups(
     return [(row, members, gaps) for _, row, members, gaps in groups]
 
 
-# The image kept -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FileFacts:
-    """What the keep rules read of one item, without decoding it: None where unknown."""
-
-    local: bool
-    width: int | None = None
-    height: int | None = None
-    size: int | None = None
-    mtime_ns: int | None = None
-
-    @property
-    def pixels(self) -> int:
-        return (self.width or 0) * (self.height or 0)
-
-
-def file_facts(path: str, *, header: bool = True) -> FileFacts:
-    """``stat`` of ``path`` and, with ``header``, its (width, height) from the image header alone.
-
-    A URL, a missing or irregular file is not local (its facts unknown); an unreadable header leaves
-    the size in pixels unknown.
-    """
-    from galleria.store._urls import is_url
-
-    if is_url(path):
-        return FileFacts(False)
-    try:
-        status = os.stat(path)
-    except (OSError, ValueError):
-        return FileFacts(False)
-    if not stat.S_ISREG(status.st_mode):
-        return FileFacts(False)
-    width = height = None
-    if header:
-        from galleria.images.reading import ImageReadError, read_image_size
-
-        try:
-            width, height = read_image_size(path)
-        except (ImageReadError, ValueError):
-            pass
-    return FileFacts(True, width, height, int(status.st_size), int(status.st_mtime_ns))
-
-
-def _rank_key(rule: str, path: str, facts: FileFacts) -> tuple[Any, ...]:
-    """Sorting key of ``rule`` (smaller first): a local file before any other, then the rule, then path."""
-    absent = 0 if facts.local else 1
-    if rule == "first":
-        return (path,)
-    if rule == "largest":
-        return (absent, -(facts.size or 0), path)
-    if rule == "oldest":
-        return (absent, facts.mtime_ns if facts.mtime_ns is not None else 0, path)
-    return (
-        absent,
-        -facts.pixels,
-        -(facts.size or 0),
-        facts.mtime_ns if facts.mtime_ns is not None else 0,
-        path,
-    )
-
-
-def keep_order(rows: np.ndarray, paths: Sequence[str], rule: str, facts: dict[int, FileFacts]) -> np.ndarray:
-    """``rows`` ranked best first by ``rule`` (every rule ends on the path: a total order)."""
-    ranked = sorted(rows.tolist(), key=lambda row: _rank_key(rule, paths[row], facts[row]))
-    return np.array(ranked, dtype=np.int64)
-
-
-def _when(ns: int | None) -> str:
-    import datetime
-
-    if ns is None:
-        return "unknown"
-    return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def kept_because(rule: str, kept: FileFacts, runner_up: FileFacts) -> str:
-    """Why ``rule`` kept an item over the group's next best (in words, with both values)."""
-    if rule == "first":
-        return "first path in sorted order (--keep first)"
-    if kept.local and not runner_up.local:
-        return "the only local file (the others are URLs or missing files)"
-    if not kept.local:
-        return "no local file: the first path"
-    if rule == "largest" or (rule == "best" and kept.pixels == runner_up.pixels):
-        if (kept.size or 0) != (runner_up.size or 0):
-            what = (
-                "largest file"
-                if rule == "largest"
-                else f"same pixel count ({kept.width}×{kept.height}), larger file"
-            )
-            return f"{what} ({kept.size:,} vs {runner_up.size:,} bytes)"
-        if rule == "largest":
-            return f"same file size ({kept.size:,} bytes): the first path"
-    if rule == "best" and kept.pixels != runner_up.pixels:
-        other = f"{runner_up.width or '?'}×{runner_up.height or '?'}"
-        return f"largest pixel count ({kept.width}×{kept.height} vs {other})"
-    if kept.mtime_ns != runner_up.mtime_ns:
-        prefix = "" if rule == "oldest" else "same pixel count and bytes, "
-        return f"{prefix}oldest file ({_when(kept.mtime_ns)} vs {_when(runner_up.mtime_ns)} UTC)"
-    return "all else equal: the first path"
-
-
 @dataclass(frozen=True)
 class DuplicateGroup:
     """One star group: its paths (sorted), the path kept (its representative), each member's distance
@@ -385,38 +226,6 @@ class DuplicateReport:
     keep: str
     images: int
     notes: list[str] = field(default_factory=list)
-
-
-_FROM_STORE = "from the store"
-
-
-def _calibration(
-    store: Any, distances: np.ndarray, config: Any = _FROM_STORE
-) -> tuple[float, dict[str, Any]]:
-    if config is _FROM_STORE:
-        from galleria.embedders import embedder_config
-
-        embedder = getattr(store, "embedder", None)
-        config = embedder_config(embedder) if embedder is not None else None
-    value, basis = calibrated_threshold(distances[:, :DEFAULT_K], threshold_bounds(config))
-    kind = config.get("type") if isinstance(config, dict) else None
-    return value, {"source": "calibrated", "embedder": kind if isinstance(kind, str) else None, **basis}
-
-
-def store_threshold(
-    store: Any, *, store_file: Any = None, embedder_config: Any = _FROM_STORE
-) -> tuple[float, dict[str, Any]]:
-    """The near-copy threshold ``store`` calls for (calibrated on its neighbour graph) and its basis.
-
-    ``embedder_config``: the embedder's saved config, when the store holds no embedder of its own
-    (``galleria info`` describes a store without loading its model).
-    """
-    from galleria.store.graph import neighbor_graph
-
-    if len(store.paths) < 2:
-        return _calibration(store, np.empty((0, 0)), embedder_config)
-    _, distances = neighbor_graph(store, DEFAULT_K, store_file=store_file)
-    return _calibration(store, distances, embedder_config)
 
 
 def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
@@ -488,13 +297,13 @@ def duplicate_report(
     paths = list(store.paths)
     if len(paths) < 2:
         value, basis = (
-            _calibration(store, np.empty((0, 0))) if chosen is None else (chosen, {"source": "given"})
+            calibration_of(store, np.empty((0, 0))) if chosen is None else (chosen, {"source": "given"})
         )
         note = f"{len(paths)} image(s): nothing to compare"
         return DuplicateReport([], value, basis, wanted, rule, len(paths), [note])
     ids, distances = neighbor_graph(store, max(wanted, DEFAULT_K), store_file=store_file)
     if chosen is None:
-        value, basis = _calibration(store, distances)
+        value, basis = calibration_of(store, distances)
     else:
         value, basis = chosen, {"source": "given"}
     ids, distances = ids[:, :wanted], distances[:, :wanted]
@@ -506,7 +315,7 @@ def duplicate_report(
     classes = _twin_classes(digests, len(paths))
     groups = []
     for representative, members, gaps in found:
-        members_facts = sorted(members.tolist(), key=lambda row: _rank_key(rule, paths[row], facts[row]))
+        members_facts = sorted(members.tolist(), key=lambda row: rank_key(rule, paths[row], facts[row]))
         by_path = {
             paths[representative]: 0.0,
             **{paths[m]: float(g) for m, g in zip(members.tolist(), gaps.tolist(), strict=True)},

@@ -28,15 +28,11 @@ constants::
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import itertools
 import json
-import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +41,12 @@ from PIL import Image, ImageEnhance
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # benchmarks/: the shared helpers
+
+_corpus: Any
+try:  # the corpus of labelled galleries with planted copies (benchmarks/_corpus.py), when it is there
+    import _corpus  # type: ignore[import-not-found, no-redef]
+except ImportError:  # a checkout without it: the builtin galleries only
+    _corpus = None
 
 #: The planted copies: kind → (what it is, held to by the pixel embedder).
 KINDS: dict[str, tuple[str, bool]] = {
@@ -55,12 +57,14 @@ KINDS: dict[str, tuple[str, bool]] = {
     "bright": ("brightness +20 %", True),
     "dark": ("brightness -20 %", True),
     "crop2": ("2 % cut off every side", True),
+    "crop3": ("3 % cut off every side (the corpus' copies)", True),
+    "crop4": ("4 % cut off every side (the corpus' copies)", True),
     "crop5": ("5 % cut off every side", True),
+    "crop7": ("7 % cut off every side (the corpus' copies)", False),
     "crop10": ("10 % cut off every side", False),
     "exif": ("stored rotated 90°, EXIF orientation 6 turning it back", True),
 }
 BUILTIN = ("digits", "fashion", "stamps")
-DEFAULT_CACHE = Path(tempfile.gettempdir()) / "galleria-bench-duplicates"
 
 
 def _crop(image: Image.Image, share: float) -> Image.Image:
@@ -118,17 +122,17 @@ def _originals(name: str, count: int, seed: int) -> list[tuple[Image.Image, str]
         from galleria.datasets.tuxpaint import load_tuxpaint_stamps
 
         folder = load_tuxpaint_stamps(min_images=1)
-    else:  # a gallery of the corpus (benchmarks/_corpus.py), when it is there
-        import _corpus  # type: ignore[import-not-found]
-
-        folder = _corpus.load(name)
+    else:
+        raise SystemExit(f"unknown gallery {name!r}: {BUILTIN} or, with benchmarks/_corpus.py, its galleries")
     from galleria.images.reading import read_rgb
 
     rows = sorted(rng.choice(len(folder.paths), size=min(count, len(folder.paths)), replace=False))
     return [(Image.fromarray(read_rgb(folder.paths[row])), folder.labels[row]) for row in rows]
 
 
-def make_folder(name: str, folder: Path, originals: int, planted: int, seed: int) -> dict[str, tuple[int, str, str]]:
+def make_folder(
+    name: str, folder: Path, originals: int, planted: int, seed: int
+) -> dict[str, tuple[int, str, str]]:
     """Write the gallery's originals and copies under ``folder``: path → (family, label, kind)."""
     images = _originals(name, originals, seed)
     rng = np.random.default_rng(seed + 1)
@@ -152,12 +156,17 @@ def _pairs(groups: list[list[str]]) -> set[tuple[str, str]]:
 
 
 def score(
-    pairs: set[tuple[str, str]], groups: list[list[str]], family: dict[str, tuple[int, str, str]], held: set[str]
+    pairs: set[tuple[str, str]],
+    groups: list[list[str]],
+    family: dict[str, tuple[int, str, str]],
+    held: set[str],
 ) -> dict[str, Any]:
     """Recall (over the held kinds), pair precision, recall per kind, groups/pairs of two labels."""
     original = {number: path for path, (number, _, kind) in family.items() if kind == "original"}
     wanted = {
-        kind: {tuple(sorted((path, original[number]))) for path, (number, _, k) in family.items() if k == kind}
+        kind: {
+            tuple(sorted((path, original[number]))) for path, (number, _, k) in family.items() if k == kind
+        }
         for kind in KINDS
     }
     true_wanted = set().union(*(wanted[kind] for kind in held))
@@ -166,7 +175,10 @@ def score(
     return {
         "recall": len(true_wanted & pairs) / max(1, len(true_wanted)),
         "precision": len(right) / len(pairs) if pairs else 1.0,
-        "per_kind": {kind: len(wanted[kind] & pairs) / max(1, len(wanted[kind])) for kind in KINDS},
+        "per_kind": {
+            kind: len(wanted[kind] & pairs) / len(wanted[kind]) if wanted[kind] else float("nan")
+            for kind in KINDS
+        },
         "pairs": len(pairs),
         "false_pairs": len(pairs) - len(right),
         "groups": len(groups),
@@ -175,63 +187,74 @@ def score(
     }
 
 
-def _embedder(name: str) -> Any:
+def _embedder(name: str, gallery: str) -> Any:
     from galleria.embedders import PixelEmbedder
 
     if name == "pixel":
-        return PixelEmbedder()  # galleria build's default
+        return PixelEmbedder()  # galleria build's default: 32 × 32 colour, whatever the gallery
+    if _corpus is not None and gallery in _corpus.GALLERIES:
+        return _corpus.make_embedder("lite0", gallery)
     from _real_data import make_embedder
 
-    return make_embedder("lite0", DEFAULT_CACHE)
+    return make_embedder("lite0", Path(tempfile.gettempdir()) / "galleria-bench-real")
 
 
-def _store(name: str, paths: list[str], cache: Path, key: str) -> Any:
-    """The store of ``paths`` (vectors cached under ``cache`` by ``key``, the folder's digest)."""
+def _stores(gallery: str, embedders: list[str], paths: list[str]) -> dict[str, Any]:
+    """A store per embedder over ``paths``; the pixel digests (the exact tier) recorded by a pixel build.
+
+    Lite0 vectors of a corpus gallery come from the corpus' cache (the same weights), others are
+    embedded here.
+    """
     from galleria import InMemoryImageEmbeddingStore
 
-    cached = cache / f"{key}-{name}.npz"
-    if cached.is_file():
-        data = np.load(cached, allow_pickle=False)
-        if list(data["paths"]) == paths:
-            store = InMemoryImageEmbeddingStore.from_embeddings(paths, data["vectors"], _embedder(name))
-            store._pixel_digests = data["digests"]  # recorded at build: the exact tier
-            return store
-    store = InMemoryImageEmbeddingStore(paths, _embedder(name), "exact", num_workers=2)
-    store.build_store(progress=False)
-    cache.mkdir(parents=True, exist_ok=True)
-    np.savez(cached, paths=np.array(paths), vectors=store.embeddings_of(paths), digests=store.pixel_digests)
-    return store
+    pixel = InMemoryImageEmbeddingStore(paths, _embedder("pixel", gallery), "exact", num_workers=2)
+    pixel.build_store(progress=False)
+    stores = {"pixel": pixel}
+    if "lite0" in embedders:
+        if _corpus is not None and gallery in _corpus.GALLERIES:
+            vectors, _, order = _corpus.vectors(gallery, "lite0", planted_seed=0)
+            row = {path: number for number, path in enumerate(order)}
+            vectors = vectors[[row[path] for path in paths]]
+        else:
+            lite = InMemoryImageEmbeddingStore(paths, _embedder("lite0", gallery), "exact", num_workers=2)
+            lite.build_store(progress=False)
+            vectors = lite.embeddings_of(paths)
+        store = InMemoryImageEmbeddingStore.from_embeddings(paths, vectors, _embedder("lite0", gallery))
+        store._pixel_digests = pixel.pixel_digests  # the same files: the same decoded pixels
+        stores["lite0"] = store
+    return {name: stores[name] for name in embedders}
 
 
-def _folder_key(family: dict[str, tuple[int, str, str]], root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(family):
-        digest.update(os.path.relpath(path, root).encode())
-        digest.update(Path(path).read_bytes())
-    return digest.hexdigest()[:16]
+Found = tuple[set[tuple[str, str]], list[list[str]], dict[str, Any]]
 
 
-def _galleria(store: Any, embedder: str) -> tuple[list[list[str]], dict[str, Any]]:
+def _galleria(store: Any, check: bool = True) -> Found:
     from galleria.curation.dedup import duplicate_report
 
     started = time.perf_counter()
-    report = duplicate_report(store)
+    report = duplicate_report(store, check=check)
     seconds = time.perf_counter() - started
     groups = [list(group.paths) for group in report.groups]
-    return groups, {"threshold": report.threshold, "basis": report.basis, "seconds": seconds}
+    extra = {"threshold": report.threshold, "rule": report.basis["rule"], "seconds": seconds}
+    return _pairs(groups), groups, extra
 
 
-def _imagededup(method: str, root: Path) -> tuple[set[tuple[str, str]], float]:
+def _imagededup(method: str, root: Path, paths: list[str]) -> Found:
     from imagededup import methods
 
     hasher: Any = getattr(methods, method)(verbose=False)
     started = time.perf_counter()
     found = hasher.find_duplicates(image_dir=str(root), recursive=True)
     seconds = time.perf_counter() - started
+    known = set(paths)
     pairs = {
-        tuple(sorted((str(root / a), str(root / b)))) for a, others in found.items() for b in others
+        (min(a, b), max(a, b))
+        for first, others in found.items()
+        for second in others
+        for a, b in [(str(root / first), str(root / second))]
+        if a in known and b in known
     }
-    return pairs, seconds  # type: ignore[return-value]
+    return pairs, [list(pair) for pair in pairs], {"threshold": 10.0, "rule": "hamming", "seconds": seconds}
 
 
 def dump(store: Any, family: dict[str, tuple[int, str, str]], target: Path) -> None:
@@ -246,68 +269,81 @@ def dump(store: Any, family: dict[str, tuple[int, str, str]], target: Path) -> N
     np.savez(target, ids=ids, distances=distances, families=families, kinds=kinds, labels=labels)
 
 
+def corpus_folder(name: str) -> tuple[Path, dict[str, tuple[int, str, str]]]:
+    """A corpus gallery with its planted copies (``_corpus.planted``, seed 0): root, path → family."""
+    assert _corpus is not None
+    gallery, rows = _corpus.planted(name, 0)
+    family: dict[str, tuple[int, str, str]] = {
+        path: (number, label, "original")
+        for number, (path, label) in enumerate(zip(gallery.paths, gallery.labels, strict=True))
+    }
+    renamed = {"brighter20": "bright", "darker20": "dark"}
+    for original, copy, kind in rows:
+        number, label, _ = family[original]
+        family[copy] = (number, label, renamed.get(kind, kind))
+    return Path(gallery.root), family
+
+
+def run_gallery(
+    name: str, root: Path, family: dict[str, tuple[int, str, str]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Every method on one gallery: a row each (printed as it comes)."""
+    paths = sorted(family)
+    copies = sum(1 for value in family.values() if value[2] != "original")
+    print(f"# {name}: {len(paths)} files, {len(paths) - copies} originals, {copies} planted", flush=True)
+    outcomes: list[tuple[str, Found]] = []
+    for embedder, store in _stores(name, args.embedders, paths).items():
+        if args.dump:
+            Path(args.dump).mkdir(parents=True, exist_ok=True)
+            dump(store, family, Path(args.dump) / f"{name}-{embedder}.npz")
+        outcomes.append((embedder, _galleria(store)))
+        if args.unchecked:  # the vectors alone, every pair within the threshold (check=False)
+            outcomes.append((embedder + "/v", _galleria(store, check=False)))
+    if args.hashes:
+        outcomes += [(method.lower(), _imagededup(method, root, paths)) for method in ("PHash", "DHash")]
+    rows = []
+    for method, (pairs, groups, extra) in outcomes:
+        held = {kind for kind, (_, pixel) in KINDS.items() if pixel or not method.startswith("pixel")}
+        result = {"gallery": name, "method": method, **extra, **score(pairs, groups, family, held)}
+        rows.append(result)
+        kinds = " ".join(
+            f"{kind} {value:.2f}" for kind, value in result["per_kind"].items() if value == value
+        )
+        print(
+            f"{name:8} {method:6} {result['threshold']:7.4f} {result['rule']:8} {result['recall']:6.3f} "
+            f"{result['precision']:6.3f} {result['mixed_groups']:5d} {result['groups']:6d}  {kinds}",
+            flush=True,
+        )
+    return rows
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--galleries", nargs="+", default=list(BUILTIN))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--galleries", nargs="+", default=list(BUILTIN), help="builtin or corpus galleries")
     parser.add_argument("--embedders", nargs="+", default=["pixel"], choices=("pixel", "lite0"))
     parser.add_argument("--hashes", action="store_true", help="imagededup's PHash and DHash beside")
-    parser.add_argument("--originals", type=int, default=600)
-    parser.add_argument("--planted", type=int, default=200)
+    parser.add_argument("--unchecked", action="store_true", help="galleria with check=False beside")
+    parser.add_argument("--originals", type=int, default=600, help="originals of a builtin gallery")
+    parser.add_argument("--planted", type=int, default=200, help="copies planted in a builtin gallery")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache", default=str(DEFAULT_CACHE))
     parser.add_argument("--dump", default=None, help="folder for the calibration .npz files")
     parser.add_argument("--json", default=None, help="write every row here too")
-    parser.add_argument("--dump-only", action="store_true", help="only write the calibration files")
     args = parser.parse_args()
-    cache = Path(args.cache)
     rows: list[dict[str, Any]] = []
-    header = f"{'gallery':10} {'method':8} {'T':>7} {'recall':>6} {'prec':>6} {'mixed':>5} {'groups':>6}  per kind"
-    print(header, flush=True)
+    print(
+        f"{'gallery':8} {'method':6} {'T':>7} {'rule':8} {'recall':>6} {'prec':>6} {'mixed':>5} {'groups':>6}"
+    )
     for name in args.galleries:
+        if _corpus is not None and name in _corpus.GALLERIES:
+            root, family = corpus_folder(name)
+            rows += run_gallery(name, root, family, args)
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / name
             family = make_folder(name, root, args.originals, args.planted, args.seed)
-            key = _folder_key(family, root)
-            paths = sorted(family)
-            copies = sum(1 for value in family.values() if value[2] != "original")
-            print(f"# {name}: {len(paths)} files, {len(paths) - copies} originals, {copies} planted copies", flush=True)
-            methods: list[tuple[str, Callable[[], tuple[set[tuple[str, str]], list[list[str]], dict[str, Any]]]]] = []
-            for embedder in args.embedders:
-
-                def galleria_run(embedder: str = embedder) -> Any:
-                    store = _store(embedder, paths, cache, key)
-                    if args.dump:
-                        Path(args.dump).mkdir(parents=True, exist_ok=True)
-                        dump(store, family, Path(args.dump) / f"{name}-{embedder}.npz")
-                    if args.dump_only:
-                        return None
-                    groups, extra = _galleria(store, embedder)
-                    return _pairs(groups), groups, extra
-
-                methods.append((embedder, galleria_run))
-            if args.hashes:
-                for method in ("PHash", "DHash"):
-
-                    def hash_run(method: str = method) -> Any:
-                        pairs, seconds = _imagededup(method, root)
-                        return pairs, [list(pair) for pair in pairs], {"threshold": 10, "seconds": seconds}
-
-                    methods.append((method.lower(), hash_run))
-            for method, work in methods:
-                outcome = work()
-                if outcome is None:
-                    continue
-                pairs, groups, extra = outcome
-                held = {kind for kind, (_, pixel) in KINDS.items() if pixel or method != "pixel"}
-                result = {"gallery": name, "method": method, **extra, **score(pairs, groups, family, held)}
-                rows.append(result)
-                kinds = " ".join(f"{kind} {value:.2f}" for kind, value in result["per_kind"].items())
-                threshold = result["threshold"]
-                print(
-                    f"{name:10} {method:8} {threshold:7.4f} {result['recall']:6.3f} {result['precision']:6.3f} "
-                    f"{result['mixed_groups']:5d} {result['groups']:6d}  {kinds}",
-                    flush=True,
-                )
+            rows += run_gallery(name, root, family, args)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -239,10 +239,10 @@ def test_best_keeps_the_most_pixels_then_bytes_then_the_oldest(tmp_path: Path) -
     assert (facts[big].width, facts[big].height) == (64, 48)
     paths = [str(small), str(big)]
     store = InMemoryImageEmbeddingStore.from_embeddings(paths, np.array([[1.0, 0.0], [1.0, 0.001]]))
-    group = duplicate_groups(store, threshold=0.01)[0]
+    group = duplicate_groups(store, threshold=0.01, check=False)[0]
     assert group.keep == str(big) and group.kept_because == "largest pixel count (64×48 vs 32×24)"
-    assert duplicate_groups(store, threshold=0.01, keep="largest")[0].keep == str(small)
-    assert duplicate_groups(store, threshold=0.01, keep="first")[0].keep == str(small)
+    assert duplicate_groups(store, threshold=0.01, check=False, keep="largest")[0].keep == str(small)
+    assert duplicate_groups(store, threshold=0.01, check=False, keep="first")[0].keep == str(small)
     # The same pixel count: the larger file; the same bytes too: the oldest.
     twin = tmp_path / "m_twin.png"
     _noise((64, 48), 1).save(twin)
@@ -254,12 +254,12 @@ def test_best_keeps_the_most_pixels_then_bytes_then_the_oldest(tmp_path: Path) -
     os.utime(a, ns=(1, 1_000_000_000))
     os.utime(b, ns=(1, 2_000_000_000))
     store = InMemoryImageEmbeddingStore.from_embeddings([str(b), str(a)], np.array([[1.0, 0.0], [1.0, 0.0]]))
-    group = duplicate_groups(store, threshold=0.01)[0]
+    group = duplicate_groups(store, threshold=0.01, check=False)[0]
     assert (
         group.keep == str(a)
         and "oldest file (1970-01-01 00:00:01 vs 1970-01-01 00:00:02 UTC)" in group.kept_because
     )
-    assert duplicate_groups(store, threshold=0.01, keep="oldest")[0].keep == str(a)
+    assert duplicate_groups(store, threshold=0.01, check=False, keep="oldest")[0].keep == str(a)
 
 
 def test_a_url_or_a_missing_file_never_wins_over_a_local_file(tmp_path: Path) -> None:
@@ -268,9 +268,11 @@ def test_a_url_or_a_missing_file_never_wins_over_a_local_file(tmp_path: Path) ->
     paths = ["https://example.org/a.png", str(tmp_path / "a_gone.png"), str(local)]
     store = InMemoryImageEmbeddingStore.from_embeddings(paths, _NEAR)
     for rule in ("best", "largest", "oldest"):
-        group = duplicate_groups(store, threshold=0.01, keep=rule)[0]
+        group = duplicate_groups(store, threshold=0.01, check=False, keep=rule)[0]
         assert group.keep == str(local) and len(group.paths) == 3
-    assert duplicate_groups(store, threshold=0.01)[0].kept_because.startswith("the only local file")
+    assert duplicate_groups(store, threshold=0.01, check=False)[0].kept_because.startswith(
+        "the only local file"
+    )
     assert file_facts(paths[0]) == FileFacts(False) and file_facts(paths[1]) == FileFacts(False)
 
 
@@ -288,7 +290,9 @@ def test_keeping_reads_headers_only(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(reading, "_decode_any", refuse)
     store = InMemoryImageEmbeddingStore.from_embeddings(paths, _NEAR)
-    assert duplicate_groups(store, threshold=0.01)[0].keep == paths[2]  # 12 × 10, the most pixels
+    assert (
+        duplicate_groups(store, threshold=0.01, check=False)[0].keep == paths[2]
+    )  # 12 × 10, the most pixels
 
 
 # What counts as a copy (files, the default pixel embedder, the calibrated threshold) ------------------

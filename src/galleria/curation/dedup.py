@@ -48,6 +48,7 @@ from galleria.curation.threshold import (
     CALIBRATION_QUANTILE,
     DEFAULT_K,
     FALLBACK_BOUNDS,
+    SEARCH_FACTOR,
     THRESHOLD_BOUNDS,
     calibrated_threshold,
     calibration_of,
@@ -55,6 +56,7 @@ from galleria.curation.threshold import (
     store_threshold,
     threshold_bounds,
 )
+from galleria.curation.verify import SAME_PICTURE, PictureCheck
 
 __all__ = [
     "CALIBRATION_FRACTION",
@@ -119,6 +121,8 @@ def star_groups(
     threshold: float,
     digests: np.ndarray | None = None,
     within: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
+    accept: Callable[[int, int, float], bool] | None = None,
+    saturated: float | None = None,
 ) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Star groups: ``(representative, members, distances)`` per group of two or more.
 
@@ -128,7 +132,10 @@ def star_groups(
     ``order``, a row not yet taken represents a group and takes every row not yet taken within
     ``threshold`` of it — or of its pixels — with its distance (0 for the same pixels). A row whose
     k neighbours all lie within the threshold may have more: ``within(row)`` then gives every row
-    and distance within the threshold (an exhaustive search; without it, the k neighbours).
+    and distance within the threshold (an exhaustive search; without it, the k neighbours). With
+    ``accept``, a row within the threshold is taken only if ``accept(representative, row, distance)``
+    (the threshold is then the radius searched, the check decides). ``saturated`` (default: the
+    threshold): how close a row's k-th neighbour must be for ``within`` to be asked.
 
     ``members`` holds the taken rows (the representative not among them) ascending, ``distances``
     theirs to the representative; groups are listed largest first, then in ``order``.
@@ -145,6 +152,7 @@ def star_groups(
     [(0, [1])]
     """
     n = ids.shape[0]
+    saturated = threshold if saturated is None else min(saturated, threshold)
     taken = np.zeros(n, dtype=bool)
     classes = _twin_classes(digests, n)
     twins: dict[int, np.ndarray] = {}
@@ -168,10 +176,12 @@ def star_groups(
                 if not taken[twin]:
                     found[twin] = 0.0
         near, gaps = ids[row], distances[row]
-        if within is not None and width and width < n - 1 and gaps[-1] <= threshold and near[-1] >= 0:
+        if within is not None and width and width < n - 1 and gaps[-1] <= saturated and near[-1] >= 0:
             near, gaps = within(row)  # every neighbour may be a copy: there may be more
         for other, gap in zip(np.asarray(near).tolist(), np.asarray(gaps).tolist(), strict=True):
             if other < 0 or other == row or gap > threshold or taken[other] or other in found:
+                continue
+            if accept is not None and not accept(row, other, float(gap)):
                 continue
             found[other] = max(float(gap), 0.0)
             kin = twins.get(int(classes[other])) if classes[other] >= 0 else None
@@ -226,6 +236,9 @@ class DuplicateReport:
     keep: str
     images: int
     notes: list[str] = field(default_factory=list)
+    #: How the pictures were checked: the radius searched, the similarity needed, the pairs checked
+    #: (None: not checked, every pair within the threshold is a copy).
+    check: dict[str, Any] | None = None
 
 
 def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
@@ -266,6 +279,7 @@ def duplicate_report(
     k: Any = DEFAULT_K,
     keep: str = DEFAULT_KEEP,
     store_file: Any = None,
+    check: bool = True,
 ) -> DuplicateReport:
     """The duplicate groups of ``store``'s gallery with the threshold applied (module docstring).
 
@@ -282,6 +296,11 @@ def duplicate_report(
         Which image each group keeps (and is formed around).
     store_file : str, optional
         The store's file: its neighbour graph is then kept beside it (``STORE.graph``).
+    check : bool
+        Look at the pictures (:mod:`galleria.curation.verify`): pairs within ``SEARCH_FACTOR`` ×
+        the threshold are candidates, the same picture or not by their thumbnails; a pair whose
+        files cannot be read (URLs, missing files) is a copy within the threshold. False: every pair
+        within the threshold is a copy, no file is read beyond its header.
 
     Raises
     ------
@@ -308,10 +327,19 @@ def duplicate_report(
         value, basis = chosen, {"source": "given"}
     ids, distances = ids[:, :wanted], distances[:, :wanted]
     digests = getattr(store, "pixel_digests", None)
-    rows = involved_rows(ids, distances, value, digests)
+    radius = min(2.0, SEARCH_FACTOR * value) if check else value
+    rows = involved_rows(ids, distances, radius, digests)
     facts = {row: file_facts(paths[row], header=rule == "best") for row in rows.tolist()}
     order = keep_order(rows, paths, rule, facts)
-    found = star_groups(order, ids, distances, value, digests, _within(store, value))
+    accept = None
+    if check:
+        pictures = PictureCheck(paths, lambda row: facts[row].local)
+
+        def accept(first: int, second: int, distance: float) -> bool:
+            alike = pictures.check(first, second)
+            return distance <= value if alike is None else alike >= SAME_PICTURE
+
+    found = star_groups(order, ids, distances, radius, digests, _within(store, radius), accept, value)
     classes = _twin_classes(digests, len(paths))
     groups = []
     for representative, members, gaps in found:
@@ -335,7 +363,16 @@ def duplicate_report(
     sides = [max(f.width or 0, f.height or 0) for f in facts.values() if f.width]
     tiny = bool(sides) and max(sides) <= TINY_SIDE
     return DuplicateReport(
-        groups, value, basis, wanted, rule, len(paths), _notes(groups, len(paths), basis, tiny)
+        groups,
+        value,
+        basis,
+        wanted,
+        rule,
+        len(paths),
+        _notes(groups, len(paths), basis, tiny),
+        check=None
+        if accept is None
+        else {"search_radius": radius, "same_picture": SAME_PICTURE, "pairs_checked": pictures.checked},
     )
 
 
@@ -375,9 +412,12 @@ def duplicates(
     k: Any = DEFAULT_K,
     keep: str = DEFAULT_KEEP,
     store_file: Any = None,
+    check: bool = True,
 ) -> list[DuplicateGroup]:
     """The duplicate groups of ``store``'s gallery: :func:`duplicate_report`'s ``groups``."""
-    return duplicate_report(store, threshold=threshold, k=k, keep=keep, store_file=store_file).groups
+    return duplicate_report(
+        store, threshold=threshold, k=k, keep=keep, store_file=store_file, check=check
+    ).groups
 
 
 #: Other names of :func:`duplicates` (``galleria.duplicates`` is the public one).

@@ -17,6 +17,7 @@ __all__ = [
     "CALIBRATION_QUANTILE",
     "DEFAULT_K",
     "FALLBACK_BOUNDS",
+    "SEARCH_FACTOR",
     "THRESHOLD_BOUNDS",
     "calibrated_threshold",
     "calibration_of",
@@ -46,6 +47,10 @@ THRESHOLD_BOUNDS: dict[str, tuple[float, float]] = {
     "timm": (0.005, 0.1),
     "clip": (0.005, 0.1),
 }
+#: Pairs within this many thresholds are candidates when the pictures are checked
+#: (:mod:`galleria.curation.verify`): a copy the vectors place further (a crop, a half-size icon) is
+#: still found, and the check, not the distance, tells it from a look-alike.
+SEARCH_FACTOR = 8.0
 #: The bounds of a store whose embedder is unknown (vectors imported from elsewhere).
 FALLBACK_BOUNDS = (0.005, 0.05)
 

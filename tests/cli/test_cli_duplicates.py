@@ -65,6 +65,9 @@ def test_json_gives_the_threshold_each_distance_and_why_each_image_is_kept(
     first = json.loads(capsys.readouterr().out)
     kept = {Path(group["keep"]).name for group in first["groups"]}
     assert "a_q30_01.jpg" in kept and first["groups"][0]["kept_because"].startswith("first path")
+    assert payload["check"]["pairs_checked"] >= 2 and payload["check"]["same_picture"] > 0.9
+    assert main(["duplicates", store, "--json", "--no-check"]) == 0
+    assert json.loads(capsys.readouterr().out)["check"] is None
 
 
 def test_text_and_csv(store: str, capsys: pytest.CaptureFixture[str]) -> None:

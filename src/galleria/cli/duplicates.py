@@ -67,6 +67,13 @@ def add_parser(subparsers: Any) -> None:
         "then oldest), first path, largest file, oldest file; a local file always before a URL "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="group every pair within the threshold without looking at the pictures (reads no image "
+        "beyond its header; by default candidates within a wider radius are checked on thumbnails)",
+    )
     add_load_options(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
@@ -87,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
     threshold = None if args.threshold is None else parse_float("--threshold", args.threshold, maximum=2.0)
     k = parse_int("--k", args.k)
     store = load_store(args, args.store)
-    report = duplicate_report(store, threshold=threshold, k=k, keep=args.keep, store_file=args.store)
+    report = duplicate_report(
+        store, threshold=threshold, k=k, keep=args.keep, store_file=args.store, check=args.check
+    )
     groups = report.groups
     if args.json:
         print_json(
@@ -99,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 "threshold_basis": report.basis,
                 "k": k,
                 "keep_rule": report.keep,
+                "check": report.check,
                 "notes": report.notes,
             }
         )
@@ -117,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
     duplicated = sum(len(group.paths) for group in groups)
     print(f"{len(groups)} group(s) of duplicates holding {duplicated} of {len(store)} images")
     print(f"threshold {report.threshold:.4g} ({_basis_text(report.basis)}); keep: {report.keep}")
+    if report.check is not None:
+        check = report.check
+        print(
+            f"pictures checked: {check['pairs_checked']} candidate pair(s) within "
+            f"{check['search_radius']:.4g}, the same picture at similarity ≥ {check['same_picture']:g}"
+        )
     for note in report.notes:
         print(f"note: {note}")
     for number, group in enumerate(groups, start=1):

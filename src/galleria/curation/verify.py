@@ -27,8 +27,9 @@ SIDE = 24
 #: Shares cut off every side of one thumbnail before comparing (crops of up to 12 % a side).
 CROP_SHARES = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12)
 #: The similarity at or above which two images are the same picture. Fitted on planted copies in
-#: the corpus' digits, stamps and icons (``benchmarks/experiments/bench_duplicates.py``): above the
-#: look-alike neighbours there (nearest other images: 99.9 % below 0.989), below most copies.
+#: the corpus' digits, stamps and icons (docs/benchmarks/duplicates.md): above every image's nearest
+#: other image there (at most 0.984 on digits, 0.974 on stamps; 99.9 % below 0.989 on icons) and
+#: below most copies (0.99–1.00; brightness changes of drawings on transparency score lower).
 SAME_PICTURE = 0.985
 
 

@@ -40,8 +40,9 @@ CALIBRATION_QUANTILE = 0.05
 CALIBRATION_FRACTION = 0.5
 #: (floor, cap) of the threshold per embedder type (a cosine distance). The floor keeps resizes and
 #: re-encodings of dense galleries (their copies lie within it); the cap keeps sparse galleries from
-#: grouping look-alikes (the old fixed defaults were 0.1 and 0.15: precision 0.71 and 0.52 on the
-#: stamps). CLIP's are not measured (no CLIP weights ship in a package): it takes the CNN's.
+#: grouping look-alikes (the old fixed defaults, pixel 0.1 and Lite0 0.15, gave pair precision 0.71
+#: and 0.37 on Tux Paint's stamps with planted copies). CLIP's are not measured (no CLIP weights
+#: ship in a package): it takes the CNN's.
 THRESHOLD_BOUNDS: dict[str, tuple[float, float]] = {
     "pixel": (0.005, 0.05),
     "timm": (0.005, 0.1),

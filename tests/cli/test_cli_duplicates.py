@@ -99,22 +99,24 @@ def test_bad_arguments_are_one_line_errors(
     assert sorted(os.listdir(os.path.dirname(store))) == before
 
 
-def test_no_copies_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("layout", ["one-class", "classes-of-one"])
+def test_a_folder_without_copies_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], layout: str
+) -> None:
     rng = np.random.default_rng(5)
-    (tmp_path / "one").mkdir()
-    for number in range(12):
-        Image.fromarray(rng.integers(0, 256, size=(4, 4, 3)).astype(np.uint8)).resize((32, 32)).save(
-            tmp_path / "one" / f"{number}.png"
-        )
-    target = str(tmp_path / "one.safetensors")
-    assert main(["build", str(tmp_path / "one"), "--out", target]) == 0
+    root = tmp_path / "photos"
+    for number in range(12):  # one class folder of 12 images, or 12 class folders of one image
+        folder = root / ("only" if layout == "one-class" else f"class{number:02d}")
+        folder.mkdir(parents=True, exist_ok=True)
+        coarse = rng.integers(0, 256, size=(4, 4, 3)).astype(np.uint8)
+        Image.fromarray(coarse).resize((32, 32)).save(folder / f"{number}.png")
+    target = str(tmp_path / "s.safetensors")
+    assert main(["build", str(root), "--out", target]) == 0
     capsys.readouterr()
     assert main(["duplicates", target]) == 0
     out = capsys.readouterr().out
-    assert (
-        out.startswith("0 group(s) of duplicates holding 0 of 12 images")
-        and "no duplicates among 12 images" in out
-    )
+    assert out.startswith("0 group(s) of duplicates holding 0 of 12 images")
+    assert "note: no duplicates among 12 images" in out and "threshold " in out
 
 
 def test_info_shows_the_duplicates_threshold(store: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,9 +11,10 @@ grouped, at distance 0, whatever the threshold.
 default: the most pixels from the image header, then the most bytes, then the oldest, then the path;
 a URL or missing file after every local file). In that order, an image not yet in a group becomes a
 *representative* — the image its group keeps — and takes every image not yet in a group that lies
-within ``threshold`` of it (or has its pixels). Every member is therefore a duplicate *of the image
-kept*, never only of another member: a chain ``a – b – c`` with ``a`` and ``c`` further apart than
-the threshold is never one group of three.
+within ``threshold`` of it (or has its pixels) and, by default, is the same picture by a look at
+both (:mod:`galleria.curation.verify`; the candidates then lie within ``SEARCH_FACTOR`` × the
+threshold). Every member is therefore a duplicate *of the image kept*, never only of another member:
+a chain ``a – b – c`` with ``a`` and ``c`` further apart than the threshold is never one group of three.
 
 **The threshold** is calibrated on the store itself (:func:`calibrated_threshold`): a fraction of a
 low quantile of the distances from every image to its :data:`DEFAULT_K` nearest neighbours (how far
@@ -272,6 +273,19 @@ def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, n
     return search
 
 
+class _Facts(dict[int, FileFacts]):
+    """Each row's :class:`FileFacts`, read when first wanted (headers only with ``header``)."""
+
+    def __init__(self, paths: list[str], header: bool) -> None:
+        super().__init__()
+        self._paths = paths
+        self._header = header
+
+    def __missing__(self, row: int) -> FileFacts:
+        facts = self[row] = file_facts(self._paths[row], header=self._header)
+        return facts
+
+
 def duplicate_report(
     store: Any,
     *,
@@ -329,7 +343,7 @@ def duplicate_report(
     digests = getattr(store, "pixel_digests", None)
     radius = min(2.0, SEARCH_FACTOR * value) if check else value
     rows = involved_rows(ids, distances, radius, digests)
-    facts = {row: file_facts(paths[row], header=rule == "best") for row in rows.tolist()}
+    facts = _Facts(paths, rule == "best")
     order = keep_order(rows, paths, rule, facts)
     accept = None
     if check:

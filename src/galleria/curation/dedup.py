@@ -44,6 +44,7 @@ from galleria.curation.keep import (
     kept_because,
     rank_key,
 )
+from galleria.curation.stars import involved_rows, star_groups, twin_classes
 from galleria.curation.threshold import (
     CALIBRATION_FRACTION,
     CALIBRATION_QUANTILE,
@@ -84,121 +85,6 @@ __all__ = [
     "store_threshold",
     "threshold_bounds",
 ]
-
-
-def _twin_classes(digests: np.ndarray | None, n: int) -> np.ndarray:
-    """Each row's class of identical non-zero digests (−1: unknown digest)."""
-    classes = np.full(n, -1, dtype=np.int64)
-    if digests is None:
-        return classes
-    known = np.flatnonzero(np.any(digests != 0, axis=1))
-    if known.size:
-        keys = np.ascontiguousarray(digests[known]).view(np.dtype((np.void, digests.shape[1]))).ravel()
-        _, inverse = np.unique(keys, return_inverse=True)
-        classes[known] = inverse.ravel()
-    return classes
-
-
-def involved_rows(
-    ids: np.ndarray, distances: np.ndarray, threshold: float, digests: np.ndarray | None
-) -> np.ndarray:
-    """The rows that may belong to a group: a neighbour within ``threshold``, or a digest shared."""
-    n = ids.shape[0]
-    close = (distances <= threshold) & (ids >= 0)
-    marked = np.zeros(n, dtype=bool)
-    marked[np.any(close, axis=1)] = True
-    marked[ids[close].astype(np.int64)] = True
-    classes = _twin_classes(digests, n)
-    if np.any(classes >= 0):
-        counts = np.bincount(classes[classes >= 0])
-        marked[(classes >= 0) & (counts[np.maximum(classes, 0)] > 1)] = True
-    return np.flatnonzero(marked)
-
-
-def star_groups(
-    order: np.ndarray,
-    ids: np.ndarray,
-    distances: np.ndarray,
-    threshold: float,
-    digests: np.ndarray | None = None,
-    within: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
-    accept: Callable[[int, int, float], bool] | None = None,
-    saturated: float | None = None,
-) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """Star groups: ``(representative, members, distances)`` per group of two or more.
-
-    ``order`` ranks the rows best first (the rows it leaves out never represent a group, but may
-    join one); ``ids`` / ``distances`` are the (n, k) neighbour graph, each row sorted by distance
-    (ids −1 ignored); ``digests`` optional (n, d) uint8 pixel digests (all-zero: unknown). In
-    ``order``, a row not yet taken represents a group and takes every row not yet taken within
-    ``threshold`` of it — or of its pixels — with its distance (0 for the same pixels). A row whose
-    k neighbours all lie within the threshold may have more: ``within(row)`` then gives every row
-    and distance within the threshold (an exhaustive search; without it, the k neighbours). With
-    ``accept``, a row within the threshold is taken only if ``accept(representative, row, distance)``
-    (the threshold is then the radius searched, the check decides). ``saturated`` (default: the
-    threshold): how close a row's k-th neighbour must be for ``within`` to be asked.
-
-    ``members`` holds the taken rows (the representative not among them) ascending, ``distances``
-    theirs to the representative; groups are listed largest first, then in ``order``.
-
-    Examples
-    --------
-    A chain 0 – 1 – 2 (0.04 apart each, 0.08 end to end) at threshold 0.05, 1 ranked first:
-
-    >>> ids = np.array([[1, 2], [0, 2], [1, 0]])
-    >>> gaps = np.array([[0.04, 0.08], [0.04, 0.04], [0.04, 0.08]])
-    >>> [(rep, found.tolist()) for rep, found, _ in star_groups(np.array([1, 0, 2]), ids, gaps, 0.05)]
-    [(1, [0, 2])]
-    >>> [(rep, found.tolist()) for rep, found, _ in star_groups(np.array([0, 1, 2]), ids, gaps, 0.05)]
-    [(0, [1])]
-    """
-    n = ids.shape[0]
-    saturated = threshold if saturated is None else min(saturated, threshold)
-    taken = np.zeros(n, dtype=bool)
-    classes = _twin_classes(digests, n)
-    twins: dict[int, np.ndarray] = {}
-    if np.any(classes >= 0):
-        listed = np.flatnonzero(classes >= 0)
-        by_class = listed[np.argsort(classes[listed], kind="stable")]
-        bounds = np.flatnonzero(np.diff(classes[by_class])) + 1
-        for rows in np.split(by_class, bounds):
-            if rows.size > 1:
-                twins[int(classes[rows[0]])] = rows
-    width = ids.shape[1]
-    groups: list[tuple[int, int, np.ndarray, np.ndarray]] = []
-    for position, row in enumerate(np.asarray(order, dtype=np.int64).tolist()):
-        if taken[row]:
-            continue
-        taken[row] = True
-        found: dict[int, float] = {}
-        own = twins.get(int(classes[row])) if classes[row] >= 0 else None
-        if own is not None:
-            for twin in own.tolist():
-                if not taken[twin]:
-                    found[twin] = 0.0
-        near, gaps = ids[row], distances[row]
-        if within is not None and width and width < n - 1 and gaps[-1] <= saturated and near[-1] >= 0:
-            near, gaps = within(row)  # every neighbour may be a copy: there may be more
-        for other, gap in zip(np.asarray(near).tolist(), np.asarray(gaps).tolist(), strict=True):
-            if other < 0 or other == row or gap > threshold or taken[other] or other in found:
-                continue
-            if accept is not None and not accept(row, other, float(gap)):
-                continue
-            found[other] = max(float(gap), 0.0)
-            kin = twins.get(int(classes[other])) if classes[other] >= 0 else None
-            if kin is not None:  # the same pixels as a copy: the same copy
-                for twin in kin.tolist():
-                    if twin != row and not taken[twin] and twin not in found:
-                        found[twin] = found[other]
-        if not found:
-            continue
-        members = np.array(sorted(found), dtype=np.int64)
-        taken[members] = True
-        groups.append(
-            (position, row, members, np.array([found[m] for m in members.tolist()], dtype=np.float64))
-        )
-    groups.sort(key=lambda group: (-group[2].size, group[0]))
-    return [(row, members, gaps) for _, row, members, gaps in groups]
 
 
 @dataclass(frozen=True)
@@ -286,6 +172,35 @@ class _Facts(dict[int, FileFacts]):
         return facts
 
 
+def _described(
+    found: list[tuple[int, np.ndarray, np.ndarray]],
+    paths: list[str],
+    rule: str,
+    facts: dict[int, FileFacts],
+    classes: np.ndarray,
+) -> list[DuplicateGroup]:
+    """The core's stars as :class:`DuplicateGroup` (paths sorted, the kept one, why it is kept)."""
+    groups = []
+    for representative, members, gaps in found:
+        members_facts = sorted(members.tolist(), key=lambda row: rank_key(rule, paths[row], facts[row]))
+        by_path = {
+            paths[representative]: 0.0,
+            **{paths[m]: float(g) for m, g in zip(members.tolist(), gaps.tolist(), strict=True)},
+        }
+        ordered = tuple(sorted(by_path))
+        exact = bool(classes[representative] >= 0 and np.all(classes[members] == classes[representative]))
+        groups.append(
+            DuplicateGroup(
+                ordered,
+                exact,
+                paths[representative],
+                tuple(by_path[path] for path in ordered),
+                kept_because(rule, facts[representative], facts[members_facts[0]]),
+            )
+        )
+    return groups
+
+
 def duplicate_report(
     store: Any,
     *,
@@ -332,71 +247,47 @@ def duplicate_report(
         value, basis = (
             calibration_of(store, np.empty((0, 0))) if chosen is None else (chosen, {"source": "given"})
         )
-        note = f"{len(paths)} image(s): nothing to compare"
-        return DuplicateReport([], value, basis, wanted, rule, len(paths), [note])
+        return DuplicateReport(
+            [], value, basis, wanted, rule, len(paths), [f"{len(paths)} image(s): nothing to compare"]
+        )
     ids, distances = neighbor_graph(store, max(wanted, DEFAULT_K), store_file=store_file)
-    if chosen is None:
-        value, basis = calibration_of(store, distances)
-    else:
-        value, basis = chosen, {"source": "given"}
+    value, basis = calibration_of(store, distances) if chosen is None else (chosen, {"source": "given"})
     ids, distances = ids[:, :wanted], distances[:, :wanted]
     digests = getattr(store, "pixel_digests", None)
     radius = min(2.0, SEARCH_FACTOR * value) if check else value
     rows = involved_rows(ids, distances, radius, digests)
     facts = _Facts(paths, rule == "best")
     order = keep_order(rows, paths, rule, facts)
-    accept = None
-    if check:
-        pictures = PictureCheck(paths, lambda row: facts[row].local)
+    pictures = PictureCheck(paths, lambda row: facts[row].local) if check else None
 
-        def accept(first: int, second: int, distance: float) -> bool:
-            alike = pictures.check(first, second)
-            return distance <= value if alike is None else alike >= SAME_PICTURE
+    def accept(first: int, second: int, distance: float) -> bool:
+        alike = None if pictures is None else pictures.check(first, second)
+        return distance <= value if alike is None else alike >= SAME_PICTURE
 
     found = star_groups(order, ids, distances, radius, digests, _within(store, radius), accept, value)
-    classes = _twin_classes(digests, len(paths))
-    groups = []
-    for representative, members, gaps in found:
-        members_facts = sorted(members.tolist(), key=lambda row: rank_key(rule, paths[row], facts[row]))
-        by_path = {
-            paths[representative]: 0.0,
-            **{paths[m]: float(g) for m, g in zip(members.tolist(), gaps.tolist(), strict=True)},
-        }
-        ordered = tuple(sorted(by_path))
-        exact = bool(classes[representative] >= 0 and np.all(classes[members] == classes[representative]))
-        groups.append(
-            DuplicateGroup(
-                ordered,
-                exact,
-                paths[representative],
-                tuple(by_path[path] for path in ordered),
-                kept_because(rule, facts[representative], facts[members_facts[0]]),
-            )
-        )
+    groups = _described(found, paths, rule, facts, twin_classes(digests, len(paths)))
     groups.sort(key=lambda group: (-len(group.paths), group.keep))
-    sides = [max(f.width or 0, f.height or 0) for f in facts.values() if f.width]
-    tiny = bool(sides) and max(sides) <= TINY_SIDE
-    return DuplicateReport(
-        groups,
-        value,
-        basis,
-        wanted,
-        rule,
-        len(paths),
-        _notes(groups, len(paths), basis, tiny),
-        check=None
-        if accept is None
-        else {"search_radius": radius, "same_picture": SAME_PICTURE, "pairs_checked": pictures.checked},
-    )
+    checked = None
+    if pictures is not None:
+        checked = {"search_radius": radius, "same_picture": SAME_PICTURE, "pairs_checked": pictures.checked}
+    notes = _notes(groups, len(paths), basis, facts)
+    return DuplicateReport(groups, value, basis, wanted, rule, len(paths), notes, checked)
 
 
 #: Images at most this many pixels a side are tiny: a half-size copy has a few pixels left.
 TINY_SIDE = 32
 
 
-def _notes(groups: list[DuplicateGroup], images: int, basis: dict[str, Any], tiny: bool = False) -> list[str]:
+def _notes(
+    groups: list[DuplicateGroup],
+    images: int,
+    basis: dict[str, Any],
+    facts: dict[int, FileFacts] | None = None,
+) -> list[str]:
     """What the run saw, in words (shown by the command line)."""
     notes = []
+    sides = [max(f.width or 0, f.height or 0) for f in (facts or {}).values() if f.width]
+    tiny = bool(sides) and max(sides) <= TINY_SIDE
     if tiny:
         notes.append(
             f"the images compared are tiny (at most {TINY_SIDE} px a side): a resized or cropped copy of "

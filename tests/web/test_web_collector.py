@@ -138,6 +138,11 @@ def test_the_duplicates_view_shows_groups_largest_first(
 
     text = _groups_page(client, "", None)
     assert 'id="dup-count"' in text
+    from galleria.curation.dedup import duplicate_report
+
+    applied = duplicate_report(gallery[1]).threshold  # calibrated on the store, and shown
+    assert f'<span id="dup-threshold">{applied:.4g}</span> (calibrated on this gallery)' in text
+    assert text.count('class="kept-because">kept: ') == text.count('class="keep-badge"')
     sizes = [int(n) for n in re.findall(r"<h2>group \d+ · (\d+) images", text)]
     assert sizes and sizes == sorted(sizes, reverse=True)
     sections = text.split('<section class="dup-group')[1:]

@@ -59,6 +59,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
     entry = header.get("embedder")
     config = entry.get("config") if isinstance(entry, dict) else None
     index = store.search_index
+    graph = _graph_record(path, store)
     return {
         "store": path,
         "format_version": header.get("format_version"),
@@ -77,8 +78,27 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
         "rerank": _rerank_record(store),
         "extensions": _extension_records(store),
         "labels_root": store.labels_root,
-        "graph": _graph_record(path, store),
+        "graph": graph,
+        "duplicates": _duplicates_record(store, config, graph),
     }
+
+
+#: Above this many images, ``info`` calibrates the duplicates threshold only from a current STORE.graph.
+_THRESHOLD_BUILD_LIMIT = 20_000
+
+
+def _duplicates_record(store: Any, config: Any, graph: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The near-copy threshold ``galleria duplicates`` would apply (None: not computed, no graph at hand).
+
+    A large store is calibrated only from a current ``STORE.graph`` (read, as loading remembered it).
+    """
+    from galleria.curation.dedup import DEFAULT_K, store_threshold
+
+    kept = graph is not None and graph.get("current") and graph.get("k", 0) >= DEFAULT_K
+    if len(store) > _THRESHOLD_BUILD_LIMIT and not kept:
+        return None
+    threshold, basis = store_threshold(store, embedder_config=config)
+    return {"threshold": threshold, **basis}
 
 
 def _graph_record(path: str, store: Any) -> dict[str, Any] | None:
@@ -109,6 +129,12 @@ def _graph_text(record: dict[str, Any] | None) -> str:
         return f"unreadable: {record['problem']}"
     state = "current" if record["current"] else "of another store state (ignored, rebuilt on use)"
     return f"k={record['k']} ({record['method']}), {_size_text(record['file_bytes'])}, {state}"
+
+
+def _duplicates_text(record: dict[str, Any] | None) -> str:
+    if record is None:
+        return "threshold not computed (no current neighbour graph: galleria graph STORE builds one)"
+    return f"threshold {record['threshold']:.4g} (calibrated on this store, {record['rule']})"
 
 
 def _rerank_record(store: Any) -> dict[str, Any]:
@@ -247,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
         *([f"extensions:     {_extensions_text(info['extensions'])}"] if info["extensions"] else []),
         f"labels root:    {info['labels_root'] or 'not recorded (the common folder of the paths)'}",
         f"neighbor graph: {_graph_text(info['graph'])}",
+        f"duplicates:     {_duplicates_text(info['duplicates'])}",
         f"skipped files:  {len(info['skipped'])}",
         *(f"  {path}" for path in info["skipped"]),
     ]

@@ -7,11 +7,21 @@ n × n matrix.
 from __future__ import annotations
 
 from galleria.curation.dedup import (
-    DEFAULT_THRESHOLDS,
     KEEP_RULES,
+    THRESHOLD_BOUNDS,
     DuplicateGroup,
+    DuplicateReport,
     duplicate_groups,
+    duplicate_report,
     find_duplicates,
 )
 
-__all__ = ["DEFAULT_THRESHOLDS", "KEEP_RULES", "DuplicateGroup", "duplicate_groups", "find_duplicates"]
+__all__ = [
+    "KEEP_RULES",
+    "THRESHOLD_BOUNDS",
+    "DuplicateGroup",
+    "DuplicateReport",
+    "duplicate_groups",
+    "duplicate_report",
+    "find_duplicates",
+]

@@ -1,161 +1,313 @@
-"""Duplicate and near-duplicate groups of a gallery, from its neighbor graph.
+"""Duplicate and near-duplicate groups of a gallery: star groups around the image kept.
 
-Two images are linked when they are **exact duplicates** (the same decoded pixels: equal pixel
-digests, recorded at build — :attr:`~galleria.InMemoryImageEmbeddingStore.pixel_digests`) or
-**near-duplicates** (one is among the other's ``k`` nearest neighbors at a distance of at most
-``threshold``, in the store's space). A group is a connected component of those links, so a chain
-of near copies (a resize of a crop of a photo) is one group. Groups are listed largest first, then
-by their first path; every group names the image a ``keep`` rule keeps:
+**What counts.** A near-duplicate is *the same picture*: resized, re-encoded, brightened or darkened,
+cropped by a few percent, or stored turned with an EXIF orientation (the reader applies it, so the
+pixels are the same). A neighbouring view of an object, a look-alike, a greyscale or a mirrored copy
+is not. **Exact duplicates** — the same decoded pixels (equal pixel digests, recorded at build:
+:attr:`~galleria.InMemoryImageEmbeddingStore.pixel_digests`) — are a tier of their own: always
+grouped, at distance 0, whatever the threshold.
 
-* ``first`` — the first path in sorted order;
-* ``largest`` — the largest file (bytes on disk; ties: the first path);
-* ``oldest`` — the file modified longest ago (ties: the first path).
+**Star groups.** The images are ranked by the ``keep`` rule (:data:`KEEP_RULES`; ``best`` by
+default: the most pixels from the image header, then the most bytes, then the oldest, then the path;
+a URL or missing file after every local file). In that order, an image not yet in a group becomes a
+*representative* — the image its group keeps — and takes every image not yet in a group that lies
+within ``threshold`` of it (or has its pixels) and, by default, is the same picture by a look at
+both (:mod:`galleria.curation.verify`; the candidates then lie within ``SEARCH_FACTOR`` × the
+threshold). Every member is therefore a duplicate *of the image kept*, never only of another member:
+a chain ``a – b – c`` with ``a`` and ``c`` further apart than the threshold is never one group of three.
 
-The rules only ``stat`` the files (they open none). The default threshold is the embedder's
-(:data:`DEFAULT_THRESHOLDS`, measured on planted copies: ``benchmarks/experiments/bench_duplicates.py``).
+**The threshold** is calibrated on the store itself (:func:`calibrated_threshold`): a fraction of a
+low quantile of the distances from every image to its :data:`DEFAULT_K` nearest neighbours (how far
+apart the gallery's closest *different* images lie), held between the embedder's floor and cap
+(:data:`THRESHOLD_BOUNDS`). It is a function of the store's vectors alone, so two runs on one store
+state apply the same threshold, and it is reported (:class:`DuplicateReport`, ``--json``,
+``galleria info``).
 
-The core, :func:`group_rows`, works on the graph's arrays: memory grows with the gallery times
+The core, :func:`star_groups`, works on the graph's arrays: memory grows with the gallery times
 ``k``, never with the gallery squared.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from galleria.curation.keep import (
+    DEFAULT_KEEP,
+    KEEP_RULES,
+    FileFacts,
+    file_facts,
+    keep_order,
+    kept_because,
+    rank_key,
+)
+from galleria.curation.stars import involved_rows, star_groups, twin_classes
+from galleria.curation.threshold import (
+    CALIBRATION_FRACTION,
+    CALIBRATION_QUANTILE,
+    DEFAULT_K,
+    FALLBACK_BOUNDS,
+    SEARCH_FACTOR,
+    THRESHOLD_BOUNDS,
+    calibrated_threshold,
+    calibration_of,
+    check_threshold,
+    store_threshold,
+    threshold_bounds,
+)
+from galleria.curation.verify import SAME_PICTURE, PictureCheck
+
 __all__ = [
+    "CALIBRATION_FRACTION",
+    "CALIBRATION_QUANTILE",
     "DEFAULT_K",
-    "DEFAULT_THRESHOLDS",
+    "DEFAULT_KEEP",
+    "FALLBACK_BOUNDS",
     "KEEP_RULES",
+    "THRESHOLD_BOUNDS",
     "DuplicateGroup",
+    "DuplicateReport",
+    "FileFacts",
+    "calibrated_threshold",
     "check_threshold",
-    "default_threshold",
     "duplicate_groups",
+    "duplicate_report",
     "duplicates",
+    "file_facts",
     "find_duplicates",
-    "group_rows",
+    "involved_rows",
+    "keep_order",
+    "kept_because",
+    "star_groups",
+    "store_threshold",
+    "threshold_bounds",
 ]
-
-#: Neighbors per image searched for near copies (a group larger than this is still found whole,
-#: through its chain of links).
-DEFAULT_K = 10
-#: The near-duplicate threshold (a cosine distance) per embedder type, measured on Tux Paint's stamps
-#: with planted resized, recompressed, 3 %-cropped and colour-shifted copies
-#: (``benchmarks/experiments/bench_duplicates.py``; docs/duplicates.md): the smallest threshold of the
-#: sweep at which recall and precision both reach 0.95. CLIP's is not measured here (no CLIP weights
-#: ship in a package); it takes the CNN's.
-DEFAULT_THRESHOLDS: dict[str, float] = {"pixel": 0.1, "timm": 0.15, "clip": 0.15}
-#: The threshold of a store whose embedder is unknown (vectors imported from elsewhere).
-FALLBACK_THRESHOLD = 0.1
-#: How ``keep`` chooses the image kept in each group.
-KEEP_RULES = ("first", "largest", "oldest")
-
-
-def check_threshold(value: Any) -> float:
-    """A near-duplicate threshold: a number in [0, 2] (TypeError / ValueError naming it otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"threshold must be a number in [0, 2], got {value!r} ({type(value).__name__})")
-    number = float(value)
-    if not 0.0 <= number <= 2.0:  # NaN fails too
-        raise ValueError(f"threshold must lie in [0, 2], got {value!r}")
-    return number
-
-
-def default_threshold(embedder_config: Any) -> float:
-    """The threshold of the embedder a store records (its config's ``type``), else the fallback."""
-    kind = embedder_config.get("type") if isinstance(embedder_config, dict) else None
-    return DEFAULT_THRESHOLDS.get(kind, FALLBACK_THRESHOLD) if isinstance(kind, str) else FALLBACK_THRESHOLD
-
-
-def _exact_links(digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row, row) pairs linking every image to the first image of the same non-zero digest."""
-    known = np.flatnonzero(np.any(digests != 0, axis=1))
-    if known.size < 2:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    keys = np.ascontiguousarray(digests[known]).view(np.dtype((np.void, digests.shape[1]))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    heads = known[first[inverse.ravel()]]
-    linked = heads != known
-    return known[linked], heads[linked]
-
-
-def group_rows(
-    n: int,
-    ids: np.ndarray,
-    distances: np.ndarray,
-    threshold: float,
-    digests: np.ndarray | None = None,
-) -> list[tuple[np.ndarray, bool]]:
-    """The duplicate groups of ``n`` rows: ``(rows, exact)`` per group of two or more, the largest
-    group first (ties: the lower first row); ``rows`` ascending; ``exact`` when all share a digest.
-
-    ``ids`` / ``distances`` are the (n, k) neighbor graph (ids −1 are ignored); ``digests`` an
-    optional (n, d) uint8 array of pixel digests (an all-zero row: unknown).
-
-    Examples
-    --------
-    >>> ids = np.array([[1], [0], [3], [2]]); distances = np.array([[0.01], [0.01], [0.5], [0.5]])
-    >>> [(rows.tolist(), exact) for rows, exact in group_rows(4, ids, distances, 0.05)]
-    [([0, 1], False)]
-    """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    close = (distances <= threshold) & (ids >= 0)
-    sources = np.repeat(np.arange(n, dtype=np.int64), ids.shape[1])[close.ravel()]
-    targets = ids.astype(np.int64).ravel()[close.ravel()]
-    if digests is not None:
-        more_sources, more_targets = _exact_links(digests)
-        sources, targets = np.concatenate([sources, more_sources]), np.concatenate([targets, more_targets])
-    if sources.size == 0:
-        return []
-    links = coo_matrix((np.ones(sources.size, dtype=np.int8), (sources, targets)), shape=(n, n))
-    _, component = connected_components(links, directed=True, connection="weak")
-    sizes = np.bincount(component)
-    order = np.argsort(component, kind="stable")
-    bounds = np.cumsum(sizes)[:-1]
-    groups = [rows for rows in np.split(order, bounds) if rows.size > 1]
-    groups.sort(key=lambda rows: (-rows.size, int(rows[0])))
-    result = []
-    for rows in groups:
-        exact = (
-            digests is not None
-            and bool(np.any(digests[rows[0]] != 0))
-            and bool(np.all(digests[rows] == digests[rows[0]]))
-        )
-        result.append((rows, exact))
-    return result
-
-
-def _stat_key(path: str, rule: str) -> tuple[float, str]:
-    try:
-        status = os.stat(path)
-    except OSError:
-        return (float("inf"), path)  # a file that is gone is never the one kept
-    return (-float(status.st_size), path) if rule == "largest" else (float(status.st_mtime_ns), path)
-
-
-def keep_of(paths: Sequence[str], rule: str) -> str:
-    """The path ``rule`` (one of :data:`KEEP_RULES`) keeps among ``paths``."""
-    if rule == "first":
-        return min(paths)
-    return min(paths, key=lambda path: _stat_key(path, rule))
 
 
 @dataclass(frozen=True)
 class DuplicateGroup:
-    """One group: its paths (sorted), whether all are the same pixels, and the path to keep."""
+    """One star group: its paths (sorted), the path kept (its representative), each member's distance
+    to it (the kept path's own: 0), whether all are the same pixels, and why that path is kept."""
 
     paths: tuple[str, ...]
     exact: bool
     keep: str
+    distances: tuple[float, ...] = ()
+    kept_because: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"paths": list(self.paths), "kind": "exact" if self.exact else "near", "keep": self.keep}
+        return {
+            "paths": list(self.paths),
+            "kind": "exact" if self.exact else "near",
+            "keep": self.keep,
+            "kept_because": self.kept_because,
+            "distances": {
+                path: round(distance, 6)
+                for path, distance in zip(self.paths, self.distances, strict=True)
+                if path != self.keep
+            },
+        }
+
+
+@dataclass(frozen=True)
+class DuplicateReport:
+    """The groups with the threshold applied, how it was chosen and the rule that kept each image."""
+
+    groups: list[DuplicateGroup]
+    threshold: float
+    basis: dict[str, Any]
+    k: int
+    keep: str
+    images: int
+    notes: list[str] = field(default_factory=list)
+    #: How the pictures were checked: the radius searched, the similarity needed, the pairs checked
+    #: (None: not checked, every pair within the threshold is a copy).
+    check: dict[str, Any] | None = None
+
+
+def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+    """Every row within ``threshold`` of one row: a search of the whole gallery (rarely wanted)."""
+    space = store.space
+    held: list[np.ndarray] = []
+
+    def search(row: int) -> tuple[np.ndarray, np.ndarray]:
+        from galleria.store.graph import _rows_and_vectors
+
+        if not held:  # read once, when first wanted: a read-only view, not a copy, where it can be
+            held.append(_rows_and_vectors(store)[1])
+        vectors = held[0]
+        start, chunk = 0, 65536
+        rows, gaps = [], []
+        target = vectors[row]
+        while start < len(vectors):
+            block = vectors[start : start + chunk]
+            if space == "l2":
+                distance = np.sum((block - target) ** 2, axis=1)
+            else:
+                distance = 1.0 - block @ target
+            hit = np.flatnonzero(distance <= threshold)
+            rows.append(hit + start)
+            gaps.append(distance[hit])
+            start += chunk
+        found, values = np.concatenate(rows), np.concatenate(gaps)
+        order = np.lexsort((found, values))
+        return found[order], values[order]
+
+    return search
+
+
+class _Facts(dict[int, FileFacts]):
+    """Each row's :class:`FileFacts`, read when first wanted (headers only with ``header``)."""
+
+    def __init__(self, paths: list[str], header: bool) -> None:
+        super().__init__()
+        self._paths = paths
+        self._header = header
+
+    def __missing__(self, row: int) -> FileFacts:
+        facts = self[row] = file_facts(self._paths[row], header=self._header)
+        return facts
+
+
+def _described(
+    found: list[tuple[int, np.ndarray, np.ndarray]],
+    paths: list[str],
+    rule: str,
+    facts: dict[int, FileFacts],
+    classes: np.ndarray,
+) -> list[DuplicateGroup]:
+    """The core's stars as :class:`DuplicateGroup` (paths sorted, the kept one, why it is kept)."""
+    groups = []
+    for representative, members, gaps in found:
+        members_facts = sorted(members.tolist(), key=lambda row: rank_key(rule, paths[row], facts[row]))
+        by_path = {
+            paths[representative]: 0.0,
+            **{paths[m]: float(g) for m, g in zip(members.tolist(), gaps.tolist(), strict=True)},
+        }
+        ordered = tuple(sorted(by_path))
+        exact = bool(classes[representative] >= 0 and np.all(classes[members] == classes[representative]))
+        groups.append(
+            DuplicateGroup(
+                ordered,
+                exact,
+                paths[representative],
+                tuple(by_path[path] for path in ordered),
+                kept_because(rule, facts[representative], facts[members_facts[0]]),
+            )
+        )
+    return groups
+
+
+def duplicate_report(
+    store: Any,
+    *,
+    threshold: Any = None,
+    k: Any = DEFAULT_K,
+    keep: str = DEFAULT_KEEP,
+    store_file: Any = None,
+    check: bool = True,
+) -> DuplicateReport:
+    """The duplicate groups of ``store``'s gallery with the threshold applied (module docstring).
+
+    Parameters
+    ----------
+    store : InMemoryImageEmbeddingStore
+        A built store.
+    threshold : float in [0, 2], optional
+        The largest distance of a near copy to the image kept; None: calibrated on the store
+        (:func:`store_threshold`).
+    k : int
+        Neighbours searched per image (the graph's ``k``).
+    keep : {"best", "first", "largest", "oldest"}
+        Which image each group keeps (and is formed around).
+    store_file : str, optional
+        The store's file: its neighbour graph is then kept beside it (``STORE.graph``).
+    check : bool
+        Look at the pictures (:mod:`galleria.curation.verify`): pairs within ``SEARCH_FACTOR`` ×
+        the threshold are candidates, the same picture or not by their thumbnails; a pair whose
+        files cannot be read (URLs, missing files) is a copy within the threshold. False: every pair
+        within the threshold is a copy, no file is read beyond its header.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A threshold outside [0, 2], a bad ``k`` or ``keep``, naming the value.
+    """
+    from galleria._validation import check_choice, check_positive_int
+    from galleria.store.graph import neighbor_graph
+
+    rule = check_choice("keep", keep, KEEP_RULES)
+    wanted = check_positive_int("k", k)
+    chosen = None if threshold is None else check_threshold(threshold)
+    paths = list(store.paths)
+    if len(paths) < 2:
+        value, basis = (
+            calibration_of(store, np.empty((0, 0))) if chosen is None else (chosen, {"source": "given"})
+        )
+        return DuplicateReport(
+            [], value, basis, wanted, rule, len(paths), [f"{len(paths)} image(s): nothing to compare"]
+        )
+    ids, distances = neighbor_graph(store, max(wanted, DEFAULT_K), store_file=store_file)
+    value, basis = calibration_of(store, distances) if chosen is None else (chosen, {"source": "given"})
+    ids, distances = ids[:, :wanted], distances[:, :wanted]
+    digests = getattr(store, "pixel_digests", None)
+    radius = min(2.0, SEARCH_FACTOR * value) if check else value
+    rows = involved_rows(ids, distances, radius, digests)
+    facts = _Facts(paths, rule == "best")
+    order = keep_order(rows, paths, rule, facts)
+    pictures = PictureCheck(paths, lambda row: facts[row].local) if check else None
+
+    def accept(first: int, second: int, distance: float) -> bool:
+        alike = None if pictures is None else pictures.check(first, second)
+        return distance <= value if alike is None else alike >= SAME_PICTURE
+
+    found = star_groups(order, ids, distances, radius, digests, _within(store, radius), accept, value)
+    groups = _described(found, paths, rule, facts, twin_classes(digests, len(paths)))
+    groups.sort(key=lambda group: (-len(group.paths), group.keep))
+    checked = None
+    if pictures is not None:
+        checked = {"search_radius": radius, "same_picture": SAME_PICTURE, "pairs_checked": pictures.checked}
+    notes = _notes(groups, len(paths), basis, facts)
+    return DuplicateReport(groups, value, basis, wanted, rule, len(paths), notes, checked)
+
+
+#: Images at most this many pixels a side are tiny: a half-size copy has a few pixels left.
+TINY_SIDE = 32
+
+
+def _notes(
+    groups: list[DuplicateGroup],
+    images: int,
+    basis: dict[str, Any],
+    facts: dict[int, FileFacts] | None = None,
+) -> list[str]:
+    """What the run saw, in words (shown by the command line)."""
+    notes = []
+    sides = [max(f.width or 0, f.height or 0) for f in (facts or {}).values() if f.width]
+    tiny = bool(sides) and max(sides) <= TINY_SIDE
+    if tiny:
+        notes.append(
+            f"the images compared are tiny (at most {TINY_SIDE} px a side): a resized or cropped copy of "
+            "a tiny image is hard to tell from a look-alike; exact copies are always found"
+        )
+    if not groups:
+        notes.append(f"no duplicates among {images} images")
+    grouped = sum(len(group.paths) for group in groups)
+    if images and grouped == images and len(groups) == 1:
+        notes.append("every image is a copy of one picture")
+    if basis.get("rule") == "floor":
+        notes.append(
+            "the gallery's images lie very close together (tiny or many copies): the threshold is the "
+            f"embedder's floor, {basis['floor']:g}; near copies further apart than that are not grouped"
+        )
+    elif basis.get("rule") == "cap":
+        notes.append(
+            f"the gallery's images lie far apart: the threshold is the embedder's cap, {basis['cap']:g}"
+        )
+    return notes
 
 
 def duplicates(
@@ -163,53 +315,14 @@ def duplicates(
     *,
     threshold: Any = None,
     k: Any = DEFAULT_K,
-    keep: str = "first",
+    keep: str = DEFAULT_KEEP,
     store_file: Any = None,
+    check: bool = True,
 ) -> list[DuplicateGroup]:
-    """The duplicate groups of ``store``'s gallery (see the module docstring).
-
-    Parameters
-    ----------
-    store : InMemoryImageEmbeddingStore
-        A built store.
-    threshold : float in [0, 2], optional
-        The largest distance of a near copy; None: the store's embedder's default.
-    k : int
-        Neighbors searched per image (the graph's ``k``).
-    keep : {"first", "largest", "oldest"}
-        Which image each group keeps.
-    store_file : str, optional
-        The store's file: its neighbor graph is then kept beside it (``STORE.graph``).
-
-    Raises
-    ------
-    TypeError, ValueError
-        A threshold outside [0, 2], a bad ``k`` or ``keep``, naming the value.
-    """
-    from galleria._validation import check_choice
-    from galleria.store.graph import neighbor_graph
-
-    rule = check_choice("keep", keep, KEEP_RULES)
-    if threshold is None:
-        from galleria.embedders import embedder_config
-
-        embedder = getattr(store, "embedder", None)
-        value = default_threshold(embedder_config(embedder) if embedder is not None else None)
-    else:
-        value = check_threshold(threshold)
-    paths = list(store.paths)
-    if len(paths) < 2:
-        return []
-    ids, distances = neighbor_graph(store, k, store_file=store_file)
-    digests = getattr(store, "pixel_digests", None)
-    return [
-        DuplicateGroup(
-            tuple(paths[row] for row in rows),
-            exact,
-            keep_of([paths[row] for row in rows], rule),
-        )
-        for rows, exact in group_rows(len(paths), ids, distances, value, digests)
-    ]
+    """The duplicate groups of ``store``'s gallery: :func:`duplicate_report`'s ``groups``."""
+    return duplicate_report(
+        store, threshold=threshold, k=k, keep=keep, store_file=store_file, check=check
+    ).groups
 
 
 #: Other names of :func:`duplicates` (``galleria.duplicates`` is the public one).

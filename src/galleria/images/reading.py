@@ -32,6 +32,7 @@ __all__ = [
     "decode_rgb",
     "draft_size_for",
     "input_size_of",
+    "read_image_size",
     "read_rgb",
     "read_rgb_image",
     "reader_for",
@@ -306,6 +307,37 @@ def read_rgb(
     size = _check_min_size(min_size)
     limit = _check_max_pixels(max_pixels)
     return _decode(_regular_file(name), name, size, limit)
+
+
+def read_image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """An image file's (width, height) as displayed (EXIF orientation applied), from its header alone.
+
+    Nothing is decoded: Pillow reads the header (a few kilobytes) of a regular file. ImageReadError
+    naming the path for a missing, irregular or unidentifiable file.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     Image.new("RGB", (6, 4)).save(folder + "/a.png")
+    ...     read_image_size(folder + "/a.png")
+    (6, 4)
+    """
+    from galleria.images.decoding import _orientation
+
+    name = os.fspath(path)
+    _quiet_pillow()
+    try:
+        with Image.open(_regular_file(name)) as image:
+            width, height = image.size
+            turned = _orientation(image) in (5, 6, 7, 8)  # stored on its side
+    except ImageReadError:
+        raise
+    except Exception as error:  # as _decode_any: Pillow raises many kinds
+        reason = _reason(error, name)
+        raise ImageReadError(f"cannot read image {name!r}: {reason}", path=name, reason=reason) from error
+    return (height, width) if turned else (width, height)
 
 
 def input_size_of(embedder: object) -> tuple[int, int] | None:

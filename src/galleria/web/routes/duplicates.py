@@ -1,9 +1,10 @@
 """The duplicates view: ``/duplicates``, the gallery's duplicate groups side by side, largest first.
 
-The groups are :func:`galleria.curation.dedup.duplicate_groups`' (exact copies by pixel digest,
-near copies from the neighbour graph), found once per gallery and threshold in the background; the
-page says so and reloads itself until they are ready. ``threshold=`` (a distance in [0, 2]; default
-the embedder's) and ``page=`` are read from the address; anything else there is a 400.
+The groups are :func:`galleria.curation.dedup.duplicate_report`'s (star groups around the image each
+keeps: exact copies by pixel digest, near copies from the neighbour graph), found once per gallery
+and threshold in the background; the page says so and reloads itself until they are ready.
+``threshold=`` (a distance in [0, 2]; default calibrated on the store, and shown) and ``page=`` are
+read from the address; anything else there is a 400.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def duplicates_router(store: Any, background: Background, render: Callable[..., 
     @router.get("/duplicates", response_class=HTMLResponse)
     def duplicates_page(request: Request) -> Any:
         """The duplicate groups, largest first, :data:`GROUPS_PER_PAGE` a page."""
-        from galleria.curation.dedup import duplicate_groups
+        from galleria.curation.dedup import duplicate_report
 
         params = request.query_params
         context: dict[str, Any] = {"groups": [], "computing": False, "page_number": 1, "pages": 1}
@@ -62,15 +63,16 @@ def duplicates_router(store: Any, background: Background, render: Callable[..., 
             page = _page(params.get("page", "1"))
         except (TypeError, ValueError) as error:
             return render(request, "duplicates.html", {**context, "error": str(error)}, 400)
-        state, value = background.get(
-            ("duplicates", len(store), threshold), lambda: duplicate_groups(store, threshold=threshold)
+        state, report = background.get(  # the same key and value as the map's colouring
+            ("duplicates", len(store), threshold), lambda: duplicate_report(store, threshold=threshold)
         )
         if state == "computing":
             return render(request, "duplicates.html", {**context, "computing": True})
         if state == "failed":
             return render(
-                request, "duplicates.html", {**context, "error": f"no duplicates found: {value}"}, 500
+                request, "duplicates.html", {**context, "error": f"no duplicates found: {report}"}, 500
             )
+        value = report.groups
         pages = max(1, -(-len(value) // GROUPS_PER_PAGE))
         page = min(page, pages)
         start = (page - 1) * GROUPS_PER_PAGE
@@ -84,6 +86,10 @@ def duplicates_router(store: Any, background: Background, render: Callable[..., 
             pages=pages,
             total=len(value),
             images=sum(len(group.paths) for group in value),
+            applied=report.threshold,
+            calibrated=report.basis.get("source") == "calibrated",
+            keep_rule=report.keep,
+            notes=report.notes,
         )
         return render(request, "duplicates.html", context)
 

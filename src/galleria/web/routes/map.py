@@ -181,10 +181,10 @@ def map_router(
             return pending(state, value)
         row = {path: i for i, path in enumerate(store.paths)}
         group = [-1] * len(row)
-        for number, found in enumerate(value):
+        for number, found in enumerate(value.groups):  # a DuplicateReport, shared with /duplicates
             for path in found.paths:
                 group[row[path]] = number
-        return JSONResponse({"groups": len(value), "group": group})
+        return JSONResponse({"groups": len(value.groups), "group": group})
 
     @router.get("/api/map/item/{row}")
     def api_item(row: str) -> JSONResponse:
@@ -253,6 +253,6 @@ def _region_page(
 
 
 def _groups(store: Any, threshold: float | None) -> Any:
-    from galleria.curation.dedup import duplicate_groups
+    from galleria.curation.dedup import duplicate_report
 
-    return duplicate_groups(store, threshold=threshold)
+    return duplicate_report(store, threshold=threshold)

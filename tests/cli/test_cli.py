@@ -183,8 +183,28 @@ def test_search_text_output_with_expansion_and_reranking(
     assert process.returncode == 0, process.stderr
     lines = process.stdout.splitlines()
     assert lines[0] == f"image query: {query}"
-    assert len(lines) == 3 and lines[1].split()[0] == "1" and lines[2].split()[0] == "2"
-    assert lines[1].split()[2] == results[0]["path"]
+    assert lines[1] == "rank  distance  path"
+    assert len(lines) == 4 and lines[2].split()[0] == "1" and lines[3].split()[0] == "2"
+    assert lines[2].split()[2] == results[0]["path"]
+
+
+def test_search_text_output_prints_whole_paths_on_a_narrow_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path longer than the terminal is printed whole (it used to be cut to ``…/NAME``)."""
+    deep = tmp_path / ("a-folder-name-long-enough-to-pass-any-terminal-" * 3) / "labels"
+    _write_images(deep)
+    store = tmp_path / "deep.safetensors"
+    assert main(["build", str(deep), "--out", str(store), "--json"]) == 0
+    query = str(deep / "red" / "00.png")
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "40")
+    assert main(["search", str(store), "--image", query, "-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"image query: {query}" and lines[1] == "rank  distance  path"
+    assert [line.split()[0] for line in lines[2:]] == ["1", "2", "3"]
+    assert lines[2].split()[2] == query  # whole, although far wider than 40 columns
+    assert all(line.split()[2].startswith(str(deep)) for line in lines[2:])
 
 
 def test_evaluate_json_and_report(image_dir: Path, tmp_path: Path) -> None:

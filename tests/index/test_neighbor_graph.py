@@ -108,6 +108,29 @@ def test_hnsw_graph_refines_its_candidates_exactly(space: str) -> None:
     assert build_graph(vectors[:50], 3, space, "auto")[2] == "exact"
 
 
+@pytest.mark.parametrize(("method", "total"), [("exact", 3000), ("ivf", 3000), ("hnsw", 6000)])
+def test_progress_counts_every_row_once_and_changes_nothing(method: str, total: int) -> None:
+    """``on_progress(done, total)`` rises to its total (hnsw: its build, then the search)."""
+    vectors = clustered(3000)
+    calls: list[tuple[int, int]] = []
+    with_progress = build_graph(vectors, 5, "cosine", method, on_progress=lambda *call: calls.append(call))
+    assert calls and calls[-1] == (total, total) and {t for _, t in calls} == {total}
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and done[0] > 0
+    if method != "hnsw":  # exact and ivf are deterministic: the same graph as without progress
+        plain = build_graph(vectors, 5, "cosine", method)
+        np.testing.assert_array_equal(with_progress[0], plain[0])
+    else:
+        assert calls[0] == (3000, 6000)  # the HNSW build is the first half
+    rows = np.array([3, 40, 500])
+    sample: list[tuple[int, int]] = []
+    exact_graph(vectors, 5, "cosine", rows=rows, on_progress=lambda *call: sample.append(call))
+    assert sample[-1] == (3, 3)
+    cells: list[tuple[int, int]] = []  # the inverted-file pass proper (more cells than probes)
+    approximate_graph(vectors, 5, "cosine", cell_size=200, probes=4, on_progress=lambda *c: cells.append(c))
+    assert len(cells) > 4 and cells[-1] == (3000, 3000)
+
+
 def test_public_function_keeps_the_graph_per_store_state() -> None:
     vectors = clustered(400)
     store = InMemoryImageEmbeddingStore.from_embeddings([f"p{i}" for i in range(400)], vectors)

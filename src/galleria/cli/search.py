@@ -245,7 +245,9 @@ def _print(args: argparse.Namespace, payload: dict[str, Any], kind: str) -> None
             if entry["results"]:
                 print(TEXT_HEADER)
             for result in entry["results"]:
-                print(f"{result['rank']:>4}  {format_score(result['score'], 6):>8}  {printable(result['path'])}")
+                print(
+                    f"{result['rank']:>4}  {format_score(result['score'], 6):>8}  {printable(result['path'])}"
+                )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,7 +34,7 @@ import struct
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
     "MAP_METHODS",
+    "MAP_PHASES",
     "MAP_SUFFIX",
     "GalleryMap",
     "MapFileWarning",
@@ -72,6 +73,8 @@ PLACE_NEIGHBORS = 5
 CHECK_TOLERANCE = 1e-3
 #: Bytes per item in a map file: key (8), vector check (4), x and y (4 each).
 _ITEM_BYTES = 20
+#: The phases :func:`gallery_map` reports to its ``on_progress``, and what each counts.
+MAP_PHASES: dict[str, str] = {"neighbour graph": "img", "t-SNE": "iteration"}
 #: Threads the projection uses at most.
 MAP_THREADS = max(1, min(4, os.cpu_count() or 1))
 
@@ -273,6 +276,7 @@ def gallery_map(
     store_file: Any = None,
     write: bool | None = None,
     seed: int = 0,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> GalleryMap:
     """The 2-D map of ``store``'s gallery, computed once per gallery and kept in memory on the store.
 
@@ -280,6 +284,10 @@ def gallery_map(
     when it maps this gallery (images added since are placed from their neighbours), and written
     when the map was (re)computed or extended; ``write=False`` never writes it. A ``method`` other
     than ``auto`` that differs from the kept map's recomputes it.
+
+    ``on_progress(phase, done, total)`` (optional) follows a computation: the store's neighbour
+    graph when it is built here (``phase`` ``"neighbour graph"``, rows), then t-SNE's optimisation
+    (``"t-SNE"``, iterations); see :data:`MAP_PHASES`. PCA and a kept map report nothing.
 
     Examples
     --------
@@ -312,9 +320,25 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
-        neighbors = map_neighbors(store, rows, method)  # the store's neighbour graph, for t-SNE
+        graph_progress = tsne_progress = None
+        if on_progress is not None:
+            report = on_progress
+
+            def graph_progress(done: int, total: int) -> None:
+                report("neighbour graph", done, total)
+
+            def tsne_progress(done: int, total: int) -> None:
+                report("t-SNE", done, total)
+
+        neighbors = map_neighbors(store, rows, method, graph_progress)  # the store's graph, for t-SNE
         coordinates, used = project_vectors(
-            vectors, store.space, method=method, seed=seed, threads=MAP_THREADS, neighbors=neighbors
+            vectors,
+            store.space,
+            method=method,
+            seed=seed,
+            threads=MAP_THREADS,
+            neighbors=neighbors,
+            on_progress=tsne_progress,
         )
         result = GalleryMap(_state(*keys), coordinates, used)
     if path is not None and fresh and write is not False:

@@ -29,6 +29,7 @@ import struct
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,7 +235,12 @@ def _prefix(graph: NeighborGraph, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def neighbor_graph(
-    store: InMemoryImageEmbeddingStore, k: Any, *, method: str = "auto", store_file: Any = None
+    store: InMemoryImageEmbeddingStore,
+    k: Any,
+    *,
+    method: str = "auto",
+    store_file: Any = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each gallery item's ``k`` nearest other items: ``(ids, distances)``, two (n, k') arrays.
 
@@ -243,7 +249,8 @@ def neighbor_graph(
     exact up to 100,000 items under ``method="auto"``, HNSW candidates refined exactly above)
     and kept in memory on the store. With ``store_file``, ``STORE.graph`` is read if it holds this
     state's graph and (re)written otherwise; a store loaded by the command line reads it too, but
-    never writes it. The arrays returned are read-only views.
+    never writes it. The arrays returned are read-only views. ``on_progress(done, total)`` follows
+    a build (:func:`galleria.index.neighbor_graph.build_graph`); a graph found is not reported.
 
     Examples
     --------
@@ -275,7 +282,7 @@ def neighbor_graph(
         if graph is not None and (graph.k < wanted or method not in ("auto", graph.method)):
             graph = None
     if graph is None:
-        ids, distances, used = build_graph(vectors, requested, store.space, method)
+        ids, distances, used = build_graph(vectors, requested, store.space, method, on_progress=on_progress)
         graph = NeighborGraph(state, ids, distances, used)
         if store_file is not None:  # a file remembered from loading is read, never written
             _write_graph_file(path, graph)  # type: ignore[arg-type]

@@ -19,10 +19,36 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["LINE_EVERY", "BatchPacer", "LineProgress", "PhaseProgress", "ending", "progress"]
+__all__ = [
+    "LINE_EVERY",
+    "BatchPacer",
+    "LineProgress",
+    "PhaseProgress",
+    "Progress",
+    "counter",
+    "ending",
+    "progress",
+]
+
+#: ``on_progress(done, total)``: a long computation's work finished so far, and the work to do.
+Progress = Callable[[int, int], None]
 
 #: Seconds between two progress lines off a terminal.
 LINE_EVERY = 5.0
+
+
+def counter(on_progress: Progress | None, total: int, start: int = 0) -> Callable[[int], None] | None:
+    """A ``count(n)`` that reports ``start`` plus everything counted so far, with ``total``, to
+    ``on_progress``; None when ``on_progress`` is."""
+    if on_progress is None:
+        return None
+    done = [start]
+
+    def count(n: int) -> None:
+        done[0] += n
+        on_progress(done[0], total)
+
+    return count
 
 
 def ending(kind: type[BaseException] | None) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._progress import Progress, counter
 from galleria._validation import check_choice, check_positive_int
 from galleria.distances import pairwise_distances
 
@@ -64,23 +65,6 @@ METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
 CELL_SIZE = 1024
 PROBES = 8
-
-
-#: ``on_progress(done, total)``: rows of the graph finished so far, and the rows to do.
-Progress = Callable[[int, int], None]
-
-
-def _counter(on_progress: Progress | None, total: int, start: int = 0) -> Callable[[int], None] | None:
-    """A ``count(n)`` that reports ``start`` plus the rows counted so far to ``on_progress``."""
-    if on_progress is None:
-        return None
-    done = [start]
-
-    def count(n: int) -> None:
-        done[0] += n
-        on_progress(done[0], total)
-
-    return count
 
 
 #: Rows at least this many times wider than ``k`` are first cut down through a strided sample.
@@ -201,7 +185,7 @@ def exact_graph(
     size = array.shape[0]
     chosen = np.arange(size, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     everything = np.arange(size, dtype=np.int64)
-    tick = _counter(on_progress, chosen.size)
+    tick = counter(on_progress, chosen.size)
     return _neighbours_among(array, chosen, everything, wanted, space, block_elements, tick)
 
 
@@ -254,7 +238,7 @@ def approximate_graph(
     sizes = np.diff(starts)
     between = pairwise_distances(centroids, centroids, "l2")
     np.fill_diagonal(between, -1.0)  # a cell probes itself first
-    tick = _counter(on_progress, size)
+    tick = counter(on_progress, size)
     for cell in np.flatnonzero(sizes):
         nearest = np.argsort(between[cell], kind="stable")
         enough = int(np.searchsorted(np.cumsum(sizes[nearest]), wanted + 1)) + 1
@@ -323,7 +307,7 @@ def hnsw_graph(
     index.add(array)
     if report is not None:
         report("hnsw built")
-    tick = _counter(on_progress, 2 * size, size)
+    tick = counter(on_progress, 2 * size, size)
     if on_progress is not None:
         on_progress(size, 2 * size)
     index.hnsw.efSearch = max(check_positive_int("ef_search", ef_search), wanted + 1)

@@ -9,11 +9,11 @@ for bare vectors, openTSNE searches them itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from galleria._progress import Progress
 from galleria._validation import check_choice
 
 __all__ = ["MAP_METHODS", "map_neighbors", "project_vectors"]
@@ -24,8 +24,6 @@ MAP_METHODS = ("auto", "tsne", "pca")
 TSNE_NEIGHBORS = 90
 #: t-SNE iterations between two progress reports (each report makes openTSNE compute its error).
 TSNE_REPORT_EVERY = 50
-#: ``on_progress(done, total)``: work finished so far (rows of the graph, iterations of t-SNE).
-Progress = Callable[[int, int], None]
 
 
 class _Iterations:

@@ -269,6 +269,16 @@ def _from_file(
     return GalleryMap(_state(prints, checks), out, method, int(new.size))
 
 
+def _phases(on_progress: Callable[[str, int, int], None] | None) -> tuple[Any, Any]:
+    """``on_progress`` split into the two phases' ``(done, total)`` reporters (None, None without it)."""
+    if on_progress is None:
+        return None, None
+    graph, tsne = MAP_PHASES
+    return (lambda done, total: on_progress(graph, done, total)), (
+        lambda done, total: on_progress(tsne, done, total)
+    )
+
+
 def gallery_map(
     store: InMemoryImageEmbeddingStore,
     *,
@@ -320,16 +330,7 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
-        graph_progress = tsne_progress = None
-        if on_progress is not None:
-            report = on_progress
-
-            def graph_progress(done: int, total: int) -> None:
-                report("neighbour graph", done, total)
-
-            def tsne_progress(done: int, total: int) -> None:
-                report("t-SNE", done, total)
-
+        graph_progress, tsne_progress = _phases(on_progress)
         neighbors = map_neighbors(store, rows, method, graph_progress)  # the store's graph, for t-SNE
         coordinates, used = project_vectors(
             vectors,

@@ -253,8 +253,9 @@ class PhaseProgress:
     >>> with PhaseProgress("map", {"graph": "img"}, make=lambda total, text, unit: LineProgress(
     ...         total, text, unit, every=0.0, stream=out)) as reporter:
     ...     reporter("graph", 5, 10); reporter("graph", 10, 10)
-    >>> out.getvalue().splitlines()[-1].endswith("10/10 img (100%) - done")
-    True
+    >>> last = out.getvalue().splitlines()[-1]
+    >>> last.startswith("map: graph: 10/10 img (100%)"), last.endswith(" - done")
+    (True, True)
     """
 
     def __init__(

@@ -30,23 +30,24 @@ __all__ = [
     "progress",
 ]
 
-#: ``on_progress(done, total)``: a long computation's work finished so far, and the work to do.
-Progress = Callable[[int, int], None]
+#: ``on_progress(phase, done, total)``: the phase a long computation is in, the work of that phase
+#: finished so far and the phase's work to do (:class:`PhaseProgress` shows it).
+Progress = Callable[[str, int, int], None]
 
 #: Seconds between two progress lines off a terminal.
 LINE_EVERY = 5.0
 
 
-def counter(on_progress: Progress | None, total: int, start: int = 0) -> Callable[[int], None] | None:
-    """A ``count(n)`` that reports ``start`` plus everything counted so far, with ``total``, to
+def counter(on_progress: Progress | None, phase: str, total: int) -> Callable[[int], None] | None:
+    """A ``count(n)`` that reports everything counted so far in ``phase``, with ``total``, to
     ``on_progress``; None when ``on_progress`` is."""
     if on_progress is None:
         return None
-    done = [start]
+    done = [0]
 
     def count(n: int) -> None:
         done[0] += n
-        on_progress(done[0], total)
+        on_progress(phase, done[0], total)
 
     return count
 
@@ -242,7 +243,8 @@ class PhaseProgress:
 
     Called as ``reporter(phase, done, total)`` (``done`` counted from the phase's start), it opens
     the phase's reporter, described ``PREFIX: PHASE`` and counting ``units[phase]``, at the phase's
-    first call, and closes the one before. Used as a context manager it closes the last one, as
+    first call (``default_unit`` for a phase ``units`` does not name), and closes the one before.
+    Used as a context manager it closes the last one, as
     :class:`LineProgress` does: ``- done``, or ``- interrupted`` / ``- stopped`` when an exception
     ends the job. Phases never reported print nothing.
 
@@ -263,11 +265,13 @@ class PhaseProgress:
         prefix: str,
         units: dict[str, str] | None = None,
         *,
+        default_unit: str = "img",
         enabled: bool = True,
         make: Callable[[int | None, str, str], Any] | None = None,
     ) -> None:
         self._prefix = prefix
         self._units = dict(units or {})
+        self._default_unit = default_unit
         self._make = (
             make
             if make is not None
@@ -282,7 +286,9 @@ class PhaseProgress:
             self._finish(None)
             self._phase = phase
             self._done = 0
-            self._bar = self._make(total, f"{self._prefix}: {phase}", self._units.get(phase, "step"))
+            self._bar = self._make(
+                total, f"{self._prefix}: {phase}", self._units.get(phase, self._default_unit)
+            )
         if total is not None and self._bar.total != total:
             self._bar.total = total
         if done > self._done:

@@ -390,11 +390,17 @@ def test_graph_shows_progress_and_an_interrupted_graph_does_not_say_done(
     store = _vector_store(tmp_path)
     code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--sample", "20")
     assert code == 0, err
-    build = _lines(err, "graph: build: ")
-    assert build[-1].startswith("graph: build: 60/60 img (100%)") and build[-1].endswith(" - done"), err
+    build = _lines(err, "graph: neighbour graph: ")
+    assert build[-1].startswith("graph: neighbour graph: 60/60 img (100%)"), err
+    assert build[-1].endswith(" - done")
     recall = _lines(err, "graph: recall against exact: ")
     assert recall[-1].startswith("graph: recall against exact: 20/20 img (100%)"), err
     assert recall[-1].endswith(" - done")
+    code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--method", "hnsw", "--rebuild")
+    assert code == 0, err  # HNSW: its build, then its search, each over the images
+    assert _lines(err, "graph: HNSW build: ")[-1].startswith("graph: HNSW build: 60/60 img (100%)"), err
+    assert _lines(err, "graph: HNSW search: ")[-1].startswith("graph: HNSW search: 60/60 img (100%)")
+    assert err.index("graph: HNSW build: ") < err.index("graph: HNSW search: ")
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         tick = kwargs.get("tick", args[6] if len(args) > 6 else None)
@@ -404,6 +410,7 @@ def test_graph_shows_progress_and_an_interrupted_graph_does_not_say_done(
     monkeypatch.setattr(neighbor_graph, "_neighbours_among", interrupted)
     code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--rebuild")
     assert code == 130, err
-    build = _lines(err, "graph: build: ")
-    assert build[-1].startswith("graph: build: 25/60 img (42%)") and build[-1].endswith(" - interrupted")
+    build = _lines(err, "graph: neighbour graph: ")
+    assert build[-1].startswith("graph: neighbour graph: 25/60 img (42%)")
+    assert build[-1].endswith(" - interrupted")
     assert "done" not in err and not _lines(err, "graph: recall")

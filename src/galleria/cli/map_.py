@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from galleria._progress import PhaseProgress
-    from galleria.store.gallery_map import MAP_PHASES, gallery_map, map_file_for
+    from galleria.store.gallery_map import MAP_UNITS, gallery_map, map_file_for
 
     store = load_store(args, args.store)
     side = map_file_for(args.store)
     if args.rebuild and os.path.exists(side):
         os.remove(side)
     start = time.perf_counter()
-    with PhaseProgress("map", MAP_PHASES, enabled=not args.json) as reporter:  # graph, then t-SNE
+    with PhaseProgress("map", MAP_UNITS, enabled=not args.json) as reporter:  # graph, then t-SNE
         result = gallery_map(store, method=args.method, store_file=args.store, on_progress=reporter)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

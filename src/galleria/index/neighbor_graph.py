@@ -20,8 +20,10 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
   than ``k + 1`` items). The candidates' distances are the exact ones, so the only approximation
   is a true neighbour lying outside the probed cells. Cost about n·probes·cell_size·d.
 
-Each builder takes an optional ``on_progress(done, total)``, called with the rows finished so far
-(``hnsw`` counts its HNSW build as the first ``n`` of ``2·n``), for a progress bar.
+Each builder takes an optional ``on_progress(phase, done, total)`` for a progress bar, called with
+the rows finished so far: phase :data:`GRAPH_PHASE` for ``exact`` and ``ivf``; ``hnsw`` reports
+its HNSW build (:data:`HNSW_BUILD`, rows added, :data:`HNSW_ADD_ROWS` at a time) and then its search
+(:data:`HNSW_SEARCH`).
 
 ``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``hnsw`` above. ``ivf`` is cheaper per
 item but misses more neighbours of items near a cell's border (benchmarks/experiments/bench_graph.py
@@ -43,6 +45,9 @@ from galleria.distances import pairwise_distances
 __all__ = [
     "BLOCK_ELEMENTS",
     "EXACT_LIMIT",
+    "GRAPH_PHASE",
+    "HNSW_BUILD",
+    "HNSW_SEARCH",
     "MAX_GRAPH_K",
     "METHODS",
     "approximate_graph",
@@ -62,6 +67,12 @@ BLOCK_ELEMENTS = 1 << 24
 MAX_GRAPH_K = 4096
 #: The ways a graph can be built.
 METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
+#: The phases the builders report to ``on_progress`` (rows, each).
+GRAPH_PHASE = "neighbour graph"
+HNSW_BUILD = "HNSW build"
+HNSW_SEARCH = "HNSW search"
+#: Rows added to the HNSW graph at once (a gallery up to this size is added in one call).
+HNSW_ADD_ROWS = 65536
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
 CELL_SIZE = 1024
 PROBES = 8
@@ -185,7 +196,7 @@ def exact_graph(
     size = array.shape[0]
     chosen = np.arange(size, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     everything = np.arange(size, dtype=np.int64)
-    tick = counter(on_progress, chosen.size)
+    tick = counter(on_progress, GRAPH_PHASE, chosen.size)
     return _neighbours_among(array, chosen, everything, wanted, space, block_elements, tick)
 
 
@@ -238,7 +249,7 @@ def approximate_graph(
     sizes = np.diff(starts)
     between = pairwise_distances(centroids, centroids, "l2")
     np.fill_diagonal(between, -1.0)  # a cell probes itself first
-    tick = counter(on_progress, size)
+    tick = counter(on_progress, GRAPH_PHASE, size)
     for cell in np.flatnonzero(sizes):
         nearest = np.argsort(between[cell], kind="stable")
         enough = int(np.searchsorted(np.cumsum(sizes[nearest]), wanted + 1)) + 1
@@ -291,7 +302,7 @@ def hnsw_graph(
     them, up to float32 rounding) and are sorted by (distance, id), the item itself left out. Same
     result layout as :func:`exact_graph`. HNSW is built by several threads, so two builds may differ
     in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes;
-    ``on_progress`` counts the HNSW build as the first ``n`` rows of ``2·n``, then the rows searched.
+    ``on_progress`` gets the rows added (:data:`HNSW_ADD_ROWS` at a time), then the rows searched.
     """
     import faiss
 
@@ -304,12 +315,14 @@ def hnsw_graph(
     metric = faiss.METRIC_L2 if space == "l2" else faiss.METRIC_INNER_PRODUCT
     index = faiss.IndexHNSWFlat(dim, check_positive_int("m", m), metric)
     index.hnsw.efConstruction = check_positive_int("ef_construction", ef_construction)
-    index.add(array)
+    added = counter(on_progress, HNSW_BUILD, size)
+    for begin in range(0, size, HNSW_ADD_ROWS):  # faiss adds to an HNSW graph incrementally
+        index.add(array[begin : begin + HNSW_ADD_ROWS])
+        if added is not None:
+            added(min(HNSW_ADD_ROWS, size - begin))
     if report is not None:
         report("hnsw built")
-    tick = counter(on_progress, 2 * size, size)
-    if on_progress is not None:
-        on_progress(size, 2 * size)
+    tick = counter(on_progress, HNSW_SEARCH, size)
     index.hnsw.efSearch = max(check_positive_int("ef_search", ef_search), wanted + 1)
     for begin in range(0, size, block_rows):
         rows = np.arange(begin, min(size, begin + block_rows), dtype=np.int64)
@@ -327,7 +340,7 @@ def build_graph(
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """``(ids, distances, method used)``: ``auto`` is exact up to :data:`EXACT_LIMIT` items, HNSW above.
 
-    ``on_progress(done, total)`` (optional) follows the build (module docstring)."""
+    ``on_progress(phase, done, total)`` (optional) follows the build (module docstring)."""
     chosen = check_choice("method", method, METHODS)
     size = np.shape(vectors)[0]
     if chosen == "auto":

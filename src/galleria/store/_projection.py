@@ -16,7 +16,7 @@ import numpy as np
 from galleria._progress import Progress
 from galleria._validation import check_choice
 
-__all__ = ["MAP_METHODS", "map_neighbors", "project_vectors"]
+__all__ = ["MAP_METHODS", "TSNE_PHASE", "map_neighbors", "project_vectors"]
 
 #: ``auto``: t-SNE when openTSNE is installed (``galleria[map]``), else PCA.
 MAP_METHODS = ("auto", "tsne", "pca")
@@ -24,6 +24,8 @@ MAP_METHODS = ("auto", "tsne", "pca")
 TSNE_NEIGHBORS = 90
 #: t-SNE iterations between two progress reports (each report makes openTSNE compute its error).
 TSNE_REPORT_EVERY = 50
+#: The phase t-SNE's optimisation reports to ``on_progress`` (iterations).
+TSNE_PHASE = "t-SNE"
 
 
 class _Iterations:
@@ -36,7 +38,7 @@ class _Iterations:
 
     def __call__(self, iteration: int, error: float, embedding: Any) -> bool:
         self._done = min(self._total, self._done + TSNE_REPORT_EVERY)
-        self._on_progress(self._done, self._total)
+        self._on_progress(TSNE_PHASE, self._done, self._total)
         return False  # never stops the optimisation
 
 
@@ -116,8 +118,8 @@ def project_vectors(
 
     ``neighbors`` (t-SNE only): each row's nearest other rows and their distances, ``(ids,
     distances)`` of shape (n, k), as :func:`map_neighbors` gives them; None lets openTSNE search.
-    ``on_progress(done, total)`` (t-SNE only) follows the optimisation's iterations; it never
-    changes the map.
+    ``on_progress(phase, done, total)`` (t-SNE only) follows the optimisation's iterations (phase
+    :data:`TSNE_PHASE`); it never changes the map.
 
     ``auto`` uses t-SNE when openTSNE is installed and there are at least 10 vectors, PCA otherwise;
     ``tsne`` without openTSNE raises ImportError naming the extra.

@@ -44,13 +44,13 @@ from galleria._files import atomic_path, load_json, open_regular_file
 from galleria._validation import check_choice
 from galleria._warnings import GalleriaWarning
 from galleria.distances import pairwise_distances
-from galleria.store._projection import MAP_METHODS, map_neighbors, project_vectors
+from galleria.store._projection import MAP_METHODS, TSNE_PHASE, map_neighbors, project_vectors
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
     "MAP_METHODS",
-    "MAP_PHASES",
     "MAP_SUFFIX",
+    "MAP_UNITS",
     "GalleryMap",
     "MapFileWarning",
     "gallery_map",
@@ -73,8 +73,8 @@ PLACE_NEIGHBORS = 5
 CHECK_TOLERANCE = 1e-3
 #: Bytes per item in a map file: key (8), vector check (4), x and y (4 each).
 _ITEM_BYTES = 20
-#: The phases :func:`gallery_map` reports to its ``on_progress``, and what each counts.
-MAP_PHASES: dict[str, str] = {"neighbour graph": "img", "t-SNE": "iteration"}
+#: What the phases :func:`gallery_map` reports count, where it is not images.
+MAP_UNITS: dict[str, str] = {TSNE_PHASE: "iteration"}
 #: Threads the projection uses at most.
 MAP_THREADS = max(1, min(4, os.cpu_count() or 1))
 
@@ -269,16 +269,6 @@ def _from_file(
     return GalleryMap(_state(prints, checks), out, method, int(new.size))
 
 
-def _phases(on_progress: Callable[[str, int, int], None] | None) -> tuple[Any, Any]:
-    """``on_progress`` split into the two phases' ``(done, total)`` reporters (None, None without it)."""
-    if on_progress is None:
-        return None, None
-    graph, tsne = MAP_PHASES
-    return (lambda done, total: on_progress(graph, done, total)), (
-        lambda done, total: on_progress(tsne, done, total)
-    )
-
-
 def gallery_map(
     store: InMemoryImageEmbeddingStore,
     *,
@@ -296,8 +286,9 @@ def gallery_map(
     than ``auto`` that differs from the kept map's recomputes it.
 
     ``on_progress(phase, done, total)`` (optional) follows a computation: the store's neighbour
-    graph when it is built here (``phase`` ``"neighbour graph"``, rows), then t-SNE's optimisation
-    (``"t-SNE"``, iterations); see :data:`MAP_PHASES`. PCA and a kept map report nothing.
+    graph when it is built here (the phases of :func:`galleria.index.neighbor_graph.build_graph`,
+    rows), then t-SNE's optimisation (``"t-SNE"``, iterations; see :data:`MAP_UNITS`). PCA and a
+    kept map report nothing.
 
     Examples
     --------
@@ -330,8 +321,7 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
-        graph_progress, tsne_progress = _phases(on_progress)
-        neighbors = map_neighbors(store, rows, method, graph_progress)  # the store's graph, for t-SNE
+        neighbors = map_neighbors(store, rows, method, on_progress)  # the store's graph, for t-SNE
         coordinates, used = project_vectors(
             vectors,
             store.space,
@@ -339,7 +329,7 @@ def gallery_map(
             seed=seed,
             threads=MAP_THREADS,
             neighbors=neighbors,
-            on_progress=tsne_progress,
+            on_progress=on_progress,
         )
         result = GalleryMap(_state(*keys), coordinates, used)
     if path is not None and fresh and write is not False:

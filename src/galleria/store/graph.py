@@ -240,7 +240,7 @@ def neighbor_graph(
     *,
     method: str = "auto",
     store_file: Any = None,
-    on_progress: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each gallery item's ``k`` nearest other items: ``(ids, distances)``, two (n, k') arrays.
 
@@ -249,7 +249,7 @@ def neighbor_graph(
     exact up to 100,000 items under ``method="auto"``, HNSW candidates refined exactly above)
     and kept in memory on the store. With ``store_file``, ``STORE.graph`` is read if it holds this
     state's graph and (re)written otherwise; a store loaded by the command line reads it too, but
-    never writes it. The arrays returned are read-only views. ``on_progress(done, total)`` follows
+    never writes it. The arrays returned are read-only views. ``on_progress(phase, done, total)`` follows
     a build (:func:`galleria.index.neighbor_graph.build_graph`); a graph found is not reported.
 
     Examples

@@ -38,16 +38,15 @@ Progress = Callable[[str, int, int], None]
 LINE_EVERY = 5.0
 
 
-def counter(on_progress: Progress | None, phase: str, total: int) -> Callable[[int], None] | None:
+def counter(on_progress: Progress | None, phase: str, total: int) -> Callable[[int], None]:
     """A ``count(n)`` that reports everything counted so far in ``phase``, with ``total``, to
-    ``on_progress``; None when ``on_progress`` is."""
-    if on_progress is None:
-        return None
+    ``on_progress`` (and does nothing when ``on_progress`` is None)."""
     done = [0]
 
     def count(n: int) -> None:
         done[0] += n
-        on_progress(phase, done[0], total)
+        if on_progress is not None:
+            on_progress(phase, done[0], total)
 
     return count
 

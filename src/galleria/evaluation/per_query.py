@@ -91,6 +91,18 @@ __all__ = [
 ]
 
 
+def _configuration_entry(result: ConfigResult) -> dict[str, Any]:
+    """One configuration as ``queries.json`` records it: its name, title, settings and figures."""
+    config = result.config
+    return {
+        "name": config.name,
+        "title": config.title,
+        "settings": config.settings(),
+        "map@100": result.map_at_100,
+        "recall@1": result.recall_at_1,
+    }
+
+
 def query_results(
     query_paths: Sequence[str],
     query_labels: Sequence[Any],
@@ -136,16 +148,7 @@ def query_results(
     for result in results:
         if len(result.average_precisions) != n or len(lists.get(result.config.name, ())) != n:
             raise ValueError(f"configuration {result.config.name!r} does not hold one result per query")
-    configurations = [
-        {
-            "name": result.config.name,
-            "title": result.config.title,
-            "settings": result.config.settings(),
-            "map@100": result.map_at_100,
-            "recall@1": result.recall_at_1,
-        }
-        for result in results
-    ]
+    configurations = [_configuration_entry(result) for result in results]
     before_name, after_name = compared
     queries = []
     for position, (query, label) in enumerate(zip(query_paths, query_labels, strict=True)):

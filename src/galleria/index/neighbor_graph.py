@@ -20,10 +20,9 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
   than ``k + 1`` items). The candidates' distances are the exact ones, so the only approximation
   is a true neighbour lying outside the probed cells. Cost about n·probes·cell_size·d.
 
-Each builder takes an optional ``on_progress(phase, done, total)`` for a progress bar, called with
-the rows finished so far: phase :data:`GRAPH_PHASE` for ``exact`` and ``ivf``; ``hnsw`` reports
-its HNSW build (:data:`HNSW_BUILD`, rows added, :data:`HNSW_ADD_ROWS` at a time) and then its search
-(:data:`HNSW_SEARCH`).
+Each builder takes an optional ``on_progress(phase, done, total)``, given the rows done: phase
+:data:`GRAPH_PHASE` for ``exact`` and ``ivf``; for ``hnsw``, :data:`HNSW_BUILD` (rows added,
+:data:`HNSW_ADD_ROWS` at a time), then :data:`HNSW_SEARCH`.
 
 ``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``hnsw`` above. ``ivf`` is cheaper per
 item but misses more neighbours of items near a cell's border (benchmarks/experiments/bench_graph.py
@@ -45,9 +44,6 @@ from galleria.distances import pairwise_distances
 __all__ = [
     "BLOCK_ELEMENTS",
     "EXACT_LIMIT",
-    "GRAPH_PHASE",
-    "HNSW_BUILD",
-    "HNSW_SEARCH",
     "MAX_GRAPH_K",
     "METHODS",
     "approximate_graph",
@@ -68,9 +64,7 @@ MAX_GRAPH_K = 4096
 #: The ways a graph can be built.
 METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
 #: The phases the builders report to ``on_progress`` (rows, each).
-GRAPH_PHASE = "neighbour graph"
-HNSW_BUILD = "HNSW build"
-HNSW_SEARCH = "HNSW search"
+GRAPH_PHASE, HNSW_BUILD, HNSW_SEARCH = "neighbour graph", "HNSW build", "HNSW search"
 #: Rows added to the HNSW graph at once (a gallery up to this size is added in one call).
 HNSW_ADD_ROWS = 65536
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
@@ -301,9 +295,8 @@ def hnsw_graph(
     Each item's ``k + 1`` HNSW candidates get their exact distances (as :func:`exact_graph` computes
     them, up to float32 rounding) and are sorted by (distance, id), the item itself left out. Same
     result layout as :func:`exact_graph`. HNSW is built by several threads, so two builds may differ
-    in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes;
-    ``on_progress`` gets the rows added (:data:`HNSW_ADD_ROWS` at a time), then the rows searched.
-    """
+    in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes,
+    ``on_progress`` the rows added (:data:`HNSW_ADD_ROWS` at a time), then the rows searched."""
     import faiss
 
     array, wanted = _check_vectors(vectors, k, space)
@@ -318,8 +311,7 @@ def hnsw_graph(
     added = counter(on_progress, HNSW_BUILD, size)
     for begin in range(0, size, HNSW_ADD_ROWS):  # faiss adds to an HNSW graph incrementally
         index.add(array[begin : begin + HNSW_ADD_ROWS])
-        if added is not None:
-            added(min(HNSW_ADD_ROWS, size - begin))
+        added(min(HNSW_ADD_ROWS, size - begin))
     if report is not None:
         report("hnsw built")
     tick = counter(on_progress, HNSW_SEARCH, size)
@@ -328,8 +320,7 @@ def hnsw_graph(
         rows = np.arange(begin, min(size, begin + block_rows), dtype=np.int64)
         _, found = index.search(array[rows], min(size, wanted + 1))
         ids[rows], distances[rows] = _refined(array, rows, found, wanted, space)
-        if tick is not None:
-            tick(rows.size)
+        tick(rows.size)
         if report is not None and (begin // block_rows) % 16 == 15:
             report(f"searched {rows[-1] + 1} of {size}")
     return ids, distances

@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
+
 COLOURS = {"red": (210, 40, 40), "green": (40, 190, 60), "blue": (40, 60, 210)}
 
 
@@ -207,6 +209,7 @@ class _StrictHTML(HTMLParser):
         self.stack.pop()
 
 
+@needs("matplotlib")
 def test_evaluate_writes_a_valid_self_contained_html_report(photos: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     process = ok(

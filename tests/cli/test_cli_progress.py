@@ -414,3 +414,14 @@ def test_graph_shows_progress_and_an_interrupted_graph_does_not_say_done(
     assert build[-1].startswith("graph: neighbour graph: 25/60 img (42%)")
     assert build[-1].endswith(" - interrupted")
     assert "done" not in err and not _lines(err, "graph: recall")
+
+
+def test_a_progress_callback_that_is_not_callable_is_a_type_error_naming_it(tmp_path: Path) -> None:
+    from galleria.store.gallery_map import gallery_map
+    from galleria.store.graph import neighbor_graph
+
+    store = InMemoryImageEmbeddingStore.load_from_disk(_vector_store(tmp_path))
+    with pytest.raises(TypeError, match="on_progress must be callable or None, got 3"):
+        gallery_map(store, method="pca", on_progress=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_progress must be callable or None, got 'x'"):
+        neighbor_graph(store, 5, on_progress="x")  # type: ignore[arg-type]

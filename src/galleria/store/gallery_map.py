@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from galleria._files import atomic_path, load_json, open_regular_file
-from galleria._validation import check_choice
+from galleria._validation import check_callback, check_choice
 from galleria._warnings import GalleriaWarning
 from galleria.distances import pairwise_distances
 from galleria.store._projection import MAP_METHODS, TSNE_PHASE, map_neighbors, project_vectors
@@ -299,6 +299,7 @@ def gallery_map(
     ('pca', (3, 2))
     """
     check_choice("method", method, MAP_METHODS)
+    check_callback("on_progress", on_progress)
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from galleria._files import atomic_path, load_json, open_regular_file
-from galleria._validation import check_positive_int
+from galleria._validation import check_callback, check_positive_int
 from galleria._warnings import GalleriaWarning
 from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -262,6 +262,7 @@ def neighbor_graph(
     ([1, 0, 1], [1.0, 1.0, 4.0])
     """
     requested = wanted = check_positive_int("k", k)
+    check_callback("on_progress", on_progress)
     if wanted > MAX_GRAPH_K:
         raise ValueError(f"k must be at most {MAX_GRAPH_K}, got {k!r}")
     if method not in METHODS:

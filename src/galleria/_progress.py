@@ -2,9 +2,11 @@
 
 A bar that redraws itself is unreadable in a log file or a CI console, and nothing at all for minutes
 is worse; so off a terminal :func:`progress` prints ``DESCRIPTION: N/TOTAL UNIT (P%), R UNIT/s, about
-T left`` at most every :data:`LINE_EVERY` seconds, and a last line at the end when it printed any.
-Work that ends within the first interval prints nothing (so a quick command, or a one-line error,
-stays as it was). ``TQDM_DISABLE=1`` silences both forms.
+T left`` at most every :data:`LINE_EVERY` seconds, and a last line at the end when it printed any:
+``... - done`` when the work finished, ``... - interrupted`` after Ctrl-C and ``... - stopped`` after
+an error (a reporter used as a context manager knows which). Work that ends within the first interval
+prints nothing (so a quick command, or a one-line error, stays as it was). ``TQDM_DISABLE=1``
+silences both forms. :class:`PhaseProgress` gives one such reporter per phase of a longer job.
 """
 
 from __future__ import annotations
@@ -17,10 +19,44 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["LINE_EVERY", "BatchPacer", "LineProgress", "progress"]
+__all__ = [
+    "LINE_EVERY",
+    "BatchPacer",
+    "LineProgress",
+    "PhaseProgress",
+    "Progress",
+    "counter",
+    "ending",
+    "progress",
+]
+
+#: ``on_progress(phase, done, total)``: the phase a long computation is in, the work of that phase
+#: finished so far and the phase's work to do (:class:`PhaseProgress` shows it).
+Progress = Callable[[str, int, int], None]
 
 #: Seconds between two progress lines off a terminal.
 LINE_EVERY = 5.0
+
+
+def counter(on_progress: Progress | None, phase: str, total: int) -> Callable[[int], None]:
+    """A ``count(n)`` that reports everything counted so far in ``phase``, with ``total``, to
+    ``on_progress`` (and does nothing when ``on_progress`` is None)."""
+    done = [0]
+
+    def count(n: int) -> None:
+        done[0] += n
+        if on_progress is not None:
+            on_progress(phase, done[0], total)
+
+    return count
+
+
+def ending(kind: type[BaseException] | None) -> str:
+    """The last word of a progress line: ``done``, or why the work ended early (``kind``, the
+    exception that ended it: ``interrupted`` for Ctrl-C, ``stopped`` for anything else)."""
+    if kind is None:
+        return "done"
+    return "interrupted" if issubclass(kind, KeyboardInterrupt) else "stopped"
 
 
 def _duration(seconds: float) -> str:
@@ -92,19 +128,19 @@ class LineProgress:
             self._last = now
             self._printed = True
 
-    def close(self) -> None:
-        """Print the final count if any line was printed (idempotent)."""
+    def close(self, end: str = "done") -> None:
+        """Print the final count, ending ``- END``, if any line was printed (idempotent)."""
         if self._closed:
             return
         self._closed = True
         if self._printed:
-            print(self._line(time.monotonic()) + " - done", file=self._stream, flush=True)
+            print(f"{self._line(time.monotonic())} - {end}", file=self._stream, flush=True)
 
     def __enter__(self) -> LineProgress:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(ending(kind))  # never "done" when an exception ends the work
 
 
 def _terminal_columns() -> int:
@@ -199,3 +235,72 @@ class BatchPacer:
             self.seconds_per_item = (time.monotonic() - started) / size
         for _ in range(size - counted - ticked[0]):
             self.advance(1)
+
+
+class PhaseProgress:
+    """Progress through the named phases of one job: a :func:`progress` reporter per phase.
+
+    Called as ``reporter(phase, done, total)`` (``done`` counted from the phase's start), it opens
+    the phase's reporter, described ``PREFIX: PHASE`` and counting ``units[phase]``, at the phase's
+    first call (``default_unit`` for a phase ``units`` does not name), and closes the one before.
+    Used as a context manager it closes the last one, as
+    :class:`LineProgress` does: ``- done``, or ``- interrupted`` / ``- stopped`` when an exception
+    ends the job. Phases never reported print nothing.
+
+    Examples
+    --------
+    >>> import io
+    >>> out = io.StringIO()
+    >>> with PhaseProgress("map", {"graph": "img"}, make=lambda total, text, unit: LineProgress(
+    ...         total, text, unit, every=0.0, stream=out)) as reporter:
+    ...     reporter("graph", 5, 10); reporter("graph", 10, 10)
+    >>> last = out.getvalue().splitlines()[-1]
+    >>> last.startswith("map: graph: 10/10 img (100%)"), last.endswith(" - done")
+    (True, True)
+    """
+
+    def __init__(
+        self,
+        prefix: str,
+        units: dict[str, str] | None = None,
+        *,
+        default_unit: str = "img",
+        enabled: bool = True,
+        make: Callable[[int | None, str, str], Any] | None = None,
+    ) -> None:
+        self._prefix = prefix
+        self._units = dict(units or {})
+        self._default_unit = default_unit
+        self._make = (
+            make
+            if make is not None
+            else (lambda total, text, unit: progress(total, text, unit, enabled=enabled))
+        )
+        self._phase: str | None = None
+        self._bar: Any = None
+        self._done = 0
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if phase != self._phase:
+            self._finish(None)
+            self._phase = phase
+            self._done = 0
+            self._bar = self._make(
+                total, f"{self._prefix}: {phase}", self._units.get(phase, self._default_unit)
+            )
+        if total is not None and self._bar.total != total:
+            self._bar.total = total
+        if done > self._done:
+            self._bar.update(done - self._done)
+            self._done = done
+
+    def _finish(self, kind: type[BaseException] | None) -> None:
+        bar, self._bar, self._phase = self._bar, None, None
+        if bar is not None:
+            bar.__exit__(kind, None, None)
+
+    def __enter__(self) -> PhaseProgress:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self._finish(kind)

@@ -62,7 +62,7 @@ def test_search_prints_stored_paths_escaped(
     no_control_characters(out)
     assert "\\x1b]0;PWNED\\x07a.png" in out and "\\u202e" in out
     lines = out.strip().splitlines()
-    assert len(lines) == 5  # the query line and four results: the newline forged none
+    assert len(lines) == 6  # the query line, the header and four results: the newline forged none
     assert sum("/etc/forged.png" in line for line in lines) == 1 and "\\n" in out
 
 

@@ -191,7 +191,9 @@ def test_search_keeps_the_label_folder_and_file_name_readable(
         capsys, "search", str(store_file), "--image", str(deep / "dog" / "00.png"), "-k", "3"
     )
     assert code == 0, err
-    results = [line for line in out.splitlines() if line.startswith("  ")]
-    assert len(results) == 3 and all(len(line) <= 49 for line in results)
-    assert results[0].endswith("…/dog/00.png") or results[0].endswith("/photos/dog/00.png")
-    assert all("/dog/" in line or "/tabby-cat/" in line for line in results)
+    lines = out.splitlines()
+    assert lines[1] == "rank  distance  path"  # a header names the columns
+    results = [line for line in lines if line.startswith("  ")]
+    assert len(results) == 3 and results[0].endswith(f"  {deep / 'dog' / '00.png'}")  # whole, past 50
+    assert all(f"{deep}/dog/" in line or f"{deep}/tabby-cat/" in line for line in results)
+    assert "…" not in out

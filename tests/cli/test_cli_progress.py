@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -266,3 +267,161 @@ def test_loading_torch_and_the_model_is_announced_on_a_terminal(monkeypatch: pyt
     monkeypatch.setattr(sys, "stderr", quiet)
     make_embedder("timm:resnet18:random", device="cpu")
     assert quiet.getvalue() == ""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The last line says how the work ended: "done" only when it finished.
+
+
+@pytest.mark.parametrize(("error", "end"), [(KeyboardInterrupt, "interrupted"), (RuntimeError, "stopped")])
+def test_an_interrupted_line_progress_never_says_done(error: type[BaseException], end: str) -> None:
+    out = io.StringIO()
+    with pytest.raises(error), LineProgress(10, "building gallery", "img", every=0.0, stream=out) as bar:
+        bar.update(4)
+        raise error()
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("building gallery: 4/10 img (40%)") and last.endswith(f" - {end}")
+    assert "done" not in out.getvalue()
+
+
+def test_an_interrupted_build_does_not_say_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C in the middle of ``build`` (simulated: the embedder's third batch raises it)."""
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)
+    batches = [0]
+    embed = PixelEmbedder.embed
+
+    def interrupted(self: PixelEmbedder, images: list[np.ndarray]) -> np.ndarray:
+        batches[0] += 1
+        if batches[0] == 3:
+            raise KeyboardInterrupt
+        return embed(self, images)
+
+    monkeypatch.setattr(PixelEmbedder, "embed", interrupted)
+    folder = _photos(tmp_path / "g")
+    args = ("build", str(folder), "--out", str(tmp_path / "s.safetensors"), "--batch-size", "2")
+    code, _, err = _run(capsys, *args, "--workers", "1")
+    assert code == 130, err
+    lines = [line for line in err.splitlines() if line.startswith("building gallery: ")]
+    assert lines and lines[-1].endswith(" - interrupted"), err
+    assert not any(line.endswith("- done") for line in lines)
+    assert "/10 img (100%)" not in err and err.rstrip().endswith("galleria: interrupted")
+
+
+def _vector_store(tmp_path: Path, count: int = 60) -> Path:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 8))
+    vectors = centres[np.arange(count) % 4] + 0.1 * rng.normal(size=(count, 8))
+    store = InMemoryImageEmbeddingStore.from_embeddings([f"/g/{i:03d}.png" for i in range(count)], vectors)
+    file = tmp_path / "v.safetensors"
+    store.save_to_disk(file)
+    return file
+
+
+def _lines(err: str, prefix: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith(prefix)]
+
+
+def test_map_shows_the_progress_of_the_graph_and_of_tsne(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("openTSNE", reason="the map extra (galleria[map]) is not installed")
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)
+    store = _vector_store(tmp_path)
+    code, out, err = _run(capsys, "map", str(store))
+    assert code == 0, err
+    graph = _lines(err, "map: neighbour graph: ")
+    assert graph and graph[-1].startswith("map: neighbour graph: 60/60 img (100%)"), err
+    assert graph[-1].endswith(" - done")
+    tsne = _lines(err, "map: t-SNE: ")
+    assert [line.split()[2] for line in tsne[:3]] == ["50/750", "100/750", "150/750"], err
+    assert tsne[-1].startswith("map: t-SNE: 750/750 iteration (100%)") and tsne[-1].endswith(" - done")
+    assert err.index("map: neighbour graph: ") < err.index("map: t-SNE: ")  # the graph comes first
+    assert out.startswith("map of 60 images (tsne)")
+    # Progress never changes the map: the same coordinates as a map drawn without it.
+    from galleria.store.gallery_map import gallery_map, read_map_file
+
+    _, _, kept, _ = read_map_file(str(store) + ".map", 60)
+    again = gallery_map(InMemoryImageEmbeddingStore.load_from_disk(store), method="tsne")
+    assert np.array_equal(kept, again.coordinates)
+    # A kept map is reused: no phase to show.
+    code, _, err = _run(capsys, "map", str(store))
+    assert code == 0 and "map: " not in err, err
+
+
+def test_an_interrupted_map_does_not_say_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during t-SNE (simulated at its 300th iteration): the graph is done, t-SNE is not."""
+    pytest.importorskip("openTSNE", reason="the map extra (galleria[map]) is not installed")
+    import galleria.store._projection as projection
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)
+    counting = projection._Iterations.__call__
+
+    def interrupted(self: Any, iteration: int, error: float, embedding: Any) -> bool:
+        result = counting(self, iteration, error, embedding)
+        if self._done >= 300:
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(projection._Iterations, "__call__", interrupted)
+    store = _vector_store(tmp_path)
+    code, out, err = _run(capsys, "map", str(store))
+    assert code == 130 and out == "", err
+    assert _lines(err, "map: neighbour graph: ")[-1].endswith(" - done")
+    tsne = _lines(err, "map: t-SNE: ")
+    assert tsne[-1].startswith("map: t-SNE: 300/750 iteration (40%)") and tsne[-1].endswith(" - interrupted")
+    assert not any(line.endswith("- done") for line in tsne)
+    assert not Path(str(store) + ".map").exists()
+
+
+def test_graph_shows_progress_and_an_interrupted_graph_does_not_say_done(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import galleria.index.neighbor_graph as neighbor_graph
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(progress_module, "LINE_EVERY", 0.0)
+    store = _vector_store(tmp_path)
+    code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--sample", "20")
+    assert code == 0, err
+    build = _lines(err, "graph: neighbour graph: ")
+    assert build[-1].startswith("graph: neighbour graph: 60/60 img (100%)"), err
+    assert build[-1].endswith(" - done")
+    recall = _lines(err, "graph: recall against exact: ")
+    assert recall[-1].startswith("graph: recall against exact: 20/20 img (100%)"), err
+    assert recall[-1].endswith(" - done")
+    code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--method", "hnsw", "--rebuild")
+    assert code == 0, err  # HNSW: its build, then its search, each over the images
+    assert _lines(err, "graph: HNSW build: ")[-1].startswith("graph: HNSW build: 60/60 img (100%)"), err
+    assert _lines(err, "graph: HNSW search: ")[-1].startswith("graph: HNSW search: 60/60 img (100%)")
+    assert err.index("graph: HNSW build: ") < err.index("graph: HNSW search: ")
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        tick = kwargs.get("tick", args[6] if len(args) > 6 else None)
+        tick(25)  # a part of the rows, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(neighbor_graph, "_neighbours_among", interrupted)
+    code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--rebuild")
+    assert code == 130, err
+    build = _lines(err, "graph: neighbour graph: ")
+    assert build[-1].startswith("graph: neighbour graph: 25/60 img (42%)")
+    assert build[-1].endswith(" - interrupted")
+    assert "done" not in err and not _lines(err, "graph: recall")
+
+
+def test_a_progress_callback_that_is_not_callable_is_a_type_error_naming_it(tmp_path: Path) -> None:
+    from galleria.store.gallery_map import gallery_map
+    from galleria.store.graph import neighbor_graph
+
+    store = InMemoryImageEmbeddingStore.load_from_disk(_vector_store(tmp_path))
+    with pytest.raises(TypeError, match="on_progress must be callable or None, got 3"):
+        gallery_map(store, method="pca", on_progress=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_progress must be callable or None, got 'x'"):
+        neighbor_graph(store, 5, on_progress="x")  # type: ignore[arg-type]

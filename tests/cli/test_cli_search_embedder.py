@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-pa = pytest.importorskip("pyarrow")
+from _support.extras import need
+
+pa = need("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-pytest.importorskip("sklearn")
+need("sklearn")
 
 from galleria import InMemoryImageEmbeddingStore  # noqa: E402
 from galleria.cli import main  # noqa: E402

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
 from galleria.cli import main
 from galleria.embedders.pixel import PixelEmbedder
 
@@ -95,6 +96,7 @@ def test_store_mode_refuses_embedding_options(store: Path, capsys: pytest.Captur
     assert "--settings does not apply to --protocol metric-learning" in line
 
 
+@needs("optuna")
 def test_relative_folders_work(
     folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +110,7 @@ def test_relative_folders_work(
     assert code == 0, err
 
 
+@needs("optuna")
 def test_settings_record_their_split_and_evaluate_refuses_others(
     folder: Path,
     store: Path,
@@ -143,6 +146,7 @@ def test_settings_record_their_split_and_evaluate_refuses_others(
         assert message in _refused(capsys, "evaluate", str(store), "--settings", str(tuned), *extra)
 
 
+@needs("optuna")
 def test_settings_from_another_gallery_or_holding_the_test_queries(
     folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

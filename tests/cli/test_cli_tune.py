@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
 from galleria.cli import main
 
 COLOURS = {"red": (200, 40, 40), "green": (40, 190, 60), "blue": (40, 60, 210)}
@@ -34,6 +35,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, captured.out, captured.err
 
 
+@needs("optuna")
 def test_tune_then_evaluate_and_search_with_the_settings(
     folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -268,6 +270,7 @@ def test_rerank_preset_errors(
     assert code != 0 and message in stderr
 
 
+@needs("optuna")
 @pytest.mark.parametrize("guard", ["recall@1", "none"])
 def test_tune_records_its_guard(
     folder: Path, tmp_path: Path, guard: str, capsys: pytest.CaptureFixture[str]

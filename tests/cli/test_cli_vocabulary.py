@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
 from galleria.cli import COMMANDS, build_parser, main
 from galleria.cli._options import DEFAULT_POOL, rerank_settings
 
@@ -36,6 +37,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, captured.out, captured.err
 
 
+@needs("matplotlib")
 def test_old_spellings_warn_once_and_mean_the_same(
     folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -79,6 +81,7 @@ def test_evaluate_scores_protocol_and_space_names(tmp_path: Path, capsys: pytest
     assert code == 2 and "--space does not apply to --protocol retrieval" in err
 
 
+@needs("optuna")
 def test_tune_validation_spellings(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ("tune", str(folder), "--trials", "1", "--splits", "1", "--methods", "plain", "--workers", "1")
     documents = []

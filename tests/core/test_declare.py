@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from _support.extras import needs
 from galleria import PluginWarning
 from galleria._declare import PLUGIN_API_VERSION, Component, DeclarationError, Param, Space
 from galleria._plugins import clear_cache, merge_components, plugin_components
@@ -156,6 +157,7 @@ def test_cli_choices_and_help_are_derived(capsys: pytest.CaptureFixture[str]) ->
     assert "paper: 20" in text  # --k1's paper value, read from k-reciprocal's declaration
 
 
+@needs("optuna")
 def test_the_tuner_searches_the_declared_space() -> None:
     import optuna
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
 from galleria.cli import main
 from galleria.cli._common import print_json
 from galleria.viewer.text import format_score
@@ -75,6 +76,10 @@ def test_every_command_prints_strict_json(
     run_json(
         capsys, "evaluate-scores", "--scores", str(scores), "--ground-truth", str(truth), "--ks", "1", "5"
     )
+
+
+@needs("optuna")
+def test_tune_prints_strict_json(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     settings = tmp_path / "tuned.json"
     run_json(
         capsys, "tune", str(folder), "--out", str(settings), "--trials", "2", "--splits", "2",

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
+from _support.extras import needs
 from galleria.datasets import (
     DIGITS_COUNT,
     IMAGE_EXTENSIONS,
@@ -258,6 +259,7 @@ def digits_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+@needs("sklearn")
 def test_digits_folder_layout_and_content(digits_cache: Path) -> None:
     from sklearn.datasets import load_digits
 
@@ -286,6 +288,7 @@ def test_digits_folder_layout_and_content(digits_cache: Path) -> None:
     assert np.array_equal(pixels[3::4, 3::4, 0], expected)
 
 
+@needs("sklearn")
 def test_digits_folder_is_idempotent(digits_cache: Path) -> None:
     folder = digits_folder(digits_cache)
     marker = folder / MARKER_NAME
@@ -304,6 +307,7 @@ def test_digits_folder_refuses_a_foreign_folder(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["digits"]
 
 
+@needs("sklearn")
 def test_digits_folder_fills_an_empty_folder_and_uses_the_env_var(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _support.extras import needs
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
 
 
+@needs("sklearn")
 def test_quickstart_example_runs(tmp_path: Path) -> None:
     env = {**os.environ, "GALLERIA_CACHE_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(

@@ -21,6 +21,7 @@ import pytest
 from PIL import Image
 
 import galleria
+from _support.extras import installed, need
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "examples" / "plugin"
@@ -35,9 +36,25 @@ def _run(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str
     )
 
 
+def _need_a_wheel_builder() -> None:
+    """Skip where pip cannot build the plugin without build isolation: it needs setuptools' own
+    ``bdist_wheel`` (setuptools 70.1 and later) or the ``wheel`` package."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(part) for part in version("setuptools").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        major, minor = 0, 0
+    if (major, minor) < (70, 1) and not installed("wheel"):
+        pytest.skip(
+            "building the example plugin needs setuptools >= 70.1 or the wheel package (pip install wheel)"
+        )
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv seeing this interpreter's packages (the galleria under test first), plugin installed."""
+    _need_a_wheel_builder()
     where = tmp_path_factory.mktemp("venv")
     subprocess.run(
         [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where / "env")],
@@ -130,8 +147,8 @@ def test_evaluate_search_and_tune_run_the_plugin(venv: Path, gallery: Path, tmp_
 
 
 def test_the_http_api_answers_with_the_plugin(venv: Path, gallery: Path, tmp_path: Path) -> None:
-    pytest.importorskip("fastapi")
-    pytest.importorskip("httpx")
+    need("fastapi")
+    need("httpx")
     script = f"""
 import json
 from fastapi.testclient import TestClient

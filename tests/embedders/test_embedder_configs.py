@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import galleria.embedders._hub as hub
+from _support.extras import needs
 from galleria.embedders import ClipEmbedder, PixelEmbedder, embedder_config, embedder_from_config
 
 TINY_CLIP = "ViT-S-32-alt"  # the smallest open_clip architecture; random weights only
@@ -129,6 +130,7 @@ def test_clip_config_values_are_checked_before_any_model_is_built(
         embedder_from_config(full)
 
 
+@needs("torch", "open_clip")
 def test_clip_config_names_must_be_known_to_open_clip(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +146,7 @@ def test_clip_config_names_must_be_known_to_open_clip(
         embedder_from_config({"type": "clip", "model_name": "ViT-Nope", "pretrained": None})
 
 
+@needs("torch", "open_clip")
 def test_a_tag_wins_over_a_file_of_the_same_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import open_clip
 
@@ -166,6 +169,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[ClipEmbedder, 
     return ClipEmbedder(TINY_CLIP, pretrained=path, device="cpu", batch_size=2), path
 
 
+@needs("torch", "open_clip")
 def test_local_checkpoint_is_recorded_by_name_and_digest(checkpoint: tuple[ClipEmbedder, Path]) -> None:
     embedder, path = checkpoint
     config = embedder_config(embedder)
@@ -176,6 +180,7 @@ def test_local_checkpoint_is_recorded_by_name_and_digest(checkpoint: tuple[ClipE
     assert embedder.input_size == (224, 224)
 
 
+@needs("torch", "open_clip")
 def test_a_clip_store_drafts_large_jpegs_to_the_resize_before_the_crop(
     checkpoint: tuple[ClipEmbedder, Path],
 ) -> None:
@@ -185,6 +190,7 @@ def test_a_clip_store_drafts_large_jpegs_to_the_resize_before_the_crop(
     assert embedder.draft_size == draft_size_for(embedder) == (224, 224)  # open_clip: resize 224, crop 224
 
 
+@needs("torch", "open_clip")
 def test_recorded_checkpoint_needs_the_user_to_pass_it(
     checkpoint: tuple[ClipEmbedder, Path], tmp_path: Path
 ) -> None:
@@ -261,6 +267,7 @@ def forbid_network(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return attempts
 
 
+@needs("torch", "open_clip")
 def test_offline_mode_fails_at_once_in_one_line(
     monkeypatch: pytest.MonkeyPatch, no_model_build: list[Any], empty_cache: Path
 ) -> None:
@@ -276,6 +283,7 @@ def test_offline_mode_fails_at_once_in_one_line(
     assert no_model_build == [] and attempts == []  # neither a download attempt nor a probe
 
 
+@needs("torch", "open_clip")
 def test_unreachable_network_fails_after_one_probe(
     monkeypatch: pytest.MonkeyPatch, no_model_build: list[Any], empty_cache: Path
 ) -> None:
@@ -289,6 +297,7 @@ def test_unreachable_network_fails_after_one_probe(
     assert attempts == [("huggingface.co", 443)] and no_model_build == []
 
 
+@needs("torch", "open_clip")
 def test_cached_weights_load_with_the_hub_kept_offline(
     monkeypatch: pytest.MonkeyPatch, no_model_build: list[Any], empty_cache: Path
 ) -> None:
@@ -311,6 +320,7 @@ def test_cached_weights_load_with_the_hub_kept_offline(
     assert huggingface_hub.constants.HF_HUB_OFFLINE is False and attempts == []
 
 
+@needs("torch", "open_clip")
 def test_random_weights_and_local_files_never_touch_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
     attempts = forbid_network(monkeypatch)
     monkeypatch.setattr(hub, "offline_mode", lambda: False)

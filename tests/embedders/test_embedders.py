@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from PIL import Image
 
+from _support.extras import needs
 from galleria.embedders import (
     ClipEmbedder,
     Embedder,
@@ -195,6 +196,7 @@ def clip() -> ClipEmbedder:
     return ClipEmbedder(TINY_CLIP, pretrained=None, device="cpu", batch_size=3)
 
 
+@needs("torch", "open_clip")
 def test_clip_image_and_text_embeddings(clip: ClipEmbedder) -> None:
     batch = [*images(4, seed=1), Image.fromarray(images(1, seed=2, size=(300, 200))[0])]
     vectors = clip.embed(batch)  # batch_size 3: two forward passes
@@ -213,6 +215,7 @@ def test_clip_image_and_text_embeddings(clip: ClipEmbedder) -> None:
     assert clip.device == "cpu"
 
 
+@needs("torch", "open_clip")
 def test_clip_random_weights_are_deterministic(clip: ClipEmbedder) -> None:
     other = ClipEmbedder(TINY_CLIP, pretrained=None, device="cpu")
     batch = images(2, seed=4)
@@ -220,6 +223,7 @@ def test_clip_random_weights_are_deterministic(clip: ClipEmbedder) -> None:
     np.testing.assert_array_equal(other.embed_text(["hello"]), clip.embed_text(["hello"]))
 
 
+@needs("torch", "open_clip")
 def test_clip_local_checkpoint(clip: ClipEmbedder, tmp_path: Path) -> None:
     import torch
 
@@ -253,6 +257,7 @@ def test_clip_local_checkpoint(clip: ClipEmbedder, tmp_path: Path) -> None:
         ClipEmbedder(TINY_CLIP, pretrained=broken, device="cpu")
 
 
+@needs("torch", "open_clip")
 def test_clip_offline_fails_fast_with_guidance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RuntimeError, match="local path") as info:
@@ -260,6 +265,7 @@ def test_clip_offline_fails_fast_with_guidance(monkeypatch: pytest.MonkeyPatch) 
     assert "pretrained=" in str(info.value)
 
 
+@needs("torch", "open_clip")
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -291,6 +297,7 @@ def test_clip_config_errors_come_before_any_model_is_built() -> None:
         ClipEmbedder.from_config({"type": "clip", "device": "cpu"})
 
 
+@needs("torch", "open_clip")
 def test_clip_input_errors(clip: ClipEmbedder) -> None:
     with pytest.raises(TypeError, match="texts"):
         clip.embed_text("a single string")
@@ -302,6 +309,7 @@ def test_clip_input_errors(clip: ClipEmbedder) -> None:
         clip.embed([np.zeros((8, 8), np.uint8)])
 
 
+@needs("torch")  # everything but open_clip present, as a user who installed torch alone
 def test_clip_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import galleria.embedders._torch as torch_helpers
 

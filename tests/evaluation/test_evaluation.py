@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
 from galleria.evaluation import (
     SCHEMA,
     ConfigResult,
@@ -303,6 +304,7 @@ def test_tables_hold_every_configuration_and_value() -> None:
     assert markdown.count("\n") == 4
 
 
+@needs("matplotlib")
 def test_write_report_files(tmp_path: Path) -> None:
     out = tmp_path / "nested" / "report"
     files = write_report(out, _fake_results(), {"dataset": {"name": "toy"}, "seed": 3}, title="Toy")
@@ -334,6 +336,7 @@ def test_write_report_errors_leave_nothing_behind(tmp_path: Path) -> None:
     assert not (tmp_path / "new").exists()
 
 
+@needs("matplotlib")
 def test_report_files_are_not_private(tmp_path: Path) -> None:
     """Atomic writes go through a private temporary file; the report keeps the usual permissions."""
     import os
@@ -348,6 +351,7 @@ def test_report_files_are_not_private(tmp_path: Path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
 
 
+@needs("matplotlib")
 def test_pr_curve_has_labelled_axes_and_a_legend() -> None:
     from galleria.evaluation.report import pr_curve_figure
 

@@ -14,7 +14,11 @@ import pytest
 import galleria
 from galleria import InMemoryImageEmbeddingStore
 from galleria.distances import pairwise_distances, prepare_vectors
+from galleria.index import neighbor_graph as neighbor_graph_module
 from galleria.index.neighbor_graph import (
+    GRAPH_PHASE,
+    HNSW_BUILD,
+    HNSW_SEARCH,
     approximate_graph,
     build_graph,
     check_graph_arrays,
@@ -106,6 +110,39 @@ def test_hnsw_graph_refines_its_candidates_exactly(space: str) -> None:
     same = (ids == exact_ids).all(axis=1)
     np.testing.assert_allclose(distances[same], exact_distances[same], atol=1e-5)
     assert build_graph(vectors[:50], 3, space, "auto")[2] == "exact"
+
+
+@pytest.mark.parametrize(
+    ("method", "phases"),
+    [("exact", [GRAPH_PHASE]), ("ivf", [GRAPH_PHASE]), ("hnsw", [HNSW_BUILD, HNSW_SEARCH])],
+)
+def test_progress_counts_every_row_once_per_phase_and_changes_nothing(
+    method: str, phases: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``on_progress(phase, done, total)`` rises to the row count in each phase, in order."""
+    monkeypatch.setattr(neighbor_graph_module, "HNSW_ADD_ROWS", 1000)  # the HNSW build in three parts
+    vectors = clustered(3000)
+    calls: list[tuple[str, int, int]] = []
+    with_progress = build_graph(vectors, 5, "cosine", method, on_progress=lambda *call: calls.append(call))
+    assert list(dict.fromkeys(phase for phase, _, _ in calls)) == phases
+    for phase in phases:
+        done = [d for p, d, t in calls if p == phase and t == 3000]
+        assert len(done) == sum(p == phase for p, _, _ in calls)  # the total is the row count
+        assert done == sorted(done) and done[0] > 0 and done[-1] == 3000
+    if method == "hnsw":
+        assert [d for p, d, _ in calls if p == HNSW_BUILD] == [1000, 2000, 3000]
+        exact_ids, _ = exact_graph(vectors, 5, "cosine")
+        assert graph_recall(with_progress[0], exact_ids) >= 0.95  # added in parts, as good a graph
+    else:  # exact and ivf are deterministic: the same graph as without progress
+        plain = build_graph(vectors, 5, "cosine", method)
+        np.testing.assert_array_equal(with_progress[0], plain[0])
+    rows = np.array([3, 40, 500])
+    sample: list[tuple[str, int, int]] = []
+    exact_graph(vectors, 5, "cosine", rows=rows, on_progress=lambda *call: sample.append(call))
+    assert sample[-1] == (GRAPH_PHASE, 3, 3)
+    cells: list[tuple[str, int, int]] = []  # the inverted-file pass proper (more cells than probes)
+    approximate_graph(vectors, 5, "cosine", cell_size=200, probes=4, on_progress=lambda *c: cells.append(c))
+    assert len(cells) > 4 and cells[-1] == (GRAPH_PHASE, 3000, 3000)
 
 
 def test_public_function_keeps_the_graph_per_store_state() -> None:

@@ -7,12 +7,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from galleria import recall_at_k
 from galleria.metrics import ranks as ranks_module
+
+try:  # the tensor forms only: torch comes with the timm and clip extras
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch (the timm or clip extra) is not installed")
 
 INF = math.inf
 
@@ -110,16 +115,24 @@ def test_every_numeric_dtype_including_its_extremes(dtype: Any) -> None:
             assert recall_at_k(base, truth, [1, 2, 3, 4, 5, 6]) == expected
 
 
-def test_accepts_nested_lists_numpy_arrays_and_torch_tensors() -> None:
+def test_accepts_nested_lists_and_numpy_arrays() -> None:
     rng = np.random.default_rng(3)
     sims = rng.integers(0, 4, size=(20, 9)).astype(np.float32)
     truth = rng.integers(0, 9, size=20)
     expected = spec_recall_at_k(sims.tolist(), truth.tolist(), [1, 3, 5])
     assert recall_at_k(sims.tolist(), truth.tolist(), [1, 3, 5]) == expected
     assert recall_at_k(sims, truth, np.array([1, 3, 5])) == expected
+    assert recall_at_k(sims, [np.int32(t) for t in truth], [np.int64(1), 3, np.uint8(5)]) == expected
+
+
+@needs_torch
+def test_accepts_torch_tensors() -> None:
+    rng = np.random.default_rng(3)
+    sims = rng.integers(0, 4, size=(20, 9)).astype(np.float32)
+    truth = rng.integers(0, 9, size=20)
+    expected = spec_recall_at_k(sims.tolist(), truth.tolist(), [1, 3, 5])
     assert recall_at_k(torch.from_numpy(sims), torch.from_numpy(truth), [1, 3, 5]) == expected
     assert recall_at_k(torch.from_numpy(sims).double(), tuple(truth.tolist()), (1, 3, 5)) == expected
-    assert recall_at_k(sims, [np.int32(t) for t in truth], [np.int64(1), 3, np.uint8(5)]) == expected
 
 
 def test_non_contiguous_and_fortran_order_inputs() -> None:
@@ -247,6 +260,7 @@ def test_non_numeric_sim_matrix_raises_type_error(sims: Any, match: str) -> None
         recall_at_k(sims, [0, 0], [1])
 
 
+@needs_torch
 def test_a_tensor_that_requires_grad_is_a_type_error_naming_the_argument() -> None:
     with pytest.raises(TypeError, match="sim_matrix cannot be read as an array"):
         recall_at_k(torch.ones((2, 2), requires_grad=True), [0, 0], [1])
@@ -270,12 +284,17 @@ def test_a_tensor_that_requires_grad_is_a_type_error_naming_the_argument() -> No
         (np.array([True, False]), TypeError, r"ground_truth must hold integer indices, got dtype bool"),
         (np.array([0, "1"], dtype=object), TypeError, r"ground_truth\[1\] must be an integer index, got '1'"),
         (["0", "1"], TypeError, r"ground_truth\[0\] must be an integer index, got '0' \(str\)"),
-        (torch.tensor([0.0, 1.0]), TypeError, r"ground_truth must hold integer indices, got dtype float32"),
     ],
 )
 def test_bad_ground_truth(truth: Any, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         recall_at_k(GOOD, truth, [1])
+
+
+@needs_torch
+def test_a_float_tensor_is_not_ground_truth() -> None:
+    with pytest.raises(TypeError, match=r"ground_truth must hold integer indices, got dtype float32"):
+        recall_at_k(GOOD, torch.tensor([0.0, 1.0]), [1])
 
 
 @pytest.mark.parametrize(

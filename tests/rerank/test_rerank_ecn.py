@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _support.extras import need
 from galleria.rerank.adaptive import GalleryStatistics, store_statistics
 from galleria.rerank.base import Reranker
 from galleria.rerank.ecn import (
@@ -333,8 +334,8 @@ def test_the_command_line_runs_ecn_by_its_declared_name(
 
 
 def test_the_http_api_answers_with_ecn(colours: Any) -> None:
-    pytest.importorskip("fastapi")
-    pytest.importorskip("httpx")
+    need("fastapi")
+    need("httpx")
     from fastapi.testclient import TestClient
 
     from galleria import PixelEmbedder

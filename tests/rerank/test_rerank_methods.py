@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _support.extras import need
 from galleria.rerank import (
     RERANK_METHODS,
     DBAReranker,
@@ -394,7 +395,7 @@ def test_gnn_lambda_orders_the_items_outside_the_two_hop_neighbourhood() -> None
 
 
 def test_gnn_full_sparse_torch_and_pool_agree() -> None:
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from galleria.rerank.gnn import _sparse_features, _torch_features
 
     rng = np.random.default_rng(5)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import needs
 from galleria import InMemoryImageEmbeddingStore
 from galleria.cli import main
 from galleria.rerank import RERANK_METHODS
@@ -121,6 +122,7 @@ def _same(got: list[tuple[str, float]], expected: list[tuple[str, float]]) -> No
     assert [score for _, score in got] == pytest.approx([score for _, score in expected], abs=1e-6)
 
 
+@needs("fastapi")
 @pytest.mark.parametrize(("name", "options", "fields", "config"), CASES, ids=[case[0] for case in CASES])
 def test_cli_api_and_python_equal_the_searcher(
     setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]],
@@ -158,6 +160,7 @@ def test_cli_api_and_python_equal_the_searcher(
         _same(_pairs(got), want)
 
 
+@needs("fastapi", "optuna")
 def test_a_tuned_settings_file_is_answered_alike(
     setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]], tmp_path: Path
 ) -> None:
@@ -220,6 +223,7 @@ def test_evaluate_and_the_tuner_agree_with_the_searcher_on_their_split(
     assert {key: values[key] for key in scores} == pytest.approx(scores)
 
 
+@needs("fastapi")
 def test_api_takes_declared_names_and_old_aliases_alike(
     setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]],
 ) -> None:
@@ -311,6 +315,7 @@ def test_api_takes_declared_names_and_old_aliases_alike(
     assert bad.status_code == 400 and "k1" in bad.json()["detail"]
 
 
+@needs("fastapi")
 def test_the_page_address_carries_the_exact_values_used(
     setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]],
 ) -> None:

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from _support.attack_corpus import ROWS, run_row
+from _support.extras import need
 
 
 @pytest.mark.parametrize("row", list(ROWS))
 def test_no_bad_outcome(row: str, tmp_path: Path) -> None:
     if row.startswith("shards"):
-        pytest.importorskip("pyarrow")
+        need("pyarrow")
     tally = run_row(row, tmp_path, scale=1)
     assert tally.tries > 0 and tally.bad == 0, tally.examples

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _support.extras import need
 from _support.store_files import read_parts, write_sealed
 from galleria import InMemoryImageEmbeddingStore
 from galleria.index import _serial
@@ -107,7 +108,7 @@ def test_without_a_token_a_named_uri_must_still_match(
 def test_the_named_server_gets_the_token(
     tmp_path: Path, listener: Listener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("pymilvus")
+    need("pymilvus")
     uri = f"http://127.0.0.1:{listener.port}"
     file = milvus_store(tmp_path, uri)
     monkeypatch.setenv("GALLERIA_MILVUS_TOKEN", "root:SECRET-TOKEN")

@@ -15,6 +15,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from _support.extras import need
 from _support.store_files import read_parts, write_sealed
 from _support.store_support import as_old_format, make_images, pixel_embedder
 from galleria import InMemoryImageEmbeddingStore
@@ -361,7 +362,7 @@ def test_stale_temporary_files_of_killed_saves_are_removed(saved: Path, tmp_path
 
 
 def test_store_built_from_a_local_checkpoint_needs_it_passed(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
+    torch = need("torch")
     from galleria import ClipEmbedder
 
     tiny = "ViT-S-32-alt"

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import need
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
 from galleria._files import atomic_write_bytes
 from galleria.cli import main
@@ -333,7 +334,7 @@ def test_remove_that_would_empty_the_store_needs_all(built, capsys):
 
 
 def test_ctrl_c_in_tune_is_one_line_and_exit_130(tmp_path):
-    pytest.importorskip("optuna")
+    need("optuna")
     for label in range(3):
         _gallery(tmp_path / "g" / str(label), 20, seed=label)
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}

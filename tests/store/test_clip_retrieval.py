@@ -12,7 +12,9 @@ import faiss
 import numpy as np
 import pytest
 
-pa = pytest.importorskip("pyarrow")
+from _support.extras import need
+
+pa = need("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from galleria import InMemoryImageEmbeddingStore  # noqa: E402

@@ -16,8 +16,10 @@ import faiss
 import numpy as np
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
+from _support.extras import need
+
+pa = need("pyarrow")
+pq = need("pyarrow.parquet")
 
 from galleria import InMemoryImageEmbeddingStore  # noqa: E402
 from galleria._files import writer_lock  # noqa: E402

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _support.extras import need
 from galleria import InMemoryImageEmbeddingStore
 from galleria.store import gallery_map as module
 from galleria.store.gallery_map import (
@@ -53,7 +54,7 @@ def test_pca_projects_onto_the_leading_axes() -> None:
 
 
 def test_tsne_keeps_clusters_apart() -> None:
-    pytest.importorskip("openTSNE")
+    need("openTSNE")
     store = _store(120)
     points, used = project_vectors(_vectors(store), "cosine")
     assert used == "tsne"
@@ -202,7 +203,7 @@ def test_the_tsne_map_stands_on_the_stores_neighbour_graph(
 ) -> None:
     """t-SNE's affinities come from the store's one neighbour graph (built once, kept for the other
     consumers; l2 distances as Euclidean ones), and the map keeps the clusters apart."""
-    pytest.importorskip("openTSNE")
+    need("openTSNE")
     import galleria
     from galleria.index.neighbor_graph import build_graph
     from galleria.store import graph as graph_module

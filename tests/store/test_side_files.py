@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from _support.extras import need
 from _support.store_files import read_parts, write_sealed
 from galleria import InMemoryImageEmbeddingStore
 from galleria._files import load_json, read_regular_file
@@ -256,7 +257,7 @@ def test_dba_record_alpha_is_bounded(tmp_path: Path, old: bool) -> None:
 
 @pytest.fixture
 def shards(tmp_path: Path) -> Path:
-    pytest.importorskip("pyarrow")
+    need("pyarrow")
     from galleria.engines.shards import ShardWriter
 
     writer = ShardWriter(tmp_path / "shards", rows_per_shard=4)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import galleria
+from _support.extras import need, needs
 from galleria.evaluation import RetrievalConfig
 from galleria.store import InMemoryImageEmbeddingStore
 from galleria.tune import (
@@ -33,6 +34,7 @@ def _clustered(separation: float, seed: int = 0, per_class: int = 12, classes: i
     return InMemoryImageEmbeddingStore.from_embeddings(paths, vectors), dict(zip(paths, labels, strict=True))
 
 
+@needs("optuna")
 def test_tune_is_seeded_and_reports_every_trial() -> None:
     store, labels = _clustered(0.6)
     first = tune(store, labels, n_trials=9, validation_queries=10, n_splits=2, seed=3)
@@ -50,6 +52,7 @@ def test_tune_is_seeded_and_reports_every_trial() -> None:
     )
 
 
+@needs("optuna")
 def test_tune_says_plainly_when_nothing_beats_plain_retrieval() -> None:
     store, labels = _clustered(50.0)  # far-apart clusters: plain retrieval is already perfect
     result = tune(store, labels, n_trials=7, validation_queries=10, n_splits=2)
@@ -60,6 +63,7 @@ def test_tune_says_plainly_when_nothing_beats_plain_retrieval() -> None:
     assert "no method beat plain retrieval" in result.summary()
 
 
+@needs("optuna")
 def test_tune_finds_a_lift_where_expansion_helps() -> None:
     store, labels = _clustered(0.5, seed=1, per_class=20)
     result = tune(store, labels, n_trials=12, validation_queries=20, n_splits=2, methods=["aqe", "dba"])
@@ -67,6 +71,7 @@ def test_tune_finds_a_lift_where_expansion_helps() -> None:
     assert {trial["settings"].get("rerank_method", "aqe") for trial in result.trials[1:]} <= {"aqe", "dba"}
 
 
+@needs("optuna")
 def test_tune_gallery_and_the_deprecated_callable_package() -> None:
     store, labels = _clustered(50.0)
     assert (
@@ -79,6 +84,7 @@ def test_tune_gallery_and_the_deprecated_callable_package() -> None:
     assert galleria.tune.tune is galleria.tune_gallery
 
 
+@needs("optuna")
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -99,6 +105,7 @@ def test_tune_argument_errors(kwargs: dict[str, Any], error: type, match: str) -
         tune(store, labels, **kwargs)
 
 
+@needs("optuna")
 def test_tune_label_errors() -> None:
     store, labels = _clustered(1.0)
     with pytest.raises(ValueError, match="no label"):
@@ -223,6 +230,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, 
     monkeypatch.setattr(search._Split, "run", run)
 
 
+@needs("optuna")
 def test_the_guard_refuses_settings_that_trade_recall_for_map(monkeypatch: pytest.MonkeyPatch) -> None:
     store, labels = _clustered(1.0)
     gnn = [-0.0045, -0.008, -0.006]  # within the margin on the tuning split only
@@ -251,6 +259,7 @@ def test_the_guard_refuses_settings_that_trade_recall_for_map(monkeypatch: pytes
         tune(store, labels, **options, guard="map@100")
 
 
+@needs("optuna")
 def test_a_setting_that_keeps_the_first_places_is_checked_when_the_best_fail(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -273,6 +282,7 @@ def test_a_setting_that_keeps_the_first_places_is_checked_when_the_best_fail(
     assert len(result.checked) <= MAX_CHECKED
 
 
+@needs("optuna")
 def test_plain_wins_when_every_lift_costs_recall(monkeypatch: pytest.MonkeyPatch) -> None:
     store, labels = _clustered(1.0)
     _fake_runs(
@@ -284,6 +294,7 @@ def test_plain_wins_when_every_lift_costs_recall(monkeypatch: pytest.MonkeyPatch
     assert 1 <= len(result.checked) <= MAX_CHECKED and not any(entry["eligible"] for entry in result.checked)
 
 
+@needs("optuna")
 def test_adaptive_defaults_are_among_the_first_trials() -> None:
     from galleria.rerank.adaptive import default_rerank_params
     from galleria.tune.search import _labels_of, _make_split
@@ -299,6 +310,7 @@ def test_adaptive_defaults_are_among_the_first_trials() -> None:
         assert settings[2] == {"query_expansion": False, "rerank": True, **adaptive, "pool": 200}
 
 
+@needs("optuna")
 def test_the_diffusions_paper_values_are_also_tried_on_the_normalised_gallery() -> None:
     store, labels = _clustered(0.6, per_class=20)
     result = tune(store, labels, n_trials=4, validation_queries=20, n_splits=1, methods=["diffusion"])
@@ -317,7 +329,7 @@ def test_the_diffusions_paper_values_are_also_tried_on_the_normalised_gallery() 
 
 
 def test_the_gnn_search_space_includes_lambda() -> None:
-    optuna = pytest.importorskip("optuna")
+    optuna = need("optuna")
     from galleria.tune.search import _suggest
 
     trial = optuna.trial.FixedTrial(
@@ -328,6 +340,7 @@ def test_the_gnn_search_space_includes_lambda() -> None:
     RetrievalConfig("t", **options)  # a valid configuration
 
 
+@needs("optuna")
 def test_decoupled_diffusion_is_searched_with_its_offline_settings() -> None:
     """The search space covers decoupled diffusion's k and α (a few values each) and αQE before it."""
     import optuna
@@ -353,6 +366,7 @@ def test_decoupled_diffusion_is_searched_with_its_offline_settings() -> None:
     assert len({k for k, _, _ in seen}) > 2 and {True, False} <= {e for _, _, e in seen}
 
 
+@needs("optuna")
 def test_tuning_decoupled_diffusion_tries_its_adaptive_defaults() -> None:
     from galleria.rerank.adaptive import default_rerank_params
     from galleria.tune.search import _labels_of, _make_split
@@ -368,6 +382,7 @@ def test_tuning_decoupled_diffusion_tries_its_adaptive_defaults() -> None:
     assert {key: tried[2][key] for key in adaptive} == adaptive  # then the gallery's
 
 
+@needs("optuna")
 def test_the_diffusions_are_searched_on_the_prepared_gallery_too() -> None:
     import optuna
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -277,6 +278,17 @@ def test_query_results_round_trip(tmp_path: Path) -> None:
     assert read_query_results(tmp_path) == recorded  # the folder or the file
     assert read_query_results(tmp_path / "queries.json") == recorded
     assert recorded.config("rerank") == RetrievalConfig("rerank", rerank=True, k1=7, k2=2, pool=50)
+    # Recall@1 and the warnings (recorded since 0.3) read back; a file without them (0.2) still reads.
+    configurations = [{**entry, "recall@1": 0.9 - 0.1 * i} for i, entry in enumerate(recorded.configurations)]
+    warned = dataclasses.replace(recorded, configurations=configurations, warnings=("it lowers Recall@1",))
+    write_query_results(tmp_path / "queries.json", warned)
+    again = read_query_results(tmp_path)
+    assert again == warned and again.warnings == ("it lowers Recall@1",)
+    assert [entry["recall@1"] for entry in again.configurations] == [0.9, 0.8]
+    old = recorded.to_dict()
+    del old["warnings"]
+    (tmp_path / "queries.json").write_text(json.dumps(old))
+    assert read_query_results(tmp_path) == recorded and recorded.warnings == ()
 
 
 def _tampered(tmp_path: Path, change: Any) -> Path:
@@ -321,6 +333,12 @@ def _tampered(tmp_path: Path, change: Any) -> Path:
         (lambda d: d["queries"][0]["after"].pop("previous_ranks"), r"after must hold exactly"),
         (lambda d: d["queries"][0]["before"].update(previous_ranks=[1, 2]), r"before must hold exactly"),
         (lambda d: d.update(queries={"0": 1}), "queries must be a list"),
+        (lambda d: d["configurations"][0].update({"recall@1": 1.5}), r"configurations\[0\].recall@1"),
+        (lambda d: d["configurations"][0].update({"recall@1": "0.9"}), r"configurations\[0\].recall@1"),
+        (lambda d: d.update(warnings="lowers"), "warnings must be a list"),
+        (lambda d: d.update(warnings=["x"] * 65), "warnings must be a list of at most 64"),
+        (lambda d: d.update(warnings=[3]), r"warnings\[0\] must be a text"),
+        (lambda d: d.update(warnings=["x" * 5000]), r"warnings\[0\] must be a text"),
     ],
 )
 def test_a_tampered_file_is_a_value_error_naming_file_and_key(

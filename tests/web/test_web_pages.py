@@ -387,6 +387,61 @@ def test_the_evaluation_lists_the_worst_change_first(
         assert client.get(f"/eval/{bad}").status_code == 404
 
 
+def test_the_evaluation_summary_shows_recall_at_1_beside_map_and_the_warning(
+    tmp_path: Path, gallery: tuple[Path, InMemoryImageEmbeddingStore]
+) -> None:
+    """Re-ranking that lowers Recall@1 (as on issue 33's unseen gallery): the page gives plain and
+    re-ranked Recall@1 beside mAP@100, and the warning ``evaluate`` prints, as text."""
+    import dataclasses
+    import html
+
+    from galleria.cli._evaluation_run import lowering_warnings
+    from galleria.evaluation import ConfigResult, standard_configs
+    from galleria.evaluation.per_query import query_results, write_query_results
+
+    plain, _, reranked = standard_configs()
+    paths = gallery[1].paths[:6]
+    labels = {path: "red" for path in gallery[1].paths}
+    results = [
+        ConfigResult(config, 6, recall, 1.0, mean_ap, 1.0, 1.0, np.zeros(1), np.zeros(1), np.full(6, mean_ap))
+        for config, recall, mean_ap in ((plain, 0.9111, 0.746), (reranked, 0.8833, 0.799))
+    ]
+    warnings = lowering_warnings(results)
+    assert "lowers Recall@1 from 0.9111 (plain retrieval) to 0.8833" in warnings[0]
+    lists = {config.name: [paths[:5]] * 6 for config in (plain, reranked)}
+    recorded = query_results(
+        paths, ["red"] * 6, lists, results, labels, compared=("plain", reranked.name), title="unseen",
+        warnings=warnings,
+    )  # fmt: skip
+    write_query_results(tmp_path / "queries.json", recorded)
+    client = TestClient(create_app(gallery[1], evaluation=read_query_results(tmp_path)))  # as serve reads it
+    page = client.get("/eval")
+    assert page.status_code == 200
+    table = re.search(r'<table class="configs" id="eval-configs">(.*?)</table>', page.text, re.S)
+    assert table is not None
+    assert re.findall(r"<th>([^<]*)</th>", table[1]) == ["configuration", "Recall@1", "mAP@100"]
+    cells = re.findall(r'<td class="number">([^<]*)</td>', table[1])
+    assert cells == ["0.9111", "0.7460", "0.8833", "0.7990"]  # plain, then re-ranked: Recall@1, mAP@100
+    summary = re.search(r'<p class="legend" id="eval-summary">(.*?)</p>', page.text, re.S)
+    assert summary is not None
+    text = " ".join(re.sub(r"<[^>]+>", "", summary[1]).split())
+    assert "Recall@1 0.9111 → 0.8833 (-0.0278)" in text and "mAP@100 0.7460 → 0.7990 (+0.0530)" in text
+    box = re.search(r'<div class="warnings" id="eval-warnings" role="alert">(.*?)</div>', page.text, re.S)
+    assert box is not None
+    shown = [html.unescape(item) for item in re.findall(r'<li class="warning">(.*?)</li>', box[1])]
+    assert shown == warnings  # each line as text: never a list's repr
+    assert "[&#39;" not in page.text and "['" not in page.text
+    # An evaluation written before Recall@1 and the warnings were recorded: no figure made up, no box.
+    old = dataclasses.replace(
+        recorded,
+        configurations=[{k: v for k, v in e.items() if k != "recall@1"} for e in recorded.configurations],
+        warnings=(),
+    )
+    page = TestClient(create_app(gallery[1], evaluation=old)).get("/eval")
+    assert page.status_code == 200 and 'id="eval-warnings"' not in page.text
+    assert "Recall@1 0.9111" not in page.text and "mAP@100 0.7460 → 0.7990" in page.text
+
+
 def test_no_evaluation_pages_without_one(client: TestClient) -> None:
     for address in ("/eval", "/eval/0"):
         answer = client.get(address)
@@ -415,8 +470,10 @@ def test_the_evaluation_of_the_cli_reads_back(
     assert code == 0
     results = read_query_results(report)
     assert len(results.queries) == 9 and results.compared == ("plain", "rerank")
+    assert all(0.0 <= entry["recall@1"] <= 1.0 for entry in results.configurations)  # recorded
     client = TestClient(create_app(gallery[1], evaluation=results))
-    assert client.get("/eval").status_code == 200
+    page = client.get("/eval")
+    assert page.status_code == 200 and "<th>Recall@1</th>" in page.text and 'id="eval-summary"' in page.text
     assert all(client.get(f"/eval/{i}").status_code == 200 for i in range(9))
 
 

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from _support.extras import need
+
 pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
-pa = pytest.importorskip("pyarrow")
+pa = need("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from fastapi.testclient import TestClient  # noqa: E402

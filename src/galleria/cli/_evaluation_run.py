@@ -74,7 +74,14 @@ def _write_report(
         sheets = contact_sheets(query_paths, query_labels, shown[names[0]], shown[other.name], gallery_labels)
     before_after = (names[0], other.name) if len(names) > 1 else (names[0], names[0])
     per_query = query_results(
-        query_paths, query_labels, shown, results, gallery_labels, compared=before_after, title=title
+        query_paths,
+        query_labels,
+        shown,
+        results,
+        gallery_labels,
+        compared=before_after,
+        title=title,
+        warnings=meta.get("warnings", ()),
     )
     return write_report(
         out, results, meta, title=title, sheets=sheets, compared=compared, per_query=per_query

@@ -30,7 +30,8 @@ def add_parser(subparsers: Any) -> None:
             "refined exactly above) and keep them in STORE.graph, keyed to the store's state. A "
             "graph file of the same state with at least K neighbours is reused (--rebuild to build anew). "
             "Prints the time, the peak memory of the process and the recall measured against exact "
-            "neighbours on a sample of items."
+            "neighbours on a sample of items. The build and the recall measurement show progress on "
+            "stderr (a bar on a terminal, a line every few seconds elsewhere)."
         ),
         examples=_EXAMPLES,
     )
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from galleria._progress import PhaseProgress
     from galleria.index.neighbor_graph import exact_graph, graph_recall
     from galleria.store.graph import GraphFileWarning, graph_file_for, neighbor_graph, read_graph_header
 
@@ -78,22 +80,35 @@ def run(args: argparse.Namespace) -> int:
         os.remove(side)
     before = os.stat(side).st_mtime_ns if os.path.exists(side) else None
     start = time.perf_counter()
-    with warnings.catch_warnings():  # asked for the graph file itself: a damaged one is an error here
+    reporter = PhaseProgress("graph", enabled=not args.json)  # every phase counts images
+    with reporter, warnings.catch_warnings():  # asked for the graph file itself: a damaged one is an error
         warnings.simplefilter("error", GraphFileWarning)
         try:
-            ids, _distances = neighbor_graph(store, args.k, method=args.method, store_file=args.store)
+            ids, _distances = neighbor_graph(
+                store,
+                args.k,
+                method=args.method,
+                store_file=args.store,
+                on_progress=reporter,  # the build's phases (exact: one; HNSW: its build, its search)
+            )
         except GraphFileWarning as damaged:
             problem = str(damaged).removesuffix("; ignored and rebuilt")
             raise CliError(f"{problem} (run with --rebuild to replace it)") from None
-    seconds = time.perf_counter() - start
-    header = read_graph_header(side)
-    sample = min(args.sample, len(store))
-    recall = None
-    if sample and ids.shape[1]:
-        rows = np.sort(np.random.default_rng(0).choice(len(store), size=sample, replace=False))
-        vectors = store._gallery_vectors(np.arange(len(store), dtype=np.int64))
-        exact, _ = exact_graph(vectors, ids.shape[1], store.space, rows=rows)
-        recall = graph_recall(ids[rows], exact)
+        seconds = time.perf_counter() - start
+        header = read_graph_header(side)
+        sample = min(args.sample, len(store))
+        recall = None
+        if sample and ids.shape[1]:
+            rows = np.sort(np.random.default_rng(0).choice(len(store), size=sample, replace=False))
+            vectors = store._gallery_vectors(np.arange(len(store), dtype=np.int64))
+            exact, _ = exact_graph(
+                vectors,
+                ids.shape[1],
+                store.space,
+                rows=rows,
+                on_progress=lambda _, done, total: reporter("recall against exact", done, total),
+            )
+            recall = graph_recall(ids[rows], exact)
     figures = {
         "store": args.store,
         "graph_file": side,

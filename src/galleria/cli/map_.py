@@ -30,7 +30,8 @@ def add_parser(subparsers: Any) -> None:
             "pip install 'galleria[map]'; PCA without it) and keep the map in STORE.map, keyed to the "
             "store's vectors. A map of the same gallery is reused; images added since it was drawn are "
             "placed from their nearest mapped neighbours (--rebuild draws it anew). galleria serve "
-            "shows it at /map."
+            "shows it at /map. The neighbour graph's build and t-SNE's iterations show progress on "
+            "stderr (a bar on a terminal, a line every few seconds elsewhere)."
         ),
         examples=_EXAMPLES,
     )
@@ -48,14 +49,16 @@ def run(args: argparse.Namespace) -> int:
     """Compute (or reuse) the map, keep it, print the figures."""
     import os
 
-    from galleria.store.gallery_map import gallery_map, map_file_for
+    from galleria._progress import PhaseProgress
+    from galleria.store.gallery_map import MAP_UNITS, gallery_map, map_file_for
 
     store = load_store(args, args.store)
     side = map_file_for(args.store)
     if args.rebuild and os.path.exists(side):
         os.remove(side)
     start = time.perf_counter()
-    result = gallery_map(store, method=args.method, store_file=args.store)
+    with PhaseProgress("map", MAP_UNITS, enabled=not args.json) as reporter:  # graph, then t-SNE
+        result = gallery_map(store, method=args.method, store_file=args.store, on_progress=reporter)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_bytes = int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB

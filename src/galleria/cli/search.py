@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import shutil
 import sys
 from typing import Any
 
@@ -17,12 +16,14 @@ from galleria.cli._options import (
     add_settings_option,
     load_store,
     parse_int,
-    shorten_middle,
 )
 from galleria.cli._retrieval import config_from_args, used_settings
-from galleria.viewer.text import format_score, printable, shorten_path
+from galleria.viewer.text import format_score, printable
 
-__all__ = ["add_parser", "query_paths_from", "run"]
+__all__ = ["TEXT_HEADER", "add_parser", "query_paths_from", "run"]
+
+#: The header line of the text output's table, above each query's results.
+TEXT_HEADER = "rank  distance  path"
 
 _EXAMPLES = """\
   galleria search photos.safetensors --image query.jpg
@@ -220,7 +221,7 @@ def _payload(args: argparse.Namespace, k: int, searcher: Any, config: Any, answe
 
 
 def _print(args: argparse.Namespace, payload: dict[str, Any], kind: str) -> None:
-    """Print the results as JSON, CSV or a table fitted to the terminal."""
+    """Print the results as JSON, CSV or a table: a header line, then rank, distance and whole path."""
     if args.json:
         print_json(payload)
     elif args.csv:
@@ -237,14 +238,16 @@ def _print(args: argparse.Namespace, payload: dict[str, Any], kind: str) -> None
                     ]
                 )
     else:
-        width = shutil.get_terminal_size((80, 24)).columns
         for number, entry in enumerate(payload["queries"]):
             if number:
                 print()
-            print(shorten_middle(f"{kind} query: {printable(entry['query'])}", width - 1))
+            print(f"{kind} query: {printable(entry['query'])}")
+            if entry["results"]:
+                print(TEXT_HEADER)
             for result in entry["results"]:
-                head = f"  {result['rank']:>3}  {format_score(result['score'], 6):>8}  "
-                print(head + shorten_path(printable(result["path"]), max(8, width - 1 - len(head))))
+                print(
+                    f"{result['rank']:>4}  {format_score(result['score'], 6):>8}  {printable(result['path'])}"
+                )
 
 
 def run(args: argparse.Namespace) -> int:

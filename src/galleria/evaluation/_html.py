@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from galleria.evaluation._tables import _COLUMNS, _describe, _rows
+from galleria.evaluation._tables import _COLUMNS, _describe, _rows, _settings, report_warnings
 from galleria.evaluation.pipeline import ConfigResult
 from galleria.evaluation.sheets import ContactSheet
 
@@ -25,6 +25,8 @@ td.number { text-align: right; font-variant-numeric: tabular-nums; }
 .row img.hit { border-color: #2e9e48; }
 .row img.query { border-color: #333; }
 .note { color: #555; font-size: 0.9rem; }
+.warnings { border-left: 4px solid #c80; background: #fff6e0; padding: 0.2rem 1rem; margin: 1rem 0; }
+.warnings h2 { font-size: 1.1rem; margin: 0.4rem 0; }
 """
 
 
@@ -81,9 +83,21 @@ def _summary_parts(results: Sequence[ConfigResult], meta: Mapping[str, Any], tit
         "mAP@100: AP@100 normalised by min(R, 100), R the relevant gallery images. MRR: reciprocal rank "
         "of the first relevant result within the first 100. ms/query: wall time per query, reading and "
         "embedding the query included.</p>",
+    ]
+    warned = report_warnings(meta)
+    if warned:
+        parts += [
+            '<section class="warnings" id="warnings">',
+            "<h2>Warnings</h2>",
+            "<ul>",
+            *(f'<li class="warning">{esc(line)}</li>' for line in warned),
+            "</ul>",
+            "</section>",
+        ]
+    parts += [
         "<h2>Settings</h2>",
         "<ul>",
-        *(f"<li><b>{esc(str(key))}</b>: {esc(_describe(value))}</li>" for key, value in meta.items()),
+        *(f"<li><b>{esc(key)}</b>: {esc(_describe(value))}</li>" for key, value in _settings(meta)),
         *(
             f"<li><code>{esc(result.config.name)}</code> — {esc(result.config.title)}</li>"
             for result in results

@@ -13,6 +13,7 @@ from galleria.evaluation._query_types import (
     _MAX_CONFIGS,
     _MAX_DEPTH,
     _MAX_TEXT,
+    _MAX_WARNINGS,
     FILE_NAME,
     MAX_BYTES,
     SCHEMA,
@@ -140,12 +141,14 @@ def read_query_results(path: str | os.PathLike[str]) -> QueryResults:
         raise check.fail("compared", f"must name two of the configurations {names}", compared)
     if entries is None:
         entries = check.array("queries", document["queries"], 10_000_000)
+    warnings = check.array("warnings", document.get("warnings", []), _MAX_WARNINGS)
     return QueryResults(
         title=title,
         compared=(compared[0], compared[1]),
         depth=depth,
         configurations=configurations,
         queries=_outcomes(check, entries, names, depth),
+        warnings=tuple(check.text(f"warnings[{i}]", line) for i, line in enumerate(warnings)),
     )
 
 
@@ -162,7 +165,8 @@ def _load_document(name: str) -> tuple[Any, Any]:
 
 
 def _configurations(check: _Checker, name: str, value: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """The checked configurations (name, title, settings, mAP@100) and their names."""
+    """The checked configurations (name, title, settings, mAP@100, and Recall@1 when the file
+    records it) and their names."""
     configurations = []
     names: list[str] = []
     for i, entry in enumerate(check.array("configurations", value, _MAX_CONFIGS)):
@@ -174,6 +178,9 @@ def _configurations(check: _Checker, name: str, value: Any) -> tuple[list[dict[s
         score: Any = entry.get("map@100")
         if not _is_fraction(score):
             raise check.fail(f"{key}.map@100", "must be a number from 0 to 1", score)
+        recall: Any = entry.get("recall@1")
+        if recall is not None and not _is_fraction(recall):
+            raise check.fail(f"{key}.recall@1", "must be a number from 0 to 1", recall)
         settings = check.mapping(f"{key}.settings", entry.get("settings"))
         try:
             RetrievalConfig.from_settings(settings, name=config_name, where=f"{name!r}: {key}.settings")
@@ -182,14 +189,15 @@ def _configurations(check: _Checker, name: str, value: Any) -> tuple[list[dict[s
             where = f"{name!r}: {key}.settings"
             raise ValueError(text if text.startswith(where) else f"{where}: {text}") from None
         names.append(config_name)
-        configurations.append(
-            {
-                "name": config_name,
-                "title": check.text(f"{key}.title", entry.get("title")),
-                "settings": settings,
-                "map@100": float(score),
-            }
-        )
+        checked = {
+            "name": config_name,
+            "title": check.text(f"{key}.title", entry.get("title")),
+            "settings": settings,
+            "map@100": float(score),
+        }
+        if recall is not None:  # recorded since galleria 0.3
+            checked["recall@1"] = float(recall)
+        configurations.append(checked)
     return configurations, names
 
 

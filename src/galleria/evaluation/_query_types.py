@@ -33,6 +33,10 @@ _MAX_DEPTH = 1000
 _MAX_TEXT = 4096
 
 
+#: Warning lines a file may hold.
+_MAX_WARNINGS = 64
+
+
 @dataclass(frozen=True)
 class RankedPaths:
     """The first results of one list: paths, whether each has the query's label, and earlier ranks."""
@@ -68,6 +72,8 @@ class QueryResults:
     depth: int
     configurations: list[dict[str, Any]]
     queries: list[QueryOutcome]
+    #: What ``evaluate`` warned about (a configuration lowering Recall@1 or mAP@100 below plain's).
+    warnings: tuple[str, ...] = ()
 
     def change(self, position: int) -> float:
         """How re-ranking changed the AP of query ``position``: AP after minus AP before."""
@@ -91,6 +97,7 @@ class QueryResults:
             "compared": list(self.compared),
             "depth": self.depth,
             "configurations": self.configurations,
+            "warnings": list(self.warnings),
             "queries": [
                 {
                     "query": outcome.query,

@@ -75,12 +75,35 @@ def markdown_table(results: Sequence[ConfigResult]) -> str:
     return "\n".join(lines)
 
 
+#: The key of an evaluation's ``meta`` whose lines (a list of str) the reports show as warnings.
+WARNINGS_KEY = "warnings"
+
+
 def _describe(value: Any) -> str:
+    """``value`` as report text: a mapping as ``key=value, ...``, a list as its items (``none`` when
+    empty), never a Python repr of a list."""
     if isinstance(value, Mapping):
         if not value:
             return "{}"
         return ", ".join(f"{key}={_describe(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_describe(item) for item in value) if value else "none"
     return str(value)
+
+
+def report_warnings(meta: Mapping[str, Any]) -> list[str]:
+    """The warning lines an evaluation's ``meta`` holds (under :data:`WARNINGS_KEY`), as text."""
+    found = meta.get(WARNINGS_KEY)
+    if found is None:
+        return []
+    if isinstance(found, str):
+        return [found]
+    return [str(line) for line in found]
+
+
+def _settings(meta: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The ``meta`` entries the reports list under Settings (the warnings have their own section)."""
+    return [(str(key), value) for key, value in meta.items() if key != WARNINGS_KEY]
 
 
 def _report_markdown(results: Sequence[ConfigResult], meta: Mapping[str, Any], title: str) -> str:
@@ -91,8 +114,12 @@ def _report_markdown(results: Sequence[ConfigResult], meta: Mapping[str, Any], t
         "MRR: reciprocal rank of the first relevant result within the first 100. "
         "ms/query: wall time per query, reading and embedding the query included."
     )
+    warned = report_warnings(meta)
+    if warned:
+        lines += ["", "## Warnings", ""]
+        lines.extend(f"- {line}" for line in warned)
     lines += ["", "## Settings", ""]
-    lines.extend(f"- **{key}**: {_describe(value)}" for key, value in meta.items())
+    lines.extend(f"- **{key}**: {_describe(value)}" for key, value in _settings(meta))
     lines += ["", "## Configurations", ""]
     for result in results:
         lines.append(

@@ -6,7 +6,8 @@ The layout (schema ``galleria.queries/1``)::
 
     {"schema": "galleria.queries/1", "title": "...", "compared": ["plain", "aqe+rerank"], "depth": 20,
      "configurations": [{"name": "plain", "title": "plain retrieval", "settings": {...},
-                         "map@100": 0.71}, ...],
+                         "map@100": 0.71, "recall@1": 0.9}, ...],
+     "warnings": ["aqe+rerank lowers Recall@1 from 0.9111 (plain retrieval) to 0.8833 ...", ...],
      "queries": [{"query": "/data/cat/3.png", "label": "cat",
                   "ap": {"plain": 0.52, "aqe+rerank": 0.61},
                   "before": {"paths": [...], "hits": [true, ...]},
@@ -15,6 +16,8 @@ The layout (schema ``galleria.queries/1``)::
 ``before`` and ``after`` are the first ``depth`` results of the two configurations compared,
 ``hits`` marks those with the query's label, and ``previous_ranks`` gives each ``after`` result's
 rank in the ``before`` configuration's whole list (null when it was not in it). AP is AP@100.
+``recall@1`` and ``warnings`` (the lines ``evaluate`` printed as warnings) are read when present: a
+file written before galleria 0.3 has neither, and the page then shows no Recall@1.
 
 A ``queries.json`` is untrusted input: :func:`read_query_results` reads only a regular file of at
 most :data:`MAX_BYTES`, checks every key and value (errors name the file and the key), and never
@@ -88,6 +91,18 @@ __all__ = [
 ]
 
 
+def _configuration_entry(result: ConfigResult) -> dict[str, Any]:
+    """One configuration as ``queries.json`` records it: its name, title, settings and figures."""
+    config = result.config
+    return {
+        "name": config.name,
+        "title": config.title,
+        "settings": config.settings(),
+        "map@100": result.map_at_100,
+        "recall@1": result.recall_at_1,
+    }
+
+
 def query_results(
     query_paths: Sequence[str],
     query_labels: Sequence[Any],
@@ -98,6 +113,7 @@ def query_results(
     compared: tuple[str, str],
     title: str,
     depth: int = PER_QUERY_DEPTH,
+    warnings: Sequence[str] = (),
 ) -> QueryResults:
     """Collect the per-query results of an evaluation.
 
@@ -115,6 +131,8 @@ def query_results(
         The configuration before and the one after (plain and the re-ranked one).
     depth : int
         Results kept per list.
+    warnings : sequence of str
+        The warnings the evaluation gave (kept for the page to show).
 
     Raises
     ------
@@ -130,15 +148,7 @@ def query_results(
     for result in results:
         if len(result.average_precisions) != n or len(lists.get(result.config.name, ())) != n:
             raise ValueError(f"configuration {result.config.name!r} does not hold one result per query")
-    configurations = [
-        {
-            "name": result.config.name,
-            "title": result.config.title,
-            "settings": result.config.settings(),
-            "map@100": result.map_at_100,
-        }
-        for result in results
-    ]
+    configurations = [_configuration_entry(result) for result in results]
     before_name, after_name = compared
     queries = []
     for position, (query, label) in enumerate(zip(query_paths, query_labels, strict=True)):
@@ -162,7 +172,12 @@ def query_results(
             )
         )
     return QueryResults(
-        title=title, compared=compared, depth=depth, configurations=configurations, queries=queries
+        title=title,
+        compared=compared,
+        depth=depth,
+        configurations=configurations,
+        queries=queries,
+        warnings=tuple(str(line) for line in warnings),
     )
 
 

@@ -20,6 +20,10 @@ Three ways to build it, all in blocks so that memory stays O(n·k) plus one bloc
   than ``k + 1`` items). The candidates' distances are the exact ones, so the only approximation
   is a true neighbour lying outside the probed cells. Cost about n·probes·cell_size·d.
 
+Each builder takes an optional ``on_progress(phase, done, total)``, given the rows done: phase
+:data:`GRAPH_PHASE` for ``exact`` and ``ivf``; for ``hnsw``, :data:`HNSW_BUILD` (rows added,
+:data:`HNSW_ADD_ROWS` at a time), then :data:`HNSW_SEARCH`.
+
 ``auto`` takes ``exact`` up to :data:`EXACT_LIMIT` items and ``hnsw`` above. ``ivf`` is cheaper per
 item but misses more neighbours of items near a cell's border (benchmarks/experiments/bench_graph.py
 measures it).
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._progress import Progress, counter
 from galleria._validation import check_choice, check_positive_int
 from galleria.distances import pairwise_distances
 
@@ -58,6 +63,10 @@ BLOCK_ELEMENTS = 1 << 24
 MAX_GRAPH_K = 4096
 #: The ways a graph can be built.
 METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
+#: The phases the builders report to ``on_progress`` (rows, each).
+GRAPH_PHASE, HNSW_BUILD, HNSW_SEARCH = "neighbour graph", "HNSW build", "HNSW search"
+#: Rows added to the HNSW graph at once (a gallery up to this size is added in one call).
+HNSW_ADD_ROWS = 65536
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
 CELL_SIZE = 1024
 PROBES = 8
@@ -131,7 +140,13 @@ def _check_vectors(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:
 
 
 def _neighbours_among(
-    vectors: np.ndarray, rows: np.ndarray, candidates: np.ndarray, k: int, space: str, block: int
+    vectors: np.ndarray,
+    rows: np.ndarray,
+    candidates: np.ndarray,
+    k: int,
+    space: str,
+    block: int,
+    tick: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` nearest of ``candidates`` (ascending ids) to each of ``rows``, never the row itself."""
     ids = np.empty((rows.size, k), dtype=np.int32)
@@ -147,11 +162,19 @@ def _neighbours_among(
         positions, values = smallest_sorted(block_distances, k)
         ids[begin : begin + step] = candidates[positions]
         distances[begin : begin + step] = values
+        if tick is not None:
+            tick(part.size)
     return ids, distances
 
 
 def exact_graph(
-    vectors: Any, k: Any, space: str, *, rows: np.ndarray | None = None, block_elements: int = BLOCK_ELEMENTS
+    vectors: Any,
+    k: Any,
+    space: str,
+    *,
+    rows: np.ndarray | None = None,
+    block_elements: int = BLOCK_ELEMENTS,
+    on_progress: Progress | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The exact k-NN graph of ``vectors`` (or only of the given ``rows``, each among all rows).
 
@@ -167,7 +190,8 @@ def exact_graph(
     size = array.shape[0]
     chosen = np.arange(size, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     everything = np.arange(size, dtype=np.int64)
-    return _neighbours_among(array, chosen, everything, wanted, space, block_elements)
+    tick = counter(on_progress, GRAPH_PHASE, chosen.size)
+    return _neighbours_among(array, chosen, everything, wanted, space, block_elements, tick)
 
 
 def _cells(array: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -197,6 +221,7 @@ def approximate_graph(
     probes: int = PROBES,
     seed: int = 0,
     block_elements: int = BLOCK_ELEMENTS,
+    on_progress: Progress | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k-NN graph through an inverted file (module docstring): exact distances, probed cells.
 
@@ -209,22 +234,23 @@ def approximate_graph(
     ids = np.empty((size, wanted), dtype=np.int32)
     distances = np.empty((size, wanted), dtype=np.float32)
     if wanted == 0 or count <= probed:
-        return (
-            exact_graph(array, wanted, space, block_elements=block_elements) if wanted else (ids, distances)
-        )
+        if not wanted:
+            return ids, distances
+        return exact_graph(array, wanted, space, block_elements=block_elements, on_progress=on_progress)
     centroids, cells = _cells(array, count, seed)
     order = np.argsort(cells, kind="stable")
     starts = np.searchsorted(cells[order], np.arange(count + 1))
     sizes = np.diff(starts)
     between = pairwise_distances(centroids, centroids, "l2")
     np.fill_diagonal(between, -1.0)  # a cell probes itself first
+    tick = counter(on_progress, GRAPH_PHASE, size)
     for cell in np.flatnonzero(sizes):
         nearest = np.argsort(between[cell], kind="stable")
         enough = int(np.searchsorted(np.cumsum(sizes[nearest]), wanted + 1)) + 1
         chosen = nearest[: max(probed, enough)]
         candidates = np.sort(np.concatenate([order[starts[c] : starts[c + 1]] for c in chosen]))
         members = order[starts[cell] : starts[cell + 1]]
-        found = _neighbours_among(array, members, candidates, wanted, space, block_elements)
+        found = _neighbours_among(array, members, candidates, wanted, space, block_elements, tick)
         ids[members], distances[members] = found
     return ids, distances
 
@@ -262,14 +288,15 @@ def hnsw_graph(
     ef_search: int = 128,
     block_rows: int = 8192,
     report: Callable[[str], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k-NN graph through a faiss HNSW graph over the vectors, its candidates refined exactly.
 
     Each item's ``k + 1`` HNSW candidates get their exact distances (as :func:`exact_graph` computes
     them, up to float32 rounding) and are sorted by (distance, id), the item itself left out. Same
     result layout as :func:`exact_graph`. HNSW is built by several threads, so two builds may differ
-    in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes.
-    """
+    in a few neighbours. ``report`` (optional) gets a line after the build and as the search goes,
+    ``on_progress`` the rows added (:data:`HNSW_ADD_ROWS` at a time), then the rows searched."""
     import faiss
 
     array, wanted = _check_vectors(vectors, k, space)
@@ -281,30 +308,39 @@ def hnsw_graph(
     metric = faiss.METRIC_L2 if space == "l2" else faiss.METRIC_INNER_PRODUCT
     index = faiss.IndexHNSWFlat(dim, check_positive_int("m", m), metric)
     index.hnsw.efConstruction = check_positive_int("ef_construction", ef_construction)
-    index.add(array)
+    added = counter(on_progress, HNSW_BUILD, size)
+    for begin in range(0, size, HNSW_ADD_ROWS):  # faiss adds to an HNSW graph incrementally
+        index.add(array[begin : begin + HNSW_ADD_ROWS])
+        added(min(HNSW_ADD_ROWS, size - begin))
     if report is not None:
         report("hnsw built")
+    tick = counter(on_progress, HNSW_SEARCH, size)
     index.hnsw.efSearch = max(check_positive_int("ef_search", ef_search), wanted + 1)
     for begin in range(0, size, block_rows):
         rows = np.arange(begin, min(size, begin + block_rows), dtype=np.int64)
         _, found = index.search(array[rows], min(size, wanted + 1))
         ids[rows], distances[rows] = _refined(array, rows, found, wanted, space)
+        tick(rows.size)
         if report is not None and (begin // block_rows) % 16 == 15:
             report(f"searched {rows[-1] + 1} of {size}")
     return ids, distances
 
 
-def build_graph(vectors: Any, k: Any, space: str, method: str = "auto") -> tuple[np.ndarray, np.ndarray, str]:
-    """``(ids, distances, method used)``: ``auto`` is exact up to :data:`EXACT_LIMIT` items, HNSW above."""
+def build_graph(
+    vectors: Any, k: Any, space: str, method: str = "auto", *, on_progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """``(ids, distances, method used)``: ``auto`` is exact up to :data:`EXACT_LIMIT` items, HNSW above.
+
+    ``on_progress(phase, done, total)`` (optional) follows the build (module docstring)."""
     chosen = check_choice("method", method, METHODS)
     size = np.shape(vectors)[0]
     if chosen == "auto":
         chosen = "exact" if size <= EXACT_LIMIT else "hnsw"
     if chosen == "exact":
-        return (*exact_graph(vectors, k, space), chosen)
+        return (*exact_graph(vectors, k, space, on_progress=on_progress), chosen)
     if chosen == "hnsw":
-        return (*hnsw_graph(vectors, k, space), chosen)
-    return (*approximate_graph(vectors, k, space), chosen)
+        return (*hnsw_graph(vectors, k, space, on_progress=on_progress), chosen)
+    return (*approximate_graph(vectors, k, space, on_progress=on_progress), chosen)
 
 
 def graph_recall(ids: np.ndarray, exact_ids: np.ndarray) -> float:

@@ -13,14 +13,33 @@ from typing import Any
 
 import numpy as np
 
+from galleria._progress import Progress
 from galleria._validation import check_choice
 
-__all__ = ["MAP_METHODS", "map_neighbors", "project_vectors"]
+__all__ = ["MAP_METHODS", "TSNE_PHASE", "map_neighbors", "project_vectors"]
 
 #: ``auto``: t-SNE when openTSNE is installed (``galleria[map]``), else PCA.
 MAP_METHODS = ("auto", "tsne", "pca")
 #: Neighbours per item t-SNE's affinities take (3 × openTSNE's default perplexity of 30).
 TSNE_NEIGHBORS = 90
+#: t-SNE iterations between two progress reports (each report makes openTSNE compute its error).
+TSNE_REPORT_EVERY = 50
+#: The phase t-SNE's optimisation reports to ``on_progress`` (iterations).
+TSNE_PHASE = "t-SNE"
+
+
+class _Iterations:
+    """An openTSNE callback that counts the optimisation's iterations (both phases) to ``on_progress``."""
+
+    def __init__(self, on_progress: Progress, total: int) -> None:
+        self._on_progress = on_progress
+        self._total = total
+        self._done = 0
+
+    def __call__(self, iteration: int, error: float, embedding: Any) -> bool:
+        self._done = min(self._total, self._done + TSNE_REPORT_EVERY)
+        self._on_progress(TSNE_PHASE, self._done, self._total)
+        return False  # never stops the optimisation
 
 
 def _pca(vectors: np.ndarray) -> np.ndarray:
@@ -37,7 +56,12 @@ def _pca(vectors: np.ndarray) -> np.ndarray:
 
 
 def _tsne(
-    vectors: np.ndarray, space: str, seed: int, threads: int, neighbors: tuple[np.ndarray, np.ndarray] | None
+    vectors: np.ndarray,
+    space: str,
+    seed: int,
+    threads: int,
+    neighbors: tuple[np.ndarray, np.ndarray] | None,
+    on_progress: Progress | None = None,
 ) -> np.ndarray:
     from openTSNE import TSNE
 
@@ -54,6 +78,9 @@ def _tsne(
         random_state=seed,
         verbose=False,
     )
+    if on_progress is not None:  # read when the optimisation starts
+        model.callbacks = _Iterations(on_progress, model.early_exaggeration_iter + model.n_iter)
+        model.callbacks_every_iters = TSNE_REPORT_EVERY
     data = vectors.astype(np.float32)
     if neighbors is None:
         return np.asarray(model.fit(data), dtype=np.float32)
@@ -85,11 +112,14 @@ def project_vectors(
     seed: int = 0,
     threads: int = 1,
     neighbors: tuple[np.ndarray, np.ndarray] | None = None,
+    on_progress: Progress | None = None,
 ) -> tuple[np.ndarray, str]:
     """The (n, 2) float32 map of ``vectors`` and the method used (``"tsne"`` or ``"pca"``).
 
     ``neighbors`` (t-SNE only): each row's nearest other rows and their distances, ``(ids,
     distances)`` of shape (n, k), as :func:`map_neighbors` gives them; None lets openTSNE search.
+    ``on_progress(phase, done, total)`` (t-SNE only) follows the optimisation's iterations (phase
+    :data:`TSNE_PHASE`); it never changes the map.
 
     ``auto`` uses t-SNE when openTSNE is installed and there are at least 10 vectors, PCA otherwise;
     ``tsne`` without openTSNE raises ImportError naming the extra.
@@ -111,20 +141,23 @@ def project_vectors(
     if array.shape[0] == 0:
         return np.zeros((0, 2), np.float32), chosen
     if chosen == "tsne" and array.shape[0] >= 4:
-        return _tsne(array, space, seed, threads, neighbors), "tsne"
+        return _tsne(array, space, seed, threads, neighbors, on_progress), "tsne"
     return _pca(array), "pca"
 
 
-def map_neighbors(store: Any, rows: Any, method: str) -> tuple[np.ndarray, np.ndarray] | None:
+def map_neighbors(
+    store: Any, rows: Any, method: str, on_progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
     """t-SNE's neighbours from ``store``'s neighbour graph while its gallery is still ``rows`` (the
     path table the caller read its vectors with): ``(ids, distances)``; None when the map will not
-    be a t-SNE, the store's space is neither cosine nor l2, or the gallery changed meanwhile."""
+    be a t-SNE, the store's space is neither cosine nor l2, or the gallery changed meanwhile.
+    ``on_progress`` follows the graph's build when it is built here."""
     count = len(rows)
     if method == "pca" or count < 10 or store.space not in ("cosine", "l2") or not _tsne_available():
         return None
     from galleria.store.graph import neighbor_graph
 
-    ids, distances = neighbor_graph(store, min(TSNE_NEIGHBORS, count - 1))
+    ids, distances = neighbor_graph(store, min(TSNE_NEIGHBORS, count - 1), on_progress=on_progress)
     if store._paths is not rows:
         return None
     return ids, (np.sqrt(np.maximum(distances, 0.0)) if store.space == "l2" else distances)

@@ -34,22 +34,23 @@ import struct
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from galleria._files import atomic_stream, load_json, open_regular_file
-from galleria._validation import check_choice
+from galleria._validation import check_callback, check_choice
 from galleria._warnings import GalleriaWarning
 from galleria.distances import pairwise_distances
-from galleria.store._projection import MAP_METHODS, map_neighbors, project_vectors
+from galleria.store._projection import MAP_METHODS, TSNE_PHASE, map_neighbors, project_vectors
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
     "MAP_METHODS",
     "MAP_SUFFIX",
+    "MAP_UNITS",
     "GalleryMap",
     "MapFileWarning",
     "gallery_map",
@@ -72,6 +73,8 @@ PLACE_NEIGHBORS = 5
 CHECK_TOLERANCE = 1e-3
 #: Bytes per item in a map file: key (8), vector check (4), x and y (4 each).
 _ITEM_BYTES = 20
+#: What the phases :func:`gallery_map` reports count, where it is not images.
+MAP_UNITS: dict[str, str] = {TSNE_PHASE: "iteration"}
 #: Threads the projection uses at most.
 MAP_THREADS = max(1, min(4, os.cpu_count() or 1))
 
@@ -273,6 +276,7 @@ def gallery_map(
     store_file: Any = None,
     write: bool | None = None,
     seed: int = 0,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> GalleryMap:
     """The 2-D map of ``store``'s gallery, computed once per gallery and kept in memory on the store.
 
@@ -280,6 +284,11 @@ def gallery_map(
     when it maps this gallery (images added since are placed from their neighbours), and written
     when the map was (re)computed or extended; ``write=False`` never writes it. A ``method`` other
     than ``auto`` that differs from the kept map's recomputes it.
+
+    ``on_progress(phase, done, total)`` (optional) follows a computation: the store's neighbour
+    graph when it is built here (the phases of :func:`galleria.index.neighbor_graph.build_graph`,
+    rows), then t-SNE's optimisation (``"t-SNE"``, iterations; see :data:`MAP_UNITS`). PCA and a
+    kept map report nothing.
 
     Examples
     --------
@@ -290,6 +299,7 @@ def gallery_map(
     ('pca', (3, 2))
     """
     check_choice("method", method, MAP_METHODS)
+    check_callback("on_progress", on_progress)
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if not store.is_built:
@@ -312,9 +322,15 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
-        neighbors = map_neighbors(store, rows, method)  # the store's neighbour graph, for t-SNE
+        neighbors = map_neighbors(store, rows, method, on_progress)  # the store's graph, for t-SNE
         coordinates, used = project_vectors(
-            vectors, store.space, method=method, seed=seed, threads=MAP_THREADS, neighbors=neighbors
+            vectors,
+            store.space,
+            method=method,
+            seed=seed,
+            threads=MAP_THREADS,
+            neighbors=neighbors,
+            on_progress=on_progress,
         )
         result = GalleryMap(_state(*keys), coordinates, used)
     if path is not None and fresh and write is not False:

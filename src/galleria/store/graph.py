@@ -40,13 +40,14 @@ import struct
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from galleria._files import atomic_stream, load_json, open_regular_file
-from galleria._validation import check_positive_int
+from galleria._validation import check_callback, check_positive_int
 from galleria._warnings import GalleriaWarning
 from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays
 from galleria.store._graph_verify import APPROXIMATE_RECALL, verify_graph_rows
@@ -273,7 +274,12 @@ def _prefix(graph: NeighborGraph, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def neighbor_graph(
-    store: InMemoryImageEmbeddingStore, k: Any, *, method: str = "auto", store_file: Any = None
+    store: InMemoryImageEmbeddingStore,
+    k: Any,
+    *,
+    method: str = "auto",
+    store_file: Any = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each gallery item's ``k`` nearest other items: ``(ids, distances)``, two (n, k') arrays.
 
@@ -282,7 +288,8 @@ def neighbor_graph(
     exact up to 100,000 items under ``method="auto"``, HNSW candidates refined exactly above)
     and kept in memory on the store. With ``store_file``, ``STORE.graph`` is read if it holds this
     state's graph and (re)written otherwise; a store loaded by the command line reads it too, but
-    never writes it. The arrays returned are read-only views.
+    never writes it. The arrays returned are read-only views. ``on_progress(phase, done, total)`` follows
+    a build (:func:`galleria.index.neighbor_graph.build_graph`); a graph found is not reported.
 
     Examples
     --------
@@ -294,6 +301,7 @@ def neighbor_graph(
     ([1, 0, 1], [1.0, 1.0, 4.0])
     """
     requested = wanted = check_positive_int("k", k)
+    check_callback("on_progress", on_progress)
     if wanted > MAX_GRAPH_K:
         raise ValueError(f"k must be at most {MAX_GRAPH_K}, got {k!r}")
     if method not in METHODS:
@@ -314,7 +322,7 @@ def neighbor_graph(
         if graph is not None and (graph.k < wanted or method not in ("auto", graph.method)):
             graph = None
     if graph is None:
-        ids, distances, used = build_graph(vectors, requested, store.space, method)
+        ids, distances, used = build_graph(vectors, requested, store.space, method, on_progress=on_progress)
         graph = NeighborGraph(state, ids, distances, used)
         if store_file is not None:  # a file remembered from loading is read, never written
             try:

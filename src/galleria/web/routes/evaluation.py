@@ -1,6 +1,9 @@
 """The evaluation pages (``galleria serve --eval DIR``): ``/eval`` lists the queries of an evaluation,
 the ones whose AP re-ranking lowered most first, with the per-label figures (worst label first) and
 a ``label=`` filter; ``/eval/{n}`` shows query ``n``'s two recorded result lists side by side.
+Above the list, the summary gives each configuration's Recall@1 beside its mAP@100, the two
+compared (plain and the re-ranked one) with their differences, and the warnings ``evaluate``
+printed (re-ranking lowering Recall@1 or mAP@100 below plain's), as text.
 
 The evaluation is :mod:`galleria.evaluation.per_query`'s; without one, both pages say how to load it.
 """
@@ -26,6 +29,25 @@ EVAL_PAGE_SIZE = 50
 _NO_EVALUATION = "no evaluation is loaded: start galleria serve with --eval DIR (an evaluate --report folder)"
 
 
+def _summary(evaluation: Any) -> dict[str, Any]:
+    """The compared pair's titles, and its Recall@1 and mAP@100 before and after with the change
+    (Recall@1 None when the file records none)."""
+    entries = {entry["name"]: entry for entry in evaluation.configurations}
+    before, after = (entries[name] for name in evaluation.compared)
+
+    def pair(key: str) -> dict[str, float] | None:
+        if before.get(key) is None or after.get(key) is None:
+            return None
+        return {"before": before[key], "after": after[key], "change": after[key] - before[key]}
+
+    return {
+        "before": before["title"],
+        "after": after["title"],
+        "recall": pair("recall@1"),
+        "map": pair("map@100"),
+    }
+
+
 class _Listing:
     """The evaluation's queries in the order the list shows them, and by label."""
 
@@ -38,6 +60,7 @@ class _Listing:
         for position in self.order:
             self.by_label.setdefault(evaluation.queries[position].label, []).append(position)
         self.label_rows = per_label_metrics(evaluation) if evaluation is not None else []
+        self.summary = _summary(evaluation) if evaluation is not None else None
 
     def context(self, page: int, label: str | None) -> dict[str, Any]:
         """The list page ``page`` (the last when past it), of ``label``'s queries or all."""
@@ -65,6 +88,7 @@ class _Listing:
             "label_filter": label,
             "label_suffix": suffix,
             "label_summary": self.site.evaluation_labels,
+            "summary": self.summary,
         }
 
     def query(self, position: int) -> dict[str, Any]:

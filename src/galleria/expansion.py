@@ -31,6 +31,7 @@ __all__ = [
     "adaptive_expansion",
     "alpha_query_expansion",
     "check_expansion_alpha",
+    "fill_expansion",
     "trusts_first_matches",
 ]
 
@@ -192,6 +193,26 @@ def adaptive_expansion(stats: GalleryStatistics, *, reranked: bool = False) -> d
     if trusts_first_matches(stats):
         return {"expansion_alpha": 3.0, "expansion_neighbors": 1 if reranked else 2}
     return {"expansion_alpha": STILL_ALPHA, "expansion_neighbors": 1}
+
+
+def fill_expansion(rule: dict[str, Any], alpha: float | None, neighbors: int | None) -> tuple[float, int]:
+    """αQE's values with those left out (None) taken from ``rule`` (:func:`adaptive_expansion`'s).
+
+    A neighbour count given without an exponent asks for an expansion: where the rule keeps the query
+    still (α :data:`STILL_ALPHA`), the exponent is then the rule's expanding one, 3.
+
+    Examples
+    --------
+    >>> fill_expansion({"expansion_alpha": STILL_ALPHA, "expansion_neighbors": 1}, None, 3)
+    (3.0, 3)
+    >>> fill_expansion({"expansion_alpha": 3.0, "expansion_neighbors": 2}, None, None)
+    (3.0, 2)
+    """
+    if alpha is None:
+        alpha = rule["expansion_alpha"]
+        if neighbors is not None and alpha == STILL_ALPHA:
+            alpha = 3.0
+    return float(alpha), int(rule["expansion_neighbors"] if neighbors is None else neighbors)
 
 
 def trusts_first_matches(stats: GalleryStatistics) -> bool:

@@ -101,7 +101,7 @@ def test_info_prints_the_file_escaped(capsys: pytest.CaptureFixture[str], tmp_pa
     out = capsys.readouterr().out
     no_control_characters(out)
     assert "evil\\x1b[2J.safetensors" in out and "skipped files:  2" in out
-    assert "/etc/forged.png" in out and out.count("\n") == 15  # 13 fields, 2 skipped paths
+    assert "/etc/forged.png" in out and out.count("\n") == 17  # 15 fields, 2 skipped paths
 
 
 def test_error_lines_are_escaped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -262,7 +262,9 @@ def test_loading_torch_and_the_model_is_announced_on_a_terminal(monkeypatch: pyt
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     make_embedder("timm:resnet18:random", device="cpu")
-    assert terminal.getvalue().startswith("loading torch and timm, then the timm model resnet18 ...")
+    assert terminal.getvalue().startswith(
+        "loading the network (ONNX Runtime, or torch and timm), then the timm model resnet18 ..."
+    )
     quiet = io.StringIO()  # not a terminal: nothing, so that an error stays one line
     monkeypatch.setattr(sys, "stderr", quiet)
     make_embedder("timm:resnet18:random", device="cpu")

@@ -34,7 +34,7 @@ def test_make_demo_installs_the_demo_extra_only(tmp_path: Path) -> None:
 
 def test_make_test_installs_every_extra_and_the_system_packages(tmp_path: Path) -> None:
     commands = _dry_run(tmp_path, "test")
-    assert "-e '.[dev,clip,demo,web,milvus,ray,timm,tune,onnx,clip-retrieval,map]'" in commands
+    assert "-e '.[dev,clip,demo,web,milvus,ray,timm,tune,onnx,clip-retrieval,map,photo]'" in commands
     assert ".ci/system-deps" in commands and "pytest" in commands
     script = (ROOT / ".ci" / "system-deps").read_text()
     assert "apt-get install" in script and "chromium" in script and "dataset-fashion-mnist" in script

@@ -213,9 +213,10 @@ class RetrievalConfig:
 
         alpha, neighbors = self.expansion_alpha, self.expansion_neighbors
         if self.query_expansion and None in (alpha, neighbors):
+            from galleria.expansion import fill_expansion
+
             rule = default_rerank_params(store, "aqe", reranked=self.rerank)
-            alpha = rule["expansion_alpha"] if alpha is None else alpha
-            neighbors = rule["expansion_neighbors"] if neighbors is None else neighbors
+            alpha, neighbors = fill_expansion(rule, alpha, neighbors)
         params = dict(self.rerank_params)
         if self.rerank:
             params = {**default_rerank_params(store, self.rerank_method), **params}

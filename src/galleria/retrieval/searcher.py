@@ -57,7 +57,7 @@ class Searcher:
     >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b", "c"], np.eye(3))
     >>> searcher = Searcher(store, RetrievalConfig("q", query_expansion=True))
     >>> searcher.config.expansion_neighbors, [c.path for c in searcher.search(np.eye(3)[:1], 2)[0]]
-    (2, ['a', 'b'])
+    (1, ['a', 'b'])
     """
 
     def __init__(

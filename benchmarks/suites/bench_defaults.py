@@ -36,6 +36,8 @@ sys.path.insert(0, str(_BENCH))
 
 DEPTH = 100
 POOL = 200
+from bench_real import paired_interval, per_query  # noqa: E402  (one scoring for both suites)
+
 EXPAND = "aqe"
 EXPAND_RERANK = "aqe+k-reciprocal"
 #: What the targets allow: Recall@1 down by at most this much, mAP@100 not down at all.
@@ -60,25 +62,6 @@ def split(labels: list[str], seed: int, max_queries: int) -> tuple[np.ndarray, n
     mask = np.zeros(len(labels), dtype=bool)
     mask[chosen_array] = True
     return np.flatnonzero(mask), np.flatnonzero(~mask)
-
-
-def per_query(lists: list[list[Any]], query_labels: list[str], gallery_labels: dict[str, str]) -> np.ndarray:
-    """(n_queries, 2): each query's hit at rank 1 and its AP@100 (normalised by min(R, 100))."""
-    from galleria.metrics import ranked_relevance
-
-    relevance = ranked_relevance(lists, query_labels, gallery_labels)
-    hits = np.asarray(relevance.hits, dtype=bool)[:, :DEPTH]
-    relevant = np.minimum(np.asarray(relevance.n_relevant, dtype=np.float64), DEPTH)
-    precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
-    ap = (precision * hits).sum(axis=1) / np.maximum(relevant, 1)
-    return np.stack([hits[:, 0].astype(np.float64), ap], axis=1)
-
-
-def paired_interval(diffs: np.ndarray, resamples: int = 2000) -> tuple[float, float]:
-    """95 % percentile bootstrap interval of the mean of per-query differences (seeded)."""
-    rng = np.random.default_rng(0)
-    means = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].mean(axis=1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def config_of(method: str) -> Any:

@@ -189,7 +189,6 @@ def self_contained(key: str, entry: Mapping[str, Any], data: bytes) -> bytes:
 def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim: int) -> dict[str, Any]:
     """Export ``model`` (images → features) to the cache under ``key``; return its checked entry."""
     import_extra("exporting a network to ONNX", "onnx", "onnx")
-    from galleria._files import atomic_write_bytes
 
     buffer = io.BytesIO()
     dummy = torch.zeros((1, 3, preprocess.crop, preprocess.crop), dtype=torch.float32)
@@ -207,18 +206,7 @@ def export_network(torch: Any, model: Any, key: str, preprocess: Preprocess, dim
             opset_version=_OPSET,
             dynamo=False,
         )
-    data = buffer.getvalue()
-    path = onnx_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, data)
-    entry = {
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "size": len(data),
-        "dim": int(dim),
-        "preprocess": preprocess.to_dict(),
-    }
-    write_manifest_entry(key, entry)
-    return _check_entry(key, entry)
+    return save_network(key, buffer.getvalue(), preprocess, dim)
 
 
 def save_network(key: str, data: bytes, preprocess: Preprocess, dim: int) -> dict[str, Any]:

@@ -12,12 +12,9 @@ from typing import Any
 
 from galleria.embedders._runtime import shipped_file
 from galleria.embedders._torch import import_extra, looks_like_path
-from galleria.embedders._weights import fit_state_dict, read_state_dict
+from galleria.embedders._weights import RANDOM_WEIGHTS_SEED, fit_state_dict, read_state_dict
 
 __all__ = ["RANDOM_WEIGHTS_SEED", "check_pretrained", "import_timm", "load_network"]
-
-#: Seed of the random weights used when ``pretrained=None`` (so every instance is identical).
-RANDOM_WEIGHTS_SEED = 0
 
 
 def import_timm() -> tuple[Any, Any]:

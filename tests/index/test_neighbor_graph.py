@@ -14,7 +14,6 @@ import pytest
 import galleria
 from galleria import InMemoryImageEmbeddingStore
 from galleria.distances import pairwise_distances, prepare_vectors
-from galleria.index import neighbor_graph as neighbor_graph_module
 from galleria.index.neighbor_graph import (
     GRAPH_PHASE,
     HNSW_BUILD,
@@ -120,7 +119,6 @@ def test_progress_counts_every_row_once_per_phase_and_changes_nothing(
     method: str, phases: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``on_progress(phase, done, total)`` rises to the row count in each phase, in order."""
-    monkeypatch.setattr(neighbor_graph_module, "HNSW_ADD_ROWS", 1000)  # the HNSW build in three parts
     vectors = clustered(3000)
     calls: list[tuple[str, int, int]] = []
     with_progress = build_graph(vectors, 5, "cosine", method, on_progress=lambda *call: calls.append(call))
@@ -130,9 +128,9 @@ def test_progress_counts_every_row_once_per_phase_and_changes_nothing(
         assert len(done) == sum(p == phase for p, _, _ in calls)  # the total is the row count
         assert done == sorted(done) and done[0] > 0 and done[-1] == 3000
     if method == "hnsw":
-        assert [d for p, d, _ in calls if p == HNSW_BUILD] == [1000, 2000, 3000]
+        assert [d for p, d, _ in calls if p == HNSW_BUILD] == [3000]  # added in one call
         exact_ids, _ = exact_graph(vectors, 5, "cosine")
-        assert graph_recall(with_progress[0], exact_ids) >= 0.95  # added in parts, as good a graph
+        assert graph_recall(with_progress[0], exact_ids) >= 0.95
     else:  # exact and ivf are deterministic: the same graph as without progress
         plain = build_graph(vectors, 5, "cosine", method)
         np.testing.assert_array_equal(with_progress[0], plain[0])

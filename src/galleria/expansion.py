@@ -230,4 +230,4 @@ def trusts_first_matches(stats: GalleryStatistics) -> bool:
     False
     """
     reading = read_statistics(stats)
-    return not reading.flat and reading.first >= FIRST_SHARE and reading.share - reading.first >= FIRST_RISE
+    return not reading.flat and reading.first >= FIRST_SHARE and reading.rise >= FIRST_RISE

@@ -21,6 +21,8 @@ from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.vectors import stable_smallest
 
 __all__ = [
+    "EXPAND_RISE",
+    "EXPAND_SHARE",
     "FIRST_RISE",
     "FIRST_SHARE",
     "LAMBDA_AT_ZERO",
@@ -226,6 +228,22 @@ FIRST_SHARE = 0.5
 #: leans on the first match lowered mAP@100 (the diffusions by 0.02–0.03); on the stamps (+0.04–0.06)
 #: and the digits (+0.13) it lifted it.
 FIRST_RISE = 0.02
+#: The methods that average an item with several of its neighbours — k-reciprocal's local expansion
+#: (k2), the GNN's aggregation, DBA's augmentation — reach past the first neighbour only where the
+#: mutual share grows by at least this much from the first five to the first 20 (classes large and
+#: coherent enough that the 2nd to 5th neighbours are of the item's class), or is at least
+#: :data:`EXPAND_SHARE`. Elsewhere they average the first neighbour alone (k2 = 2, DBA one neighbour),
+#: and the 2nd to 5th neighbours, as often of a look-alike class, stay out. Fitted on the corpus's
+#: fitting galleries (``benchmarks/experiments/sweep_defaults.py``): on the pixel digits (rise 0.12–0.13
+#: over three splits) k2 = 5 lifts mAP@100 by 0.097 and k2 = 2 by 0.074; on the Lite0 stamps (rise
+#: 0.04–0.06, share 0.59–0.61) k2 = 2 and 4 lift it alike (0.062, 0.060), as do the GNN's k2 = 2 and 4
+#: (0.064) and DBA's one to three neighbours (0.019); 0.09 lies between the two.
+EXPAND_RISE = 0.09
+#: ... or where the share is at least this high (see :data:`EXPAND_RISE`). Fitted on the pixel digits
+#: cut to 20 images a class (a fitting gallery's variant: share 0.72–0.75, rise 0.07–0.09, as
+#: neighbourhoods fill their class): k2 = 4 lifted mAP@100 by 0.114, k2 = 2 by 0.099; 0.66 lies
+#: between that and the Lite0 stamps' 0.61.
+EXPAND_SHARE = 0.66
 #: A neighbourhood spans at most ``n_items // ROOM_SHARE`` items (a tenth of the gallery): the
 #: statistics are read at the largest probe size within it, and every neighbourhood size is capped
 #: by it (galleries of fewer than 200 items only; larger ones read k = 20 as before).
@@ -243,9 +261,11 @@ class Reading:
     ``share`` and ``mutual`` are the mean share and median count of mutual neighbors among the
     first 20 (fewer in a small gallery: see ``room``); ``flat``: no structure to lean on;
     ``majority``: most neighbors mutual; ``reach``: ``mutual · share / 2``; ``lam``: k-reciprocal's
-    λ rule; ``room``: the most items a neighborhood may span, a tenth of the gallery (at least
-    5) — in a small one (Fashion-MNIST with 12 images a class: 120 items) a neighborhood of 20
-    reaches past every class, its members are mutual by chance, and sizes read from it overshoot
+    λ rule; ``first``: the share among the first five; ``rise``: ``share − first``; ``spreads``: the
+    share rises by at least :data:`EXPAND_RISE` or is at least :data:`EXPAND_SHARE` (neighbours past
+    the first may be averaged in); ``room``: the most items a neighborhood may span, a tenth of the
+    gallery (at least 5) — in a small one (Fashion-MNIST with 12 images a class: 120 items) a
+    neighborhood of 20 reaches past every class, its members are mutual by chance, and sizes read from it overshoot
     the classes. The rules cap their neighborhood sizes at it (:meth:`capped`).
     """
 
@@ -257,6 +277,8 @@ class Reading:
     lam: float
     room: int
     first: float = 0.0
+    rise: float = 0.0
+    spreads: bool = False
 
     def capped(self, value: float, low: int, high: int) -> int:
         """``value`` rounded and clipped to [low, high], then held within ``max(low, room)``."""
@@ -280,7 +302,9 @@ def read_statistics(stats: GalleryStatistics) -> Reading:
     majority = not flat and share >= MAJORITY
     lam = 1.0 if flat else round(min(LAMBDA_HIGH, max(LAMBDA_LOW, LAMBDA_AT_ZERO - 1.4 * share)), 2)
     first = stats.share[0] if stats.n_sample else 0.0  # the share among the first 5 (or fewer)
-    return Reading(share, mutual, flat, majority, mutual * share / 2.0, lam, room, first)
+    rise = round(share - first, 6)
+    spreads = not flat and (rise >= EXPAND_RISE or share >= EXPAND_SHARE)
+    return Reading(share, mutual, flat, majority, mutual * share / 2.0, lam, room, first, rise, spreads)
 
 
 def clip_round(value: float, low: int, high: int) -> int:

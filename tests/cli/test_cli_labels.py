@@ -154,6 +154,25 @@ def test_the_text_output_shows_the_labels(gallery: Path, capsys: pytest.CaptureF
     assert f"labels: 6 labels from the folders of {gallery}, images per label: min 7, median 7" in out
 
 
+@pytest.mark.parametrize(
+    ("sizes", "said"),
+    [
+        ({"cat": 8}, "1 label ('cat'): scoring needs at least 2"),
+        ({f"c{i}": 1 for i in range(9)}, "each of the 9 labels holds one image: no query has a match"),
+    ],
+)
+@pytest.mark.parametrize("options", [[], ["--expand", "--rerank"]])
+def test_a_folder_of_one_class_or_of_classes_of_one_image_says_what_it_saw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sizes: dict[str, int], said: str, options: list[str]
+) -> None:
+    """Bad input (issue 33): the defaults are not run on labels that cannot be scored; one line says why."""
+    folder = tmp_path / "g"
+    _classes(folder, sizes)
+    code, out, err = _run(capsys, "evaluate", str(folder), *options)
+    assert code == 2 and out == ""
+    assert said in err and len(err.strip().splitlines()) == 1 and str(folder) in err
+
+
 def test_labels_root_is_for_stores_only(gallery: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "evaluate", str(gallery), "--labels-root", str(gallery))
     assert code == 2 and "applies to a store file" in err
@@ -166,10 +185,12 @@ def test_label_checks_against_their_definitions() -> None:
         ["a", "", "b"],
         ["/gx/a/1.png"],
     )
-    assert label_problem(["a", "b"]) is None
+    assert label_problem(["a", "a", "b", "b"]) is None
     assert label_problem(["a", "a", "a", "b"]) is not None  # 3 of 4 and the other a single image
     assert label_problem(["a", "a", "b", "b", "c"]) is None  # no label above half
     assert label_problem(["a", "a", "a", "b", "b", "c"]) is None  # the others are not all single
+    assert "each of the 3 labels holds one image" in str(label_problem(["a", "b", "c"]))
+    assert label_problem(["a", "b", "c", "c"]) is None  # one label with a match is enough
     summary = summarise_labels(["a"] * 3 + ["b"] * 5 + ["c"], "/r")
     assert (summary.n_labels, summary.min_per_label, summary.median_per_label) == (3, 1, 3.0)
     assert os.sep not in summary.line().split(" from ")[0]

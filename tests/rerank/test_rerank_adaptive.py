@@ -262,6 +262,59 @@ def test_every_rule_keeps_the_first_result_or_falls_back(share: float, median: f
     assert (params_from_statistics(rising)["diffusion"]["alpha"] == 0.9) == trusted_rising
     more = params_from_statistics(_stats(share, min(20.0, median + 4)))
     assert more["diffusion"]["k"] >= params["diffusion"]["k"]  # larger classes, larger graphs
+    # a flat share below 0.66: nothing past the first neighbour is averaged in (k2 = 2, DBA one neighbour)
+    if share < 0.66:
+        assert params["k-reciprocal"]["k2"] == min(2, params["k-reciprocal"]["k1"]) and gnn["k2"] == 2
+        assert dba["neighbors"] == 1
+
+
+@pytest.mark.parametrize("share", [0.3, 0.45, 0.5, 0.6, 0.65, 0.66, 0.8])
+@pytest.mark.parametrize("rise", [0.0, 0.03, 0.06, 0.09, 0.12, 0.2])
+@pytest.mark.parametrize("median", [2.0, 7.0, 15.0, 20.0])
+def test_neighbours_past_the_first_are_averaged_only_where_the_share_rises(
+    share: float, rise: float, median: float
+) -> None:
+    """k-reciprocal's k2, the GNN's k2 and DBA's neighbours reach past the first neighbour only where the
+    mutual share grows by EXPAND_RISE from the first five to the first 20 or is at least EXPAND_SHARE
+    (property of the pure rule)."""
+    from galleria.statistics import EXPAND_RISE, EXPAND_SHARE, read_statistics
+
+    stats = GalleryStatistics(1000, 200, (5, 10, 20), (share - rise, share - rise / 2, share), (3, 6, median))
+    reading = read_statistics(stats)
+    params = params_from_statistics(stats)
+    kr, gnn, dba = params["k-reciprocal"], params["gnn"], params["dba"]
+    spreads = not reading.flat and (rise >= EXPAND_RISE - 1e-9 or share >= EXPAND_SHARE)
+    assert reading.spreads == spreads
+    if not spreads:
+        assert kr["k2"] == min(2, kr["k1"]) and gnn["k2"] == 2 and dba["neighbors"] == 1
+    else:  # as before: as far as the reliable part of the neighbourhood reaches
+        assert kr["k2"] == min(kr["k1"], max(2, min(6, round(reading.reach))))
+        if reading.majority:
+            assert gnn["k2"] == min(gnn["k1"], max(1, min(7, round(reading.reach))))
+    if dba["alpha"] == 10.0:  # DBA augments: its expansion is αQE's own rule (two matches at α 3)
+        assert (
+            (dba["aqe_neighbors"], dba["aqe_alpha"])
+            == (2, 3.0)
+            == (
+                params["aqe"]["expansion_neighbors"],
+                params["aqe"]["expansion_alpha"],
+            )
+        )
+
+
+def test_glyph_like_statistics_average_one_neighbour_and_digit_like_ones_more() -> None:
+    """The corpus cases behind EXPAND_RISE and EXPAND_SHARE: a flat share of 0.6 (glyphs, Lite0 stamps), a
+    rising one (digits) and a flat share of 0.75 (digits cut to 20 a class; playing cards)."""
+    flat = params_from_statistics(GalleryStatistics(1800, 200, (5, 10, 20), (0.607, 0.61, 0.627), (3, 6, 13)))
+    rising = params_from_statistics(
+        GalleryStatistics(400, 200, (5, 10, 20), (0.578, 0.629, 0.709), (3, 6, 15))
+    )
+    high = params_from_statistics(GalleryStatistics(930, 200, (5, 10, 20), (0.722, 0.739, 0.74), (4, 8, 16)))
+    assert flat["k-reciprocal"] == {"k1": 20, "k2": 2, "lambda_value": 0.57}
+    assert rising["k-reciprocal"] == {"k1": 20, "k2": 5, "lambda_value": 0.55}
+    assert high["k-reciprocal"] == {"k1": 20, "k2": 6, "lambda_value": 0.55}
+    assert flat["gnn"]["k2"] == 2 and rising["gnn"]["k2"] == 5 and high["gnn"]["k2"] == 6
+    assert flat["dba"]["neighbors"] == 1 and rising["dba"]["neighbors"] == 4
 
 
 def test_an_unbuilt_store_is_read_on_first_use(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ read the same labels later, and refuse to score when they no longer can:
   sub-folders);
 * :func:`labels_under` — each path's label under a root, and the paths that lie outside it;
 * :func:`label_problem` — why a set of labels cannot mean what a user thinks (fewer than 2 labels,
-  or one label holding more than half the gallery while every other holds one image), or None;
+  one label holding more than half the gallery while every other holds one image, or every label one
+  image), or None;
 * :func:`summarise_labels` — the number of labels, images per label (min, median) and the root,
   as evaluation reports print them.
 """
@@ -70,7 +71,8 @@ def label_problem(labels: Sequence[Any]) -> str | None:
 
     * fewer than 2 distinct labels: every result is relevant, every metric is 1;
     * one label holding more than half the images while every other label holds one image: the
-      labels are almost surely folders of another layout (a gallery of loose files beside one folder).
+      labels are almost surely folders of another layout (a gallery of loose files beside one folder);
+    * every label holding one image: no query has a match of its label to find.
 
     Examples
     --------
@@ -80,12 +82,16 @@ def label_problem(labels: Sequence[Any]) -> str | None:
     "1 label ('a'): scoring needs at least 2"
     >>> label_problem(["a"] * 5 + ["b", "c"])
     "label 'a' holds 5 of 7 images while the 2 other labels hold one image each"
+    >>> label_problem(["a", "b", "c"])
+    'each of the 3 labels holds one image: no query has a match of its label to find'
     """
     counts = Counter(labels)
     if len(counts) < 2:
         shown = ", ".join(repr(label) for label in list(counts)[:3])
         return f"{len(counts)} label ({shown}): scoring needs at least 2"
     (top, size), *rest = counts.most_common()
+    if size == 1:
+        return f"each of the {len(counts)} labels holds one image: no query has a match of its label to find"
     if size * 2 > len(labels) and all(count == 1 for _, count in rest):
         return (
             f"label {top!r} holds {size} of {len(labels)} images while the {len(rest)} other labels "

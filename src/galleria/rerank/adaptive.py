@@ -112,7 +112,11 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
       classes, and a dominant class wins (the paper's 20 is reached from ``m = 10``);
       ``k2 = clip(m·s / 2, 2, 6)`` — the local expansion averages ``k2`` neighbours' encodings, so it
       may reach only as far as the *reliable* part of the neighbourhood (``k2 = 1``, no expansion,
-      was measured to be worse than 2 on unreliable galleries);
+      was measured to be worse than 2 on unreliable galleries) — and past the first neighbour only
+      where the mutual share rises by :data:`~galleria.statistics.EXPAND_RISE` from the first five to
+      the first 20 (large, coherent classes) or is at least :data:`~galleria.statistics.EXPAND_SHARE`;
+      elsewhere ``k2 = 2``: the 2nd to 5th neighbours are as
+      often of a look-alike class (glyphs: ``o`` and ``O``), and averaging them in moved the first result;
       ``λ = clip(1.45 − 1.4·s, 0.55, 0.9)`` — the less reciprocal the neighbourhoods, the more of the
       original distance is kept; below 0.55 the Jaccard term decides the first result on its own
       (galleria 0.2's floor of 0.3 lost 0.01–0.03 Recall@1 on galleries of small or loose classes).
@@ -130,13 +134,15 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
       neighbours, few enough not to join classes); ``α = 0.9`` (``0.99`` spreads the walk to the
       graph's hubs; ``0.9`` keeps it near its source), ``γ = 3``; truncation as the paper (1000).
     * GNN: ``k1 = clip(2m, 4, 26)``; at a majority of mutual neighbours (``s ≥`` :data:`MAJORITY`)
-      ``k2 = clip(m·s / 2, 1, 7)`` and k-reciprocal's ``λ``; below it the aggregation averages
+      k-reciprocal's ``λ`` and ``k2 = clip(m·s / 2, 1, 7)`` where the share rises as for k-reciprocal's
+      ``k2`` (else 2); below a majority the aggregation averages
       neighbours that are mostly not mutual, so it only corrects the original similarity:
       ``k2 = 2``, ``λ =`` :data:`GNN_MINORITY_LAMBDA`.
     * DBA + αQE rewrites the gallery itself, so a wrong neighbourhood moves an item for every query:
       it augments only at a majority of mutual neighbours where αQE trusts the first matches,
-      ``neighbors = aqe_neighbors = clip(m·s / 3, 1, 10)`` with ``α =`` :data:`DBA_ALPHA` (weights
-      ``cos ** 10``: a tenth of a neighbour at cos 0.8); else one neighbour with ``α =``
+      ``neighbors = clip(m·s / 3, 1, 10)`` where the share rises as for k-reciprocal's ``k2`` (else 1)
+      with ``α =`` :data:`DBA_ALPHA` (weights ``cos ** 10``: a tenth of a neighbour at cos 0.8), and
+      αQE's own expansion (two matches at ``α = 3``); else one neighbour with ``α =``
       :data:`DBA_OFF_ALPHA`, whose weight is negligible unless the neighbour is a near copy, and αQE's
       still expansion (one match at ``α = 1000``).
 
@@ -151,6 +157,9 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     --------
     >>> stats = GalleryStatistics(1000, 200, (5, 10, 20), (0.6, 0.62, 0.65), (3.0, 6.0, 14.0))
     >>> params_from_statistics(stats)["k-reciprocal"]
+    {'k1': 20, 'k2': 2, 'lambda_value': 0.55}
+    >>> rising = GalleryStatistics(1000, 200, (5, 10, 20), (0.55, 0.62, 0.65), (3.0, 6.0, 14.0))
+    >>> params_from_statistics(rising)["k-reciprocal"]
     {'k1': 20, 'k2': 5, 'lambda_value': 0.55}
     >>> params_from_statistics(stats)["diffusion"]
     {'k': 28, 'query_k': 1, 'alpha': 0.9, 'gamma': 3.0}

@@ -163,17 +163,24 @@ class DBAReranker(PoolReranker):
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """At a majority of mutual neighbors, where αQE trusts the first matches: n = clip(m·s/3, 1, 10),
-    α 10 and αQE of min(n, 2) at α 3; else one neighbor at α 1000 and αQE's still expansion (one match at
+    """At a majority of mutual neighbors, where αQE trusts the first matches: n = clip(m·s/3, 1, 10) where
+    the share rises or is high as for k-reciprocal's k2 (``spreads``), else 1, α 10, and αQE's own
+    expansion (two matches at α 3); else one neighbor at α 1000 and αQE's still expansion (one match at
     α 1000): only near copies move anything."""
-    from galleria.expansion import STILL_ALPHA, trusts_first_matches
+    from galleria.expansion import STILL_ALPHA, adaptive_expansion, trusts_first_matches
     from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
 
     reading = read_statistics(stats)
     if reading.majority and trusts_first_matches(stats):
-        count = clip_round(reading.mutual * reading.share / 3.0, 1, 10)
+        count = clip_round(reading.mutual * reading.share / 3.0, 1, 10) if reading.spreads else 1
         # the expansion as αQE's own rule: at most two matches, so the first cannot be overtaken
-        return {"neighbors": count, "alpha": DBA_ALPHA, "aqe_neighbors": min(count, 2), "aqe_alpha": 3.0}
+        expansion = adaptive_expansion(stats)
+        return {
+            "neighbors": count,
+            "alpha": DBA_ALPHA,
+            "aqe_neighbors": expansion["expansion_neighbors"],
+            "aqe_alpha": expansion["expansion_alpha"],
+        }
     return {"neighbors": 1, "alpha": DBA_OFF_ALPHA, "aqe_neighbors": 1, "aqe_alpha": STILL_ALPHA}
 
 

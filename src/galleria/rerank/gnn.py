@@ -156,14 +156,16 @@ class GnnReranker(PoolReranker):
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """k1 = clip(2m, 4, 26); k2 and λ as k-reciprocal's at a majority of mutual neighbors, else 2 and 0.9."""
+    """k1 = clip(2m, 4, 26); k2 = clip(m·s/2, 1, 7) where a majority of neighbors are mutual and the share
+    rises or is high as for k-reciprocal's k2 (``spreads``), else 2; λ as k-reciprocal's at a majority,
+    else 0.9."""
     from galleria.rerank.adaptive import GNN_MINORITY_LAMBDA, clip_round, read_statistics
 
     reading = read_statistics(stats)
     k1 = reading.capped(2 * reading.mutual, 4, 26)
     return {
         "k1": k1,
-        "k2": min(k1, clip_round(reading.reach, 1, 7)) if reading.majority else 2,
+        "k2": min(k1, clip_round(reading.reach, 1, 7)) if reading.majority and reading.spreads else 2,
         "lambda_value": reading.lam if reading.majority or reading.flat else GNN_MINORITY_LAMBDA,
     }
 

@@ -313,12 +313,15 @@ class KReciprocalReranker:
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1), λ = clip(1.45 − 1.4·s, 0.55, 0.9); λ 1 if flat."""
+    """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1) where the mutual share rises by 0.09 from the first
+    five to the first 20 or is at least 0.66 (``spreads``), else 2; λ = clip(1.45 − 1.4·s, 0.55, 0.9); λ 1 if
+    flat."""
     from galleria.rerank.adaptive import clip_round, read_statistics
 
     reading = read_statistics(stats)
     k1 = reading.capped(2 * reading.mutual, 4, 20)
-    return {"k1": k1, "k2": min(k1, clip_round(reading.reach, 2, 6)), "lambda_value": reading.lam}
+    k2 = min(k1, clip_round(reading.reach, 2, 6)) if reading.spreads else min(k1, 2)
+    return {"k1": k1, "k2": k2, "lambda_value": reading.lam}
 
 
 #: The declaration of k-reciprocal re-ranking (:mod:`galleria._declare`): the registry finds it here.

@@ -265,8 +265,8 @@ class Reading:
     share rises by at least :data:`EXPAND_RISE` or is at least :data:`EXPAND_SHARE` (neighbours past
     the first may be averaged in); ``room``: the most items a neighborhood may span, a tenth of the
     gallery (at least 5) — in a small one (Fashion-MNIST with 12 images a class: 120 items) a
-    neighborhood of 20 reaches past every class, its members are mutual by chance, and sizes read from it overshoot
-    the classes. The rules cap their neighborhood sizes at it (:meth:`capped`).
+    neighborhood of 20 reaches past every class, its members are mutual by chance, and sizes read
+    from it overshoot the classes. The rules cap their neighborhood sizes at it (:meth:`capped`).
     """
 
     share: float

@@ -163,10 +163,11 @@ class DBAReranker(PoolReranker):
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """At a majority of mutual neighbors, where αQE trusts the first matches: n = clip(m·s/3, 1, 10) where
-    the share rises or is high as for k-reciprocal's k2 (``spreads``), else 1, α 10, and αQE's own
-    expansion (two matches at α 3); else one neighbor at α 1000 and αQE's still expansion (one match at
-    α 1000): only near copies move anything."""
+    """Where s ≥ 0.5 and αQE trusts the first matches: n = clip(m·s/3, 1, 10) if spreads, else 1; else off.
+
+    Augmenting, the expansion is αQE's own rule (two matches at α 3) and ``spreads`` as for k-reciprocal's
+    k2; off: one neighbor at α 1000 and αQE's still expansion (one match at α 1000), so only near copies
+    move anything."""
     from galleria.expansion import STILL_ALPHA, adaptive_expansion, trusts_first_matches
     from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
 

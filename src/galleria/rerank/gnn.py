@@ -156,8 +156,9 @@ class GnnReranker(PoolReranker):
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """k1 = clip(2m, 4, 26); k2 = clip(m·s/2, 1, 7) where a majority of neighbors are mutual and the share
-    rises or is high as for k-reciprocal's k2 (``spreads``), else 2; λ as k-reciprocal's at a majority,
+    """k1 = clip(2m, 4, 26); k2 = clip(m·s/2, 1, 7) if s ≥ 0.5 and spreads, else 2; λ k-reciprocal's or 0.9.
+
+    ``spreads`` as for k-reciprocal's k2; λ is k-reciprocal's at a majority of mutual neighbours (s ≥ 0.5),
     else 0.9."""
     from galleria.rerank.adaptive import GNN_MINORITY_LAMBDA, clip_round, read_statistics
 

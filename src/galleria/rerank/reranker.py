@@ -313,9 +313,10 @@ class KReciprocalReranker:
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
-    """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1) where the mutual share rises by 0.09 from the first
-    five to the first 20 or is at least 0.66 (``spreads``), else 2; λ = clip(1.45 − 1.4·s, 0.55, 0.9); λ 1 if
-    flat."""
+    """k1 = clip(2m, 4, 20); k2 = clip(m·s/2, 2, 6) if spreads, else 2; λ = clip(1.45 − 1.4·s, 0.55, 0.9).
+
+    k2 ≤ k1. ``spreads``: the mutual share rises by 0.09 from the first five neighbours to the first 20, or
+    is at least 0.66 (:data:`galleria.statistics.EXPAND_SHARE`); λ = 1 where the gallery is flat."""
     from galleria.rerank.adaptive import clip_round, read_statistics
 
     reading = read_statistics(stats)

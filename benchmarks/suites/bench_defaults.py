@@ -184,13 +184,32 @@ def details(r: dict[str, Any], methods: list[str]) -> str:
     return "\n".join(out)
 
 
-def lift_table(results: list[dict[str, Any]], methods: list[str], before: list[dict[str, Any]]) -> str:
+def miss_list(results: list[dict[str, Any]], methods: list[str]) -> str:
+    """How many cells miss the targets, and each one by how much."""
+    missed = [
+        (r, m, r["summary"]["rows"][m])
+        for r in results
+        for m in methods
+        if not passes(r["summary"]["rows"][m])
+    ]
+    lines = [f"Misses of the targets: {len(missed)} of {len(results) * len(methods)} cells."]
+    for r, m, row in missed:
+        lines.append(
+            f"- {r['gallery']} × {r['embedder']} ({r['set']}), {m}: ΔR@1 {row['d_recall@1']:+.4f}, "
+            f"ΔmAP@100 {row['d_map@100']:+.6f}"
+        )
+    return "\n".join(lines)
+
+
+def lift_table(
+    results: list[dict[str, Any]], methods: list[str], before: list[dict[str, Any]], label: str = "before"
+) -> str:
     """Each method's mean ΔmAP@100 over the galleries measured in both runs, now and before (the rules
     of an earlier galleria, ``--before``), and the ratio; how many galleries ``--rerank`` lifts by 0.02."""
     earlier = {(r["gallery"], r["embedder"]): r["summary"]["rows"] for r in before}
     shared = [r for r in results if (r["gallery"], r["embedder"]) in earlier]
     lines = [
-        f"Over the {len(shared)} gallery × embedder pairs measured with both rules:",
+        f"Over the {len(shared)} gallery × embedder pairs measured with both rules (before: {label}):",
         "",
         "| method | mean ΔmAP@100 now | before | now / before | worst ΔR@1 now | worst ΔR@1 before |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -225,7 +244,12 @@ def main() -> None:
     parser.add_argument("--out", default="", help="write the markdown report here")
     parser.add_argument("--json", default="", help="write the raw summaries here")
     parser.add_argument("--from-json", default="", help="report these saved summaries (no measuring)")
-    parser.add_argument("--before", default="", help="saved summaries of earlier rules, set beside")
+    parser.add_argument(
+        "--before",
+        action="append",
+        default=[],
+        help="saved summaries of earlier rules, set beside ([LABEL=]FILE,FILE...; may be repeated)",
+    )
     args = parser.parse_args()
 
     import _corpus
@@ -264,12 +288,13 @@ def main() -> None:
                 + f"  ({entry['seconds']} s)",
                 flush=True,
             )
-    report = markdown(results, methods)
-    if args.before:
+    report = markdown(results, methods) + "\n\n" + miss_list(results, methods)
+    for given in args.before:
+        label, _, files = given.rpartition("=")
         before: list[dict[str, Any]] = []
-        for part in args.before.split(","):
+        for part in files.split(","):
             before.extend(json.loads(Path(part).read_text()))
-        report += "\n\n" + lift_table(results, methods, before)
+        report += "\n\n" + lift_table(results, methods, before, label or "before")
     print(report)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

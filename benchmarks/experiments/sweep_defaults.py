@@ -4,6 +4,8 @@
 --grid 'k1=6,10,20 k2=2,4 lambda_value=0.3,0.6'`` prints, per setting, the change of Recall@1 / mAP@100
 from plain retrieval (mean of the three splits of ``bench_defaults``) and the gallery's statistics, so a
 rule can be read off the galleries of ``_corpus.FIT`` and then judged on the others by ``bench_defaults``.
+``--per-class N`` keeps at most N images a class (seeded): a fitting gallery's variant (the digits cut to
+20 a class fitted ``galleria.statistics.EXPAND_SHARE``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def main() -> None:
     parser.add_argument("--grid", default="", help="space-separated NAME=v1,v2,...")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--max-queries", type=int, default=500)
+    parser.add_argument(
+        "--per-class", type=int, default=0, help="at most N images a class (seeded): a variant"
+    )
     args = parser.parse_args()
 
     import bench_defaults as bd
@@ -38,6 +43,15 @@ def main() -> None:
     from galleria.store import InMemoryImageEmbeddingStore
 
     vectors, labels, _ = _corpus.vectors(args.gallery, args.embedder)
+    if args.per_class:  # e.g. the digits cut to 20 a class: neighbourhoods that fill their class
+        named = np.asarray(labels)
+        rng = np.random.default_rng(7)
+        keep = np.sort(
+            np.concatenate(
+                [rng.permutation(np.flatnonzero(named == c))[: args.per_class] for c in np.unique(named)]
+            )
+        )
+        vectors, labels = vectors[keep], named[keep].tolist()
     labels = list(labels)
     axes = [item.split("=") for item in args.grid.split()]
     names = [a[0] for a in axes]

@@ -240,7 +240,7 @@ FIRST_RISE = 0.02
 #: (0.064) and DBA's one to three neighbours (0.019); 0.09 lies between the two.
 EXPAND_RISE = 0.09
 #: ... or where the share is at least this high (see :data:`EXPAND_RISE`). Fitted on the pixel digits
-#: cut to 20 images a class (a fitting gallery's variant: share 0.72–0.75, rise 0.07–0.09, as
+#: cut to 20 images a class (``sweep_defaults.py --per-class 20``: share 0.72–0.75, rise 0.07–0.09, as
 #: neighbourhoods fill their class): k2 = 4 lifted mAP@100 by 0.114, k2 = 2 by 0.099; 0.66 lies
 #: between that and the Lite0 stamps' 0.61.
 EXPAND_SHARE = 0.66

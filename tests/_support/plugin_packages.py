@@ -13,6 +13,7 @@ from pathlib import Path
 import galleria
 
 SOURCE = str(Path(galleria.__file__).resolve().parents[1])
+RERANKERS = "galleria.rerankers"
 
 
 def write_plugin(
@@ -68,5 +69,17 @@ class Keep:
         return [c.rescored(c.score) for c in candidates][:top_k]
 
 
-COMPONENT = Component("reranker", "keep", (Param("n", int, 1, 1, 9),), build=Keep, api_version=PLUGIN_API_VERSION)
+COMPONENT = Component(
+    "reranker", "keep", (Param("n", int, 1, 1, 9),), build=Keep, api_version=PLUGIN_API_VERSION
+)
 '''
+
+
+def keep_site(where: Path) -> Path:
+    """``where`` holding the good plugin ``galleria-keep`` (its method ``keep``)."""
+    return write_plugin(where, "galleria-keep", {"keep_plugin": KEEP}, {RERANKERS: {"keep": "keep_plugin"}})
+
+
+def bad_site(where: Path, source: str, value: str = "bad_plugin") -> Path:
+    """``where`` holding the plugin ``galleria-bad``: module ``bad_plugin``, entry point ``bad = value``."""
+    return write_plugin(where, "galleria-bad", {"bad_plugin": source}, {RERANKERS: {"bad": value}})

@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from _support.plugin_packages import KEEP, run_galleria, write_plugin
+from _support.plugin_packages import KEEP, RERANKERS, bad_site, keep_site, run_galleria, write_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
-RERANKERS = "galleria.rerankers"
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +86,8 @@ def test_the_plugin_of_the_docs_runs_as_shown(gallery: Path, tmp_path: Path) -> 
     assert "centroid" in [entry["name"] for entry in json.loads(listed.stdout)] and not listed.stderr
 
     found = _search(gallery, site, "centroid", "--rerank-param", "m=2")
-    plain = run_galleria(
-        site, "search", str(gallery.parent / "colours.safetensors"), "--image", str(gallery / "red" / "0.png"),
-        "-k", "10", "--json",
-    )  # fmt: skip
+    store_file, query = str(gallery.parent / "colours.safetensors"), str(gallery / "red" / "0.png")
+    plain = run_galleria(site, "search", store_file, "--image", query, "-k", "10", "--json")
     assert found.returncode == 0 and plain.returncode == 0, found.stderr
     reranked = json.loads(found.stdout)["queries"][0]["results"]
     pool = json.loads(plain.stdout)["queries"][0]["results"]
@@ -121,12 +118,11 @@ def test_the_plugin_of_the_docs_runs_as_shown(gallery: Path, tmp_path: Path) -> 
 
 def test_importing_galleria_discovers_nothing(tmp_path: Path) -> None:
     """No module of galleria reads an entry point when imported; the first use of a registry does."""
-    site = write_plugin(
-        tmp_path, "galleria-keep", {"keep_plugin": KEEP}, {RERANKERS: {"keep": "keep_plugin"}}
-    )
+    site = keep_site(tmp_path)
     script = (
-        "import galleria, galleria.store, galleria.rerank, galleria.index, galleria.embedders, galleria.tune, "
-        "galleria.components, galleria.retrieval, galleria.cli.search, galleria.cli.tune, galleria.web.app\n"
+        "import galleria, galleria.store, galleria.rerank, galleria.index, galleria.embedders, "
+        "galleria.tune, galleria.components, galleria.retrieval, galleria.cli.search, galleria.cli.tune, "
+        "galleria.web.app\n"
         "import galleria._plugins as p, sys\n"
         "print(sorted(p._FOUND), 'keep_plugin' in sys.modules)\n"
         "from galleria.rerank import RERANK_METHODS\n"
@@ -174,11 +170,13 @@ def test_an_index_plugin_may_import_galleria_at_its_import(tmp_path: Path) -> No
     [
         ("import argparse\nargparse.ArgumentParser(prog='bad').parse_args()\n", "bad_plugin",
          "failed to import: SystemExit: 2"),
-        ("raise SystemExit('usage: bad [--x]')\n", "bad_plugin", "failed to import: SystemExit: usage: bad [--x]"),
+        ("raise SystemExit('usage: bad [--x]')\n", "bad_plugin",
+         "failed to import: SystemExit: usage: bad [--x]"),
         ("import numpyy\n", "bad_plugin", "failed to import: ModuleNotFoundError: No module named 'numpyy'"),
         ("", "bad_plugin:COMPONENT oops", "has a malformed value"),
         ("", "bad plugin", "has a malformed value"),
-        (KEEP.replace('"keep"', '"diffusion"'), "bad_plugin", "'diffusion', a name already taken by a built-in"),
+        (KEEP.replace('"keep"', '"diffusion"'), "bad_plugin",
+         "'diffusion', a name already taken by a built-in"),
         (KEEP.replace('Param("n", int, 1, 1, 9)', 'Param("n", int, 50, 1, 9)'), "bad_plugin",
          "parameter 'n': its default is invalid: n must lie in [1, 9], got 50"),
         (KEEP.replace('Param("n", int, 1, 1, 9)', 'Param("pool", int, 1, 1, 9)'), "bad_plugin",
@@ -187,18 +185,16 @@ def test_an_index_plugin_may_import_galleria_at_its_import(tmp_path: Path) -> No
          "declares the parameter alias 'k1' (keep.n), already a spelling of k-reciprocal's 'k1'"),
         (KEEP.replace("def rerank(self", "def other(self"), "bad_plugin",
          "whose class Keep lacks rerank (a reranker needs rerank())"),
-        (KEEP.replace('"reranker", "keep"', '"index", "keep"'), "bad_plugin", "declares a index, not a reranker"),
+        (KEEP.replace('"reranker", "keep"', '"index", "keep"'), "bad_plugin",
+         "declares a index, not a reranker"),
     ],
-    ids=["argparse", "sys-exit", "import-error", "value", "value-space", "name-builtin", "default", "settings-key",
-         "alias", "no-rerank", "kind"],
+    ids=["argparse", "sys-exit", "import-error", "value", "value-space", "name-builtin", "default",
+         "settings-key", "alias", "no-rerank", "kind"],
 )  # fmt: skip
 def test_a_bad_plugin_is_one_warning_and_the_rest_works(
     gallery: Path, tmp_path: Path, module: str, value: str, expected: str
 ) -> None:
-    site = write_plugin(
-        tmp_path, "galleria-keep", {"keep_plugin": KEEP}, {RERANKERS: {"keep": "keep_plugin"}}
-    )
-    write_plugin(site, "galleria-bad", {"bad_plugin": module}, {RERANKERS: {"bad": value}})
+    site = bad_site(keep_site(tmp_path), module, value)
     listed = run_galleria(site, "methods", "--kind", "reranker", "--json")
     assert listed.returncode == 0, listed.stderr
     names = [entry["name"] for entry in json.loads(listed.stdout)]
@@ -212,9 +208,7 @@ def test_a_bad_plugin_is_one_warning_and_the_rest_works(
 
 
 def test_two_plugins_of_one_name_keep_the_first_and_warn_of_the_second(tmp_path: Path) -> None:
-    site = write_plugin(
-        tmp_path, "galleria-keep", {"keep_plugin": KEEP}, {RERANKERS: {"keep": "keep_plugin"}}
-    )
+    site = keep_site(tmp_path)
     write_plugin(site, "galleria-keep-too", {"keep_too": KEEP}, {RERANKERS: {"keep": "keep_too"}})
     listed = run_galleria(site, "methods", "--kind", "reranker", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -259,14 +253,14 @@ FACTORY = KEEP.replace(
 def test_a_failing_plugin_is_one_line_on_search(
     gallery: Path, tmp_path: Path, module: str, method: str, expected: str
 ) -> None:
-    site = write_plugin(tmp_path, "galleria-bad", {"bad_plugin": module}, {RERANKERS: {"bad": "bad_plugin"}})
+    site = bad_site(tmp_path, module)
     ran = _search(gallery, site, method)
     assert ran.returncode == 2, ran.stderr
     _one_error_line(ran.stderr, "galleria search: error:", expected)
 
 
 def test_a_failing_plugin_is_one_line_on_evaluate_and_tune(gallery: Path, tmp_path: Path) -> None:
-    site = write_plugin(tmp_path, "galleria-bad", {"bad_plugin": BOOM}, {RERANKERS: {"bad": "bad_plugin"}})
+    site = bad_site(tmp_path, BOOM)
     evaluated = run_galleria(
         site, "evaluate", str(gallery), "--embedder", "pixel:4", "--rerank", "--rerank-method", "boom",
         "--pool", "10",
@@ -285,7 +279,7 @@ def test_a_failing_plugin_is_one_line_on_evaluate_and_tune(gallery: Path, tmp_pa
 def test_the_api_answers_a_failing_plugin_as_json_and_serves_on(gallery: Path, tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
     pytest.importorskip("httpx")
-    site = write_plugin(tmp_path, "galleria-bad", {"bad_plugin": BOOM}, {RERANKERS: {"bad": "bad_plugin"}})
+    site = bad_site(tmp_path, BOOM)
     script = f"""
 import json
 from fastapi.testclient import TestClient
@@ -294,7 +288,8 @@ from galleria.web import create_app
 store = InMemoryImageEmbeddingStore.load_from_disk({str(gallery.parent / "colours.safetensors")!r})
 client = TestClient(create_app(store, root={str(gallery)!r}), raise_server_exceptions=False)
 path = store.paths[0]
-failed = client.post("/api/search", json={{"path": path, "k": 3, "rerank": True, "method": "boom", "pool": 10}})
+boom = {{"path": path, "k": 3, "rerank": True, "method": "boom", "pool": 10}}
+failed = client.post("/api/search", json=boom)
 page = client.get("/", params={{"path": "red/0.png", "rerank": "1", "method": "boom", "pool": "10"}})
 plain = client.post("/api/search", json={{"path": path, "k": 3}})
 print(json.dumps([failed.status_code, failed.json(), page.status_code, "division by zero" in page.text,

@@ -22,7 +22,8 @@ already taken by a built-in or an earlier plugin; a parameter name or alias that
 key already means (``reserved``), or a parameter alias that another component spells.
 
 A plugin's code runs behind a guard once it is accepted: whatever its constructor, its adaptive
-rule or (through the registry's ``wrap``) its re-ranking raises becomes one :class:`PluginError`
+rule, its constraints (a TypeError / ValueError refusing the parameters excepted) or (through the
+registry's ``wrap``) its re-ranking raises becomes one :class:`PluginError`
 naming the component and its package (``KeyboardInterrupt`` excepted). ``GALLERIA_NO_PLUGINS=1``
 turns discovery off.
 """
@@ -278,7 +279,7 @@ def _guarded(component: Component, wrap: Callable[..., Any] | None) -> Component
     """A plugin's declaration whose constructor and adaptive rule run behind the guard; the built
     object is checked against its kind's contract, then handed to ``wrap(component, built, *args,
     **kwargs)`` (the registry's adapter; the arguments are the constructor's)."""
-    build, adaptive = component.build, component.adaptive
+    build, adaptive, constraints = component.build, component.adaptive, component.constraints
 
     def guarded_build(*args: Any, **kwargs: Any) -> Any:
         built = guarded_call(component, "while being built", build, *args, **kwargs)
@@ -300,7 +301,20 @@ def _guarded(component: Component, wrap: Callable[..., Any] | None) -> Component
             raise _failure(component, "in its adaptive rule", problem)
         return rule
 
-    return replace(component, build=guarded_build, adaptive=None if adaptive is None else guarded_adaptive)
+    def guarded_constraints(params: dict[str, Any]) -> dict[str, Any] | None:
+        try:  # a refusal (TypeError / ValueError naming the parameters) is the constraint's answer
+            return constraints(params)  # type: ignore[misc]
+        except (TypeError, ValueError, KeyboardInterrupt, PluginError):
+            raise
+        except BaseException as error:
+            raise _failure(component, "in its constraints", error) from error
+
+    return replace(
+        component,
+        build=guarded_build,
+        adaptive=None if adaptive is None else guarded_adaptive,
+        constraints=None if constraints is None else guarded_constraints,
+    )
 
 
 def merge_components(

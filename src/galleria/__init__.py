@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
     "PluginWarning": "galleria._warnings",
-    "PluginError": "galleria._plugins",
+    "PluginError": "galleria._plugin_guard",
     "tune_gallery": "galleria.tune",
     "neighbor_graph": "galleria.store.graph",
     "duplicates": "galleria.curation.dedup",
@@ -85,7 +85,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from galleria import tune
-    from galleria._plugins import PluginError
+    from galleria._plugin_guard import PluginError
     from galleria._warnings import GalleriaWarning, PluginWarning, SkippedImageWarning
     from galleria.curation.dedup import duplicates
     from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder

@@ -21,11 +21,9 @@ API version; the wrong kind; a component that lacks what its kind needs (:data:`
 already taken by a built-in or an earlier plugin; a parameter name or alias that a galleria settings
 key already means (``reserved``), or a parameter alias that another component spells.
 
-A plugin's code runs behind a guard once it is accepted: whatever its constructor, its adaptive
-rule, its constraints (a TypeError / ValueError refusing the parameters excepted) or (through the
-registry's ``wrap``) its re-ranking raises becomes one :class:`PluginError`
-naming the component and its package (``KeyboardInterrupt`` excepted). ``GALLERIA_NO_PLUGINS=1``
-turns discovery off.
+A plugin's code runs behind a guard once it is accepted (:mod:`galleria._plugin_guard`): whatever
+it raises while galleria runs it becomes one :class:`PluginError` naming the component and its
+package. ``GALLERIA_NO_PLUGINS=1`` turns discovery off.
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ from dataclasses import replace
 from typing import Any, Generic, TypeVar, overload
 
 from galleria._declare import KINDS, Component, DeclarationError
+from galleria._plugin_guard import CONTRACTS, PluginError, guarded, missing
 from galleria._warnings import PluginWarning
 
 __all__ = [
@@ -52,6 +51,7 @@ __all__ = [
     "PluginError",
     "builtin_components",
     "clear_cache",
+    "discovering",
     "merge_components",
     "plugin_components",
     "plugins_enabled",
@@ -59,13 +59,6 @@ __all__ = [
 
 #: The environment variable that turns plugin discovery off (``1``, ``true`` or ``yes``).
 NO_PLUGINS_VARIABLE = "GALLERIA_NO_PLUGINS"
-#: What each kind's built object must have (methods, checked on the class a component's ``build``
-#: names at discovery, and on the object a factory returns when it is built).
-CONTRACTS: dict[str, tuple[str, ...]] = {
-    "reranker": ("rerank",),
-    "index": ("add", "search", "reconstruct", "remove", "to_bytes", "params", "__len__"),
-    "embedder": ("embed",),
-}
 #: An entry point's value: ``module.path`` or ``module.path:object.attr``, optionally ``[extras]``.
 _DOTTED = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 _VALUE = re.compile(rf"\s*{_DOTTED}\s*(:\s*{_DOTTED}\s*)?(\[[^\]]*\])?\s*")
@@ -77,16 +70,6 @@ _LOCK = threading.RLock()
 #: The kinds whose discovery is running (a plugin using a registry while it is imported gets the
 #: built-ins alone, not a second discovery).
 _BUSY: set[str] = set()
-
-
-class PluginError(RuntimeError):
-    """A plugin's own code failed (its constructor, adaptive rule or re-ranking): the message names
-    the component, its package and entry point, and what it raised. The command line prints it as
-    one line (exit code 2), the HTTP API answers it as JSON naming the method."""
-
-    def __init__(self, message: str, *, kind: str = "", name: str = "", origin: str = "") -> None:
-        super().__init__(message)
-        self.kind, self.name, self.origin = kind, name, origin
 
 
 def builtin_components(package: Any, kind: str, skip: Iterable[str] = ("registry",)) -> list[Component]:
@@ -140,11 +123,6 @@ def _entries(group: str) -> Iterable[Any]:
     return list(found.get(group, ()))  # pragma: no cover - the dict form of older Pythons
 
 
-def _missing(kind: str, target: Any) -> list[str]:
-    """What ``target`` (a class, or a built object) lacks of its kind's :data:`CONTRACTS`."""
-    return [name for name in CONTRACTS[kind] if not callable(getattr(target, name, None))]
-
-
 def _load(entry: Any, group: str, kind: str) -> Component | None:
     """The entry point's well-formed component of ``kind``, or None after one warning."""
     origin = _origin(entry, group)
@@ -169,13 +147,13 @@ def _load(entry: Any, group: str, kind: str) -> Component | None:
         _warn(origin, f"declares a {component.kind}, not a {kind}")
         return None
     if inspect.isclass(component.build):
-        missing = _missing(kind, component.build)
-        if missing:
+        lacking = missing(kind, component.build)
+        if lacking:
             needs = ", ".join(f"{name}()" for name in CONTRACTS[kind])
             _warn(
                 origin,
                 f"declares the {kind} {component.name!r}, whose class {component.build.__name__} lacks "
-                f"{', '.join(missing)} (a {kind} needs {needs})",
+                f"{', '.join(lacking)} (a {kind} needs {needs})",
             )
             return None
     return replace(component, origin=origin)
@@ -251,72 +229,6 @@ def _collision(component: Component, taken: Mapping[str, Component], reserved: I
     return ""
 
 
-def _failure(component: Component, doing: str, error: BaseException) -> PluginError:
-    what = {"reranker": "re-ranking method", "index": "index", "embedder": "embedder"}[component.kind]
-    text = " ".join(str(error).split()) or "(no message)"
-    return PluginError(
-        f"the {what} {component.name!r} ({component.origin}) failed {doing}: {type(error).__name__}: {text}",
-        kind=component.kind,
-        name=component.name,
-        origin=component.origin,
-    )
-
-
-def guarded_call(
-    component: Component, doing: str, call: Callable[..., Any], *args: Any, **kwargs: Any
-) -> Any:
-    """``call(*args, **kwargs)``, a plugin's code: whatever it raises (``KeyboardInterrupt`` and a
-    :class:`PluginError` excepted) becomes one :class:`PluginError` naming ``component``."""
-    try:
-        return call(*args, **kwargs)
-    except (KeyboardInterrupt, PluginError):
-        raise
-    except BaseException as error:
-        raise _failure(component, doing, error) from error
-
-
-def _guarded(component: Component, wrap: Callable[..., Any] | None) -> Component:
-    """A plugin's declaration whose constructor and adaptive rule run behind the guard; the built
-    object is checked against its kind's contract, then handed to ``wrap(component, built, *args,
-    **kwargs)`` (the registry's adapter; the arguments are the constructor's)."""
-    build, adaptive, constraints = component.build, component.adaptive, component.constraints
-
-    def guarded_build(*args: Any, **kwargs: Any) -> Any:
-        built = guarded_call(component, "while being built", build, *args, **kwargs)
-        missing = _missing(component.kind, built)
-        if missing:
-            raise PluginError(
-                f"the {component.kind} {component.name!r} ({component.origin}) built a "
-                f"{type(built).__name__} without {', '.join(missing)}",
-                kind=component.kind,
-                name=component.name,
-                origin=component.origin,
-            )
-        return built if wrap is None else wrap(component, built, *args, **kwargs)
-
-    def guarded_adaptive(stats: Any) -> dict[str, Any]:
-        rule = guarded_call(component, "in its adaptive rule", adaptive, stats)  # type: ignore[arg-type]
-        if not isinstance(rule, dict):
-            problem = TypeError(f"it returned a {type(rule).__name__}, not a dict")
-            raise _failure(component, "in its adaptive rule", problem)
-        return rule
-
-    def guarded_constraints(params: dict[str, Any]) -> dict[str, Any] | None:
-        try:  # a refusal (TypeError / ValueError naming the parameters) is the constraint's answer
-            return constraints(params)  # type: ignore[misc]
-        except (TypeError, ValueError, KeyboardInterrupt, PluginError):
-            raise
-        except BaseException as error:
-            raise _failure(component, "in its constraints", error) from error
-
-    return replace(
-        component,
-        build=guarded_build,
-        adaptive=None if adaptive is None else guarded_adaptive,
-        constraints=None if constraints is None else guarded_constraints,
-    )
-
-
 def merge_components(
     kind: str,
     builtins: Iterable[Component],
@@ -325,9 +237,9 @@ def merge_components(
     wrap: Callable[..., Any] | None = None,
 ) -> list[Component]:
     """The built-in components of ``kind`` (in declared order) then the plugins' (by declared order
-    and name), each plugin's code behind the guard (:func:`guarded_call`, ``wrap`` applied to what
-    it builds). A plugin that collides with a built-in, an earlier plugin or a ``reserved`` settings
-    key is skipped with a warning."""
+    and name), each plugin's code behind the guard (:func:`galleria._plugin_guard.guarded`, ``wrap``
+    applied to what it builds). A plugin that collides with a built-in, an earlier plugin or a
+    ``reserved`` settings key is skipped with a warning."""
     reserved = tuple(reserved)
     result = {component.name: component for component in builtins}
     plugins: list[Component] = []
@@ -340,7 +252,7 @@ def merge_components(
         plugins.append(component)
     listed = [component for component in result.values() if not component.origin]
     ordered = sorted(plugins, key=lambda component: (component.order, component.name))
-    return listed + [_guarded(component, wrap) for component in ordered]
+    return listed + [guarded(component, wrap) for component in ordered]
 
 
 def clear_cache() -> None:

@@ -37,7 +37,8 @@ from galleria._declare import (
     Space,
     format_value,
 )
-from galleria._plugins import CONTRACTS, NO_PLUGINS_VARIABLE, PluginError
+from galleria._plugin_guard import CONTRACTS, PluginError
+from galleria._plugins import NO_PLUGINS_VARIABLE
 from galleria._warnings import PluginWarning
 from galleria.embedders.base import Embedder, TextEmbedder
 from galleria.index.base import SPACES, SearchIndex

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from galleria._declare import Component
-from galleria._plugins import PluginError, guarded_call
+from galleria._plugin_guard import PluginError, guarded_call
 from galleria.store.candidate import Candidate
 
 __all__ = ["PluginReranker"]

@@ -34,7 +34,6 @@ __all__ = [
     "LEGACY_TENSORS",
     "SLOT_KEY",
     "SlotRecord",
-    "check_attached",
     "decode_records",
     "encode_records",
     "group_tensors",
@@ -203,51 +202,3 @@ def encode_records(state: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         if isinstance(value, OpaqueRecord):
             place(key, value.record, value.tensors)
     return slot, tensors
-
-
-#: The dtypes a store file's tensors may have.
-_STORE_DTYPES = ("uint8", "int32", "int64", "float32")
-
-
-def check_attached(
-    name: Any, value: Any, rows: int, space: str, index_name: str, count: int, *, replacing: bool
-) -> Any:
-    """``value`` of the record ``name`` a caller attaches to a store of ``rows`` rows, checked as a
-    load would check it (:meth:`InMemoryImageEmbeddingStore.set_extension`): its codec's encoding,
-    bounded, read back by the codec. Returns the checked value (None for None)."""
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    codec = extension_codec(name)
-    if codec is None:
-        raise ValueError(
-            f"no codec is registered for the extension record {name!r}; "
-            "register one with galleria.store.extensions.register_extension first"
-        )
-    if codec.state_field is not None:
-        raise ValueError(f"the extension record {name!r} is galleria's own; it cannot be attached")
-    if value is None:
-        return None
-    if not replacing and count >= MAX_EXTENSIONS:
-        raise ValueError(f"a store keeps at most {MAX_EXTENSIONS} extension records")
-    record, tensors = codec.encode(value)
-    size = record_bytes(record)
-    if size > MAX_RECORD_BYTES:
-        raise ValueError(f"the extension record {name!r} is {size} bytes of JSON, over {MAX_RECORD_BYTES}")
-    if not isinstance(tensors, dict) or not all(isinstance(array, np.ndarray) for array in tensors.values()):
-        raise TypeError(f"the codec of {name!r} must encode its tensors as a dict of numpy arrays")
-    odd = sorted(key for key, array in tensors.items() if array.dtype.name not in _STORE_DTYPES)
-    if odd:
-        raise TypeError(f"the codec of {name!r} encoded {odd} in a dtype a store file cannot hold")
-    unknown = sorted(set(map(str, tensors)) - set(codec.tensors))
-    if unknown:
-        raise ValueError(f"the codec of {name!r} encoded tensors {unknown} it does not declare")
-    context = ExtensionContext(
-        source="the store",
-        rows=rows,
-        space=space,
-        index_name=index_name,
-        tensor_names={short: tensor_key(name, short) for short in codec.tensors},
-        label=f"extension record {name!r}",
-    )
-    codec.check_record(record, context)
-    return codec.check(record, dict(tensors), context)

@@ -23,13 +23,14 @@ from galleria.store._checks import (
     resolve_index,
 )
 from galleria.store._mutation import MutationMixin
+from galleria.store._records import ExtensionRecordsMixin
 from galleria.store._retrieval import RetrievalMixin
 from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
 
-class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
+class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin, ExtensionRecordsMixin):
     """Embed a gallery of image files once, then search it by image, text or vector.
 
     Parameters
@@ -268,73 +269,6 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
             self._rerank_statistics = statistics
 
     # ------------------------------------------------------------------ persistence
-
-    def extension(self, name: str) -> Any:
-        """The extension record ``name`` this store keeps, or None.
-
-        A record of a registered codec (:func:`galleria.store.extensions.register_extension`) is
-        the value its codec checked; one no codec reads is an
-        :class:`~galleria.store.extensions.OpaqueRecord`. galleria's own records (DBA augmentation,
-        the offline diffusion, the statistics) are read through their own properties.
-        """
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}")
-        with self._lock.reading():
-            return self._extensions.get(name)
-
-    def set_extension(self, name: str, value: Any) -> None:
-        """Attach the extension record ``name`` (a plugin's table over this gallery), replacing the
-        one of that name; None removes it. A save writes it into the store file's extension slot,
-        and a load reads it back through the same codec.
-
-        The record's codec must be registered (:func:`galleria.store.extensions.register_extension`)
-        and must not be one of galleria's own. ``value`` is checked now, the way a load will check
-        it: encoded by the codec, bounded (:data:`~galleria.store.extensions.MAX_RECORD_BYTES`, the
-        codec's tensor names, :data:`~galleria.store.extensions.MAX_EXTENSIONS` records), then read
-        back by ``codec.check_record`` and ``codec.check`` against this store's rows, space and
-        index; the checked value is what the store keeps. A bad value raises and leaves the store as
-        it was. Like every extension record it is dropped when the gallery's rows change (it
-        describes rows that are gone).
-
-        Raises
-        ------
-        TypeError, ValueError
-            No codec registered for ``name``, one of galleria's own, or a value the codec refuses.
-        RuntimeError
-            The store is not built.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from galleria.store.extensions import ExtensionCodec, register_extension
-        >>> class Counts(ExtensionCodec):
-        ...     name = "doc_counts"
-        ...     tensors = frozenset({"counts"})
-        ...     def check(self, record, tensors, context):
-        ...         counts = tensors.get("counts")
-        ...         if counts is None or counts.shape != (context.rows,):
-        ...             raise context.fail("needs one count per row")
-        ...         return counts
-        ...     def encode(self, value):
-        ...         return {}, {"counts": np.asarray(value, dtype=np.int64)}
-        >>> _ = register_extension(Counts())
-        >>> store = InMemoryImageEmbeddingStore.from_embeddings(["a", "b"], np.eye(2))
-        >>> store.set_extension("doc_counts", [3, 4])
-        >>> store.extension("doc_counts").tolist()
-        [3, 4]
-        """
-        from galleria.store._extslot import check_attached
-
-        self._require_built()
-        self._require_own("attach an extension record")
-        with self._lock.reading():
-            context = (len(self._paths), self._index.space, self._index.name, len(self._extensions))
-        checked = check_attached(name, value, *context, replacing=name in self._extensions)
-        with self._lock.writing(), deferred_interrupts():
-            if value is None:
-                self._extensions.pop(name, None)
-            else:
-                self._extensions[name] = checked
 
     def save_to_disk(self, path: str | os.PathLike[str], vectors: Any = None) -> None:
         """Write the store to one safetensors file, atomically (see :mod:`galleria.store.persistence`).

@@ -11,8 +11,11 @@ also taken with that source, side by side. It prints markdown tables:
 (d) the time of three consecutive searches with a prepared gallery (``--settings`` of decoupled
     diffusion on power-normalised, centred, DBA-augmented vectors; 1,797 random 64-d vectors);
 (c) RSS of the server after a warm-up of 200 requests and after 2,000 more of a mixed load (info,
-    thumbnails, images, pages, searches by path and by upload, bad parameters), and the answers'
-    status counts.
+    thumbnails, images, pages, searches by path and by upload, bad parameters, searches with an
+    installed plugin's re-ranker that always raises), and the answers' status counts: a 5xx that
+    names the failing plugin (a JSON ``"plugin"``) is counted as ``500 plugin``, apart from
+    ``500 unexpected`` (anything else: a traceback's "Internal Server Error").
+    ``--only-mixed`` runs (c) alone.
 
 Loopback only. Absolute times depend on the machine's load; compare the columns of one run.
 """
@@ -58,12 +61,52 @@ def serve_child(store_file: str, root: str, port: int) -> None:
     uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error")).run()
 
 
-class Server:
-    """A server child process running ``source`` (a ``src`` folder)."""
+#: A plugin package whose re-ranker ``failing`` raises on every query (on the servers' path in (c)).
+FAILING_PLUGIN = """
+from galleria.components import Component
 
-    def __init__(self, source: str, store_file: Path, root: Path) -> None:
+
+class Failing:
+    def __init__(self, store):
+        self.store = store
+
+    def rerank(self, candidates, top_k):
+        raise ZeroDivisionError("division by zero")
+
+
+COMPONENT = Component("reranker", "failing", (), build=Failing)
+"""
+
+
+def plugin_site(folder: Path) -> Path:
+    """A folder holding the plugin package ``bench-failing`` (module and dist-info with its entry point)."""
+    site = folder / "plugins"
+    info = site / "bench_failing-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / "bench_failing.py").write_text(FAILING_PLUGIN)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bench-failing\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[galleria.rerankers]\nfailing = bench_failing\n")
+    return site
+
+
+def answer_label(status: int, body: bytes) -> str:
+    """How (c) counts an answer: its status, a 5xx told apart by whether it names a failing plugin."""
+    if status < 500:
+        return str(status)
+    try:
+        named = isinstance(json.loads(body), dict) and "plugin" in json.loads(body)
+    except ValueError:
+        named = False
+    return f"{status} plugin" if named else f"{status} unexpected"
+
+
+class Server:
+    """A server child process running ``source`` (a ``src`` folder), ``plugins`` on its path."""
+
+    def __init__(self, source: str, store_file: Path, root: Path, plugins: Path | None = None) -> None:
         self.port = _free_port()
-        env = {**os.environ, "PYTHONPATH": source, "HF_HUB_OFFLINE": "1"}
+        path = source if plugins is None else os.pathsep.join([source, str(plugins)])
+        env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
         command = [sys.executable, __file__, "--child", str(store_file), str(root), str(self.port)]
         self.process = subprocess.Popen(command, env=env)
         deadline = time.monotonic() + 120
@@ -208,43 +251,47 @@ def image_memory(source: str, store_file: Path, root: Path, route: str, concurre
         server.stop()
 
 
-def mixed_load(source: str, store_file: Path, root: Path, names: list[str], total: int) -> str:
+def mixed_load(
+    source: str, store_file: Path, root: Path, names: list[str], total: int, plugins: Path | None = None
+) -> str:
     from PIL import Image
 
-    server = Server(source, store_file, root)
+    server = Server(source, store_file, root, plugins)
     rng = random.Random(25)
     small = io.BytesIO()
     Image.fromarray(np.random.default_rng(5).integers(0, 255, (48, 48, 3), np.uint8)).save(small, "PNG")
     upload_body, upload_headers = multipart(small.getvalue(), {"k": "5"})
     json_headers = {"content-type": "application/json"}
 
-    def one() -> int:
+    def one() -> str:
         name = rng.choice(names)
-        kind = rng.randrange(9)
+        kind = rng.randrange(10 if plugins is not None else 9)
         if kind == 0:
-            return request(server.port, "GET", "/api/info")[0]
+            return answer_label(*request(server.port, "GET", "/api/info"))
         if kind == 1:
-            return request(server.port, "GET", f"/thumb/{name}")[0]
+            return answer_label(*request(server.port, "GET", f"/thumb/{name}"))
         if kind == 2:
-            return request(server.port, "GET", f"/image/{name}")[0]
+            return answer_label(*request(server.port, "GET", f"/image/{name}"))
         if kind == 3:
-            return request(server.port, "GET", f"/?path={name}&k=10&rerank=1")[0]
+            return answer_label(*request(server.port, "GET", f"/?path={name}&k=10&rerank=1"))
         if kind == 4:
             body = json.dumps({"path": name, "k": 10, "rerank": True}).encode()
-            return request(server.port, "POST", "/api/search", body, json_headers)[0]
+            return answer_label(*request(server.port, "POST", "/api/search", body, json_headers))
         if kind == 5:
-            return request(server.port, "POST", "/api/search", upload_body, upload_headers)[0]
+            return answer_label(*request(server.port, "POST", "/api/search", upload_body, upload_headers))
         if kind == 6:
-            return request(server.port, "GET", rng.choice(["/eval?page=%C2%B2", "/eval/%C2%B2", "/?page=x"]))[
-                0
-            ]
+            page = rng.choice(["/eval?page=%C2%B2", "/eval/%C2%B2", "/?page=x"])
+            return answer_label(*request(server.port, "GET", page))
         if kind == 7:
             body = json.dumps({"path": name, "k": rng.choice([0, -1, "x", 10**30])}).encode()
-            return request(server.port, "POST", "/api/search", body, json_headers)[0]
-        return request(server.port, "GET", f"/?folder=c{rng.randrange(5)}")[0]
+            return answer_label(*request(server.port, "POST", "/api/search", body, json_headers))
+        if kind == 9:  # the installed plugin's re-ranker, which raises
+            body = json.dumps({"path": name, "k": 10, "rerank": True, "method": "failing"}).encode()
+            return answer_label(*request(server.port, "POST", "/api/search", body, json_headers))
+        return answer_label(*request(server.port, "GET", f"/?folder=c{rng.randrange(5)}"))
 
     try:
-        statuses: collections.Counter[int] = collections.Counter()
+        statuses: collections.Counter[str] = collections.Counter()
         for _ in range(200):
             statuses[one()] += 1
         warm = server.memory_mb()["VmRSS"]
@@ -298,6 +345,7 @@ def main() -> None:
     parser.add_argument("--child", nargs=3, metavar=("STORE", "ROOT", "PORT"), help=argparse.SUPPRESS)
     parser.add_argument("--prepared-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--only-prepared", action="store_true", help="only (d)")
+    parser.add_argument("--only-mixed", action="store_true", help="only (c)")
     args = parser.parse_args()
     if args.prepared_child:
         prepared_child(args.prepared_child)
@@ -309,6 +357,17 @@ def main() -> None:
     if args.before:
         sources.insert(0, ("before", os.path.abspath(args.before)))
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores shared; times are noisy)\n")
+    if args.only_mixed:
+        with tempfile.TemporaryDirectory() as scratch:
+            root, store_file, names = make_gallery(Path(scratch))
+            plugins = plugin_site(Path(scratch))
+            print(f"### (c) Mixed load: 200 warm-up requests, then {args.requests}\n")
+            print("| source | RSS after warm-up (MB) | RSS after (MB) | growth (MB) | requests/s | answers |")
+            print("|---|---:|---:|---:|---:|---|")
+            for label, source in sources:
+                row = mixed_load(source, store_file, root, names, args.requests, plugins)
+                print(f"| {label} | {row} |", flush=True)
+        return
     print("### (d) Three searches with a prepared gallery (1,797 rows), milliseconds each\n")
     print("| source | 1st | 2nd | 3rd |\n|---|---:|---:|---:|")
     for label, source in sources:
@@ -337,8 +396,9 @@ def main() -> None:
         print(f"\n### (c) Mixed load: 200 warm-up requests, then {args.requests}\n")
         print("| source | RSS after warm-up (MB) | RSS after (MB) | growth (MB) | requests/s | answers |")
         print("|---|---:|---:|---:|---:|---|")
+        plugins = plugin_site(folder)
         for label, source in sources:
-            row = mixed_load(source, store_file, root, names, args.requests)
+            row = mixed_load(source, store_file, root, names, args.requests, plugins)
             print(f"| {label} | {row} |", flush=True)
 
 

@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "GalleriaWarning": "galleria._warnings",
     "SkippedImageWarning": "galleria._warnings",
     "PluginWarning": "galleria._warnings",
+    "PluginError": "galleria._plugin_guard",
     "tune_gallery": "galleria.tune",
     "neighbor_graph": "galleria.store.graph",
     "duplicates": "galleria.curation.dedup",
@@ -57,6 +58,7 @@ __all__ = [
     "KReciprocalReranker",
     "MilvusIndex",
     "PixelEmbedder",
+    "PluginError",
     "PluginWarning",
     "SkippedImageWarning",
     "TimmEmbedder",
@@ -83,6 +85,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from galleria import tune
+    from galleria._plugin_guard import PluginError
     from galleria._warnings import GalleriaWarning, PluginWarning, SkippedImageWarning
     from galleria.curation.dedup import duplicates
     from galleria.embedders import ClipEmbedder, PixelEmbedder, TimmEmbedder

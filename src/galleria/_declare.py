@@ -85,6 +85,11 @@ class Component:
         Where it is listed (built-ins first; a plugin keeps the default and follows, by name).
     api_version : int
         The declaration API it was written for (:data:`PLUGIN_API_VERSION`).
+    extra : mapping
+        Kind-specific hooks (an index's ``from_bytes``, an embedder's ``from_config``...).
+    origin : str
+        Empty for a built-in; for a plugin, set at discovery: its package and entry point (what
+        warnings and :class:`~galleria._plugins.PluginError` name).
     """
 
     kind: str
@@ -103,6 +108,7 @@ class Component:
     order: int = 1000
     api_version: int = PLUGIN_API_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if self.api_version != PLUGIN_API_VERSION or isinstance(self.api_version, bool):

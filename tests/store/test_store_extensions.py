@@ -52,7 +52,7 @@ def test_an_unknown_record_is_kept_opaque_and_written_back_unchanged(tmp_path: P
     assert extension_codec("plugin_table") is None
     file = _with_unknown(tmp_path)
     store = InMemoryImageEmbeddingStore.load_from_disk(file)
-    held = store._extensions["plugin_table"]
+    held = store.extension("plugin_table")
     assert isinstance(held, OpaqueRecord) and held.record == RECORD
     plain = InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "plain.safetensors")
     query = _vectors()[2] + 0.1
@@ -169,7 +169,7 @@ def test_a_registered_codec_reads_and_writes_its_record_in_the_slot(tmp_path: Pa
     tensors["ext/test_counts/counts"] = np.arange(6, dtype=np.float32)
     file = write_sealed(tmp_path / "counts.safetensors", header, tensors)
     store = InMemoryImageEmbeddingStore.load_from_disk(file)
-    scale, counts = store._extensions["test_counts"]
+    scale, counts = store.extension("test_counts")
     assert scale == 2.5 and counts.tolist() == [0, 1, 2, 3, 4, 5]
     store.save_to_disk(tmp_path / "again.safetensors")
     again, again_tensors = read_parts(tmp_path / "again.safetensors")
@@ -186,6 +186,35 @@ def test_a_registered_codec_reads_and_writes_its_record_in_the_slot(tmp_path: Pa
     tensors["ext/test_counts/other"] = np.arange(6, dtype=np.float32)
     with pytest.raises(ValueError, match="unexpected tensors"):
         InMemoryImageEmbeddingStore.load_from_disk(write_sealed(file, header, tensors))
+
+
+def test_a_plugin_attaches_its_record_through_the_public_method(tmp_path: Path) -> None:
+    """``store.set_extension`` checks the value as a load would, a save writes it, a load reads it."""
+    register_extension(_Counts())
+    store = InMemoryImageEmbeddingStore.load_from_disk(_plain(tmp_path))
+    store.set_extension("test_counts", (1.5, np.arange(6, dtype=np.float32)))
+    scale, counts = store.extension("test_counts")
+    assert scale == 1.5 and counts.tolist() == [0, 1, 2, 3, 4, 5]
+    store.save_to_disk(tmp_path / "attached.safetensors")
+    header, _ = read_parts(tmp_path / "attached.safetensors")
+    assert header["extensions"]["test_counts"] == {"scale": 1.5}
+    again = InMemoryImageEmbeddingStore.load_from_disk(tmp_path / "attached.safetensors")
+    assert again.extension("test_counts")[1].tolist() == counts.tolist()
+
+    # A value the codec refuses (one count per row) leaves the store as it was.
+    with pytest.raises(
+        ValueError, match=r"extension record 'test_counts' needs tensor 'ext/test_counts/counts'"
+    ):
+        store.set_extension("test_counts", (2.0, np.arange(5, dtype=np.float32)))
+    assert store.extension("test_counts")[0] == 1.5
+    with pytest.raises(TypeError, match="dtype a store file cannot hold"):
+        store.set_extension("test_counts", (2.0, np.arange(6, dtype=np.float64)))
+    with pytest.raises(ValueError, match="no codec is registered for the extension record 'nobody'"):
+        store.set_extension("nobody", 1)
+    with pytest.raises(ValueError, match="'rerank_statistics' is galleria's own"):
+        store.set_extension("rerank_statistics", {})
+    store.set_extension("test_counts", None)
+    assert store.extension("test_counts") is None
 
 
 def test_a_codec_must_agree_with_the_legacy_table() -> None:
@@ -266,7 +295,7 @@ def test_an_old_record_no_codec_reads_moves_into_the_slot_unchanged(
     old = write_old_layout(new, tmp_path / "old.safetensors")
     monkeypatch.delitem(extensions._CODECS, "offline_diffusion")  # a script that never imported rerank
     store = InMemoryImageEmbeddingStore.load_from_disk(old)
-    held = store._extensions["offline_diffusion"]
+    held = store.extension("offline_diffusion")
     assert isinstance(held, OpaqueRecord) and set(held.tensors) == {"positions", "values"}
     store.save_to_disk(tmp_path / "again.safetensors")
     monkeypatch.undo()

@@ -72,24 +72,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _one_line_warnings(command: str) -> Any:
     """A ``warnings.showwarning`` that prints ``galleria COMMAND: warning: <message>`` on stderr."""
+    prefix = f"galleria {command}" if command else "galleria"
 
     def show(
         message: Any, category: Any, filename: Any, lineno: Any, file: Any = None, line: Any = None
     ) -> None:
-        print(f"galleria {command}: warning: {message}", file=sys.stderr)
+        print(f"{prefix}: warning: {message}", file=sys.stderr)
 
     return show
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    try:  # building the parser imports every command module: Ctrl-C may land there too
-        parser = build_parser()
-    except KeyboardInterrupt:
-        print("galleria: interrupted", file=sys.stderr)
-        return 130
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    named = next((word for word in given if not word.startswith("-")), "")
     with warnings.catch_warnings():
+        # Building the parser lists the declared components, plugins included: a plugin refused
+        # there is one warning line too.
+        warnings.showwarning = _one_line_warnings(named if named in COMMANDS else "")
+        try:  # building the parser imports every command module (and the plugins): Ctrl-C may land there
+            parser = build_parser()
+        except KeyboardInterrupt:
+            print("galleria: interrupted", file=sys.stderr)
+            return 130
+        args = parser.parse_args(argv)
         warnings.showwarning = _one_line_warnings(args.command)
         return _dispatch(args)
 

@@ -8,17 +8,18 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError
-
-#: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
 from galleria.cli._parse import parse_int
 from galleria.embedders.base import Embedder
 from galleria.embedders.registry import embedder_component, embedder_components
 
-EMBEDDER_HELP = (
-    " | ".join(c.extra["spec"] for c in embedder_components() if "spec" in c.extra)
-    + ", PRETRAINED a weights tag, a local checkpoint file or 'random'; `galleria models` lists them "
-    "(default: %(default)s)"
-)
+
+def embedder_help() -> str:
+    """``--embedder``'s help: every declared embedder's spelling (plugins included)."""
+    return (
+        " | ".join(c.extra["spec"] for c in embedder_components() if "spec" in c.extra)
+        + ", PRETRAINED a weights tag, a local checkpoint file or 'random'; `galleria models` lists them "
+        "(default: %(default)s)"
+    )
 
 
 def parse_embedder_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -124,7 +125,7 @@ RUNTIME_HELP = (
 def add_embedder_options(parser: argparse.ArgumentParser, group: Any = None) -> None:
     """``--embedder``, ``--device``, ``--batch-size``."""
     group = group or parser.add_argument_group("embedder options")
-    group.add_argument("--embedder", default="pixel", metavar="SPEC", help=EMBEDDER_HELP)
+    group.add_argument("--embedder", default="pixel", metavar="SPEC", help=embedder_help())
     group.add_argument(
         "--device", default=None, metavar="DEVICE", help="torch device of a clip embedder (default: auto)"
     )

@@ -7,7 +7,6 @@ naming the option (a :class:`CliError`, exit code 2) rather than argparse's usag
 from __future__ import annotations
 
 from galleria.cli._embedder_options import (
-    EMBEDDER_HELP,
     add_embedder_options,
     embedder_settings,
     make_embedder,
@@ -45,7 +44,6 @@ from galleria.viewer.text import shorten_middle
 
 __all__ = [
     "DEFAULT_POOL",
-    "EMBEDDER_HELP",
     "PRECOMPUTE_RERANK_CHOICES",
     "RERANK_METHOD_CHOICES",
     "add_deprecated_alias",

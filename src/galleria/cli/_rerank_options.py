@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from galleria._plugins import LazyNames
 from galleria.cli._common import CliError
 
 #: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
@@ -21,13 +22,15 @@ from galleria.rerank.registry import (
 from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
-RERANK_METHOD_CHOICES: tuple[str, ...] = RERANK_METHODS
+RERANK_METHOD_CHOICES: LazyNames[str] = RERANK_METHODS
 #: The values of ``build --precompute-rerank``: the methods whose declaration has an offline part.
-PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = PRECOMPUTED_METHODS
+PRECOMPUTE_RERANK_CHOICES: LazyNames[str] = PRECOMPUTED_METHODS
 #: ``--k1``, ``--k2``, ``--lambda``: shortcuts of the parameters of these names, for the methods
 #: that declare all three (k-reciprocal and the GNN among the built-ins).
 _SHORTCUTS = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda"}
-_SHORTCUT_METHODS = tuple(c.name for c in reranker_components() if set(_SHORTCUTS) <= set(c.names))
+_SHORTCUT_METHODS: LazyNames[str] = LazyNames(
+    lambda: tuple(c.name for c in reranker_components() if set(_SHORTCUTS) <= set(c.names))
+)
 
 
 def _paper_text(method: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import galleria.embedders as _package
 from galleria._declare import Component
-from galleria._plugins import builtin_components, merge_components
+from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
@@ -31,17 +31,16 @@ __all__ = [
 ]
 
 
-def _builtin_components() -> list[Component]:
-    """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
-    return builtin_components(_package, "embedder")
+#: The built-in embedders' declarations (found by scanning this package).
+_BUILTINS: tuple[Component, ...] = tuple(builtin_components(_package, "embedder"))
+#: Every embedder's declaration by name, plugins included (discovered on first use, never at import).
+_COMPONENTS: LazyMapping[str, Component] = LazyMapping(
+    lambda: {component.name: component for component in merge_components("embedder", _BUILTINS)}
+)
 
-
-_COMPONENTS: dict[str, Component] = {
-    component.name: component for component in merge_components("embedder", _builtin_components())
-}
-
-#: Embedder types that :func:`embedder_from_config` can rebuild (every declared embedder).
-EMBEDDER_TYPES: tuple[str, ...] = tuple(_COMPONENTS)
+#: Embedder types that :func:`embedder_from_config` can rebuild (every declared embedder; plugins
+#: included, a view computed on first use).
+EMBEDDER_TYPES: LazyNames[str] = LazyNames(lambda: tuple(_COMPONENTS))
 
 
 def embedder_components() -> tuple[Component, ...]:

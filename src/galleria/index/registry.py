@@ -2,7 +2,8 @@
 
 Every index declares itself in its own module: a module of :mod:`galleria.index` with a module-level
 ``COMPONENT`` (a :class:`galleria._declare.Component` of kind ``"index"``) is found by scanning the
-package, and an installed package adds one through the entry-point group ``galleria.indexes``. Its
+package, and an installed package adds one through the entry-point group ``galleria.indexes``
+(discovered on the registry's first use, never at import). Its
 ``extra`` says whether it is made by name (``creatable``), its own parameter check (``validate``;
 else the declaration's), how a store file rebuilds it (``from_bytes``) and which of its arrays hold
 faiss's binary format (``faiss_blobs``).
@@ -15,7 +16,7 @@ from typing import Any
 
 import galleria.index as _package
 from galleria._declare import Component
-from galleria._plugins import builtin_components, merge_components
+from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.index.base import SPACES, SearchIndex
 
@@ -30,18 +31,21 @@ __all__ = [
 ]
 
 
-def _builtin_components() -> list[Component]:
-    """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
-    return builtin_components(_package, "index")
+#: The built-in indexes' declarations (found by scanning this package).
+_BUILTINS: tuple[Component, ...] = tuple(builtin_components(_package, "index"))
+#: Every index's declaration by name, plugins included (discovered on first use, never at import).
+_COMPONENTS: LazyMapping[str, Component] = LazyMapping(
+    lambda: {component.name: component for component in merge_components("index", _BUILTINS)}
+)
 
-
-_COMPONENTS: dict[str, Component] = {
-    component.name: component for component in merge_components("index", _builtin_components())
-}
-
-#: Indexes that can be created by name (``search_index="hnsw"``, ``--index hnsw``).
-INDEX_NAMES: tuple[str, ...] = tuple(name for name, c in _COMPONENTS.items() if c.extra.get("creatable"))
-_SERIALISED_NAMES: tuple[str, ...] = tuple(name for name, c in _COMPONENTS.items() if "from_bytes" in c.extra)
+#: Indexes that can be created by name (``search_index="hnsw"``, ``--index hnsw``); plugins
+#: included, a view computed on first use.
+INDEX_NAMES: LazyNames[str] = LazyNames(
+    lambda: tuple(name for name, c in _COMPONENTS.items() if c.extra.get("creatable"))
+)
+_SERIALISED_NAMES: LazyNames[str] = LazyNames(
+    lambda: tuple(name for name, c in _COMPONENTS.items() if "from_bytes" in c.extra)
+)
 
 
 def index_components() -> tuple[Component, ...]:
@@ -99,9 +103,11 @@ def create_index(name: str, space: str, params: Mapping[str, Any] | None = None)
 
 #: Per serialised index type, the arrays of its container that hold faiss's binary format: a store
 #: file's loader hands faiss these bytes where they lie instead of reading them into an array.
-FAISS_BLOBS: dict[str, frozenset[str]] = {
-    name: frozenset(c.extra["faiss_blobs"]) for name, c in _COMPONENTS.items() if "faiss_blobs" in c.extra
-}
+FAISS_BLOBS: LazyMapping[str, frozenset[str]] = LazyMapping(
+    lambda: {
+        name: frozenset(c.extra["faiss_blobs"]) for name, c in _COMPONENTS.items() if "faiss_blobs" in c.extra
+    }
+)
 
 
 def index_from_bytes(name: str, data: Any) -> SearchIndex:

@@ -47,25 +47,40 @@ _BLOCK_ELEMENTS = 1 << 22
 
 @runtime_checkable
 class Reranker(Protocol):
-    """Re-orders retrieved candidates; scores of the returned candidates are lower-is-better.
+    """The re-ranker contract: what galleria calls, and the one base a re-ranker may subclass.
 
-    ``store`` is the store to retrieve the candidates from (for DBA + αQE the augmented store).
+    Re-orders the candidates a store retrieved; scores of the returned candidates are lower-is-better.
+    A re-ranker implements :meth:`rerank` (one query's candidates) and has a :attr:`store`, the store
+    the candidates must come from (for DBA + αQE the augmented store). :meth:`rerank_batch` (many
+    queries at once, what :class:`galleria.retrieval.Searcher` calls) has a default here: a subclass
+    that implements only :meth:`rerank` gets it, and a plugin's re-ranker that does not subclass this
+    gets the same default from the registry. Exported as :class:`galleria.components.Reranker`.
+
+    Examples
+    --------
+    >>> class Reverse(Reranker):
+    ...     def __init__(self, store):
+    ...         self.store = store
+    ...     def rerank(self, candidates, top_k):
+    ...         return [c.rescored(-c.score) for c in candidates][::-1][:top_k]
+    >>> lists = [[Candidate("a", 0.1), Candidate("b", 0.2)]] * 2
+    >>> [[c.path for c in found] for found in Reverse(None).rerank_batch(lists, 1)]
+    [['b'], ['b']]
     """
 
-    @property
-    def store(self) -> InMemoryImageEmbeddingStore:
-        """The store the candidates must come from."""
-        ...
+    store: Any
+    """The store the candidates must come from."""
 
     def rerank(self, candidates: Sequence[Candidate], top_k: int) -> list[Candidate]:
-        """Re-rank one query's candidates and keep the best ``top_k``."""
+        """Re-rank one query's candidates (best first) and keep the best ``top_k``."""
         ...
 
     def rerank_batch(
         self, candidate_lists: Sequence[Sequence[Candidate]], top_k: int
     ) -> list[list[Candidate]]:
-        """Re-rank many queries' candidate lists; equal to :meth:`rerank` on each."""
-        ...
+        """Re-rank many queries' candidate lists; equal to :meth:`rerank` on each (the default
+        calls it on each list)."""
+        return [self.rerank(candidates, top_k) for candidates in candidate_lists]
 
 
 def similarities_from_distances(distances: np.ndarray, space: str) -> np.ndarray:
@@ -82,7 +97,11 @@ def similarities_from_distances(distances: np.ndarray, space: str) -> np.ndarray
 
 
 def check_store(store: Any, what: str) -> InMemoryImageEmbeddingStore:
-    """``store`` if it is an ``InMemoryImageEmbeddingStore`` not on an external index (``what``: who asks)."""
+    """``store`` if it is an ``InMemoryImageEmbeddingStore`` not on an external index (``what``: who
+    asks, named in the error): a re-ranker that reads the store's vectors checks its store so.
+
+    Raises TypeError for another object, ValueError for a store on an
+    :class:`~galleria.index.ExternalSearchIndex` (its scores are not distances)."""
     if not isinstance(store, InMemoryImageEmbeddingStore):
         raise TypeError(f"store must be an InMemoryImageEmbeddingStore, got {type(store).__name__}")
     if isinstance(store.search_index, ExternalSearchIndex):
@@ -96,10 +115,13 @@ def check_store(store: Any, what: str) -> InMemoryImageEmbeddingStore:
 class PoolReranker:
     """Shared shell of the pool re-rankers: validation, grouping pools by size, building similarities.
 
-    A subclass sets ``_store`` and implements :meth:`_pool_scores`, which maps the probe's
-    similarities to its candidates ``(B, N)`` and the candidates' similarities among themselves
-    ``(B, N, N)`` to scores ``(B, N)``, lower is better; candidates are then sorted stably by score
-    (ties keep the candidate order).
+    A subclass calls ``super().__init__(store, name)`` (the store is checked by :func:`check_store`)
+    and implements :meth:`pool_scores`, which maps the probe's similarities to its candidates
+    ``(B, N)`` and the candidates' similarities among themselves ``(B, N, N)`` to scores ``(B, N)``,
+    lower is better; candidates are then sorted stably by score (ties keep the candidate order).
+    :meth:`rerank` and :meth:`rerank_batch` (pools of one size at once) come from here. Exported as
+    :class:`galleria.components.PoolReranker`; the built-in pool re-rankers set ``_store`` and
+    override ``_pool_scores`` themselves.
 
     A subclass that scores against a structure derived from the whole gallery (a graph, a table)
     returns its builder from :meth:`_gallery_structure` and receives the structure in
@@ -108,6 +130,9 @@ class PoolReranker:
     """
 
     _store: InMemoryImageEmbeddingStore
+
+    def __init__(self, store: Any, name: str = "this re-ranker") -> None:
+        self._store = check_store(store, name)
 
     @property
     def store(self) -> InMemoryImageEmbeddingStore:
@@ -210,8 +235,16 @@ class PoolReranker:
         among = pairwise_distances_batched(vectors, vectors, self._store.space)
         return self._pool_scores(probe, similarities_from_distances(among, self._store.space))
 
-    def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
+        return self.pool_scores(probe, among)
+
+    def pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
+        """Scores ``(B, N)``, lower is better, of ``B`` pools of ``N`` candidates from the probe's
+        similarities to them ``probe`` (B, N) and theirs among themselves ``among`` (B, N, N).
+
+        The similarities are read from the store's distances (:func:`similarities_from_distances`).
+        A subclass implements this."""
+        raise NotImplementedError(f"{type(self).__name__} must implement pool_scores(probe, among)")
 
 
 def check_features(name: str, value: Any, dim: int | None = None) -> np.ndarray:

@@ -31,7 +31,7 @@ from typing import Any
 
 import galleria.rerank as _package
 from galleria._declare import Component, format_value
-from galleria._plugins import builtin_components, merge_components
+from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.rerank._prepared import cached_preparation
 from galleria.rerank.base import Reranker
@@ -45,6 +45,7 @@ __all__ = [
     "METHOD_PARAMS",
     "PRECOMPUTED_METHODS",
     "RERANK_METHODS",
+    "SETTINGS_KEYS",
     "check_method_params",
     "check_precompute_method",
     "label",
@@ -72,15 +73,42 @@ def _with_preparation(component: Component) -> Component:
     return replace(component, params=(*component.params, *PREPARATION_PARAMS), constraints=constraints)
 
 
-def _builtin_components() -> list[Component]:
-    """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
-    return builtin_components(_package, "reranker", ("registry", "adaptive"))
+#: Settings keys every method shares (a settings file, a request, :class:`RetrievalConfig`): no
+#: plugin parameter may be spelled so, nor like a gallery-preparation parameter.
+SETTINGS_KEYS: tuple[str, ...] = (
+    "name",
+    "method",
+    "params",
+    "preset",
+    "query_expansion",
+    "expansion_alpha",
+    "expansion_neighbors",
+    "rerank",
+    "rerank_method",
+    "rerank_preset",
+    "rerank_params",
+    "pool",
+    "tail",
+    *_PREPARE_PARAMS,
+)
+
+#: The built-in methods' declarations, in declared order (found by scanning this package).
+_BUILTINS: tuple[Component, ...] = tuple(
+    _with_preparation(component)
+    for component in builtin_components(_package, "reranker", ("registry", "adaptive"))
+)
 
 
-_COMPONENTS: dict[str, Component] = {
-    component.name: _with_preparation(component)
-    for component in merge_components("reranker", _builtin_components())
-}
+def _merged() -> dict[str, Component]:
+    """Every method's declaration: the built-ins, then the plugins' (discovered on first use)."""
+    from galleria.rerank._plugin import PluginReranker
+
+    merged = merge_components("reranker", _BUILTINS, reserved=SETTINGS_KEYS, wrap=PluginReranker)
+    return {component.name: _with_preparation(component) for component in merged}
+
+
+#: Every method's declaration by name, plugins included (computed on first use).
+_COMPONENTS: LazyMapping[str, Component] = LazyMapping(_merged)
 
 
 def reranker_components() -> tuple[Component, ...]:
@@ -94,13 +122,18 @@ def reranker_component(method: Any) -> Component:
 
 
 #: The methods that can re-rank on the DBA-augmented gallery (``dba_neighbors``, ``dba_alpha``).
-AUGMENTABLE_METHODS: tuple[str, ...] = tuple(name for name, c in _COMPONENTS.items() if c.prepared)
-#: The re-ranking methods :func:`make_reranker` knows, the default first.
-RERANK_METHODS: tuple[str, ...] = tuple(_COMPONENTS)
-#: The method used when none is named.
-DEFAULT_METHOD = RERANK_METHODS[0]
+AUGMENTABLE_METHODS: LazyNames[str] = LazyNames(
+    lambda: tuple(name for name, c in _COMPONENTS.items() if c.prepared)
+)
+#: The re-ranking methods :func:`make_reranker` knows, the default first (plugins included: a
+#: view computed on first use).
+RERANK_METHODS: LazyNames[str] = LazyNames(lambda: tuple(_COMPONENTS))
+#: The method used when none is named: the first built-in (a plugin never takes its place).
+DEFAULT_METHOD: str = _BUILTINS[0].name
 #: The keyword parameters each method takes (besides the store).
-METHOD_PARAMS: dict[str, tuple[str, ...]] = {name: c.names for name, c in _COMPONENTS.items()}
+METHOD_PARAMS: LazyMapping[str, tuple[str, ...]] = LazyMapping(
+    lambda: {name: c.names for name, c in _COMPONENTS.items()}
+)
 
 
 #: The preparation step alone, declared as a component so that its check is the same code.
@@ -229,8 +262,8 @@ def label(method: Any, params: Mapping[str, Any] | None = None, *, pool: int | N
 
 #: The methods whose offline part a store can keep, computed at build time (``--precompute-rerank``):
 #: those whose declaration carries ``extra["precompute"]`` (and ``extra["offline"]``, its parameters).
-PRECOMPUTED_METHODS: tuple[str, ...] = tuple(
-    name for name, c in _COMPONENTS.items() if "precompute" in c.extra
+PRECOMPUTED_METHODS: LazyNames[str] = LazyNames(
+    lambda: tuple(name for name, c in _COMPONENTS.items() if "precompute" in c.extra)
 )
 
 

@@ -80,6 +80,19 @@ class Candidate:
         object.__setattr__(candidate, "_where", where)
         return candidate
 
+    def rescored(self, score: Any) -> Candidate:
+        """This candidate with another ``score`` (a re-ranker's own), still tagged with the store
+        that found it, so that the next stage accepts it as that store's.
+
+        Examples
+        --------
+        >>> Candidate("cat.png", 0.25).rescored(0.5)
+        Candidate(path='cat.png', score=0.5)
+        """
+        if isinstance(score, (bool, np.bool_)) or not isinstance(score, numbers.Real):
+            raise TypeError(f"score must be a real number, got {score!r} ({type(score).__name__})")
+        return Candidate._from_store(self.path, float(score), self._store_id, self._where)
+
     @property
     def store_id(self) -> str | None:
         """The identity of the store that scored this candidate, or None for one made by hand."""

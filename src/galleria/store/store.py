@@ -23,13 +23,14 @@ from galleria.store._checks import (
     resolve_index,
 )
 from galleria.store._mutation import MutationMixin
+from galleria.store._records import ExtensionRecordsMixin
 from galleria.store._retrieval import RetrievalMixin
 from galleria.store._state import GalleryState, add_rows
 
 __all__ = ["InMemoryImageEmbeddingStore"]
 
 
-class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin):
+class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin, ExtensionRecordsMixin):
     """Embed a gallery of image files once, then search it by image, text or vector.
 
     Parameters

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from galleria._plugins import LazyNames
 from galleria.rerank.normalise import PREPARATION_PARAMS
 from galleria.rerank.registry import (
     AUGMENTABLE_METHODS,
@@ -12,14 +13,17 @@ from galleria.rerank.registry import (
 #: Metrics the tuner can maximise.
 METRICS: tuple[str, ...] = ("map@100", "recall@1", "recall@5", "mrr", "map@r")
 #: The settings families searched: plain retrieval, αQE alone, and every re-ranking method.
-SEARCH_METHODS: tuple[str, ...] = ("plain", "aqe", *RERANK_METHODS)
+#: (Plugins included: a view computed on first use, so importing the tuner discovers nothing.)
+SEARCH_METHODS: LazyNames[str] = LazyNames(lambda: ("plain", "aqe", *RERANK_METHODS))
 _DEPTH = 100
 #: Largest DBA neighbourhood searched (the neighbour lists are found once per split for it).
 _DBA_MAX = 50
 #: The families also searched on the DBA-augmented gallery (and over pools up to 1,000).
 _AUGMENTED = AUGMENTABLE_METHODS
 #: The families that can run after αQE (the expanded query's candidates re-ranked): declared.
-_WITH_AQE = tuple(component.name for component in reranker_components() if component.with_aqe)
+_WITH_AQE: LazyNames[str] = LazyNames(
+    lambda: tuple(component.name for component in reranker_components() if component.with_aqe)
+)
 #: The gallery-preparation parameters, by name (their tuner spaces are declared with them).
 _PREPARATION = {param.name: param for param in PREPARATION_PARAMS}
 #: Trial keys that keep their old spelling (``k-reciprocal.lambda``).

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from galleria.components import PluginError
 from galleria.rerank.registry import RERANK_METHODS, reranker_component
 from galleria.retrieval import RetrievalConfig
 from galleria.tune._constants import _AUGMENTED, _WITH_AQE, GUARD_MARGIN
@@ -137,6 +138,11 @@ def run_study(
             interrupted.append(error)
             trial.study.stop()
             raise optuna.TrialPruned() from None
+        except PluginError as error:
+            # A plugin's method failed: the same quiet end, then its one-line error.
+            interrupted.append(error)
+            trial.study.stop()
+            raise optuna.TrialPruned() from None
         finally:
             measuring[0] = False
         short = trials.short_of_guard(setting_key(config))
@@ -159,4 +165,6 @@ def run_study(
         with stopping_on_interrupt(study, measuring, interrupted):
             study.optimize(objective, n_trials=remaining, timeout=left)
         if interrupted:
+            if isinstance(interrupted[0], PluginError):
+                raise interrupted[0]
             raise KeyboardInterrupt

@@ -17,6 +17,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from galleria._plugins import LazyNames
 from galleria.viewer import GalleryLabels, SearchSettings, UploadStore
 from galleria.viewer.compare import _flag as read_flag
 from galleria.viewer.compare import setting_keys
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 #: The settings a request may give (``lambda_value`` is another name of ``lambda``).
-SETTING_KEYS = setting_keys()
+SETTING_KEYS: LazyNames[str] = LazyNames(setting_keys)  # plugins' parameters too: on first use
 #: The kinds of query an address may hold.
 QUERY_KEYS = ("path", "text", "upload")
 #: The answer to an upload id the server no longer keeps (or never gave).

@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria.components import PLUGIN_API_VERSION, Component, Param, Space
-from galleria.rerank.base import PoolReranker, check_store
+from galleria.components import PLUGIN_API_VERSION, Component, Param, PoolReranker, Space, read_statistics
 
 __all__ = ["COMPONENT", "PoolAqeReranker", "pool_aqe_scores"]
 
@@ -43,7 +42,7 @@ class PoolAqeReranker(PoolReranker):
     """Re-rank a store's candidates by their similarity to the query expanded within the pool."""
 
     def __init__(self, store: Any, *, neighbors: int = 3, alpha: float = 3.0) -> None:
-        self._store = check_store(store, "pool αQE")
+        super().__init__(store, "pool αQE")  # checks the store: one whose distances it can read
         checked = COMPONENT.check({"neighbors": neighbors, "alpha": alpha})
         self._neighbors, self._alpha = checked["neighbors"], checked["alpha"]
 
@@ -51,14 +50,13 @@ class PoolAqeReranker(PoolReranker):
         """The re-ranker's parameters, as its constructor takes them."""
         return {"neighbors": self._neighbors, "alpha": self._alpha}
 
-    def _pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
+    def pool_scores(self, probe: np.ndarray, among: np.ndarray) -> np.ndarray:
+        """Scores of each pool (PoolReranker calls it with pools of one size at once)."""
         return pool_aqe_scores(probe, among, self._neighbors, self._alpha)
 
 
 def _adaptive(stats: Any) -> dict[str, Any]:
     """One neighbor on a gallery without reciprocal structure, else two; α 3."""
-    from galleria.rerank.adaptive import read_statistics
-
     return {"neighbors": 1 if read_statistics(stats).flat else 2, "alpha": 3.0}
 
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
+from galleria.components import PluginError
 from galleria.images.reading import ImageReadError
 from galleria.viewer import SearchSettings, UploadError
 from galleria.web._site import SETTING_KEYS, UPLOAD_GONE, Site
@@ -21,7 +22,12 @@ __all__ = ["api_router", "error_response"]
 
 
 def error_response(error: Exception) -> JSONResponse:
-    """The JSON answer to a request's error: 503 timeout, 413 upload too large, 404 unknown, else 400."""
+    """The JSON answer to a request's error: 503 timeout, 413 upload too large, 404 unknown, 500 a
+    plugin's failure (``{"detail": ..., "plugin": {"kind", "name"}}``: the component that failed,
+    never a traceback), else 400."""
+    if isinstance(error, PluginError):
+        plugin = {"kind": error.kind, "name": error.name}
+        return JSONResponse({"detail": str(error), "plugin": plugin}, status_code=500)
     if isinstance(error, RequestTimeout):
         return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": "10"})
     if isinstance(error, UploadError) and error.too_large:
@@ -116,7 +122,15 @@ def api_router(site: Site, store: Any) -> APIRouter:
         try:
             query, kind, settings = await parse_request(site, store, request)
             return await site.work(site.run_search, query, kind, settings)
-        except (ValueError, LookupError, TypeError, OverflowError, ImageReadError, RequestTimeout) as error:
+        except (
+            ValueError,
+            LookupError,
+            TypeError,
+            OverflowError,
+            ImageReadError,
+            RequestTimeout,
+            PluginError,
+        ) as error:
             return error_response(error)
 
     return router

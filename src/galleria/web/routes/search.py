@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import UploadFile
 
+from galleria.components import PluginError
 from galleria.images.reading import ImageReadError
 from galleria.viewer import UploadError
 from galleria.viewer.thumbnails import array_thumbnail
@@ -70,6 +71,8 @@ async def search_view(
             context["result"] = await site.work(site.run_search, query, kind, settings)
         except RequestTimeout as problem:
             error, status = str(problem), 503
+        except PluginError as problem:  # a plugin's re-ranker failed: the page says which, and serves on
+            error, status = str(problem), 500
         except (ValueError, LookupError, TypeError, OverflowError, ImageReadError) as problem:
             error = str(problem.args[0] if problem.args else problem)
             status = 404 if isinstance(problem, (LookupError, ImageReadError)) else 400

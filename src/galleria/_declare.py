@@ -168,11 +168,13 @@ class Component:
         """The paper preset: the parameters with a published value."""
         return {param.name: param.paper for param in self.params if param.has_paper}
 
-    def check(self, params: Any, *, pool: int | None = None) -> dict[str, Any]:
+    def check(self, params: Any, *, pool: int | None = None, where: str | None = None) -> dict[str, Any]:
         """Validate ``params`` (a dict); return them complete, defaults filled in, aliases renamed.
 
         The one validator of this component's parameters: every source of values calls it.
         ``pool`` (the candidates re-ranked per request) enters the work bound when given.
+        ``where`` (the entry point the values came from: ``"KReciprocalReranker"``, ``"--k1"``, a
+        settings file) prefixes the message, which is otherwise the same from every entry point.
 
         Raises
         ------
@@ -182,6 +184,31 @@ class Component:
             An unknown parameter, a value outside its range, a broken constraint, or work over
             :attr:`max_work`.
         """
+        if where is None:
+            return self._check(params, pool)
+        try:
+            return self._check(params, pool)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from None
+
+    def check_given(self, params: Any, *, where: str | None = None) -> dict[str, Any]:
+        """Only the parameters ``params`` gives, checked as :meth:`check` checks them (the others at
+        their defaults for the constraints between them), aliases renamed.
+
+        A constructor whose omitted values are chosen later (from the gallery) checks with this.
+
+        Examples
+        --------
+        >>> component = Component("reranker", "demo", (Param("k", int, 3, 1, 9),), build=dict)
+        >>> component.check_given({}), component.check_given({"k": 4})
+        ({}, {'k': 4})
+        """
+        checked = self.check(params, where=where)
+        spelled = {old: param.name for param in self.params for old in param.aliases}
+        names = {spelled.get(key, key) for key in params}
+        return {key: checked[key] for key in self.names if key in names and key in checked}
+
+    def _check(self, params: Any, pool: int | None) -> dict[str, Any]:
         if not isinstance(params, dict):
             raise TypeError(f"the {self.name} parameters must be a dict, got {type(params).__name__}")
         given = dict(params)

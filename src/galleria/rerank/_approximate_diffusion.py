@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from galleria._validation import check_bool
+from galleria.rerank._approximate_graph import GRAPH_METHODS, SYMMETRIC_LIMIT
 from galleria.rerank._diffusion_core import check_diffusion_params, conjugate_gradient, graph_neighbors
 from galleria.rerank.base import check_features, top_similar
 
@@ -68,7 +69,6 @@ def iter_diffusion_rerank_approximate(
 
 def _graph_ids(gallery: np.ndarray, graph: Any, wanted: int) -> Any:
     """A method name checked, or given ids checked and cut to ``wanted`` columns."""
-    from galleria.rerank.approximate import GRAPH_METHODS
 
     if isinstance(graph, str):
         if graph not in GRAPH_METHODS:
@@ -93,7 +93,6 @@ def _graph_ids(gallery: np.ndarray, graph: Any, wanted: int) -> Any:
 def _built(gallery: np.ndarray, method: str, wanted: int) -> np.ndarray:
     from galleria.index.neighbor_graph import build_graph
     from galleria.rerank._approximate_graph import symmetric_graph
-    from galleria.rerank.approximate import SYMMETRIC_LIMIT
 
     if method == "auto":
         method = "symmetric" if gallery.shape[0] <= SYMMETRIC_LIMIT else "hnsw"

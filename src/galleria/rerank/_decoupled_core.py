@@ -12,9 +12,7 @@ import scipy.sparse as sp
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
-    GallerySnapshot,
     gallery_state,
-    take_snapshot,
 )
 from galleria.rerank.diffusion import conjugate_gradient
 from galleria.store._state import OfflineDiffusion
@@ -166,26 +164,6 @@ def _offline_matrix(positions: np.ndarray, values: np.ndarray) -> sp.csr_matrix:
 def _query_weights(similarities: np.ndarray, gamma: float) -> np.ndarray:
     weights: np.ndarray = np.maximum(np.asarray(similarities, dtype=np.float64), 0.0) ** gamma
     return weights
-
-
-def _witnessed(
-    store: InMemoryImageEmbeddingStore, held: OfflineDiffusion, state: int, snapshot: GallerySnapshot | None
-) -> OfflineDiffusion:
-    """``held`` (read from a file, kept for gallery ``state``) once
-    :func:`~galleria.rerank.witness.check_offline_witness` accepts it on the store's vectors of that
-    state; kept in the store as checked. Should the gallery have moved on meanwhile, ``held`` is
-    answered as it is: it belongs to an old state, which the caller refuses anyway."""
-    from galleria.rerank.witness import check_offline_witness
-
-    source = take_snapshot(store) if snapshot is None else snapshot
-    if source.state != state:
-        return held
-    check_offline_witness(held, source.vectors, str(held.source))  # ValueError naming file and key
-    checked = OfflineDiffusion(held.params, held.positions, held.values)
-    with store._lock.writing():
-        if store._offline_diffusion is held and gallery_state(store) == source.state:
-            store._offline_diffusion = checked
-    return checked
 
 
 def _pool_diffusion(

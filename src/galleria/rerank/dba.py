@@ -69,9 +69,12 @@ from galleria.rerank._dba_core import (
     dba_aqe_rerank_features as dba_aqe_rerank_features,
 )
 from galleria.rerank.base import PoolReranker, check_store
+from galleria.statistics import clip_round, read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "DBA_ALPHA",
+    "DBA_OFF_ALPHA",
     "DBAReranker",
     "aqe_pools",
     "augment_store",
@@ -162,12 +165,19 @@ class DBAReranker(PoolReranker):
         return _aqe_from_rows(probe, chosen, rows, self._aqe_alpha)
 
 
+#: DBA's exponent of the neighbour weights ``cos ** α`` when it augments (the paper's 3 moves an
+#: item by half a neighbour at cos 0.8; 10 by a tenth).
+DBA_ALPHA = 10.0
+#: DBA's exponent where the gallery does not support augmentation: every weight ``cos ** 1000`` is
+#: negligible unless the neighbour is a near copy (0.37 at cos 0.999, 4e-5 at 0.99).
+DBA_OFF_ALPHA = 1000.0
+
+
 def _adaptive(stats: Any) -> dict[str, Any]:
     """At a majority of mutual neighbors, where αQE trusts the first matches: n = clip(m·s/3, 1, 10),
     α 10 and αQE of min(n, 2) at α 3; else one neighbor at α 1000 and αQE's still expansion (one match at
     α 1000): only near copies move anything."""
     from galleria.expansion import STILL_ALPHA, trusts_first_matches
-    from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
 
     reading = read_statistics(stats)
     if reading.majority and trusts_first_matches(stats):

@@ -43,6 +43,7 @@ import numpy as np
 from galleria._declare import Component, Param, Space
 from galleria._validation import check_positive_int
 from galleria.rerank import _decoupled_record as _decoupled_record  # registers the store record's codec
+from galleria.rerank._candidate_checks import _check_candidate_lists, _check_candidates
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
     GallerySnapshot,
@@ -59,14 +60,13 @@ from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3); kep
     _pool_diffusion,
     _query_weights,
     _truncated_rows,  # noqa: F401
-    _witnessed,
     check_decoupled_params,
 )
 from galleria.rerank._decoupled_core import offline_rows as _offline
 from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
 from galleria.rerank.base import check_features, check_store, similarities_from_distances
 from galleria.rerank.diffusion import WALK_PARAMS
-from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
+from galleria.rerank.witness import _witnessed
 from galleria.store._state import OfflineDiffusion
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore

@@ -67,6 +67,7 @@ from galleria.rerank.base import (
     similarities_from_distances,
     top_similar,
 )
+from galleria.statistics import read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
@@ -280,12 +281,15 @@ def diffusion_rerank_features(
     return diffuse_probes(system, chosen, similarities, power, tolerance, iterations)
 
 
+#: The diffusions' α (weight of the walk against the query's own similarities) when they diffuse.
+DIFFUSION_ALPHA = 0.9
+
+
 def _adaptive(stats: Any) -> dict[str, Any]:
     """query_k 1, k = clip(2m, 10, 30), α 0.9, γ 3 (docs/reranking.md); α 0 (the original order) where
     αQE does not trust an item's first matches: the walk starts at the best match, so where that is
     too often of another class it orders the rest by their ties to the wrong class."""
     from galleria.expansion import trusts_first_matches
-    from galleria.rerank.adaptive import DIFFUSION_ALPHA, read_statistics
 
     reading = read_statistics(stats)
     walk = DIFFUSION_ALPHA if trusts_first_matches(stats) else 0.0

@@ -34,7 +34,7 @@ from galleria._declare import Component, format_value
 from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.rerank._prepared import cached_preparation
-from galleria.rerank.base import Reranker
+from galleria.rerank.base import Reranker, resolved_params
 from galleria.rerank.dba import augmented_store_for
 from galleria.rerank.normalise import PREPARATION_PARAMS, normalised_store, preparation_constraint
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -170,7 +170,8 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     Raises
     ------
     TypeError, ValueError
-        An unknown method, and whatever the re-ranker's constructor raises for its parameters.
+        An unknown method, an unknown parameter or a value its declaration refuses (the message
+        names ``make_reranker``, the parameter and its range), and whatever the constructor raises.
 
     Examples
     --------
@@ -180,16 +181,14 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     'DiffusionReranker'
     """
     component = reranker_component(method)
+    # the declaration's check, always (the values left out stay out: a re-ranker that reads them
+    # from the gallery, k-reciprocal's and ECN's, still does)
+    checked = component.check_given(params, where=f"make_reranker({component.name!r})")
     if component.prepared:
-        extra = sorted(set(params) - set(component.names))
-        if extra:
-            raise TypeError(
-                f"unknown {component.name} parameter(s) {extra}; it takes {list(component.names)}"
-            )
         preparation = _check_preparation(params)
-        params = {key: value for key, value in params.items() if key not in _PREPARE_PARAMS}
+        checked = {key: value for key, value in checked.items() if key not in _PREPARE_PARAMS}
         store = prepared_store(store, preparation)
-    built: Reranker = component.build(store, **params)
+    built: Reranker = component.build(store, **checked)
     return built
 
 
@@ -265,10 +264,8 @@ def precompute_rerank(
     >>> params["query_k"], params["truncation"]
     (1, 1000)
     """
-    from galleria.rerank.adaptive import default_rerank_params
-
     name = check_precompute_method(method)
-    params = check_method_params(name, default_rerank_params(store, name, preset))
+    params = check_method_params(name, resolved_params(_COMPONENTS[name], store, preset))
     extra = _COMPONENTS[name].extra
     extra["precompute"](store, **{key: params[key] for key in extra["offline"]})
     return params

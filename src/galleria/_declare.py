@@ -29,6 +29,7 @@ __all__ = [
     "KINDS",
     "MAX_WORK",
     "PLUGIN_API_VERSION",
+    "STAGE",
     "Component",
     "DeclarationError",
     "Param",
@@ -41,6 +42,8 @@ __all__ = [
 PLUGIN_API_VERSION = 1
 #: The kinds of component, and the entry-point group of each (``galleria.<group>``).
 KINDS: dict[str, str] = {"reranker": "rerankers", "index": "indexes", "embedder": "embedders"}
+#: A stage of the retrieval path declared as a component is (αQE): not a plugin kind.
+STAGE = "stage"
 #: The default bound on one request's work: the product of the pool (when there is one) and every
 #: parameter declared with ``cost=True`` (neighbourhood sizes, iterations). 2·10⁹ steps is seconds
 #: of numpy, not minutes; a component may declare a lower bound.
@@ -110,7 +113,7 @@ class Component:
                 f"component {self.name!r} declares plugin API version {self.api_version!r}; "
                 f"this galleria reads version {PLUGIN_API_VERSION}"
             )
-        if self.kind not in KINDS:
+        if self.kind not in KINDS and self.kind != STAGE:
             raise DeclarationError(
                 f"component {self.name!r}: kind must be one of {list(KINDS)}, got {self.kind!r}"
             )
@@ -167,6 +170,28 @@ class Component:
     def paper_params(self) -> dict[str, Any]:
         """The paper preset: the parameters with a published value."""
         return {param.name: param.paper for param in self.params if param.has_paper}
+
+    def resolve(
+        self, statistics: Callable[[], Any], preset: str = "adaptive", **context: Any
+    ) -> dict[str, Any]:
+        """The values its preset gives: ``"adaptive"``, its rule applied to a gallery's statistics
+        (``statistics()``, called only then; ``context`` goes to the rule, e.g. αQE's ``reranked``);
+        ``"paper"`` (or a component without a rule), its paper preset, else its defaults.
+
+        The one place adaptive values are resolved: every re-ranker without parameters, αQE in the
+        store's search, :meth:`galleria.retrieval.RetrievalConfig.resolve`, the page and the tuner
+        reach it.
+
+        Examples
+        --------
+        >>> component = Component("reranker", "demo", (Param("k", int, 3, 1, 9, paper=5),), build=dict,
+        ...                       adaptive=lambda stats: {"k": stats})
+        >>> component.resolve(lambda: 7), component.resolve(lambda: 7, "paper")
+        ({'k': 7}, {'k': 5})
+        """
+        if preset == "paper" or self.adaptive is None:
+            return dict(self.paper_params() or self.defaults())
+        return dict(self.adaptive(statistics(), **context))
 
     def check(self, params: Any, *, pool: int | None = None, where: str | None = None) -> dict[str, Any]:
         """Validate ``params`` (a dict); return them complete, defaults filled in, aliases renamed.

@@ -10,7 +10,7 @@ from galleria.cli._common import CliError
 #: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
 from galleria.cli._parse import add_deprecated_alias, check_existing_file, parse_float, parse_int
 from galleria.evaluation.configs import DEFAULT_POOL
-from galleria.expansion import MAX_EXPANSION_ALPHA
+from galleria.expansion import EXPANSION, MAX_EXPANSION_ALPHA
 from galleria.rerank.registry import (
     DEFAULT_METHOD,
     PRECOMPUTED_METHODS,
@@ -24,16 +24,20 @@ from galleria.viewer.text import shorten_middle
 RERANK_METHOD_CHOICES: tuple[str, ...] = RERANK_METHODS
 #: The values of ``build --precompute-rerank``: the methods whose declaration has an offline part.
 PRECOMPUTE_RERANK_CHOICES: tuple[str, ...] = PRECOMPUTED_METHODS
-#: ``--k1``, ``--k2``, ``--lambda``: shortcuts of the parameters of these names, for the methods
-#: that declare all three (k-reciprocal and the GNN among the built-ins).
-_SHORTCUTS = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda"}
+#: ``--k1``, ``--k2``, ``--lambda``: the flags the default method's parameters declare (``Param.flag``),
+#: for the methods that declare parameters of all these names (k-reciprocal and the GNN among the built-ins).
+_SHORTCUTS = {param.name: param.flag for param in reranker_component(DEFAULT_METHOD).params if param.flag}
 _SHORTCUT_METHODS = tuple(c.name for c in reranker_components() if set(_SHORTCUTS) <= set(c.names))
 
 
 def _paper_text(method: str) -> str:
     """A method's paper values for ``--help`` (``k1 20, k2 6, λ 0.3``)."""
-    component = reranker_component(method)
-    return component.describe(component.paper_params()).replace("=", " ")
+    return _paper_text_of(reranker_component(method))
+
+
+def _paper_text_of(component: Any) -> str:
+    """A declaration's paper values for ``--help`` (``expansion_alpha 3, expansion_neighbors 50``)."""
+    return str(component.describe(component.paper_params())).replace("=", " ")
 
 
 def rerank_param_help() -> str:
@@ -65,7 +69,7 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = D
         choices=("adaptive", "paper"),
         help="where parameters not given come from: adaptive (default: read from the gallery's "
         "reciprocal-neighbor statistics) or paper (the published values: "
-        f"{_paper_text(DEFAULT_METHOD)} for {DEFAULT_METHOD}; αQE's α 3, n 50)",
+        f"{_paper_text(DEFAULT_METHOD)} for {DEFAULT_METHOD}; αQE's {_paper_text_of(EXPANSION)})",
     )
     group.add_argument(
         "--rerank-param",
@@ -95,15 +99,21 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
     """``--expand`` and its ``--alpha``, ``--neighbors``."""
     group = parser.add_argument_group("alpha query expansion")
     group.add_argument("--expand", action="store_true", help="search again with the alpha-expanded query")
+    alpha, neighbors = EXPANSION.params  # their flags, ranges, paper values and help: declared
     group.add_argument(
-        "--alpha", default=None, metavar="X", help="αQE exponent (default: adaptive, 3; paper preset: 3)"
+        str(alpha.flag),
+        dest="alpha",
+        default=None,
+        metavar="X",
+        help=f"{alpha.help}, in {alpha.range_text()} (default: adaptive, 3; paper preset: {alpha.paper:g})",
     )
     group.add_argument(
-        "--neighbors",
+        str(neighbors.flag),
+        dest="neighbors",
         default=None,
         metavar="N",
-        help="matches averaged into the query (default: adaptive, read from the gallery: 2, or 1 without "
-        "reciprocal neighbours; --rerank-preset paper: 50)",
+        help=f"{neighbors.help}, in {neighbors.range_text()} (default: adaptive, read from the gallery: 2, "
+        f"or 1 without reciprocal neighbours; --rerank-preset paper: {neighbors.paper})",
     )
 
 

@@ -68,6 +68,7 @@ K1 = Param(
     cost=True,
     space=Space("int", 4, 60),
     help="size of the k-reciprocal neighborhoods",
+    flag="--k1",
 )
 K2 = Param(
     "k2",
@@ -79,6 +80,7 @@ K2 = Param(
     at_most="k1",
     space=Space("int", 1, 10),
     help="neighbors averaged in the local query expansion (at most k1)",
+    flag="--k2",
 )
 LAMBDA = Param(
     "lambda_value",
@@ -89,6 +91,9 @@ LAMBDA = Param(
     paper=0.3,
     space=Space("float", 0.0, 1.0),
     help="weight of the original distance against the Jaccard distance",
+    flag="--lambda",
+    key="lambda",
+    trial="lambda",
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._params import Param
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
@@ -25,6 +26,21 @@ _BLOCK_ELEMENTS = 1 << 24
 
 #: Unknowns of the truncated systems solved together (the items of a block times ``T``).
 _SYSTEM_ELEMENTS = 1 << 16
+
+
+#: The largest ``k``, ``truncation`` and ``maxiter`` of the offline part.
+LARGEST = 1 << 20
+#: Decoupled diffusion's own parameter (the walk's are :data:`~galleria.rerank._diffusion_core.WALK_PARAMS`).
+TRUNCATION = Param(
+    "truncation",
+    int,
+    1000,
+    1,
+    LARGEST,
+    paper=1000,
+    cost=True,
+    help="gallery items each offline walk keeps",
+)
 
 
 def check_decoupled_params(
@@ -45,8 +61,8 @@ def check_decoupled_params(
     tolerance = check_nonnegative_float("tol", tol)
     iterations = check_positive_int("maxiter", maxiter)
     for name, value in (("k", neighbours), ("truncation", size), ("maxiter", iterations)):
-        if value > 1 << 20:
-            raise ValueError(f"{name} must be at most {1 << 20}, got {value!r}")
+        if value > LARGEST:
+            raise ValueError(f"{name} must be at most {LARGEST}, got {value!r}")
     return neighbours, size, query_neighbours, weight, power, tolerance, iterations
 
 

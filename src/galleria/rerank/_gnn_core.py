@@ -47,6 +47,8 @@ PARAMS: tuple[Param, ...] = (
         paper=0.3,
         space=Space("float", 0.0, 1.0),
         help="weight of the original similarity",
+        key="lambda",
+        trial="lambda",
     ),
 )
 K1, K2, LAMBDA = PARAMS

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from galleria._validation import check_choice
-from galleria.expansion import adaptive_expansion
+from galleria.expansion import EXPANSION, adaptive_expansion
 from galleria.rerank.base import PRESETS, resolved_params
 from galleria.rerank.dba import DBA_ALPHA, DBA_OFF_ALPHA  # the rules' constants live with their rules
 from galleria.rerank.diffusion import DIFFUSION_ALPHA
@@ -82,8 +82,8 @@ __all__ = [
 
 #: The published parameters of αQE and every re-ranker (derived from the declarations on first use).
 PAPER_PARAMS: dict[str, dict[str, Any]]
-#: αQE's published parameters (the re-rankers' are declared with them: ``Param.paper``).
-AQE_PAPER_PARAMS: dict[str, Any] = {"expansion_alpha": 3.0, "expansion_neighbors": 50}
+#: αQE's published parameters (from its declaration, :data:`galleria.expansion.EXPANSION`).
+AQE_PAPER_PARAMS: dict[str, Any] = EXPANSION.paper_params()
 
 
 def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]]:
@@ -197,9 +197,7 @@ def default_rerank_params(
     name = check_choice("method", method, tuple(paper_params()))
     chosen = check_choice("preset", preset, PRESETS)
     if name == "aqe":
-        if chosen == "paper":
-            return dict(AQE_PAPER_PARAMS)
-        return adaptive_expansion(store_statistics(store), reranked=reranked)
+        return EXPANSION.resolve(lambda: store_statistics(store), chosen, reranked=reranked)
     return resolved_params(reranker_component(name), store, chosen)  # this method's rule only
 
 

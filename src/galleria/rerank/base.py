@@ -115,7 +115,7 @@ def declared_params(component: Any, where: str, **given: Any) -> dict[str, Any]:
     return values
 
 
-def resolved_params(component: Any, store: Any, preset: str = "adaptive") -> dict[str, Any]:
+def resolved_params(component: Any, store: Any, preset: str = "adaptive", **context: Any) -> dict[str, Any]:
     """The values ``component``'s adaptive rule reads from ``store``'s gallery (``preset="paper"``,
     or a component without a rule: its paper preset, else its defaults).
 
@@ -124,9 +124,10 @@ def resolved_params(component: Any, store: Any, preset: str = "adaptive") -> dic
     :func:`galleria.rerank.adaptive.default_rerank_params` and through it
     :meth:`galleria.retrieval.RetrievalConfig.resolve` and the page all call it.
     """
-    if check_choice("preset", preset, PRESETS) == "paper" or component.adaptive is None:
-        return dict(component.paper_params() or component.defaults())
-    return dict(component.adaptive(store_statistics(store)))
+    values: dict[str, Any] = component.resolve(
+        lambda: store_statistics(store), check_choice("preset", preset, PRESETS), **context
+    )
+    return values
 
 
 class PoolReranker:

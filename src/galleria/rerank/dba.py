@@ -39,14 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
-from galleria._validation import check_positive_int
-from galleria.expansion import MAX_EXPANSION_ALPHA, check_expansion_alpha
+from galleria._declare import Component
 from galleria.rerank import _dba_record as _dba_record  # registers the store record's codec
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._dba_core import (  # moved there; importable from here as before
     _BLOCK as _BLOCK,
 )
+from galleria.rerank._dba_core import PARAMS
 from galleria.rerank._dba_core import (
     _aqe_from_rows as _aqe_from_rows,
 )
@@ -68,7 +67,7 @@ from galleria.rerank._dba_core import (
 from galleria.rerank._dba_core import (
     dba_aqe_rerank_features as dba_aqe_rerank_features,
 )
-from galleria.rerank.base import PoolReranker, check_store
+from galleria.rerank.base import PoolReranker, check_store, declared_params
 from galleria.statistics import clip_round, read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -126,16 +125,21 @@ class DBAReranker(PoolReranker):
         self,
         store: InMemoryImageEmbeddingStore,
         *,
-        neighbors: int = 10,
-        alpha: float = 3.0,
-        aqe_neighbors: int = 10,
-        aqe_alpha: float = 3.0,
+        neighbors: int | None = None,
+        alpha: float | None = None,
+        aqe_neighbors: int | None = None,
+        aqe_alpha: float | None = None,
     ) -> None:
         check_store(store, "DBA + αQE")
-        self._neighbors = check_positive_int("neighbors", neighbors)
-        self._alpha = check_expansion_alpha("alpha", alpha)
-        self._aqe_neighbors = check_positive_int("aqe_neighbors", aqe_neighbors)
-        self._aqe_alpha = check_expansion_alpha("aqe_alpha", aqe_alpha)
+        given = {
+            "neighbors": neighbors,
+            "alpha": alpha,
+            "aqe_neighbors": aqe_neighbors,
+            "aqe_alpha": aqe_alpha,
+        }
+        values = declared_params(COMPONENT, "DBAReranker", **given)
+        self._neighbors, self._alpha = values["neighbors"], values["alpha"]
+        self._aqe_neighbors, self._aqe_alpha = values["aqe_neighbors"], values["aqe_alpha"]
         self._store = augmented_store_for(store, self._neighbors, self._alpha, "DBA + αQE")
 
     def __repr__(self) -> str:
@@ -193,50 +197,7 @@ COMPONENT = Component(
     name="dba",
     label="DBA + αQE",
     summary="database-side augmentation, then αQE, then search again (Radenović et al.)",
-    params=(
-        Param(
-            "neighbors",
-            int,
-            10,
-            1,
-            10_000,
-            paper=10,
-            cost=True,
-            space=Space("int", 1, 50, log=True),
-            help="neighbors averaged into each gallery vector",
-        ),
-        Param(
-            "alpha",
-            float,
-            3.0,
-            0.0,
-            MAX_EXPANSION_ALPHA,
-            paper=3.0,
-            space=Space("float", 0.0, 5.0),
-            help="exponent of the augmentation weights",
-        ),
-        Param(
-            "aqe_neighbors",
-            int,
-            10,
-            1,
-            10_000,
-            paper=10,
-            cost=True,
-            space=Space("int", 1, 50, log=True),
-            help="matches averaged into the query",
-        ),
-        Param(
-            "aqe_alpha",
-            float,
-            3.0,
-            0.0,
-            MAX_EXPANSION_ALPHA,
-            paper=3.0,
-            space=Space("float", 0.0, 5.0),
-            help="exponent of the query expansion weights",
-        ),
-    ),
+    params=PARAMS,
     build=DBAReranker,
     adaptive=_adaptive,
     with_aqe=False,

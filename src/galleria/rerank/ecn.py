@@ -79,6 +79,7 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param(
         "lambda_value", float, 0.0, 0.0, 1.0, paper=0.0, space=Space("float", 0.0, 1.0),
+        key="lambda", trial="lambda",
         help="weight of the original distance against the ECN distance",
     ),
 )  # fmt: skip

@@ -122,7 +122,9 @@ class KReciprocalReranker:
         self._store = store
         self._adaptive = k1 is None and k2 is None and lambda_value is None
         values = declared_params(COMPONENT, "KReciprocalReranker", k1=k1, k2=k2, lambda_value=lambda_value)
-        self._k1, self._k2, self._lambda = values["k1"], values["k2"], values["lambda_value"]
+        self._k1: int = values["k1"]
+        self._k2: int = values["k2"]
+        self._lambda: float = values["lambda_value"]
         if self._adaptive and store.is_built:  # else on first use, once the store is built
             self._resolve()
 

@@ -22,8 +22,6 @@ _AUGMENTED = AUGMENTABLE_METHODS
 _WITH_AQE = tuple(component.name for component in reranker_components() if component.with_aqe)
 #: The gallery-preparation parameters, by name (their tuner spaces are declared with them).
 _PREPARATION = {param.name: param for param in PREPARATION_PARAMS}
-#: Trial keys that keep their old spelling (``k-reciprocal.lambda``).
-_TRIAL_NAMES = {"lambda_value": "lambda"}
 #: Guard metrics: a recommended setting may not lower it (``None``: no guard).
 GUARDS: tuple[str, ...] = ("recall@1",)
 #: How far the lower end of the guard difference (mean − spread over the splits) may fall below 0.

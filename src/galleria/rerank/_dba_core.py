@@ -69,7 +69,9 @@ PARAMS: tuple[Param, ...] = (
 )
 
 
-def database_augmentation(vectors: Any, *, neighbors: int = 10, alpha: float = 3.0) -> np.ndarray:
+def database_augmentation(
+    vectors: Any, *, neighbors: int = PARAMS[0].default, alpha: float = PARAMS[1].default
+) -> np.ndarray:
     """Augment every row of ``vectors`` with its ``neighbors`` most similar other rows (DBA).
 
     Parameters

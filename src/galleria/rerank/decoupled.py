@@ -294,7 +294,14 @@ def _adaptive(stats: Any) -> dict[str, Any]:
 
     assert DIFFUSION.adaptive is not None
     walk = DIFFUSION.adaptive(stats)
-    return {"k": walk["k"], "truncation": 1000, "query_k": 1, "alpha": walk["alpha"], "gamma": walk["gamma"]}
+    truncation = TRUNCATION.paper  # as the paper
+    return {
+        "k": walk["k"],
+        "truncation": truncation,
+        "query_k": 1,
+        "alpha": walk["alpha"],
+        "gamma": walk["gamma"],
+    }
 
 
 _LARGEST = LARGEST

@@ -13,6 +13,7 @@ pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not inst
 from fastapi.testclient import TestClient
 
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
+from galleria._params import format_value
 from galleria.web import create_app
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (30, 40, 220)}
@@ -85,3 +86,24 @@ def test_an_out_of_range_value_names_the_declared_range(client: TestClient) -> N
     answer = _search(client, rerank=True, method="ecn", pool=10, params={"t": 101})
     assert answer.status_code == 400
     assert answer.json()["detail"] == "t must lie in [1, 100], got 101"
+
+
+@pytest.mark.parametrize("method", ["diffusion", "ecn", "gnn", "dba", "decoupled-diffusion"])
+def test_the_form_edits_every_declared_parameter_of_the_chosen_method(
+    client: TestClient, method: str
+) -> None:
+    """The form edited only k-reciprocal's k1, k2, λ; another method's values were hidden fields."""
+    from galleria.rerank.registry import reranker_component
+
+    page = client.get(f"/?path=red/0.png&rerank=1&method={method}&pool=10")
+    assert page.status_code == 200
+    for param in reranker_component(method).params:
+        name = f'name="param.{param.name}"'
+        assert name in page.text, param.name
+        assert f'<input type="hidden" {name} value="{param.default}"' not in page.text
+        if param.type in (int, float):
+            step = 'step="any" ' if param.type is float else ""
+            low, high = format_value(param.low), format_value(param.high)
+            assert f'{name} {step}min="{low}" max="{high}"' in page.text
+    answer = client.get(f"/?path=red/0.png&rerank=1&method={method}&pool=10&param.{param.name}=x")
+    assert answer.status_code == 400 and f"{param.key or param.name} must" in answer.text

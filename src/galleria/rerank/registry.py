@@ -158,14 +158,12 @@ def _prepare(
 def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any) -> Reranker:
     """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
 
-    ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
-    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
-    ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
-    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
-    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion; and
-    ``vector_power``, ``centre``, ``dba_neighbors``, ``dba_alpha`` for the
-    :data:`AUGMENTABLE_METHODS`, which then re-rank on the normalised and/or DBA-augmented copy of
-    ``store``: retrieve the candidates from the re-ranker's ``store``).
+    ``params`` are the method's declared parameters (:data:`METHOD_PARAMS`; ``galleria methods`` and
+    docs/components.md list them with their ranges), checked by its declaration first, as every
+    entry point checks them; the values left out keep the constructor's choice (the declared
+    default, or, for the methods that read them from the gallery, the adaptive rule's). The
+    :data:`AUGMENTABLE_METHODS` also take the preparation parameters and re-rank on the normalised
+    and/or DBA-augmented copy of ``store``: retrieve the candidates from the re-ranker's ``store``.
 
     Raises
     ------

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from galleria.rerank.registry import DEFAULT_METHOD
+from galleria.expansion import EXPANSION
+from galleria.rerank.registry import DEFAULT_METHOD, reranker_component
 from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
 
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
@@ -43,8 +44,17 @@ def _flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
     raise ValueError(f"{key} must be true or false, got {value!r}")
 
 
-#: The page's and the API's old names of αQE's settings, and the RetrievalConfig fields they set.
-_FIELD_NAMES = {"expansion_alpha": "alpha", "expansion_neighbors": "neighbors", "lambda_value": "lambda"}
+#: The page's and the API's short names (``Param.key``) of αQE's settings and of λ, by the
+#: RetrievalConfig field or parameter they set: read from the declarations.
+_FIELD_NAMES = {
+    param.name: param.key
+    for param in (*EXPANSION.params, reranker_component(DEFAULT_METHOD).param("lambda_value"))
+    if param.key
+}
+
+
+#: The field or parameter each short name sets (``alpha`` → ``expansion_alpha``).
+_SHORT_NAMES = {short: name for name, short in _FIELD_NAMES.items()}
 
 
 #: Method parameters given flat under these names are αQE's old names instead: give them as
@@ -96,13 +106,7 @@ def sent_names(settings: Mapping[str, Any]) -> set[str]:
         elif isinstance(key, str) and key.startswith(PARAM_PREFIX):
             names.add(key[len(PARAM_PREFIX) :])
         else:
-            names.add(
-                {
-                    "alpha": "expansion_alpha",
-                    "neighbors": "expansion_neighbors",
-                    "lambda": "lambda_value",
-                }.get(key, key)
-            )
+            names.add(_SHORT_NAMES.get(key, key))
     return names
 
 

@@ -18,6 +18,7 @@ from galleria.rerank.registry import (
     reranker_component,
     reranker_components,
 )
+from galleria.retrieval.config import POOL
 from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
@@ -90,7 +91,7 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = D
             help=f"{param.help}, in {param.range_text()} (paper: {param.paper}; else from the gallery)",
         )
     group.add_argument(
-        "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
+        str(POOL.flag), dest="pool", default=None, metavar="N", help=f"{POOL.help} (default: {pool_default})"
     )
     parser.set_defaults(pool_default=pool_default)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from galleria._params import Param
 from galleria._validation import check_bool, check_choice, check_positive_int
 from galleria.expansion import EXPANSION
 from galleria.rerank.base import PRESETS
@@ -26,11 +27,22 @@ from galleria.rerank.registry import (
     reranker_component,
 )
 
-__all__ = ["DEFAULT_POOL", "PRESETS", "RetrievalConfig", "standard_configs"]
+__all__ = ["DEFAULT_POOL", "POOL", "PRESETS", "RetrievalConfig", "standard_configs"]
 
-#: Candidates re-ranked per query when nothing says otherwise: here, in every command's ``--pool`` and
-#: in ``galleria serve`` (the pool of the README's benchmark table).
-DEFAULT_POOL = 200
+#: The pool stage: candidates re-ranked per query, declared once (its default is every command's
+#: ``--pool`` and ``galleria serve``'s: the pool of the README's benchmark table). Each method
+#: declares the pools the tuner searches (``Component.pools``).
+POOL = Param(
+    "pool",
+    int,
+    200,
+    1,
+    2**63 - 1,
+    flag="--pool",
+    help="candidates re-ranked per query",
+)
+#: Candidates re-ranked per query when nothing says otherwise (:data:`POOL`'s default).
+DEFAULT_POOL: int = POOL.default
 #: The paper's αQE (Radenović et al.): exponent 3, 50 matches (``rerank_preset="paper"``), as declared.
 PAPER_EXPANSION_ALPHA, PAPER_EXPANSION_NEIGHBORS = (
     EXPANSION.param("expansion_alpha").paper,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from galleria._params import Param
+from galleria._params import Param, format_value
 from galleria._validation import check_bool, check_choice, check_positive_int
 from galleria.expansion import EXPANSION
 from galleria.rerank.base import PRESETS
@@ -312,7 +312,7 @@ class RetrievalConfig:
             if alpha is None and neighbors is None:
                 parts.append("αQE (adaptive)")
             else:
-                shown_alpha = "adaptive" if alpha is None else _shown(alpha)
+                shown_alpha = "adaptive" if alpha is None else format_value(alpha)
                 shown_n = "adaptive" if neighbors is None else str(neighbors)
                 parts.append(f"αQE (α={shown_alpha}, n={shown_n})")
         if self.rerank:  # the method's declared label and values (galleria.rerank.registry.label)
@@ -330,20 +330,6 @@ def _rule_keys(method: str) -> set[str]:
     from galleria.rerank.adaptive import PAPER_PARAMS
 
     return set(PAPER_PARAMS.get(method, METHOD_PARAMS.get(method, ())))
-
-
-def _shown(value: Any) -> str:
-    """A number as given: short (``0.3``, ``1``), with every digit when short would round it.
-
-    Examples
-    --------
-    >>> _shown(1.0), _shown(0.3), _shown(0.123456789), _shown(7), _shown("gallery")
-    ('1', '0.3', '0.123456789', '7', 'gallery')
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    short = format(value, "g")
-    return short if float(short) == value else repr(value)
 
 
 def standard_configs(

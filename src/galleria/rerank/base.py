@@ -25,7 +25,7 @@ import numpy as np
 from galleria._validation import check_choice, check_positive_int
 from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
-from galleria.rerank._candidate_checks import _check_candidate_lists, _check_candidates
+from galleria.rerank._candidate_checks import check_candidate_lists, check_candidates
 from galleria.rerank._common import as_float_matrix, stable_smallest
 from galleria.rerank._consistent import Prepare, read_candidates
 from galleria.rerank.batched import chunk_counts
@@ -177,7 +177,7 @@ class PoolReranker:
         RuntimeError
             The store is not built.
         """
-        pool = _check_candidates("candidates", candidates, self._store.store_id)
+        pool = check_candidates("candidates", candidates, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         return self._rerank_checked([pool], count)[0]
 
@@ -191,7 +191,7 @@ class PoolReranker:
         TypeError, ValueError, KeyError, RuntimeError
             As :meth:`rerank`, naming the offending list (``candidate_lists[i]``).
         """
-        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
+        pools = check_candidate_lists(candidate_lists, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []

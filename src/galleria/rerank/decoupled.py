@@ -43,7 +43,7 @@ import numpy as np
 from galleria._declare import Component, Space
 from galleria._validation import check_positive_int
 from galleria.rerank import _decoupled_record as _decoupled_record  # registers the store record's codec
-from galleria.rerank._candidate_checks import _check_candidate_lists, _check_candidates
+from galleria.rerank._candidate_checks import check_candidate_lists, check_candidates
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
     GallerySnapshot,
@@ -241,7 +241,7 @@ class DecoupledDiffusionReranker:
         TypeError, ValueError, KeyError, RuntimeError
             As :meth:`galleria.rerank.KReciprocalReranker.rerank`.
         """
-        pool = _check_candidates("candidates", candidates, self._store.store_id)
+        pool = check_candidates("candidates", candidates, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         return self._rerank_checked([pool], count)[0]
 
@@ -249,7 +249,7 @@ class DecoupledDiffusionReranker:
         self, candidate_lists: Sequence[Sequence[Candidate]], top_k: int
     ) -> list[list[Candidate]]:
         """Re-rank many queries' candidate lists; equal to :meth:`rerank` on each list."""
-        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
+        pools = check_candidate_lists(candidate_lists, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []

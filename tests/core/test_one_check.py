@@ -120,6 +120,13 @@ def test_out_of_range_on_the_command_line_is_one_line_and_exit_2(
     assert err.endswith(message) and "--rerank" in err, err
 
 
+def test_a_flag_value_out_of_range_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = ["search", str(tmp_path / "s.safetensors"), "--image", str(tmp_path / "q.png"), "--rerank"]
+    assert main([*arguments, "--rerank-preset", "paper", "--k1", "10001"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--k1: k1 must lie in [1, 10000], got 10001") and len(err.splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("name", COMPONENT_NAMES)
 def test_an_omitted_value_is_the_declared_or_adaptive_default(
     name: str, store: InMemoryImageEmbeddingStore, with_plugin: None

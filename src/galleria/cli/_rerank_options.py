@@ -210,7 +210,10 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     try:
         component.check(params, pool=pool)  # the one validator (same message as the API's)
     except (TypeError, ValueError) as error:
-        raise CliError(f"--rerank-method {method}: {error}") from None
+        # named by where the value came from: its flag (--k1) when it was given so, else the method
+        named = str(error).split(" ", 1)[0]
+        flag = _SHORTCUTS.get(named) if getattr(args, named, None) is not None else None
+        raise CliError(f"{flag or f'--rerank-method {method}'}: {error}") from None
     if method == DEFAULT_METHOD:
         return {**params, "pool": pool}
     return {"rerank_method": method, "rerank_params": params, "pool": pool}

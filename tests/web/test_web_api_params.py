@@ -107,3 +107,15 @@ def test_the_form_edits_every_declared_parameter_of_the_chosen_method(
             assert f'{name} {step}min="{low}" max="{high}"' in page.text
     answer = client.get(f"/?path=red/0.png&rerank=1&method={method}&pool=10&param.{param.name}=x")
     assert answer.status_code == 400 and f"{param.key or param.name} must" in answer.text
+
+
+@pytest.mark.parametrize("method", ["k-reciprocal", "diffusion", "gnn", "dba", "decoupled-diffusion", "ecn"])
+def test_out_of_range_in_the_api_is_the_declared_message(client: TestClient, method: str) -> None:
+    """The API entry point of tests/core/test_one_check.py: the same message as the class's."""
+    from galleria.rerank.registry import reranker_component
+
+    param = next(p for p in reranker_component(method).params if p.type is int and p.high is not None)
+    value = int(param.high) + 1  # type: ignore[arg-type]
+    answer = _search(client, rerank=True, method=method, pool=10, params={param.name: value})
+    assert answer.status_code == 400
+    assert answer.json()["detail"] == f"{param.name} must lie in {param.range_text()}, got {value}"

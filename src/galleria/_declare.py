@@ -29,6 +29,7 @@ __all__ = [
     "KINDS",
     "MAX_WORK",
     "PLUGIN_API_VERSION",
+    "STAGE",
     "Component",
     "DeclarationError",
     "Param",
@@ -41,6 +42,8 @@ __all__ = [
 PLUGIN_API_VERSION = 1
 #: The kinds of component, and the entry-point group of each (``galleria.<group>``).
 KINDS: dict[str, str] = {"reranker": "rerankers", "index": "indexes", "embedder": "embedders"}
+#: A stage of the retrieval path declared as a component is (αQE): not a plugin kind.
+STAGE = "stage"
 #: The default bound on one request's work: the product of the pool (when there is one) and every
 #: parameter declared with ``cost=True`` (neighbourhood sizes, iterations). 2·10⁹ steps is seconds
 #: of numpy, not minutes; a component may declare a lower bound.
@@ -116,7 +119,7 @@ class Component:
                 f"component {self.name!r} declares plugin API version {self.api_version!r}; "
                 f"this galleria reads version {PLUGIN_API_VERSION}"
             )
-        if self.kind not in KINDS:
+        if self.kind not in KINDS and self.kind != STAGE:
             raise DeclarationError(
                 f"component {self.name!r}: kind must be one of {list(KINDS)}, got {self.kind!r}"
             )
@@ -174,11 +177,35 @@ class Component:
         """The paper preset: the parameters with a published value."""
         return {param.name: param.paper for param in self.params if param.has_paper}
 
-    def check(self, params: Any, *, pool: int | None = None) -> dict[str, Any]:
+    def resolve(
+        self, statistics: Callable[[], Any], preset: str = "adaptive", **context: Any
+    ) -> dict[str, Any]:
+        """The values its preset gives: ``"adaptive"``, its rule applied to a gallery's statistics
+        (``statistics()``, called only then; ``context`` goes to the rule, e.g. αQE's ``reranked``);
+        ``"paper"`` (or a component without a rule), its paper preset, else its defaults.
+
+        The one place adaptive values are resolved: every re-ranker without parameters, αQE in the
+        store's search, :meth:`galleria.retrieval.RetrievalConfig.resolve`, the page and the tuner
+        reach it.
+
+        Examples
+        --------
+        >>> component = Component("reranker", "demo", (Param("k", int, 3, 1, 9, paper=5),), build=dict,
+        ...                       adaptive=lambda stats: {"k": stats})
+        >>> component.resolve(lambda: 7), component.resolve(lambda: 7, "paper")
+        ({'k': 7}, {'k': 5})
+        """
+        if preset == "paper" or self.adaptive is None:
+            return dict(self.paper_params() or self.defaults())
+        return dict(self.adaptive(statistics(), **context))
+
+    def check(self, params: Any, *, pool: int | None = None, where: str | None = None) -> dict[str, Any]:
         """Validate ``params`` (a dict); return them complete, defaults filled in, aliases renamed.
 
         The one validator of this component's parameters: every source of values calls it.
         ``pool`` (the candidates re-ranked per request) enters the work bound when given.
+        ``where`` (the entry point the values came from: ``"KReciprocalReranker"``, ``"--k1"``, a
+        settings file) prefixes the message, which is otherwise the same from every entry point.
 
         Raises
         ------
@@ -188,6 +215,31 @@ class Component:
             An unknown parameter, a value outside its range, a broken constraint, or work over
             :attr:`max_work`.
         """
+        if where is None:
+            return self._check(params, pool)
+        try:
+            return self._check(params, pool)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"{where}: {error}") from None
+
+    def check_given(self, params: Any, *, where: str | None = None) -> dict[str, Any]:
+        """Only the parameters ``params`` gives, checked as :meth:`check` checks them (the others at
+        their defaults for the constraints between them), aliases renamed.
+
+        A constructor whose omitted values are chosen later (from the gallery) checks with this.
+
+        Examples
+        --------
+        >>> component = Component("reranker", "demo", (Param("k", int, 3, 1, 9),), build=dict)
+        >>> component.check_given({}), component.check_given({"k": 4})
+        ({}, {'k': 4})
+        """
+        checked = self.check(params, where=where)
+        spelled = {old: param.name for param in self.params for old in param.aliases}
+        names = {spelled.get(key, key) for key in params}
+        return {key: checked[key] for key in self.names if key in names and key in checked}
+
+    def _check(self, params: Any, pool: int | None) -> dict[str, Any]:
         if not isinstance(params, dict):
             raise TypeError(f"the {self.name} parameters must be a dict, got {type(params).__name__}")
         given = dict(params)

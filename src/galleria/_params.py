@@ -93,6 +93,15 @@ class Param:
     optional : bool
         Whether None is accepted (a value the component chooses itself, e.g. from the data).
         A ``str`` parameter with ``optional`` and no choices takes any short text (a model name).
+    flag : str or None
+        Its own command-line option besides ``--rerank-param NAME=VALUE`` (``--lambda``), if any.
+    key : str or None
+        The short name a form, an address and the JSON API also accept (``lambda``), if any.
+    trial : str or None
+        Its name in the tuner's trials (``lambda``: ``k-reciprocal.lambda``; default: ``name``).
+
+    Every spelling of a parameter is one of these (or ``name`` / ``aliases``): the command line, the
+    page, the API and the tuner read them from the declaration, not from tables of their own.
     """
 
     name: str
@@ -111,6 +120,9 @@ class Param:
     omit_default: bool = False
     at_most: str | None = None
     optional: bool = False
+    flag: str | None = None
+    key: str | None = None
+    trial: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -119,6 +131,17 @@ class Param:
             raise DeclarationError(
                 f"parameter {self.name!r} has no type (int, float, bool or str), got {self.type!r}"
             )
+        if self.flag is not None and not (
+            isinstance(self.flag, str)
+            and self.flag.startswith("--")
+            and self.flag[2:].replace("-", "_").isidentifier()
+        ):
+            raise DeclarationError(
+                f"parameter {self.name!r}: its flag must look like --word, got {self.flag!r}"
+            )
+        for spelled in (self.key, self.trial):
+            if spelled is not None and not (isinstance(spelled, str) and spelled.isidentifier()):
+                raise DeclarationError(f"parameter {self.name!r}: {spelled!r} is not a name")
         if self.type in (int, float) and (self.low is None or self.high is None):
             raise DeclarationError(f"parameter {self.name!r} has no range: give low and high")
         if self.type is str and not self.choices and not self.optional:
@@ -139,6 +162,11 @@ class Param:
     def has_paper(self) -> bool:
         """Whether the paper preset sets this parameter."""
         return self.paper is not _MISSING
+
+    @property
+    def trial_name(self) -> str:
+        """Its name in the tuner's trials."""
+        return self.trial or self.name
 
     def range_text(self) -> str:
         """The accepted values, as the messages and tables show them (``[1, 1000]``, ``gallery | pool``)."""

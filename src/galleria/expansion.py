@@ -17,15 +17,18 @@ normalised embeddings.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from galleria._validation import check_nonnegative_float
+from galleria._declare import STAGE, Component, Param, Space
 from galleria.distances import normalize_rows
 from galleria.statistics import FIRST_RISE, FIRST_SHARE, GalleryStatistics, read_statistics
 
 __all__ = [
+    "EXPANSION",
     "MAX_EXPANSION_ALPHA",
     "STILL_ALPHA",
     "adaptive_expansion",
@@ -41,6 +44,39 @@ __all__ = [
 MAX_EXPANSION_ALPHA = 1000.0
 
 
+#: αQE's exponent, declared once (its range is the one check of :func:`check_expansion_alpha`).
+_ALPHA = Param(
+    "expansion_alpha",
+    float,
+    None,
+    0.0,
+    MAX_EXPANSION_ALPHA,
+    paper=3.0,
+    optional=True,  # None: the adaptive rule's, read from the gallery
+    space=Space("float", 1.0, MAX_EXPANSION_ALPHA, log=True),  # holds the adaptive 3 and 1000
+    help="exponent of the match weights (similarity ** alpha)",
+    flag="--alpha",
+    key="alpha",
+    trial="alpha",
+)
+#: The matches αQE averages into the query, declared once.
+_NEIGHBORS = Param(
+    "expansion_neighbors",
+    int,
+    None,
+    1,
+    10_000,
+    paper=50,
+    optional=True,  # None: the adaptive rule's, read from the gallery
+    cost=True,
+    space=Space("int", 1, 50, log=True),
+    help="matches averaged into the query",
+    flag="--neighbors",
+    key="neighbors",
+    trial="n",
+)
+
+
 def check_expansion_alpha(name: str, value: Any) -> float:
     """Return ``value`` as a float in ``[0, MAX_EXPANSION_ALPHA]``, else raise naming ``name``.
 
@@ -52,10 +88,14 @@ def check_expansion_alpha(name: str, value: Any) -> float:
     >>> check_expansion_alpha("alpha", 3)
     3.0
     """
-    result = check_nonnegative_float(name, value)
-    if result > MAX_EXPANSION_ALPHA:
-        raise ValueError(f"{name} must be at most {MAX_EXPANSION_ALPHA:g}, got {value!r}")
+    result: float = _alpha_named(name).check(value)
     return result
+
+
+@functools.lru_cache(maxsize=64)
+def _alpha_named(name: str) -> Param:
+    """The declared exponent under the name a caller checks it by (``alpha``, ``aqe_alpha``)."""
+    return replace(_ALPHA, name=name, default=_ALPHA.paper, optional=False)
 
 
 def _as_float_array(name: str, value: Any, ndim: int) -> np.ndarray:
@@ -231,3 +271,17 @@ def trusts_first_matches(stats: GalleryStatistics) -> bool:
     """
     reading = read_statistics(stats)
     return not reading.flat and reading.first >= FIRST_SHARE and reading.rise >= FIRST_RISE
+
+
+#: αQE as a stage of the retrieval path, declared as a method is: its parameters (ranges, the paper
+#: preset α 3, n 50 of Radenović et al., the tuner's spaces) and its adaptive rule
+#: (:func:`adaptive_expansion`). :meth:`~galleria._declare.Component.resolve` gives its values.
+EXPANSION = Component(
+    kind=STAGE,
+    name="aqe",
+    label="αQE",
+    summary="alpha query expansion (Radenović et al.): the query averaged with its first matches",
+    params=(_ALPHA, _NEIGHBORS),
+    build=alpha_query_expansion,
+    adaptive=adaptive_expansion,
+)

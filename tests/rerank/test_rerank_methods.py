@@ -627,7 +627,7 @@ def test_kreciprocal_satisfies_the_protocol() -> None:
 @pytest.mark.parametrize(
     ("factory", "kwargs", "error", "match"),
     [
-        (DiffusionReranker, {"k": 0}, ValueError, "k must be a positive integer"),
+        (DiffusionReranker, {"k": 0}, ValueError, r"^DiffusionReranker: k must lie in \[1, 10000\], got 0$"),
         (DiffusionReranker, {"alpha": 1.0}, ValueError, r"alpha must lie in \[0, 1\)"),
         (DiffusionReranker, {"gamma": -1.0}, ValueError, "gamma"),
         (DiffusionReranker, {"query_k": 2.5}, TypeError, "query_k"),

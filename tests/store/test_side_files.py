@@ -142,7 +142,7 @@ def settings_file(tmp_path: Path, settings: Any) -> Path:
         ({"rerank_method": ["dba"]}, r"rerank_method must be one of .* got \['dba'\]"),
         ({"rerank_method": {"a": 1}}, r"rerank_method must be one of"),
         ({"rerank": "yes"}, r"rerank must be true or false"),
-        ({"query_expansion": True, "expansion_alpha": 1e308}, r"expansion_alpha must be at most 1000"),
+        ({"query_expansion": True, "expansion_alpha": 1e308}, r"expansion_alpha must lie in \[0, 1000\]"),
         ({"pool": 2**64}, r"pool must be at most 2\*\*63 - 1"),
         ({"k1": 9223372036854775808}, r"k1 must lie in \[1, 10000\]"),
     ],
@@ -193,7 +193,7 @@ def test_alpha_past_the_bound_is_refused_everywhere(alpha: float) -> None:
         lambda: store.retrieve_by_vector(np.eye(1, 3), k=2, query_expansion=True, expansion_alpha=alpha),
     ]
     for call in calls:
-        with pytest.raises(ValueError, match=r"alpha must be (at most 1000|a finite)"):
+        with pytest.raises(ValueError, match=r"alpha must (lie in \[0, 1000\]|be a finite)"):
             call()
 
 

@@ -201,7 +201,7 @@ def test_the_form_with_nothing_to_search_or_a_bad_image(client: TestClient) -> N
     assert bad_k1.status_code == 400 and "k2 must not exceed k1" in bad_k1.text
     assert "checked" in bad_k1.text.split('id="rerank"')[1][:30]
     assert "checked" in bad_k1.text.split('id="expand"')[1][:30]
-    assert 'name="k1" min="1" value="5"' in bad_k1.text
+    assert 'name="k1" min="1" max="10000" value="5"' in bad_k1.text
     off = client.get("/?path=red/red%2001.png&rerank=0&k1=5&k2=6")
     assert "checked" not in off.text.split('id="rerank"')[1][:30]
 

@@ -7,27 +7,28 @@ from typing import Any
 
 from galleria._plugins import LazyNames
 from galleria.cli._common import CliError
-
-#: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
 from galleria.cli._parse import add_deprecated_alias, check_existing_file, parse_float, parse_int
 from galleria.evaluation.configs import DEFAULT_POOL
-from galleria.expansion import MAX_EXPANSION_ALPHA
+from galleria.expansion import EXPANSION, MAX_EXPANSION_ALPHA
 from galleria.rerank.registry import (
+    DEFAULT_COMPONENT,
     DEFAULT_METHOD,
     PRECOMPUTED_METHODS,
     RERANK_METHODS,
     reranker_component,
     reranker_components,
 )
+from galleria.retrieval.config import POOL
 from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.
 RERANK_METHOD_CHOICES: LazyNames[str] = RERANK_METHODS
 #: The values of ``build --precompute-rerank``: the methods whose declaration has an offline part.
 PRECOMPUTE_RERANK_CHOICES: LazyNames[str] = PRECOMPUTED_METHODS
-#: ``--k1``, ``--k2``, ``--lambda``: shortcuts of the parameters of these names, for the methods
-#: that declare all three (k-reciprocal and the GNN among the built-ins).
-_SHORTCUTS = {"k1": "--k1", "k2": "--k2", "lambda_value": "--lambda"}
+#: ``--k1``, ``--k2``, ``--lambda``: the flags the default method's parameters declare (``Param.flag``),
+#: for the methods that declare parameters of all these names (k-reciprocal and the GNN among the built-ins).
+#: The methods are computed on first use, so that importing the CLI discovers no plugin.
+_SHORTCUTS = {param.name: param.flag for param in DEFAULT_COMPONENT.params if param.flag}
 _SHORTCUT_METHODS: LazyNames[str] = LazyNames(
     lambda: tuple(c.name for c in reranker_components() if set(_SHORTCUTS) <= set(c.names))
 )
@@ -35,8 +36,12 @@ _SHORTCUT_METHODS: LazyNames[str] = LazyNames(
 
 def _paper_text(method: str) -> str:
     """A method's paper values for ``--help`` (``k1 20, k2 6, λ 0.3``)."""
-    component = reranker_component(method)
-    return component.describe(component.paper_params()).replace("=", " ")
+    return _paper_text_of(reranker_component(method))
+
+
+def _paper_text_of(component: Any) -> str:
+    """A declaration's paper values for ``--help`` (``expansion_alpha 3, expansion_neighbors 50``)."""
+    return str(component.describe(component.paper_params())).replace("=", " ")
 
 
 def rerank_param_help() -> str:
@@ -68,7 +73,7 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = D
         choices=("adaptive", "paper"),
         help="where parameters not given come from: adaptive (default: read from the gallery's "
         "reciprocal-neighbor statistics) or paper (the published values: "
-        f"{_paper_text(DEFAULT_METHOD)} for {DEFAULT_METHOD}; αQE's α 3, n 50)",
+        f"{_paper_text(DEFAULT_METHOD)} for {DEFAULT_METHOD}; αQE's {_paper_text_of(EXPANSION)})",
     )
     group.add_argument(
         "--rerank-param",
@@ -89,7 +94,7 @@ def add_rerank_options(parser: argparse.ArgumentParser, *, pool_default: int = D
             help=f"{param.help}, in {param.range_text()} (paper: {param.paper}; else from the gallery)",
         )
     group.add_argument(
-        "--pool", default=None, metavar="N", help=f"candidates re-ranked per query (default: {pool_default})"
+        str(POOL.flag), dest="pool", default=None, metavar="N", help=f"{POOL.help} (default: {pool_default})"
     )
     parser.set_defaults(pool_default=pool_default)
 
@@ -98,15 +103,21 @@ def add_expand_options(parser: argparse.ArgumentParser) -> None:
     """``--expand`` and its ``--alpha``, ``--neighbors``."""
     group = parser.add_argument_group("alpha query expansion")
     group.add_argument("--expand", action="store_true", help="search again with the alpha-expanded query")
+    alpha, neighbors = EXPANSION.params  # their flags, ranges, paper values and help: declared
     group.add_argument(
-        "--alpha", default=None, metavar="X", help="αQE exponent (default: adaptive, 3; paper preset: 3)"
+        str(alpha.flag),
+        dest="alpha",
+        default=None,
+        metavar="X",
+        help=f"{alpha.help}, in {alpha.range_text()} (default: adaptive, 3; paper preset: {alpha.paper:g})",
     )
     group.add_argument(
-        "--neighbors",
+        str(neighbors.flag),
+        dest="neighbors",
         default=None,
         metavar="N",
-        help="matches averaged into the query (default: adaptive, read from the gallery: 2, or 1 without "
-        "reciprocal neighbours; --rerank-preset paper: 50)",
+        help=f"{neighbors.help}, in {neighbors.range_text()} (default: adaptive, read from the gallery: 2, "
+        f"or 1 without reciprocal neighbours; --rerank-preset paper: {neighbors.paper})",
     )
 
 
@@ -202,7 +213,10 @@ def rerank_settings(args: argparse.Namespace) -> dict[str, Any] | None:
     try:
         component.check(params, pool=pool)  # the one validator (same message as the API's)
     except (TypeError, ValueError) as error:
-        raise CliError(f"--rerank-method {method}: {error}") from None
+        # named by where the value came from: its flag (--k1) when it was given so, else the method
+        named = str(error).split(" ", 1)[0]
+        flag = _SHORTCUTS.get(named) if getattr(args, named, None) is not None else None
+        raise CliError(f"{flag or f'--rerank-method {method}'}: {error}") from None
     if method == DEFAULT_METHOD:
         return {**params, "pool": pool}
     return {"rerank_method": method, "rerank_params": params, "pool": pool}

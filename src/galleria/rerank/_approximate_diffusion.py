@@ -21,7 +21,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from galleria._validation import check_bool
-from galleria.rerank._diffusion_core import check_diffusion_params, conjugate_gradient, graph_neighbors
+from galleria.rerank._approximate_graph import GRAPH_METHODS, SYMMETRIC_LIMIT
+from galleria.rerank._diffusion_core import (
+    COUNT_SELF,
+    WALK_PARAMS,
+    check_diffusion_params,
+    conjugate_gradient,
+    graph_neighbors,
+)
 from galleria.rerank.base import check_features, top_similar
 
 __all__ = ["iter_diffusion_rerank_approximate"]
@@ -36,13 +43,13 @@ def iter_diffusion_rerank_approximate(
     probe_features: Any,
     gallery_features: Any,
     *,
-    k: int = 50,
-    query_k: int = 10,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
-    count_self: bool = True,
+    k: int = WALK_PARAMS["k"].default,
+    query_k: int = WALK_PARAMS["query_k"].default,
+    alpha: float = WALK_PARAMS["alpha"].default,
+    gamma: float = WALK_PARAMS["gamma"].default,
+    tol: float = WALK_PARAMS["tol"].default,
+    maxiter: int = WALK_PARAMS["maxiter"].default,
+    count_self: bool = COUNT_SELF.default,
     graph: Any = "auto",
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield ``(probe_rows, block)``: ``block`` the (len(probe_rows), G) float64 ``-f`` of those probes.
@@ -68,7 +75,6 @@ def iter_diffusion_rerank_approximate(
 
 def _graph_ids(gallery: np.ndarray, graph: Any, wanted: int) -> Any:
     """A method name checked, or given ids checked and cut to ``wanted`` columns."""
-    from galleria.rerank.approximate import GRAPH_METHODS
 
     if isinstance(graph, str):
         if graph not in GRAPH_METHODS:
@@ -93,7 +99,6 @@ def _graph_ids(gallery: np.ndarray, graph: Any, wanted: int) -> Any:
 def _built(gallery: np.ndarray, method: str, wanted: int) -> np.ndarray:
     from galleria.index.neighbor_graph import build_graph
     from galleria.rerank._approximate_graph import symmetric_graph
-    from galleria.rerank.approximate import SYMMETRIC_LIMIT
 
     if method == "auto":
         method = "symmetric" if gallery.shape[0] <= SYMMETRIC_LIMIT else "hnsw"

@@ -30,7 +30,12 @@ import numpy as np
 
 from galleria.rerank._common import one_blas_thread, parallel_blocks
 
-__all__ = ["TILE", "symmetric_graph"]
+__all__ = ["GRAPH_METHODS", "SYMMETRIC_LIMIT", "TILE", "symmetric_graph"]
+
+#: Ways to build the neighbour graph (see :func:`galleria.index.neighbor_graph.build_graph`).
+GRAPH_METHODS: tuple[str, ...] = ("auto", "symmetric", "exact", "hnsw", "ivf")
+#: Sets (probes + gallery) up to this size get the ``"symmetric"`` exact lists from ``graph="auto"``.
+SYMMETRIC_LIMIT = 200_000
 
 #: Members per tile (a tile is TILE² float32 products: 16 MB).
 TILE = 2048

@@ -11,6 +11,8 @@ import numpy as np
 
 from galleria.store.candidate import Candidate
 
+__all__ = ["MAX_SCORE", "check_candidate_lists", "check_candidates"]
+
 #: Largest score magnitude accepted: a store's distances are float32, so anything beyond is not one.
 MAX_SCORE = float(np.finfo(np.float32).max)
 
@@ -77,3 +79,8 @@ def _check_candidates(name: str, candidates: Any, store_id: str) -> list[Candida
             raise ValueError(f"{name} holds the path {candidate.path!r} more than once")
         seen.add(candidate.path)
     return pool
+
+
+#: The checks every re-ranker runs on what it receives (the names the base and the methods use).
+check_candidates = _check_candidates
+check_candidate_lists = _check_candidate_lists

@@ -17,13 +17,17 @@ import numpy as np
 import threadpoolctl
 from threadpoolctl import ThreadpoolController
 
-from galleria._validation import check_choice, check_fraction, check_positive_int
+from galleria._params import Param, Space
+from galleria._validation import check_choice
 from galleria.vectors import stable_smallest  # moved there; re-exported
 
 T = TypeVar("T")
 
 __all__ = [
     "BLOCK_WORKERS",
+    "K1",
+    "K2",
+    "LAMBDA",
     "MODES",
     "SPARSE_POOL_SIZE",
     "as_float_matrix",
@@ -51,22 +55,65 @@ MODES: tuple[str, ...] = ("paper", "reference")
 SPARSE_POOL_SIZE = 1000
 
 
+#: k-reciprocal re-ranking's parameters (Zhong et al., CVPR 2017), declared once: the method's
+#: declaration (:data:`galleria.rerank.reranker.COMPONENT`), its constructor, the numeric cores'
+#: signatures and :func:`check_hyperparameters` all read them from here.
+K1 = Param(
+    "k1",
+    int,
+    20,
+    1,
+    10_000,
+    paper=20,
+    cost=True,
+    space=Space("int", 4, 60),
+    help="size of the k-reciprocal neighborhoods",
+    flag="--k1",
+)
+K2 = Param(
+    "k2",
+    int,
+    6,
+    1,
+    10_000,
+    paper=6,
+    at_most="k1",
+    space=Space("int", 1, 10),
+    help="neighbors averaged in the local query expansion (at most k1)",
+    flag="--k2",
+)
+LAMBDA = Param(
+    "lambda_value",
+    float,
+    0.3,
+    0.0,
+    1.0,
+    paper=0.3,
+    space=Space("float", 0.0, 1.0),
+    help="weight of the original distance against the Jaccard distance",
+    flag="--lambda",
+    key="lambda",
+    trial="lambda",
+)
+
+
 def check_hyperparameters(k1: Any, k2: Any, lambda_value: Any) -> tuple[int, int, float]:
-    """Validate ``k1``, ``k2`` (positive ints, ``k2 <= k1``) and ``lambda_value`` (in [0, 1]).
+    """Validate ``k1``, ``k2`` (``k2 <= k1``) and ``lambda_value`` against their declarations
+    (:data:`K1`, :data:`K2`, :data:`LAMBDA`): the same check and message as every entry point.
 
     Raises
     ------
     TypeError
         ``k1`` / ``k2`` not integers (bools rejected), ``lambda_value`` not a real number.
     ValueError
-        ``k1`` / ``k2`` below 1, ``k2 > k1``, ``lambda_value`` outside [0, 1] or not finite.
+        ``k1`` / ``k2`` outside [1, 10000], ``k2 > k1``, ``lambda_value`` outside [0, 1] or not finite.
     """
-    first = check_positive_int("k1", k1)
-    second = check_positive_int("k2", k2)
+    first = K1.check(k1)
+    second = K2.check(k2)
     if second > first:
         raise ValueError(f"k2 must not exceed k1, got k2={k2!r} > k1={k1!r}")
-    weight = check_fraction("lambda_value", lambda_value)
-    return first, second, weight
+    weight = LAMBDA.check(lambda_value)
+    return int(first), int(second), float(weight)
 
 
 def check_mode(mode: Any) -> str:

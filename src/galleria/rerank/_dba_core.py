@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from galleria._params import Param, Space
 from galleria._validation import check_positive_int
-from galleria.expansion import alpha_query_expansion, check_expansion_alpha
+from galleria.expansion import MAX_EXPANSION_ALPHA, alpha_query_expansion, check_expansion_alpha
 from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import kept_graph, take_snapshot
@@ -20,7 +21,57 @@ from galleria.store.store import InMemoryImageEmbeddingStore
 _BLOCK = 256
 
 
-def database_augmentation(vectors: Any, *, neighbors: int = 10, alpha: float = 3.0) -> np.ndarray:
+#: DBA + αQE's parameters, declared once (:data:`galleria.rerank.dba.COMPONENT` lists them; the
+#: constructor and the feature functions read their defaults here).
+PARAMS: tuple[Param, ...] = (
+    Param(
+        "neighbors",
+        int,
+        10,
+        1,
+        10_000,
+        paper=10,
+        cost=True,
+        space=Space("int", 1, 50, log=True),
+        help="neighbors averaged into each gallery vector",
+    ),
+    Param(
+        "alpha",
+        float,
+        3.0,
+        0.0,
+        MAX_EXPANSION_ALPHA,
+        paper=3.0,
+        space=Space("float", 1.0, MAX_EXPANSION_ALPHA, log=True),  # holds the adaptive 10 and 1000
+        help="exponent of the augmentation weights",
+    ),
+    Param(
+        "aqe_neighbors",
+        int,
+        10,
+        1,
+        10_000,
+        paper=10,
+        cost=True,
+        space=Space("int", 1, 50, log=True),
+        help="matches averaged into the query",
+    ),
+    Param(
+        "aqe_alpha",
+        float,
+        3.0,
+        0.0,
+        MAX_EXPANSION_ALPHA,
+        paper=3.0,
+        space=Space("float", 1.0, MAX_EXPANSION_ALPHA, log=True),  # holds the adaptive 10 and 1000
+        help="exponent of the query expansion weights",
+    ),
+)
+
+
+def database_augmentation(
+    vectors: Any, *, neighbors: int = PARAMS[0].default, alpha: float = PARAMS[1].default
+) -> np.ndarray:
     """Augment every row of ``vectors`` with its ``neighbors`` most similar other rows (DBA).
 
     Parameters
@@ -76,8 +127,8 @@ def _augment(
 def augment_store(
     store: InMemoryImageEmbeddingStore,
     *,
-    neighbors: int = 10,
-    alpha: float = 3.0,
+    neighbors: int = PARAMS[0].default,
+    alpha: float = PARAMS[1].default,
     neighbor_lists: np.ndarray | None = None,
     neighbour_lists: np.ndarray | None = None,
 ) -> InMemoryImageEmbeddingStore:
@@ -183,10 +234,10 @@ def dba_aqe_rerank_features(
     probe_features: Any,
     gallery_features: Any,
     *,
-    neighbors: int = 10,
-    alpha: float = 3.0,
-    aqe_neighbors: int = 10,
-    aqe_alpha: float = 3.0,
+    neighbors: int = PARAMS[0].default,
+    alpha: float = PARAMS[1].default,
+    aqe_neighbors: int = PARAMS[2].default,
+    aqe_alpha: float = PARAMS[3].default,
 ) -> np.ndarray:
     """DBA + αQE distances of every probe to every gallery item (cosine, whole gallery).
 

@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from galleria._params import Param
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
-    GallerySnapshot,
     gallery_state,
-    take_snapshot,
 )
 from galleria.rerank.diffusion import conjugate_gradient
 from galleria.store._state import OfflineDiffusion
@@ -27,6 +26,21 @@ _BLOCK_ELEMENTS = 1 << 24
 
 #: Unknowns of the truncated systems solved together (the items of a block times ``T``).
 _SYSTEM_ELEMENTS = 1 << 16
+
+
+#: The largest ``k``, ``truncation`` and ``maxiter`` of the offline part.
+LARGEST = 1 << 20
+#: Decoupled diffusion's own parameter (the walk's are :data:`~galleria.rerank._diffusion_core.WALK_PARAMS`).
+TRUNCATION = Param(
+    "truncation",
+    int,
+    1000,
+    1,
+    LARGEST,
+    paper=1000,
+    cost=True,
+    help="gallery items each offline walk keeps",
+)
 
 
 def check_decoupled_params(
@@ -47,8 +61,8 @@ def check_decoupled_params(
     tolerance = check_nonnegative_float("tol", tol)
     iterations = check_positive_int("maxiter", maxiter)
     for name, value in (("k", neighbours), ("truncation", size), ("maxiter", iterations)):
-        if value > 1 << 20:
-            raise ValueError(f"{name} must be at most {1 << 20}, got {value!r}")
+        if value > LARGEST:
+            raise ValueError(f"{name} must be at most {LARGEST}, got {value!r}")
     return neighbours, size, query_neighbours, weight, power, tolerance, iterations
 
 
@@ -166,26 +180,6 @@ def _offline_matrix(positions: np.ndarray, values: np.ndarray) -> sp.csr_matrix:
 def _query_weights(similarities: np.ndarray, gamma: float) -> np.ndarray:
     weights: np.ndarray = np.maximum(np.asarray(similarities, dtype=np.float64), 0.0) ** gamma
     return weights
-
-
-def _witnessed(
-    store: InMemoryImageEmbeddingStore, held: OfflineDiffusion, state: int, snapshot: GallerySnapshot | None
-) -> OfflineDiffusion:
-    """``held`` (read from a file, kept for gallery ``state``) once
-    :func:`~galleria.rerank.witness.check_offline_witness` accepts it on the store's vectors of that
-    state; kept in the store as checked. Should the gallery have moved on meanwhile, ``held`` is
-    answered as it is: it belongs to an old state, which the caller refuses anyway."""
-    from galleria.rerank.witness import check_offline_witness
-
-    source = take_snapshot(store) if snapshot is None else snapshot
-    if source.state != state:
-        return held
-    check_offline_witness(held, source.vectors, str(held.source))  # ValueError naming file and key
-    checked = OfflineDiffusion(held.params, held.positions, held.values)
-    with store._lock.writing():
-        if store._offline_diffusion is held and gallery_state(store) == source.state:
-            store._offline_diffusion = checked
-    return checked
 
 
 def _pool_diffusion(

@@ -11,11 +11,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from galleria.rerank._decoupled_core import (
+    TRUNCATION,
     _offline_matrix,
     _query_weights,
     check_decoupled_params,
     offline_rows,
 )
+from galleria.rerank._diffusion_core import WALK_PARAMS
 from galleria.rerank.base import check_features, top_similar
 
 __all__ = ["decoupled_diffusion_rerank_features", "offline_diffusion"]
@@ -24,12 +26,12 @@ __all__ = ["decoupled_diffusion_rerank_features", "offline_diffusion"]
 def offline_diffusion(
     gallery_features: Any,
     *,
-    k: int = 50,
-    truncation: int = 1000,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
+    k: int = WALK_PARAMS["k"].default,
+    truncation: int = TRUNCATION.default,
+    alpha: float = WALK_PARAMS["alpha"].default,
+    gamma: float = WALK_PARAMS["gamma"].default,
+    tol: float = WALK_PARAMS["tol"].default,
+    maxiter: int = WALK_PARAMS["maxiter"].default,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The offline part of decoupled diffusion over a gallery (see :mod:`galleria.rerank.decoupled`).
 
@@ -68,13 +70,13 @@ def decoupled_diffusion_rerank_features(
     probe_features: Any,
     gallery_features: Any,
     *,
-    k: int = 50,
-    truncation: int = 1000,
-    query_k: int = 10,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
+    k: int = WALK_PARAMS["k"].default,
+    truncation: int = TRUNCATION.default,
+    query_k: int = WALK_PARAMS["query_k"].default,
+    alpha: float = WALK_PARAMS["alpha"].default,
+    gamma: float = WALK_PARAMS["gamma"].default,
+    tol: float = WALK_PARAMS["tol"].default,
+    maxiter: int = WALK_PARAMS["maxiter"].default,
 ) -> np.ndarray:
     """Decoupled-diffusion distances ``-f`` of every probe to every gallery item (lower is closer).
 

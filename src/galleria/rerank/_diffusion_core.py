@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from galleria._deadline import check_deadline
+from galleria._params import Param, Space
 from galleria._validation import (
     check_fraction,
     check_nonnegative_float,
@@ -19,6 +20,57 @@ from galleria.rerank._common import stable_smallest
 
 #: The most conjugate-gradient iterations a setting may ask for (decoupled diffusion's bound too).
 MAX_ITERATIONS = 1 << 20
+#: The diffusion parameters shared with decoupled diffusion (declared once, here).
+WALK_PARAMS: dict[str, Param] = {
+    "k": Param(
+        "k",
+        int,
+        50,
+        1,
+        10_000,
+        paper=50,
+        cost=True,
+        space=Space("int", 3, 100, log=True),
+        help="neighbors per item in the kNN graph",
+    ),
+    "query_k": Param(
+        "query_k",
+        int,
+        10,
+        1,
+        10_000,
+        paper=10,
+        cost=True,
+        space=Space("int", 1, 30, log=True),
+        help="the query's neighbors that start the walk",
+    ),
+    "alpha": Param(
+        "alpha",
+        float,
+        0.99,
+        0.0,
+        1.0,
+        high_open=True,
+        paper=0.99,
+        space=Space("float", 0.0, 0.99),  # 0: the adaptive rule's "keep the original order"
+        help="weight of the walk against the query's own similarities",
+    ),
+    "gamma": Param(
+        "gamma",
+        float,
+        3.0,
+        0.0,
+        1000.0,
+        paper=3.0,
+        space=Space("float", 1.0, 5.0),
+        help="exponent of the edge similarities",
+    ),
+    "tol": Param("tol", float, 1e-6, 0.0, 1.0, help="conjugate gradient's relative tolerance"),
+    "maxiter": Param("maxiter", int, 20, 1, 10_000, cost=True, help="conjugate gradient's iterations"),
+}
+
+#: Whether ``k`` counts the item itself (diffusion's; decoupled diffusion's graph always does).
+COUNT_SELF = Param("count_self", bool, True, help="whether k counts the item itself")
 #: Probes diffused together in the full setting (their CG arrays are (block, G) float64).
 PROBE_BLOCK = 256
 

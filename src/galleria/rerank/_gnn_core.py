@@ -7,23 +7,61 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from galleria._validation import check_fraction, check_positive_int
+from galleria._params import Param, Space
 
 #: Propagation rounds of the published method.
 ROUNDS = 2
 
 
-#: Weight of the original similarity in the final one (the authors' current code: ``lamb=0.3``).
-DEFAULT_LAMBDA = 0.3
+#: The GNN's parameters, declared once (:data:`galleria.rerank.gnn.COMPONENT` lists them; the
+#: constructor, the feature function and :func:`check_gnn_params` read them from here).
+PARAMS: tuple[Param, ...] = (
+    Param(
+        "k1",
+        int,
+        26,
+        1,
+        10_000,
+        paper=26,
+        cost=True,
+        space=Space("int", 3, 60),
+        help="neighbors of each item in the graph",
+    ),
+    Param(
+        "k2",
+        int,
+        7,
+        1,
+        10_000,
+        paper=7,
+        at_most="k1",
+        space=Space("int", 1, 10),
+        help="neighbors aggregated (at most k1)",
+    ),
+    Param(
+        "lambda_value",
+        float,
+        0.3,  # the authors' current code: ``lamb=0.3``
+        0.0,
+        1.0,
+        paper=0.3,
+        space=Space("float", 0.0, 1.0),
+        help="weight of the original similarity",
+        key="lambda",
+        trial="lambda",
+    ),
+)
+K1, K2, LAMBDA = PARAMS
+#: Weight of the original similarity in the final one (the declared default of ``lambda_value``).
+DEFAULT_LAMBDA: float = LAMBDA.default
 
 
 def check_gnn_params(k1: Any, k2: Any, lambda_value: Any = DEFAULT_LAMBDA) -> tuple[int, int, float]:
-    """Validate ``k1``, ``k2`` (positive ints, ``k2 <= k1``) and ``lambda_value`` (in [0, 1])."""
-    first = check_positive_int("k1", k1)
-    second = check_positive_int("k2", k2)
+    """Validate ``k1``, ``k2`` (``k2 <= k1``) and ``lambda_value`` against their declarations."""
+    first, second = K1.check(k1), K2.check(k2)
     if second > first:
         raise ValueError(f"k2 must not exceed k1, got k2={k2!r} > k1={k1!r}")
-    return first, second, check_fraction("lambda_value", lambda_value)
+    return int(first), int(second), float(LAMBDA.check(lambda_value))
 
 
 def _normalise_rows_dense(matrix: np.ndarray) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from galleria.rerank._gnn_core import DEFAULT_LAMBDA, ROUNDS, check_gnn_params
+from galleria.rerank._gnn_core import DEFAULT_LAMBDA, K1, K2, ROUNDS, check_gnn_params
 from galleria.rerank.base import check_features, top_similar
 
 
@@ -82,8 +82,8 @@ def gnn_rerank_features(
     probe_features: Any,
     gallery_features: Any,
     *,
-    k1: int = 26,
-    k2: int = 7,
+    k1: int = K1.default,
+    k2: int = K2.default,
     lambda_value: float = DEFAULT_LAMBDA,
     device: Any = None,
 ) -> np.ndarray:

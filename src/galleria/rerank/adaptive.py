@@ -32,7 +32,12 @@ from __future__ import annotations
 from typing import Any
 
 from galleria._validation import check_choice
-from galleria.expansion import adaptive_expansion
+from galleria.expansion import EXPANSION, adaptive_expansion
+from galleria.rerank.base import PRESETS, resolved_params
+from galleria.rerank.dba import DBA_ALPHA, DBA_OFF_ALPHA  # the rules' constants live with their rules
+from galleria.rerank.diffusion import DIFFUSION_ALPHA
+from galleria.rerank.gnn import GNN_MINORITY_LAMBDA
+from galleria.rerank.registry import reranker_component, reranker_components
 from galleria.statistics import (  # moved there (galleria 0.3); re-exported
     MAJORITY,
     MIN_MUTUAL,
@@ -75,22 +80,10 @@ __all__ = [
     "store_statistics",
 ]
 
-#: The preset names: ``"adaptive"`` (from the gallery; the default) and ``"paper"`` (the published values).
-PRESETS: tuple[str, ...] = ("adaptive", "paper")
 #: The published parameters of αQE and every re-ranker (derived from the declarations on first use).
 PAPER_PARAMS: dict[str, dict[str, Any]]
-#: αQE's published parameters (the re-rankers' are declared with them: ``Param.paper``).
-AQE_PAPER_PARAMS: dict[str, Any] = {"expansion_alpha": 3.0, "expansion_neighbors": 50}
-#: The diffusions' α (weight of the walk against the query's own similarities) when they diffuse.
-DIFFUSION_ALPHA = 0.9
-#: DBA's exponent of the neighbour weights ``cos ** α`` when it augments (the paper's 3 moves an
-#: item by half a neighbour at cos 0.8; 10 by a tenth).
-DBA_ALPHA = 10.0
-#: DBA's exponent where the gallery does not support augmentation: every weight ``cos ** 1000`` is
-#: negligible unless the neighbour is a near copy (0.37 at cos 0.999, 4e-5 at 0.99).
-DBA_OFF_ALPHA = 1000.0
-#: The GNN's weight of the original similarity below :data:`MAJORITY`.
-GNN_MINORITY_LAMBDA = 0.9
+#: αQE's published parameters (from its declaration, :data:`galleria.expansion.EXPANSION`).
+AQE_PAPER_PARAMS: dict[str, Any] = EXPANSION.paper_params()
 
 
 def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]]:
@@ -166,8 +159,6 @@ def params_from_statistics(stats: GalleryStatistics) -> dict[str, dict[str, Any]
     >>> params_from_statistics(GalleryStatistics(2, 0, (), (), ()))["k-reciprocal"]["lambda_value"]
     1.0
     """
-    from galleria.rerank.registry import reranker_components
-
     return {name: _rule(stats, name) for name in ("aqe", *(c.name for c in reranker_components()))}
 
 
@@ -177,8 +168,6 @@ def _rule(stats: GalleryStatistics, name: str, *, reranked: bool = False) -> dic
     re-ranker (:func:`galleria.expansion.adaptive_expansion`)."""
     if name == "aqe":
         return adaptive_expansion(stats, reranked=reranked)
-    from galleria.rerank.registry import reranker_component
-
     component = reranker_component(name)
     if component.adaptive is None:
         return component.paper_params() or component.defaults()
@@ -216,15 +205,13 @@ def default_rerank_params(
     """
     name = check_choice("method", method, tuple(paper_params()))
     chosen = check_choice("preset", preset, PRESETS)
-    if chosen == "paper":
-        return dict(paper_params()[name])
-    return _rule(store_statistics(store), name, reranked=reranked)  # this method's rule only
+    if name == "aqe":
+        return EXPANSION.resolve(lambda: store_statistics(store), chosen, reranked=reranked)
+    return resolved_params(reranker_component(name), store, chosen)  # this method's rule only
 
 
 def paper_params() -> dict[str, dict[str, Any]]:
     """The published parameters of αQE and of every re-ranker, by name (from their declarations)."""
-    from galleria.rerank.registry import reranker_components
-
     result = {"aqe": dict(AQE_PAPER_PARAMS)}
     for component in reranker_components():
         result[component.name] = component.paper_params() or component.defaults()
@@ -232,7 +219,7 @@ def paper_params() -> dict[str, dict[str, Any]]:
 
 
 def __getattr__(name: str) -> Any:
-    # PAPER_PARAMS is derived from the declarations, which import this module: computed on first use.
+    # PAPER_PARAMS is derived from the declarations (plugins included): computed on each use.
     if name == "PAPER_PARAMS":
         return paper_params()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,9 +30,9 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances
 from galleria.rerank import full
-from galleria.rerank._approximate_graph import symmetric_graph
+from galleria.rerank._approximate_graph import GRAPH_METHODS, SYMMETRIC_LIMIT, symmetric_graph
 from galleria.rerank._approximate_jaccard import jaccard_of_lists
-from galleria.rerank._common import one_blas_thread, parallel_blocks
+from galleria.rerank._common import K1, K2, LAMBDA, one_blas_thread, parallel_blocks
 
 __all__ = [
     "GRAPH_METHODS",
@@ -45,10 +45,6 @@ __all__ = [
     "prepare_k_reciprocal_approximate",
 ]
 
-#: Ways to build the neighbour graph (see :func:`galleria.index.neighbor_graph.build_graph`).
-GRAPH_METHODS: tuple[str, ...] = ("auto", "symmetric", "exact", "hnsw", "ivf")
-#: Sets (probes + gallery) up to this size get the ``"symmetric"`` exact lists from ``graph="auto"``.
-SYMMETRIC_LIMIT = 200_000
 #: Sets larger than this keep the weights of their sparse features in float32 (half the memory of
 #: the largest arrays; the Jaccard sums stay float64), not float64 as the exact mode does.
 SINGLE_LIMIT = 200_000
@@ -65,9 +61,9 @@ def iter_k_reciprocal_rerank_approximate(
     gallery: Any,
     *,
     metric: str = "cosine",
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
     mode: str = "reference",
     graph: Any = "auto",
     scale_sample: int = SCALE_SAMPLE,
@@ -121,9 +117,9 @@ def prepare_k_reciprocal_approximate(
     gallery: Any,
     *,
     metric: str = "cosine",
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
     mode: str = "reference",
     graph: Any = "auto",
     scale_sample: int = SCALE_SAMPLE,

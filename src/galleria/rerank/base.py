@@ -22,25 +22,32 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from galleria._validation import check_positive_int
+from galleria._validation import check_choice, check_positive_int
 from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
+from galleria.rerank._candidate_checks import check_candidate_lists, check_candidates
 from galleria.rerank._common import as_float_matrix, stable_smallest
 from galleria.rerank._consistent import Prepare, read_candidates
 from galleria.rerank.batched import chunk_counts
-from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
+from galleria.store._snapshot import store_statistics
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "PRESETS",
     "PoolReranker",
     "Reranker",
     "check_features",
     "check_store",
+    "declared_params",
+    "resolved_params",
     "similarities_from_distances",
     "top_similar",
 ]
 
+#: Where values left out come from: the gallery (``"adaptive"``, the default) or the published
+#: values (``"paper"``); the one list every caller shares.
+PRESETS: tuple[str, ...] = ("adaptive", "paper")
 #: Elements of one block of similarity rows in the full settings (float32: 16 MB).
 _BLOCK_ELEMENTS = 1 << 22
 
@@ -112,6 +119,36 @@ def check_store(store: Any, what: str) -> InMemoryImageEmbeddingStore:
     return store
 
 
+def declared_params(component: Any, where: str, **given: Any) -> dict[str, Any]:
+    """The parameters a constructor was ``given`` (None: left out), checked by ``component``'s
+    declaration as every other entry point checks them (:meth:`galleria._declare.Component.check`),
+    the others filled in from its defaults; errors name ``where`` (the class).
+
+    A re-ranker's constructor calls this with its keywords, so that the class, :func:`make_reranker`,
+    :class:`~galleria.retrieval.RetrievalConfig`, the command line, settings files and the API
+    refuse the same value with the same message; the signature repeats no default.
+    """
+    values: dict[str, Any] = component.check(
+        {key: value for key, value in given.items() if value is not None}, where=where
+    )
+    return values
+
+
+def resolved_params(component: Any, store: Any, preset: str = "adaptive", **context: Any) -> dict[str, Any]:
+    """The values ``component``'s adaptive rule reads from ``store``'s gallery (``preset="paper"``,
+    or a component without a rule: its paper preset, else its defaults).
+
+    The one place a re-ranker's adaptive values are resolved: :class:`KReciprocalReranker` and
+    :class:`~galleria.rerank.ecn.ECNReranker` without parameters,
+    :func:`galleria.rerank.adaptive.default_rerank_params` and through it
+    :meth:`galleria.retrieval.RetrievalConfig.resolve` and the page all call it.
+    """
+    values: dict[str, Any] = component.resolve(
+        lambda: store_statistics(store), check_choice("preset", preset, PRESETS), **context
+    )
+    return values
+
+
 class PoolReranker:
     """Shared shell of the pool re-rankers: validation, grouping pools by size, building similarities.
 
@@ -165,7 +202,7 @@ class PoolReranker:
         RuntimeError
             The store is not built.
         """
-        pool = _check_candidates("candidates", candidates, self._store.store_id)
+        pool = check_candidates("candidates", candidates, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         return self._rerank_checked([pool], count)[0]
 
@@ -179,7 +216,7 @@ class PoolReranker:
         TypeError, ValueError, KeyError, RuntimeError
             As :meth:`rerank`, naming the offending list (``candidate_lists[i]``).
         """
-        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
+        pools = check_candidate_lists(candidate_lists, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []

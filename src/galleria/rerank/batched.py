@@ -27,6 +27,9 @@ import scipy.sparse as sp
 
 from galleria.rerank import _common
 from galleria.rerank._common import (
+    K1,
+    K2,
+    LAMBDA,
     as_float_matrix,
     check_hyperparameters,
     ordered_sum,
@@ -44,9 +47,9 @@ _CHUNK_ELEMENTS = 300_000
 def rerank_pools(
     distances: Sequence[Any] | np.ndarray,
     *,
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
 ) -> list[np.ndarray]:
     """Re-rank many pools: the final k-reciprocal distances ``d*`` of every pool's candidates.
 

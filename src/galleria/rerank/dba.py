@@ -39,14 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
-from galleria._validation import check_positive_int
-from galleria.expansion import MAX_EXPANSION_ALPHA, check_expansion_alpha
+from galleria._declare import Component
 from galleria.rerank import _dba_record as _dba_record  # registers the store record's codec
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._dba_core import (  # moved there; importable from here as before
     _BLOCK as _BLOCK,
 )
+from galleria.rerank._dba_core import PARAMS
 from galleria.rerank._dba_core import (
     _aqe_from_rows as _aqe_from_rows,
 )
@@ -68,10 +67,13 @@ from galleria.rerank._dba_core import (
 from galleria.rerank._dba_core import (
     dba_aqe_rerank_features as dba_aqe_rerank_features,
 )
-from galleria.rerank.base import PoolReranker, check_store
+from galleria.rerank.base import PoolReranker, check_store, declared_params
+from galleria.statistics import clip_round, read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "DBA_ALPHA",
+    "DBA_OFF_ALPHA",
     "DBAReranker",
     "aqe_pools",
     "augment_store",
@@ -123,16 +125,21 @@ class DBAReranker(PoolReranker):
         self,
         store: InMemoryImageEmbeddingStore,
         *,
-        neighbors: int = 10,
-        alpha: float = 3.0,
-        aqe_neighbors: int = 10,
-        aqe_alpha: float = 3.0,
+        neighbors: int | None = None,
+        alpha: float | None = None,
+        aqe_neighbors: int | None = None,
+        aqe_alpha: float | None = None,
     ) -> None:
         check_store(store, "DBA + αQE")
-        self._neighbors = check_positive_int("neighbors", neighbors)
-        self._alpha = check_expansion_alpha("alpha", alpha)
-        self._aqe_neighbors = check_positive_int("aqe_neighbors", aqe_neighbors)
-        self._aqe_alpha = check_expansion_alpha("aqe_alpha", aqe_alpha)
+        given = {
+            "neighbors": neighbors,
+            "alpha": alpha,
+            "aqe_neighbors": aqe_neighbors,
+            "aqe_alpha": aqe_alpha,
+        }
+        values = declared_params(COMPONENT, "DBAReranker", **given)
+        self._neighbors, self._alpha = values["neighbors"], values["alpha"]
+        self._aqe_neighbors, self._aqe_alpha = values["aqe_neighbors"], values["aqe_alpha"]
         self._store = augmented_store_for(store, self._neighbors, self._alpha, "DBA + αQE")
 
     def __repr__(self) -> str:
@@ -162,6 +169,14 @@ class DBAReranker(PoolReranker):
         return _aqe_from_rows(probe, chosen, rows, self._aqe_alpha)
 
 
+#: DBA's exponent of the neighbour weights ``cos ** α`` when it augments (the paper's 3 moves an
+#: item by half a neighbour at cos 0.8; 10 by a tenth).
+DBA_ALPHA = 10.0
+#: DBA's exponent where the gallery does not support augmentation: every weight ``cos ** 1000`` is
+#: negligible unless the neighbour is a near copy (0.37 at cos 0.999, 4e-5 at 0.99).
+DBA_OFF_ALPHA = 1000.0
+
+
 def _adaptive(stats: Any) -> dict[str, Any]:
     """Where s ≥ 0.5 and αQE trusts the first matches: n = clip(m·s/3, 1, 10) if spreads, else 1; else off.
 
@@ -169,7 +184,6 @@ def _adaptive(stats: Any) -> dict[str, Any]:
     k2; off: one neighbor at α 1000 and αQE's still expansion (one match at α 1000), so only near copies
     move anything."""
     from galleria.expansion import STILL_ALPHA, adaptive_expansion, trusts_first_matches
-    from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
 
     reading = read_statistics(stats)
     if reading.majority and trusts_first_matches(stats):
@@ -191,50 +205,7 @@ COMPONENT = Component(
     name="dba",
     label="DBA + αQE",
     summary="database-side augmentation, then αQE, then search again (Radenović et al.)",
-    params=(
-        Param(
-            "neighbors",
-            int,
-            10,
-            1,
-            10_000,
-            paper=10,
-            cost=True,
-            space=Space("int", 1, 50, log=True),
-            help="neighbors averaged into each gallery vector",
-        ),
-        Param(
-            "alpha",
-            float,
-            3.0,
-            0.0,
-            MAX_EXPANSION_ALPHA,
-            paper=3.0,
-            space=Space("float", 0.0, 5.0),
-            help="exponent of the augmentation weights",
-        ),
-        Param(
-            "aqe_neighbors",
-            int,
-            10,
-            1,
-            10_000,
-            paper=10,
-            cost=True,
-            space=Space("int", 1, 50, log=True),
-            help="matches averaged into the query",
-        ),
-        Param(
-            "aqe_alpha",
-            float,
-            3.0,
-            0.0,
-            MAX_EXPANSION_ALPHA,
-            paper=3.0,
-            space=Space("float", 0.0, 5.0),
-            help="exponent of the query expansion weights",
-        ),
-    ),
+    params=PARAMS,
     build=DBAReranker,
     adaptive=_adaptive,
     with_aqe=False,

@@ -40,9 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component, Space
 from galleria._validation import check_positive_int
 from galleria.rerank import _decoupled_record as _decoupled_record  # registers the store record's codec
+from galleria.rerank._candidate_checks import check_candidate_lists, check_candidates
 from galleria.rerank._common import stable_smallest
 from galleria.rerank._consistent import (
     GallerySnapshot,
@@ -52,6 +53,8 @@ from galleria.rerank._consistent import (
     take_snapshot,
 )
 from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3); kept importable from here
+    LARGEST,
+    TRUNCATION,
     _graph_lists,  # noqa: F401
     _neighbour_lists,  # noqa: F401
     _normalised_affinity,  # noqa: F401
@@ -59,14 +62,13 @@ from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3); kep
     _pool_diffusion,
     _query_weights,
     _truncated_rows,  # noqa: F401
-    _witnessed,
     check_decoupled_params,
 )
 from galleria.rerank._decoupled_core import offline_rows as _offline
 from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
-from galleria.rerank.base import check_features, check_store, similarities_from_distances
-from galleria.rerank.diffusion import WALK_PARAMS
-from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
+from galleria.rerank._diffusion_core import WALK_PARAMS
+from galleria.rerank.base import check_features, check_store, declared_params, similarities_from_distances
+from galleria.rerank.witness import _witnessed
 from galleria.store._state import OfflineDiffusion
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -86,12 +88,12 @@ OFFLINE_PARAMS = ("k", "truncation", "alpha", "gamma", "tol", "maxiter")
 def prepare_offline_diffusion(
     store: InMemoryImageEmbeddingStore,
     *,
-    k: int = 50,
-    truncation: int = 1000,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
+    k: int = WALK_PARAMS["k"].default,
+    truncation: int = TRUNCATION.default,
+    alpha: float = WALK_PARAMS["alpha"].default,
+    gamma: float = WALK_PARAMS["gamma"].default,
+    tol: float = WALK_PARAMS["tol"].default,
+    maxiter: int = WALK_PARAMS["maxiter"].default,
 ) -> OfflineDiffusion:
     """Compute the offline part over ``store``'s rows (unless it holds it already) and keep it there.
 
@@ -194,16 +196,18 @@ class DecoupledDiffusionReranker:
         self,
         store: InMemoryImageEmbeddingStore,
         *,
-        k: int = 50,
-        truncation: int = 1000,
-        query_k: int = 10,
-        alpha: float = 0.99,
-        gamma: float = 3.0,
-        tol: float = 1e-6,
-        maxiter: int = 20,
+        k: int | None = None,
+        truncation: int | None = None,
+        query_k: int | None = None,
+        alpha: float | None = None,
+        gamma: float | None = None,
+        tol: float | None = None,
+        maxiter: int | None = None,
     ) -> None:
         self._store = check_store(store, "decoupled diffusion")
-        values = check_decoupled_params(k, truncation, query_k, alpha, gamma, tol, maxiter)
+        given = {"k": k, "truncation": truncation, "query_k": query_k, "alpha": alpha, "gamma": gamma}
+        declared = declared_params(COMPONENT, "DecoupledDiffusionReranker", **given, tol=tol, maxiter=maxiter)
+        values = check_decoupled_params(*(declared[name] for name in COMPONENT.names))
         self._query_k = values[2]
         self._offline_params = dict(zip(OFFLINE_PARAMS, values[:2] + values[3:], strict=True))
 
@@ -237,7 +241,7 @@ class DecoupledDiffusionReranker:
         TypeError, ValueError, KeyError, RuntimeError
             As :meth:`galleria.rerank.KReciprocalReranker.rerank`.
         """
-        pool = _check_candidates("candidates", candidates, self._store.store_id)
+        pool = check_candidates("candidates", candidates, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         return self._rerank_checked([pool], count)[0]
 
@@ -245,7 +249,7 @@ class DecoupledDiffusionReranker:
         self, candidate_lists: Sequence[Sequence[Candidate]], top_k: int
     ) -> list[list[Candidate]]:
         """Re-rank many queries' candidate lists; equal to :meth:`rerank` on each list."""
-        pools = _check_candidate_lists(candidate_lists, self._store.store_id)
+        pools = check_candidate_lists(candidate_lists, self._store.store_id)
         count = check_positive_int("top_k", top_k)
         if not pools:
             return []
@@ -290,10 +294,17 @@ def _adaptive(stats: Any) -> dict[str, Any]:
 
     assert DIFFUSION.adaptive is not None
     walk = DIFFUSION.adaptive(stats)
-    return {"k": walk["k"], "truncation": 1000, "query_k": 1, "alpha": walk["alpha"], "gamma": walk["gamma"]}
+    truncation = TRUNCATION.paper  # as the paper
+    return {
+        "k": walk["k"],
+        "truncation": truncation,
+        "query_k": 1,
+        "alpha": walk["alpha"],
+        "gamma": walk["gamma"],
+    }
 
 
-_LARGEST = 1 << 20
+_LARGEST = LARGEST
 #: The declaration of decoupled diffusion (:mod:`galleria._declare`): the registry finds it here.
 #: ``k`` and ``alpha`` are searched over a few values each: each pair is one offline part, which
 #: the tuner's trials come back to; ``query_k`` is online and free.
@@ -306,16 +317,7 @@ COMPONENT = Component(
         replace(
             WALK_PARAMS["k"], high=_LARGEST, cost=False, space=Space("categorical", choices=(10, 20, 30, 50))
         ),
-        Param(
-            "truncation",
-            int,
-            1000,
-            1,
-            _LARGEST,
-            paper=1000,
-            cost=True,
-            help="gallery items each offline walk keeps",
-        ),
+        TRUNCATION,
         WALK_PARAMS["query_k"],
         replace(WALK_PARAMS["alpha"], space=Space("categorical", choices=(0.0, 0.9, 0.99))),
         replace(WALK_PARAMS["gamma"], space=None),

@@ -37,15 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component, Param
 from galleria._validation import (
     check_bool,
-    check_choice,
 )
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared
 from galleria.rerank._diffusion_core import (
+    COUNT_SELF,
     MAX_ITERATIONS,
+    WALK_PARAMS,
     ConjugateGradientResult,
     check_diffusion_params,
     conjugate_gradient,
@@ -64,13 +65,17 @@ from galleria.rerank.base import (
     PoolReranker,
     check_features,
     check_store,
+    declared_params,
     similarities_from_distances,
     top_similar,
 )
+from galleria.statistics import read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
 GRAPHS: tuple[str, ...] = ("gallery", "pool")
+#: Diffusion's own parameters besides the walk's (:data:`WALK_PARAMS`), declared once.
+_GRAPH = Param("graph", str, "gallery", choices=GRAPHS, help="the graph: the whole gallery or each pool")
 
 __all__ = [
     "GRAPHS",
@@ -145,21 +150,33 @@ class DiffusionReranker(PoolReranker):
         self,
         store: InMemoryImageEmbeddingStore,
         *,
-        k: int = 50,
-        query_k: int = 10,
-        alpha: float = 0.99,
-        gamma: float = 3.0,
-        tol: float = 1e-6,
-        maxiter: int = 20,
-        count_self: bool = True,
-        graph: str = "gallery",
+        k: int | None = None,
+        query_k: int | None = None,
+        alpha: float | None = None,
+        gamma: float | None = None,
+        tol: float | None = None,
+        maxiter: int | None = None,
+        count_self: bool | None = None,
+        graph: str | None = None,
     ) -> None:
         self._store = check_store(store, "diffusion")
-        self._k, self._query_k, self._alpha, self._gamma, self._tol, self._maxiter = check_diffusion_params(
-            k, query_k, alpha, gamma, tol, maxiter
+        values = declared_params(
+            COMPONENT,
+            "DiffusionReranker",
+            k=k,
+            query_k=query_k,
+            alpha=alpha,
+            gamma=gamma,
+            tol=tol,
+            maxiter=maxiter,
+            count_self=count_self,
+            graph=graph,
         )
-        self._count_self = check_bool("count_self", count_self)
-        self._graph = check_choice("graph", graph, GRAPHS)
+        self._k, self._query_k, self._alpha, self._gamma, self._tol, self._maxiter = check_diffusion_params(
+            values["k"], values["query_k"], values["alpha"], values["gamma"], values["tol"], values["maxiter"]
+        )
+        self._count_self = values["count_self"]
+        self._graph = values["graph"]
 
     def __repr__(self) -> str:
         return (
@@ -224,13 +241,13 @@ def diffusion_rerank_features(
     probe_features: Any,
     gallery_features: Any,
     *,
-    k: int = 50,
-    query_k: int = 10,
-    alpha: float = 0.99,
-    gamma: float = 3.0,
-    tol: float = 1e-6,
-    maxiter: int = 20,
-    count_self: bool = True,
+    k: int = WALK_PARAMS["k"].default,
+    query_k: int = WALK_PARAMS["query_k"].default,
+    alpha: float = WALK_PARAMS["alpha"].default,
+    gamma: float = WALK_PARAMS["gamma"].default,
+    tol: float = WALK_PARAMS["tol"].default,
+    maxiter: int = WALK_PARAMS["maxiter"].default,
+    count_self: bool = COUNT_SELF.default,
 ) -> np.ndarray:
     """Diffusion distances of every probe to every gallery item, on one k-NN graph of the gallery.
 
@@ -280,66 +297,20 @@ def diffusion_rerank_features(
     return diffuse_probes(system, chosen, similarities, power, tolerance, iterations)
 
 
+#: The diffusions' α (weight of the walk against the query's own similarities) when they diffuse.
+DIFFUSION_ALPHA = 0.9
+
+
 def _adaptive(stats: Any) -> dict[str, Any]:
     """query_k 1, k = clip(2m, 10, 30), α 0.9, γ 3 (docs/reranking.md); α 0 (the original order) where
     αQE does not trust an item's first matches: the walk starts at the best match, so where that is
     too often of another class it orders the rest by their ties to the wrong class."""
     from galleria.expansion import trusts_first_matches
-    from galleria.rerank.adaptive import DIFFUSION_ALPHA, read_statistics
 
     reading = read_statistics(stats)
     walk = DIFFUSION_ALPHA if trusts_first_matches(stats) else 0.0
     return {"k": reading.capped(2 * reading.mutual, 10, 30), "query_k": 1, "alpha": walk, "gamma": 3.0}
 
-
-#: The diffusion parameters shared with decoupled diffusion (declared once, here).
-WALK_PARAMS: dict[str, Param] = {
-    "k": Param(
-        "k",
-        int,
-        50,
-        1,
-        10_000,
-        paper=50,
-        cost=True,
-        space=Space("int", 3, 100, log=True),
-        help="neighbors per item in the kNN graph",
-    ),
-    "query_k": Param(
-        "query_k",
-        int,
-        10,
-        1,
-        10_000,
-        paper=10,
-        cost=True,
-        space=Space("int", 1, 30, log=True),
-        help="the query's neighbors that start the walk",
-    ),
-    "alpha": Param(
-        "alpha",
-        float,
-        0.99,
-        0.0,
-        1.0,
-        high_open=True,
-        paper=0.99,
-        space=Space("float", 0.5, 0.99),
-        help="weight of the walk against the query's own similarities",
-    ),
-    "gamma": Param(
-        "gamma",
-        float,
-        3.0,
-        0.0,
-        1000.0,
-        paper=3.0,
-        space=Space("float", 1.0, 5.0),
-        help="exponent of the edge similarities",
-    ),
-    "tol": Param("tol", float, 1e-6, 0.0, 1.0, help="conjugate gradient's relative tolerance"),
-    "maxiter": Param("maxiter", int, 20, 1, 10_000, cost=True, help="conjugate gradient's iterations"),
-}
 
 #: The declaration of diffusion (:mod:`galleria._declare`): the registry finds it here.
 COMPONENT = Component(
@@ -348,8 +319,8 @@ COMPONENT = Component(
     summary="diffusion on the kNN graph (Iscen et al., CVPR 2017), solved by conjugate gradient",
     params=(
         *WALK_PARAMS.values(),
-        Param("count_self", bool, True, help="whether k counts the item itself"),
-        Param("graph", str, "gallery", choices=GRAPHS, help="the graph: the whole gallery or each pool"),
+        COUNT_SELF,
+        _GRAPH,
     ),
     build=DiffusionReranker,
     adaptive=_adaptive,

@@ -36,7 +36,15 @@ import scipy.sparse as sp
 from galleria._declare import Component, Param, Space
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank._common import stable_smallest
-from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
+from galleria.rerank.base import (
+    PoolReranker,
+    check_features,
+    check_store,
+    declared_params,
+    resolved_params,
+    top_similar,
+)
+from galleria.statistics import read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -71,14 +79,16 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param(
         "lambda_value", float, 0.0, 0.0, 1.0, paper=0.0, space=Space("float", 0.0, 1.0),
+        key="lambda", trial="lambda",
         help="weight of the original distance against the ECN distance",
     ),
 )  # fmt: skip
 #: The published setting (``--rerank-preset paper``): t = 3, q = 8, the ECN distance alone.
 PAPER_PARAMS: dict[str, Any] = {param.name: param.paper for param in PARAMS}
+_T, _Q, _LAMBDA = PARAMS
 
 
-def check_ecn_params(t: Any, q: Any, lambda_value: Any = 0.0) -> tuple[int, int, float]:
+def check_ecn_params(t: Any, q: Any, lambda_value: Any = _LAMBDA.default) -> tuple[int, int, float]:
     """Validate ``t`` (int in [1, MAX_T]), ``q`` (int in [0, MAX_Q]; 0: no expansion) and
     ``lambda_value`` (in [0, 1]) with the declared checks, so every source of values (constructor,
     command line, API, settings file) gives the same message.
@@ -146,7 +156,7 @@ def ecn_pools(distances: np.ndarray, *, t: int, q: int) -> np.ndarray:
     return result
 
 
-def ecn_matrix(distances: Any, *, t: int = 3, q: int = 8) -> np.ndarray:
+def ecn_matrix(distances: Any, *, t: int = _T.default, q: int = _Q.default) -> np.ndarray:
     """ECN distance between every pair of one set, from its (n, n) distances (t, q capped at n − 1).
 
     Memory grows as n²; for the pool and full settings use :class:`ECNReranker` and
@@ -177,9 +187,9 @@ def ecn_rerank_features(
     probe_features: Any,
     gallery_features: Any,
     *,
-    t: int = 3,
-    q: int = 8,
-    lambda_value: float = 0.0,
+    t: int = _T.default,
+    q: int = _Q.default,
+    lambda_value: float = _LAMBDA.default,
 ) -> np.ndarray:
     """ECN re-ranking distances of every probe to every gallery item (set: probes then gallery).
 
@@ -264,7 +274,6 @@ def ecn_params_from_statistics(stats: Any) -> dict[str, Any]:
     1.0
     """
     from galleria.expansion import trusts_first_matches
-    from galleria.rerank.adaptive import read_statistics
 
     reading = read_statistics(stats)
     trusted = trusts_first_matches(stats)  # ECN measures every candidate from the best match too
@@ -325,19 +334,14 @@ class ECNReranker(PoolReranker):
     ) -> None:
         self._store = check_store(store, "ECN re-ranking")
         self._adaptive = t is None and q is None and lambda_value is None
-        self._t, self._q, self._lambda = check_ecn_params(
-            PAPER_PARAMS["t"] if t is None else t,
-            PAPER_PARAMS["q"] if q is None else q,
-            PAPER_PARAMS["lambda_value"] if lambda_value is None else lambda_value,
-        )
+        values = declared_params(COMPONENT, "ECNReranker", t=t, q=q, lambda_value=lambda_value)
+        self._t, self._q, self._lambda = values["t"], values["q"], values["lambda_value"]
         if self._adaptive and store.is_built:  # else on first use, once the store is built
             self._resolve()
 
     def _resolve(self) -> None:
         if self._adaptive:
-            from galleria.rerank.adaptive import store_statistics
-
-            params = ecn_params_from_statistics(store_statistics(self._store))
+            params = resolved_params(COMPONENT, self._store)
             self._t, self._q, self._lambda = params["t"], params["q"], params["lambda_value"]
             self._adaptive = False
 

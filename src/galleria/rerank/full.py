@@ -38,6 +38,9 @@ import numpy as np
 from galleria._validation import check_choice
 from galleria.rerank import _full_blocks as blocks
 from galleria.rerank._common import (
+    K1,
+    K2,
+    LAMBDA,
     as_float_matrix,
     check_hyperparameters,
     check_mode,
@@ -81,9 +84,9 @@ def k_reciprocal_rerank(
     probe_probe: Any,
     gallery_gallery: Any,
     *,
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
     mode: str = "paper",
 ) -> np.ndarray:
     """Re-rank a whole probe×gallery distance matrix with k-reciprocal encoding.
@@ -137,9 +140,9 @@ def iter_k_reciprocal_rerank(
     probe_probe: Any,
     gallery_gallery: Any,
     *,
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
     mode: str = "paper",
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:func:`k_reciprocal_rerank`, yielding the output a block of probes at a time.
@@ -175,9 +178,9 @@ def k_reciprocal_rerank_features(
     gallery: Any,
     *,
     metric: str = "cosine",
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
     mode: str = "paper",
 ) -> np.ndarray:
     """Re-rank probes against a gallery from their features, without any dense (P+G)² matrix.
@@ -230,9 +233,9 @@ def iter_k_reciprocal_rerank_features(
     gallery: Any,
     *,
     metric: str = "cosine",
-    k1: int = 20,
-    k2: int = 6,
-    lambda_value: float = 0.3,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
     mode: str = "paper",
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """:func:`k_reciprocal_rerank_features` a block of probes at a time: the P×G matrix never exists.

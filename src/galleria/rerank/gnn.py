@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank._gnn_core import (  # moved there; importable from here as before
     DEFAULT_LAMBDA as DEFAULT_LAMBDA,
 )
+from galleria.rerank._gnn_core import PARAMS as _PARAMS
 from galleria.rerank._gnn_core import (
     ROUNDS as ROUNDS,
 )
@@ -64,7 +65,8 @@ from galleria.rerank._gnn_features import (
 from galleria.rerank._gnn_features import (
     gnn_rerank_features as gnn_rerank_features,
 )
-from galleria.rerank.base import PoolReranker, check_store
+from galleria.rerank.base import PoolReranker, check_store, declared_params
+from galleria.statistics import clip_round, read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
@@ -119,12 +121,13 @@ class GnnReranker(PoolReranker):
         self,
         store: InMemoryImageEmbeddingStore,
         *,
-        k1: int = 26,
-        k2: int = 7,
-        lambda_value: float = DEFAULT_LAMBDA,
+        k1: int | None = None,
+        k2: int | None = None,
+        lambda_value: float | None = None,
     ) -> None:
         self._store = check_store(store, "GNN re-ranking")
-        self._k1, self._k2, self._lambda = check_gnn_params(k1, k2, lambda_value)
+        values = declared_params(COMPONENT, "GnnReranker", k1=k1, k2=k2, lambda_value=lambda_value)
+        self._k1, self._k2, self._lambda = values["k1"], values["k2"], values["lambda_value"]
 
     def __repr__(self) -> str:
         return (
@@ -155,12 +158,15 @@ class GnnReranker(PoolReranker):
         return result
 
 
+#: The GNN's weight of the original similarity below :data:`~galleria.statistics.MAJORITY`.
+GNN_MINORITY_LAMBDA = 0.9
+
+
 def _adaptive(stats: Any) -> dict[str, Any]:
     """k1 = clip(2m, 4, 26); k2 = clip(m·s/2, 1, 7) if s ≥ 0.5 and spreads, else 2; λ k-reciprocal's or 0.9.
 
     ``spreads`` as for k-reciprocal's k2; λ is k-reciprocal's at a majority of mutual neighbours (s ≥ 0.5),
     else 0.9."""
-    from galleria.rerank.adaptive import GNN_MINORITY_LAMBDA, clip_round, read_statistics
 
     reading = read_statistics(stats)
     k1 = reading.capped(2 * reading.mutual, 4, 26)
@@ -177,40 +183,7 @@ COMPONENT = Component(
     name="gnn",
     label="GNN",
     summary="GNN re-ranking (Zhang et al. 2020): neighbor similarities aggregated over a kNN graph",
-    params=(
-        Param(
-            "k1",
-            int,
-            26,
-            1,
-            10_000,
-            paper=26,
-            cost=True,
-            space=Space("int", 3, 60),
-            help="neighbors of each item in the graph",
-        ),
-        Param(
-            "k2",
-            int,
-            7,
-            1,
-            10_000,
-            paper=7,
-            at_most="k1",
-            space=Space("int", 1, 10),
-            help="neighbors aggregated (at most k1)",
-        ),
-        Param(
-            "lambda_value",
-            float,
-            DEFAULT_LAMBDA,
-            0.0,
-            1.0,
-            paper=0.3,
-            space=Space("float", 0.0, 1.0),
-            help="weight of the original similarity",
-        ),
-    ),
+    params=_PARAMS,
     build=GnnReranker,
     adaptive=_adaptive,
     pool_power=2,  # every pair of the pool is compared

@@ -34,6 +34,9 @@ import numpy as np
 
 from galleria.rerank import _common
 from galleria.rerank._common import (
+    K1,
+    K2,
+    LAMBDA,
     as_float_matrix,
     check_hyperparameters,
     check_mode,
@@ -73,7 +76,12 @@ def scale_rows(distances: np.ndarray) -> np.ndarray:
 
 
 def rerank_pool(
-    distances: Any, *, k1: int = 20, k2: int = 6, lambda_value: float = 0.3, mode: str = "paper"
+    distances: Any,
+    *,
+    k1: int = K1.default,
+    k2: int = K2.default,
+    lambda_value: float = LAMBDA.default,
+    mode: str = "paper",
 ) -> np.ndarray:
     """Re-rank one pool: the final k-reciprocal distances ``d*`` of its N candidates.
 

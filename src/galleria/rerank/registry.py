@@ -34,13 +34,14 @@ from galleria._declare import Component, format_value
 from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
 from galleria.rerank._prepared import cached_preparation
-from galleria.rerank.base import Reranker
+from galleria.rerank.base import Reranker, resolved_params
 from galleria.rerank.dba import augmented_store_for
 from galleria.rerank.normalise import PREPARATION_PARAMS, normalised_store, preparation_constraint
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
     "AUGMENTABLE_METHODS",
+    "DEFAULT_COMPONENT",
     "DEFAULT_METHOD",
     "METHOD_PARAMS",
     "PRECOMPUTED_METHODS",
@@ -130,6 +131,8 @@ AUGMENTABLE_METHODS: LazyNames[str] = LazyNames(
 RERANK_METHODS: LazyNames[str] = LazyNames(lambda: tuple(_COMPONENTS))
 #: The method used when none is named: the first built-in (a plugin never takes its place).
 DEFAULT_METHOD: str = _BUILTINS[0].name
+#: The declaration of :data:`DEFAULT_METHOD` (read without discovering plugins).
+DEFAULT_COMPONENT: Component = _BUILTINS[0]
 #: The keyword parameters each method takes (besides the store).
 METHOD_PARAMS: LazyMapping[str, tuple[str, ...]] = LazyMapping(
     lambda: {name: c.names for name, c in _COMPONENTS.items()}
@@ -191,19 +194,18 @@ def _prepare(
 def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any) -> Reranker:
     """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
 
-    ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
-    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
-    ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
-    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
-    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion; and
-    ``vector_power``, ``centre``, ``dba_neighbors``, ``dba_alpha`` for the
-    :data:`AUGMENTABLE_METHODS`, which then re-rank on the normalised and/or DBA-augmented copy of
-    ``store``: retrieve the candidates from the re-ranker's ``store``).
+    ``params`` are the method's declared parameters (:data:`METHOD_PARAMS`; ``galleria methods`` and
+    docs/components.md list them with their ranges), checked by its declaration first, as every
+    entry point checks them; the values left out keep the constructor's choice (the declared
+    default, or, for the methods that read them from the gallery, the adaptive rule's). The
+    :data:`AUGMENTABLE_METHODS` also take the preparation parameters and re-rank on the normalised
+    and/or DBA-augmented copy of ``store``: retrieve the candidates from the re-ranker's ``store``.
 
     Raises
     ------
     TypeError, ValueError
-        An unknown method, and whatever the re-ranker's constructor raises for its parameters.
+        An unknown method, an unknown parameter or a value its declaration refuses (the message
+        names ``make_reranker``, the parameter and its range), and whatever the constructor raises.
 
     Examples
     --------
@@ -213,16 +215,14 @@ def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any
     'DiffusionReranker'
     """
     component = reranker_component(method)
+    # the declaration's check, always (the values left out stay out: a re-ranker that reads them
+    # from the gallery, k-reciprocal's and ECN's, still does)
+    checked = component.check_given(params, where=f"make_reranker({component.name!r})")
     if component.prepared:
-        extra = sorted(set(params) - set(component.names))
-        if extra:
-            raise TypeError(
-                f"unknown {component.name} parameter(s) {extra}; it takes {list(component.names)}"
-            )
         preparation = _check_preparation(params)
-        params = {key: value for key, value in params.items() if key not in _PREPARE_PARAMS}
+        checked = {key: value for key, value in checked.items() if key not in _PREPARE_PARAMS}
         store = prepared_store(store, preparation)
-    built: Reranker = component.build(store, **params)
+    built: Reranker = component.build(store, **checked)
     return built
 
 
@@ -298,10 +298,8 @@ def precompute_rerank(
     >>> params["query_k"], params["truncation"]
     (1, 1000)
     """
-    from galleria.rerank.adaptive import default_rerank_params
-
     name = check_precompute_method(method)
-    params = check_method_params(name, default_rerank_params(store, name, preset))
+    params = check_method_params(name, resolved_params(_COMPONENTS[name], store, preset))
     extra = _COMPONENTS[name].extra
     extra["precompute"](store, **{key: params[key] for key in extra["offline"]})
     return params

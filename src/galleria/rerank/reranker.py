@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
@@ -27,11 +27,13 @@ from galleria.rerank._candidate_checks import (
 from galleria.rerank._candidate_checks import (
     _plainly_valid as _plainly_valid,
 )
-from galleria.rerank._common import check_hyperparameters, check_mode, one_blas_thread
+from galleria.rerank._common import K1, K2, LAMBDA, check_mode, one_blas_thread
 from galleria.rerank._consistent import read_candidates
+from galleria.rerank.base import declared_params, resolved_params
 from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core
 from galleria.rerank.pool import reference_pool
 from galleria.rerank.sparse_pool import VectorRows, sparse_pool_core
+from galleria.statistics import clip_round, read_statistics
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -67,7 +69,7 @@ class KReciprocalReranker:
         With none of the three given, all three are read from the gallery
         (:func:`galleria.rerank.adaptive.default_rerank_params`: reciprocal-neighbour statistics
         of a sample of the store's items, recorded in the store when it was built). With some
-        given, the others take the paper's values (k1 = 20, k2 = 6, λ = 0.3), as before.
+        given, the others take their declared defaults (the paper's: :data:`COMPONENT`), as before.
 
     Notes
     -----
@@ -119,18 +121,17 @@ class KReciprocalReranker:
         self._mode = check_mode(mode)
         self._store = store
         self._adaptive = k1 is None and k2 is None and lambda_value is None
-        self._k1, self._k2, self._lambda = check_hyperparameters(
-            20 if k1 is None else k1, 6 if k2 is None else k2, 0.3 if lambda_value is None else lambda_value
-        )
+        values = declared_params(COMPONENT, "KReciprocalReranker", k1=k1, k2=k2, lambda_value=lambda_value)
+        self._k1: int = values["k1"]
+        self._k2: int = values["k2"]
+        self._lambda: float = values["lambda_value"]
         if self._adaptive and store.is_built:  # else on first use, once the store is built
             self._resolve()
 
     def _resolve(self) -> None:
         """Read the parameters from the gallery, once (only when none was given)."""
         if self._adaptive:
-            from galleria.rerank.adaptive import default_rerank_params
-
-            params = default_rerank_params(self._store, "k-reciprocal")
+            params = resolved_params(COMPONENT, self._store)
             self._k1, self._k2, self._lambda = params["k1"], params["k2"], params["lambda_value"]
             self._adaptive = False
 
@@ -317,8 +318,6 @@ def _adaptive(stats: Any) -> dict[str, Any]:
 
     k2 ≤ k1. ``spreads``: the mutual share rises by 0.09 from the first five neighbours to the first 20, or
     is at least 0.66 (:data:`galleria.statistics.EXPAND_SHARE`); λ = 1 where the gallery is flat."""
-    from galleria.rerank.adaptive import clip_round, read_statistics
-
     reading = read_statistics(stats)
     k1 = reading.capped(2 * reading.mutual, 4, 20)
     k2 = min(k1, clip_round(reading.reach, 2, 6)) if reading.spreads else min(k1, 2)
@@ -330,40 +329,7 @@ COMPONENT = Component(
     kind="reranker",
     name="k-reciprocal",
     summary="k-reciprocal encoding (Zhong et al., CVPR 2017): Jaccard distance of reciprocal neighborhoods",
-    params=(
-        Param(
-            "k1",
-            int,
-            20,
-            1,
-            10_000,
-            paper=20,
-            cost=True,
-            space=Space("int", 4, 60),
-            help="size of the k-reciprocal neighborhoods",
-        ),
-        Param(
-            "k2",
-            int,
-            6,
-            1,
-            10_000,
-            paper=6,
-            at_most="k1",
-            space=Space("int", 1, 10),
-            help="neighbors averaged in the local query expansion (at most k1)",
-        ),
-        Param(
-            "lambda_value",
-            float,
-            0.3,
-            0.0,
-            1.0,
-            paper=0.3,
-            space=Space("float", 0.0, 1.0),
-            help="weight of the original distance against the Jaccard distance",
-        ),
-    ),
+    params=(K1, K2, LAMBDA),
     build=KReciprocalReranker,
     adaptive=_adaptive,
     pool_power=2,  # every pair of the pool is compared

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from galleria.rerank._consistent import GallerySnapshot, gallery_state, take_snapshot
 from galleria.rerank._decoupled_core import _neighbour_lists, _normalised_affinity, _truncated_rows
 from galleria.rerank.base import check_features
 from galleria.store._state import OfflineDiffusion
+from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = ["WITNESS_ROWS", "check_offline_witness"]
 
@@ -79,3 +81,21 @@ def check_offline_witness(offline: OfflineDiffusion, vectors: np.ndarray, source
     close = np.isclose(offline.values[rows], expected, rtol=0.0, atol=1e-4 * scale).all(axis=1)
     if not close.all():
         raise refuse(f"row {int(rows[np.flatnonzero(~close)[0]])} differs from its recomputed diffusion")
+
+
+def _witnessed(
+    store: InMemoryImageEmbeddingStore, held: OfflineDiffusion, state: int, snapshot: GallerySnapshot | None
+) -> OfflineDiffusion:
+    """``held`` (read from a file, kept for gallery ``state``) once
+    :func:`~galleria.rerank.witness.check_offline_witness` accepts it on the store's vectors of that
+    state; kept in the store as checked. Should the gallery have moved on meanwhile, ``held`` is
+    answered as it is: it belongs to an old state, which the caller refuses anyway."""
+    source = take_snapshot(store) if snapshot is None else snapshot
+    if source.state != state:
+        return held
+    check_offline_witness(held, source.vectors, str(held.source))  # ValueError naming file and key
+    checked = OfflineDiffusion(held.params, held.positions, held.values)
+    with store._lock.writing():
+        if store._offline_diffusion is held and gallery_state(store) == source.state:
+            store._offline_diffusion = checked
+    return checked

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from galleria._params import Param, format_value
 from galleria._validation import check_bool, check_choice, check_positive_int
-from galleria.expansion import check_expansion_alpha
+from galleria.expansion import EXPANSION
+from galleria.rerank.base import PRESETS
 from galleria.rerank.registry import (
     DEFAULT_METHOD,
     METHOD_PARAMS,
@@ -25,15 +27,27 @@ from galleria.rerank.registry import (
     reranker_component,
 )
 
-__all__ = ["DEFAULT_POOL", "PRESETS", "RetrievalConfig", "standard_configs"]
+__all__ = ["DEFAULT_POOL", "POOL", "PRESETS", "RetrievalConfig", "standard_configs"]
 
-#: Candidates re-ranked per query when nothing says otherwise: here, in every command's ``--pool`` and
-#: in ``galleria serve`` (the pool of the README's benchmark table).
-DEFAULT_POOL = 200
-#: Where values left out come from: the gallery's statistics (the default) or the published values.
-PRESETS: tuple[str, ...] = ("adaptive", "paper")
-#: The paper's αQE (Radenović et al.): exponent 3, 50 matches (``rerank_preset="paper"``).
-PAPER_EXPANSION_ALPHA, PAPER_EXPANSION_NEIGHBORS = 3.0, 50
+#: The pool stage: candidates re-ranked per query, declared once (its default is every command's
+#: ``--pool`` and ``galleria serve``'s: the pool of the README's benchmark table). Each method
+#: declares the pools the tuner searches (``Component.pools``).
+POOL = Param(
+    "pool",
+    int,
+    200,
+    1,
+    2**63 - 1,
+    flag="--pool",
+    help="candidates re-ranked per query",
+)
+#: Candidates re-ranked per query when nothing says otherwise (:data:`POOL`'s default).
+DEFAULT_POOL: int = POOL.default
+#: The paper's αQE (Radenović et al.): exponent 3, 50 matches (``rerank_preset="paper"``), as declared.
+PAPER_EXPANSION_ALPHA, PAPER_EXPANSION_NEIGHBORS = (
+    EXPANSION.param("expansion_alpha").paper,
+    EXPANSION.param("expansion_neighbors").paper,
+)
 #: The old k-reciprocal fields, now parameters of the method (``rerank_params``).
 _LEGACY = ("k1", "k2", "lambda_value")
 #: The keys of a settings mapping that are not a method's parameter.
@@ -153,12 +167,9 @@ class RetrievalConfig:
         values = {
             "name": name,
             "query_expansion": check_bool("query_expansion", query_expansion),
-            "expansion_alpha": None
-            if expansion_alpha is None
-            else check_expansion_alpha("expansion_alpha", expansion_alpha),
-            "expansion_neighbors": None
-            if expansion_neighbors is None
-            else check_positive_int("expansion_neighbors", expansion_neighbors),
+            **EXPANSION.check(
+                {"expansion_alpha": expansion_alpha, "expansion_neighbors": expansion_neighbors}
+            ),
             "rerank": check_bool("rerank", rerank),
             "pool": check_positive_int("pool", pool),
             "rerank_method": method,
@@ -209,17 +220,16 @@ class RetrievalConfig:
         """
         if not self.adaptive:
             return self
-        from galleria.rerank.adaptive import default_rerank_params
+        from galleria.expansion import fill_expansion
+        from galleria.rerank.base import resolved_params
 
         alpha, neighbors = self.expansion_alpha, self.expansion_neighbors
         if self.query_expansion and None in (alpha, neighbors):
-            from galleria.expansion import fill_expansion
-
-            rule = default_rerank_params(store, "aqe", reranked=self.rerank)
+            rule = resolved_params(EXPANSION, store, reranked=self.rerank)
             alpha, neighbors = fill_expansion(rule, alpha, neighbors)
         params = dict(self.rerank_params)
         if self.rerank:
-            params = {**default_rerank_params(store, self.rerank_method), **params}
+            params = {**resolved_params(reranker_component(self.rerank_method), store), **params}
         return replace(
             self,
             expansion_alpha=alpha,
@@ -302,7 +312,7 @@ class RetrievalConfig:
             if alpha is None and neighbors is None:
                 parts.append("αQE (adaptive)")
             else:
-                shown_alpha = "adaptive" if alpha is None else _shown(alpha)
+                shown_alpha = "adaptive" if alpha is None else format_value(alpha)
                 shown_n = "adaptive" if neighbors is None else str(neighbors)
                 parts.append(f"αQE (α={shown_alpha}, n={shown_n})")
         if self.rerank:  # the method's declared label and values (galleria.rerank.registry.label)
@@ -320,20 +330,6 @@ def _rule_keys(method: str) -> set[str]:
     from galleria.rerank.adaptive import PAPER_PARAMS
 
     return set(PAPER_PARAMS.get(method, METHOD_PARAMS.get(method, ())))
-
-
-def _shown(value: Any) -> str:
-    """A number as given: short (``0.3``, ``1``), with every digit when short would round it.
-
-    Examples
-    --------
-    >>> _shown(1.0), _shown(0.3), _shown(0.123456789), _shown(7), _shown("gallery")
-    ('1', '0.3', '0.123456789', '7', 'gallery')
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    short = format(value, "g")
-    return short if float(short) == value else repr(value)
 
 
 def standard_configs(

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from galleria.embedders.base import batch_size_of
-from galleria.expansion import adaptive_expansion, alpha_query_expansion, fill_expansion
+from galleria.expansion import EXPANSION, alpha_query_expansion, fill_expansion
 from galleria.images.queries import as_image_list, as_text_list
 from galleria.images.reading import reader_for
 from galleria.store._checks import check_query_vectors, check_retrieval_args
@@ -129,7 +129,8 @@ class RetrievalMixin(StoreCore):
         """The checked arguments of a retrieval call, αQE's left-out values read from this gallery."""
         if query_expansion is True and (alpha is None or neighbors is None):
             self._require_built()
-            alpha, neighbors = fill_expansion(adaptive_expansion(store_statistics(self)), alpha, neighbors)
+            rule = EXPANSION.resolve(lambda: store_statistics(self))  # the one resolver of adaptive values
+            alpha, neighbors = fill_expansion(rule, alpha, neighbors)
         alpha = 3.0 if alpha is None else alpha  # unused without expansion: any valid value
         neighbors = 1 if neighbors is None else neighbors
         return check_retrieval_args(k, alpha, neighbors, query_expansion)

@@ -26,8 +26,6 @@ _WITH_AQE: LazyNames[str] = LazyNames(
 )
 #: The gallery-preparation parameters, by name (their tuner spaces are declared with them).
 _PREPARATION = {param.name: param for param in PREPARATION_PARAMS}
-#: Trial keys that keep their old spelling (``k-reciprocal.lambda``).
-_TRIAL_NAMES = {"lambda_value": "lambda"}
 #: Guard metrics: a recommended setting may not lower it (``None``: no guard).
 GUARDS: tuple[str, ...] = ("recall@1",)
 #: How far the lower end of the guard difference (mean − spread over the splits) may fall below 0.

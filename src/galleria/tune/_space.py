@@ -6,19 +6,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from galleria.rerank.adaptive import AQE_PAPER_PARAMS
+from galleria.expansion import EXPANSION
 from galleria.rerank.registry import (
-    DEFAULT_METHOD,
     reranker_component,
     reranker_components,
 )
 from galleria.store import InMemoryImageEmbeddingStore
-from galleria.tune._constants import _PREPARATION, _TRIAL_NAMES
+from galleria.tune._constants import _PREPARATION
+
+#: αQE's parameters as the tuner names them (``aqe.alpha``, ``aqe.n``: their declared trial names).
+_AQE_KEYS = {param.name: f"aqe.{param.trial_name}" for param in EXPANSION.params}
 
 
 def _trial_key(method: str, name: str) -> str:
-    """Optuna's name of ``method``'s parameter ``name`` (``gnn.k1``; λ keeps its old ``.lambda``)."""
-    return f"{method}.{_TRIAL_NAMES.get(name, name)}"
+    """Optuna's name of ``method``'s parameter ``name`` (``gnn.k1``; a declared trial name: ``.lambda``)."""
+    return f"{method}.{reranker_component(method).param(name).trial_name}"
 
 
 def _adaptive_trial(family: str, store: InMemoryImageEmbeddingStore) -> dict[str, Any]:
@@ -29,17 +31,14 @@ def _adaptive_trial(family: str, store: InMemoryImageEmbeddingStore) -> dict[str
         return {}
     params = default_rerank_params(store, family)
     if family == "aqe":
-        return {"aqe.alpha": params["expansion_alpha"], "aqe.n": params["expansion_neighbors"]}
+        return {_AQE_KEYS[name]: value for name, value in params.items()}
     return {_trial_key(family, key): value for key, value in params.items()}
 
 
 def _paper_trial(family: str) -> dict[str, Any]:
     """Optuna's parameters for ``family``'s paper values (those the search covers), from the declaration."""
     if family == "aqe":
-        return {
-            "aqe.alpha": AQE_PAPER_PARAMS["expansion_alpha"],
-            "aqe.n": AQE_PAPER_PARAMS["expansion_neighbors"],
-        }
+        return {_AQE_KEYS[name]: value for name, value in EXPANSION.paper_params().items()}
     if family == "plain":
         return {}
     component = reranker_component(family)
@@ -86,8 +85,9 @@ def _suggest(
         and trial.suggest_categorical(f"{method}.aqe", [False, True])
     ):
         options["query_expansion"] = True
-        options["expansion_alpha"] = trial.suggest_float("aqe.alpha", 0.0, 5.0)
-        options["expansion_neighbors"] = trial.suggest_int("aqe.n", 1, 50, log=True)
+        for param in EXPANSION.params:  # the declared spaces (they hold the adaptive values)
+            assert param.space is not None
+            options[param.name] = param.space.suggest(trial, _AQE_KEYS[param.name])
     if component is None:
         return options
     options["rerank"] = True
@@ -105,10 +105,7 @@ def _suggest(
         params[param.name] = min(params[param.at_most], value) if param.at_most else value
     if component.prepared:
         params.update(_suggest_preparation(trial, method))
-    if method == DEFAULT_METHOD:
-        options.update(params)
-    else:
-        options["rerank_params"] = params
+    options["rerank_params"] = params
     return options
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from galleria.components import PluginError
 from galleria.rerank.registry import RERANK_METHODS, reranker_component
-from galleria.retrieval import RetrievalConfig
-from galleria.tune._constants import _AUGMENTED, _WITH_AQE, GUARD_MARGIN
+from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
+from galleria.tune._constants import _AUGMENTED, _PREPARATION, _WITH_AQE, GUARD_MARGIN
 from galleria.tune._space import _adaptive_trial, _choices, _paper_trial, _suggest
 from galleria.tune._stop import stopping_on_interrupt
 
@@ -91,9 +91,12 @@ def _enqueue_defaults(
         if family in _WITH_AQE:
             params[f"{family}.aqe"] = False
         if family in _AUGMENTED:
-            params.update({f"{family}.dba": False, f"{family}.vector_power": 1.0, f"{family}.centre": False})
+            params[f"{family}.dba"] = False
+            params.update(
+                {f"{family}.{name}": _PREPARATION[name].default for name in ("vector_power", "centre")}
+            )
         if family in RERANK_METHODS:
-            params[f"{family}.pool"] = 200
+            params[f"{family}.pool"] = DEFAULT_POOL
         paper = _paper_trial(family)
         study.enqueue_trial({**params, **paper})
         adaptive = adaptive_trials[family]

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from galleria.rerank.registry import DEFAULT_METHOD
+from galleria.expansion import EXPANSION
+from galleria.rerank.registry import DEFAULT_COMPONENT, DEFAULT_METHOD, reranker_component
 from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
 
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
@@ -43,8 +44,17 @@ def _flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
     raise ValueError(f"{key} must be true or false, got {value!r}")
 
 
-#: The page's and the API's old names of αQE's settings, and the RetrievalConfig fields they set.
-_FIELD_NAMES = {"expansion_alpha": "alpha", "expansion_neighbors": "neighbors", "lambda_value": "lambda"}
+#: The page's and the API's short names (``Param.key``) of αQE's settings and of λ, by the
+#: RetrievalConfig field or parameter they set: read from the declarations.
+_FIELD_NAMES = {
+    param.name: param.key
+    for param in (*EXPANSION.params, DEFAULT_COMPONENT.param("lambda_value"))
+    if param.key
+}
+
+
+#: The field or parameter each short name sets (``alpha`` → ``expansion_alpha``).
+_SHORT_NAMES = {short: name for name, short in _FIELD_NAMES.items()}
 
 
 #: Method parameters given flat under these names are αQE's old names instead: give them as
@@ -74,41 +84,63 @@ def _as_sent(message: str, lambda_name: str) -> str:
 
 
 def _first(settings: Mapping[str, Any], *names: str) -> tuple[str, Any]:
-    """The first of ``names`` given a value (not None nor empty) and its value; else (names[0], None)."""
-    for name in names:
-        if settings.get(name) not in (None, ""):
-            return name, settings[name]
-    return names[0], None
+    """The one of ``names`` given a value (not None nor empty) and its value; else (names[0], None).
+
+    ValueError when two spellings of the one setting are given (``alpha`` and ``expansion_alpha``)."""
+    given = [name for name in names if settings.get(name) not in (None, "")]
+    if len(given) > 1:
+        raise ValueError(f"{' and '.join(given)} are one setting; give it once")
+    return (given[0], settings[given[0]]) if given else (names[0], None)
+
+
+def sent_names(settings: Mapping[str, Any]) -> set[str]:
+    """The settings a request gives, by their declared names whatever the spelling: ``k1``,
+    ``param.k1`` and ``params: {"k1": ...}`` are ``k1``; ``lambda`` is ``lambda_value``; ``alpha`` and
+    ``neighbors`` (flat) are αQE's ``expansion_alpha`` and ``expansion_neighbors``."""
+    names: set[str] = set()
+    for key, value in settings.items():
+        if value in (None, ""):
+            continue
+        if key == "params" and isinstance(value, Mapping):
+            names.update(str(name) for name in value)
+        elif isinstance(key, str) and key.startswith(PARAM_PREFIX):
+            names.add(key[len(PARAM_PREFIX) :])
+        else:
+            names.add(_SHORT_NAMES.get(key, key))
+    return names
 
 
 def _method_params(settings: Mapping[str, Any], method: str) -> tuple[dict[str, Any], str]:
     """The method's parameters a request gives (typed by their defaults), and the name λ was sent by."""
-    from galleria.rerank.registry import METHOD_PARAMS, check_method_params
+    from galleria.rerank.registry import METHOD_PARAMS
 
     declared = METHOD_PARAMS[method]
-    defaults = check_method_params(method, {})
     nested = settings.get("params")
     if nested is not None and not isinstance(nested, Mapping):
         raise ValueError(f"params must be an object of {method} parameters, got {nested!r}")
-    sent: dict[str, Any] = dict(nested or {})
+    sent: dict[str, Any] = {}
+    spelled: dict[str, str] = {}  # name → the spelling it was sent by
+    for name, value in (nested or {}).items():
+        if value not in (None, ""):
+            sent[name], spelled[name] = value, f"params.{name}"
     lambda_name = "lambda" if "lambda" in settings or "lambda_value" not in settings else "lambda_value"
     for name in declared:
-        key = "lambda" if name == "lambda_value" and lambda_name == "lambda" else name
-        for given in (PARAM_PREFIX + name, *(() if name in _TAKEN else (key,))):
+        flat = ("lambda", "lambda_value") if name == "lambda_value" else (() if name in _TAKEN else (name,))
+        for given in (PARAM_PREFIX + name, *flat):
             if settings.get(given) not in (None, ""):
-                sent[name] = settings[given]
+                if name in sent:  # one parameter, two spellings: which one was meant?
+                    raise ValueError(f"{spelled[name]} and {given} are one parameter; give it once")
+                sent[name], spelled[name] = settings[given], given
     unknown = sorted(set(sent) - set(declared))
     if unknown:
         raise ValueError(f"unknown {method} parameter(s) {unknown}; it takes {list(declared)}")
+    component = reranker_component(method)
     typed: dict[str, Any] = {}
     for name, value in sent.items():
-        kind = type(defaults.get(name, 0.0))
-        if kind is bool:
-            typed[name] = _flag({name: value}, name)
-        elif kind in (int, float):
-            typed[name] = _number({name: value}, name, None, kind)
-        else:
-            typed[name] = value
+        # read as the declaration types it (text from a form or an address, JSON as sent) and
+        # checked by it: a declared bool is a bool, a number keeps its range, whatever the spelling
+        param = component.param(name)
+        typed[name] = param.parse(value) if isinstance(value, str) else param.check(value)
     return typed, lambda_name
 
 
@@ -181,7 +213,7 @@ class SearchSettings:
         preset = base.rerank_preset if preset is None else preset
         alpha_name, alpha = _first(settings, "alpha", "expansion_alpha")
         neighbors_name, neighbors = _first(settings, "neighbors", "expansion_neighbors")
-        lambda_name = "lambda"
+        lambda_name = "lambda" if "lambda" in settings or "lambda_value" not in settings else "lambda_value"
         try:
             from galleria.rerank.registry import check_method_params
 

@@ -17,7 +17,9 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from galleria._params import format_value
 from galleria._plugins import LazyNames
+from galleria.rerank.registry import DEFAULT_METHOD, reranker_component
 from galleria.viewer import GalleryLabels, SearchSettings, UploadStore
 from galleria.viewer.compare import _flag as read_flag
 from galleria.viewer.compare import setting_keys
@@ -146,12 +148,35 @@ def _gallery_note(settings: SearchSettings) -> str | None:
 
 
 def _hidden_params(settings: SearchSettings) -> list[tuple[str, str]]:
-    """The form's hidden fields of a method other than k-reciprocal: its name and exact parameters."""
+    """The form's hidden field of a method other than the default: its name."""
     config = settings.config
-    if config.rerank_method == "k-reciprocal":
-        return []
-    fields = [("method", config.rerank_method)]
-    fields += [(f"param.{key}", _number_text(value)) for key, value in config.rerank_params.items()]
+    return [] if config.rerank_method == DEFAULT_METHOD else [("method", config.rerank_method)]
+
+
+def param_fields(settings: SearchSettings, sent: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The form's fields of the chosen method's parameters, drawn from its declaration: every
+    parameter editable, with its declared type, range (``min`` / ``max``), choices and help.
+
+    The default method's parameters go by their short names (``k1``, ``k2``, ``lambda``), another
+    method's as ``param.NAME``; a value is the one sent, else the one the search used, else blank
+    (a value the method leaves out: the declared default or the gallery's)."""
+    config = settings.config
+    default = config.rerank_method == DEFAULT_METHOD
+    fields: list[dict[str, Any]] = []
+    for param in reranker_component(config.rerank_method).params:
+        name = (param.key or param.name) if default else f"param.{param.name}"
+        value = config.rerank_params.get(param.name)
+        text = sent.get(name, "" if value is None else _number_text(value))
+        if param.type is bool:
+            text = "1" if str(text).lower() in ("1", "true", "on", "yes") else "0"
+        label = "λ" if param.name == "lambda_value" else param.name
+        field = {"name": name, "label": label, "type": param.type.__name__, "value": text, "help": param.help}
+        if param.type in (int, float):
+            field["min"] = format_value(param.low)
+            field["max"] = format_value(param.high)
+        if param.type is str:
+            field["choices"] = [str(choice) for choice in param.choices]
+        fields.append(field)
     return fields
 
 
@@ -181,6 +206,7 @@ def page_renderer(site: Site) -> Renderer:
             "has_eval": site.evaluation is not None,
             "form": _form_values(settings, sent),
             "hidden_params": _hidden_params(settings),
+            "param_fields": param_fields(settings, sent),
             "gallery_note": _gallery_note(settings),
             "error": None,
             "query_text": "",

@@ -30,6 +30,7 @@ from galleria.viewer import (
 )
 from galleria.viewer.compare import MAX_RESULTS
 from galleria.viewer.flight import SingleFlight
+from galleria.viewer.settings import sent_names
 from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES, MAX_CONCURRENT_DECODES, encode_pixels
 from galleria.web import routes
 from galleria.web._background import Background
@@ -55,13 +56,14 @@ def _bounded(settings: SearchSettings, sent: dict[str, Any]) -> SearchSettings:
     ``pool``, so that no product of them exceeds ``MAX_RESULTS``²; ValueError naming the one sent."""
     config = settings.config
     params = config.rerank_params
-    for name, value in (
-        ("neighbors", config.expansion_neighbors),
-        ("k1", params.get("k1")),
-        ("k2", params.get("k2")),
+    given = sent_names(sent)  # whatever the spelling: k1, param.k1, params.k1; neighbors, expansion_neighbors
+    for name, shown, value in (
+        ("expansion_neighbors", "neighbors", config.expansion_neighbors),
+        ("k1", "k1", params.get("k1")),
+        ("k2", "k2", params.get("k2")),
     ):
-        if name in sent and isinstance(value, int) and value > MAX_RESULTS:
-            raise ValueError(f"{name} must be at most {MAX_RESULTS} in a request, got {value!r}")
+        if name in given and isinstance(value, int) and value > MAX_RESULTS:
+            raise ValueError(f"{shown} must be at most {MAX_RESULTS} in a request, got {value!r}")
     return settings
 
 

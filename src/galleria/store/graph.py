@@ -364,10 +364,12 @@ def follow_graph_file(store: InMemoryImageEmbeddingStore, store_file: str | os.P
     saved: the file written records the new state, so a graph never mixes two states (if this is
     never reached, the file left records the old state and is stale). False (nothing written)
     when no graph is held or the change is too large to update (the next use rebuilds it)."""
-    rows, vectors = _rows_and_vectors(store)
     with _LOCK:
         held = _HELD.get(store)
-    if held is None or held.rows is rows:
+    if held is None:
+        return False
+    rows, vectors = _rows_and_vectors(store)
+    if held.rows is rows:
         return False
     graph = _followed(held, rows, vectors, store.space, _state_of(store.space, vectors))
     if graph is None:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from galleria.index import graph_update
-from galleria.index.neighbor_graph import check_graph_arrays, exact_graph, graph_recall
 from galleria.index.graph_update import update_graph
+from galleria.index.neighbor_graph import check_graph_arrays, exact_graph, graph_recall
 
 
 def _clustered(count: int, seed: int = 0, dim: int = 16) -> np.ndarray:
@@ -17,7 +17,9 @@ def _clustered(count: int, seed: int = 0, dim: int = 16) -> np.ndarray:
     return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _changed(count: int, removed: np.ndarray, extra: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _changed(
+    count: int, removed: np.ndarray, extra: np.ndarray, data: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The new state's vectors (kept rows in order, then ``extra``) and each old row's new row."""
     keep = np.ones(count, dtype=bool)
     keep[removed] = False
@@ -71,7 +73,7 @@ def test_removals_are_repaired_and_a_row_left_without_candidates_is_searched_exa
     removed = np.arange(201, 205)  # the group's other members: row 200 lost every neighbour
     new, kept = _changed(205, removed, np.empty((0, 16), np.float32), data)
     new_ids, new_distances, counts = update_graph(new, ids, distances, kept, 4, "l2")
-    truth, truth_distances = exact_graph(new, 4, "l2")
+    truth, _truth_distances = exact_graph(new, 4, "l2")
     np.testing.assert_array_equal(new_ids[200], truth[200])
     assert counts["repaired"] >= 1 and counts["added"] == 0
     assert not np.isin(new_ids, np.arange(201, 205)).any() and new_ids.max() < 201
@@ -82,6 +84,6 @@ def test_a_graph_wider_than_the_new_state_is_cut() -> None:
     data = _clustered(12, seed=5)
     ids, distances = exact_graph(data, 8, "cosine")
     new, kept = _changed(12, np.arange(6), np.empty((0, 16), np.float32), data)
-    new_ids, new_distances, _ = update_graph(new, ids, distances, kept, 8, "cosine")
+    new_ids, _new_distances, _ = update_graph(new, ids, distances, kept, 8, "cosine")
     assert new_ids.shape == (6, 5)
     np.testing.assert_array_equal(new_ids, exact_graph(new, 5, "cosine")[0])

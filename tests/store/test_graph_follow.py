@@ -76,7 +76,7 @@ def test_add_and_remove_update_the_kept_graph(
     store.add_images(photos[80:], progress=False)
     store.remove_images(photos[:3])
     store.save_to_disk(file)
-    ids, distances = neighbor_graph(store, K, store_file=file)
+    ids, _distances = neighbor_graph(store, K, store_file=file)
     assert built == [K]  # updated, not rebuilt
     header = read_graph_header(graph_file_for(file))
     assert header["state"] == graph_state(store) and header["version"] == 2 and header["changed"] == 13
@@ -158,7 +158,7 @@ def test_a_graph_update_that_fails_leaves_a_stale_file_never_a_mixed_one(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(graph_module, "write_graph_arrays", broken)
+    monkeypatch.setattr(graph_module, "write_graph_arrays", broken)  # what STORE.graph is written with
     _cli("add", file, *photos[80:])
     assert "could not be updated" in capsys.readouterr().err
     assert Path(graph_file_for(file)).read_bytes() == before  # the old state's graph, whole

@@ -128,14 +128,15 @@ def save_with_manifest(store: Any, store_path: str, stats: Mapping[str, Stat]) -
 def hold_graph(store: Any, store_path: str) -> None:
     """Hold ``STORE.graph`` with the store just loaded (if it is of its state), so that the save after
     a change updates it instead of leaving it stale (:func:`galleria.store.graph.hold_graph_file`)."""
-    from galleria.store.graph import hold_graph_file
+    from galleria.store.graph_keeping import hold_graph_file
 
     hold_graph_file(store, store_path)
 
 
 def _follow_graph(store: Any, store_path: str) -> None:
     """Write the held graph, updated to the saved store's state; a failure leaves it stale (a warning)."""
-    from galleria.store.graph import follow_graph_file, graph_file_for
+    from galleria.store.graph import graph_file_for
+    from galleria.store.graph_keeping import follow_graph_file
 
     try:
         follow_graph_file(store, store_path)

@@ -66,8 +66,8 @@ METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
 #: The phases the builders report to ``on_progress`` (rows, each).
 GRAPH_PHASE, HNSW_BUILD, HNSW_SEARCH = "neighbour graph", "HNSW build", "HNSW search"
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
-CELL_SIZE = 1024
-PROBES = 8
+CELL_SIZE = 512
+PROBES = 16
 
 
 #: Rows at least this many times wider than ``k`` are first cut down through a strided sample.
@@ -192,24 +192,6 @@ def exact_graph(
     return _neighbours_among(array, chosen, everything, wanted, space, block_elements, tick)
 
 
-def _cells(array: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """k-means centroids (count, d) of ``array`` and each row's cell (nearest centroid)."""
-    import faiss
-
-    size, dim = array.shape
-    sample = np.random.default_rng(seed).choice(size, size=min(size, count * 64), replace=False)
-    kmeans = faiss.Kmeans(dim, count, niter=12, seed=seed, verbose=False)
-    kmeans.train(np.ascontiguousarray(array[np.sort(sample)]))
-    centroids = np.asarray(kmeans.centroids, dtype=np.float32).reshape(count, dim)
-    cells = np.empty(size, dtype=np.int64)
-    step = max(1, BLOCK_ELEMENTS // count)
-    for begin in range(0, size, step):
-        cells[begin : begin + step] = np.argmin(
-            pairwise_distances(array[begin : begin + step], centroids, "l2"), 1
-        )
-    return centroids, cells
-
-
 def approximate_graph(
     vectors: Any,
     k: Any,
@@ -223,34 +205,22 @@ def approximate_graph(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k-NN graph through an inverted file (module docstring): exact distances, probed cells.
 
-    Same result layout as :func:`exact_graph`; deterministic for a given ``seed``.
+    Same result layout as :func:`exact_graph`; deterministic for a given ``seed``. Computed in the
+    shards of :mod:`galleria.index.ivf_graph`, one after the other (Ray tasks compute the same shards:
+    :func:`galleria.engines.ray_graph.ray_ivf_graph`).
     """
     array, wanted = _check_vectors(vectors, k, space)
     size = array.shape[0]
     count = max(1, min(size // max(1, check_positive_int("cell_size", cell_size)), 1 << 16))
     probed = min(count, check_positive_int("probes", probes))
-    ids = np.empty((size, wanted), dtype=np.int32)
-    distances = np.empty((size, wanted), dtype=np.float32)
     if wanted == 0 or count <= probed:
         if not wanted:
-            return ids, distances
+            return np.empty((size, 0), dtype=np.int32), np.empty((size, 0), dtype=np.float32)
         return exact_graph(array, wanted, space, block_elements=block_elements, on_progress=on_progress)
-    centroids, cells = _cells(array, count, seed)
-    order = np.argsort(cells, kind="stable")
-    starts = np.searchsorted(cells[order], np.arange(count + 1))
-    sizes = np.diff(starts)
-    between = pairwise_distances(centroids, centroids, "l2")
-    np.fill_diagonal(between, -1.0)  # a cell probes itself first
-    tick = counter(on_progress, GRAPH_PHASE, size)
-    for cell in np.flatnonzero(sizes):
-        nearest = np.argsort(between[cell], kind="stable")
-        enough = int(np.searchsorted(np.cumsum(sizes[nearest]), wanted + 1)) + 1
-        chosen = nearest[: max(probed, enough)]
-        candidates = np.sort(np.concatenate([order[starts[c] : starts[c + 1]] for c in chosen]))
-        members = order[starts[cell] : starts[cell + 1]]
-        found = _neighbours_among(array, members, candidates, wanted, space, block_elements, tick)
-        ids[members], distances[members] = found
-    return ids, distances
+    from galleria.index.ivf_graph import compute_shards, plan_ivf_graph
+
+    plan = plan_ivf_graph(array, wanted, space, count, probed, seed)
+    return compute_shards(array, plan, counter(on_progress, GRAPH_PHASE, size))
 
 
 def _refined(

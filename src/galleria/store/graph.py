@@ -61,10 +61,8 @@ __all__ = [
     "GraphFileWarning",
     "GraphStateWarning",
     "NeighborGraph",
-    "follow_graph_file",
     "graph_file_for",
     "graph_state",
-    "hold_graph_file",
     "neighbor_graph",
     "read_graph_file",
     "read_graph_header",
@@ -334,49 +332,6 @@ def _followed(held: _Held, rows: object, vectors: np.ndarray, space: str, state:
         return None
     ids, distances, changed, _ = found
     return NeighborGraph(state, ids, distances, old.method, changed=changed)
-
-
-def hold_graph_file(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> bool:
-    """Hold ``STORE.graph``'s graph with ``store`` if it is of the store's state, so that a change of
-    the store can update it (:func:`follow_graph_file`); False (nothing held) if there is none.
-
-    A stale or damaged file is left alone (it is refused or rebuilt where a graph is wanted)."""
-    path = graph_file_for(store_file)
-    if not os.path.exists(path):
-        return False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", GraphStateWarning)
-            graph = read_graph_file(path, store)
-    except (OSError, ValueError):
-        return False
-    if graph is None:
-        return False
-    rows, vectors = _rows_and_vectors(store)
-    _hold(store, rows, graph, vectors)
-    return True
-
-
-def follow_graph_file(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> bool:
-    """Update the graph held for ``store`` to its current state and write it to ``STORE.graph``.
-
-    Called by whoever changed the store, under the store's writer lock, after the store file is
-    saved: the file written records the new state, so a graph never mixes two states (if this is
-    never reached, the file left records the old state and is stale). False (nothing written)
-    when no graph is held or the change is too large to update (the next use rebuilds it)."""
-    with _LOCK:
-        held = _HELD.get(store)
-    if held is None:
-        return False
-    rows, vectors = _rows_and_vectors(store)
-    if held.rows is rows:
-        return False
-    graph = _followed(held, rows, vectors, store.space, _state_of(store.space, vectors))
-    if graph is None:
-        return False
-    _write_graph_file(graph_file_for(store_file), graph)
-    _hold(store, rows, graph, vectors)
-    return True
 
 
 def save_neighbor_graph(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> bool:

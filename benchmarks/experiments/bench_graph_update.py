@@ -44,7 +44,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=30)
     parser.add_argument("--share", type=float, default=0.01, help="share added and share removed")
     parser.add_argument("--sample", type=int, default=2000)
-    parser.add_argument("--no-rebuild", action="store_true", help="take the old build's cost as the rebuild's")
+    parser.add_argument(
+        "--no-rebuild", action="store_true", help="take the old build's cost as the rebuild's"
+    )
     args = parser.parse_args()
     changed = int(args.rows * args.share)
     data = vectors(args.rows + changed, 128, seed=1)

@@ -1,8 +1,8 @@
 """A store's neighbour graph (:mod:`galleria.index.neighbor_graph`), kept with the store and beside it.
 
-**In memory** the graph is held per store object while its gallery stays the same (adding or removing
-images replaces the store's row table, and the next call builds a new graph). A graph of ``k``
-neighbours also answers every smaller ``k`` (its rows' prefixes).
+**In memory** the graph is held per store object with the gallery it was made for (adding or removing
+images replaces the store's row table, and the next call updates the graph, or builds a new one). A
+graph of ``k`` neighbours also answers every smaller ``k`` (its rows' prefixes).
 
 **On disk** it lives in the side file ``STORE.graph`` next to the store file, written by
 ``galleria graph`` or :func:`save_neighbor_graph`. Saving the store never writes it, so an unchanged
@@ -26,8 +26,13 @@ read-only folder, a full disk) is a :class:`GraphFileWarning` for the commands t
 they answer from the graph they computed. ``galleria graph`` and ``galleria check`` are strict.
 
 Layout: ``b"GALLERIA-GRAPH1\\n"``, a 4-byte little-endian header length, a UTF-8 JSON header
-(``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB), then the ids
-(n·k little-endian int32) and the distances (n·k little-endian float32).
+(``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB; version 2, a graph
+updated since its build, adds ``"changed"``), then the ids (n·k little-endian int32) and the
+distances (n·k little-endian float32).
+
+**Changes.** After ``add_images``/``remove_images`` the held graph is updated rather than rebuilt
+(:mod:`galleria.store._graph_follow`, :mod:`galleria.index.graph_update`); the command line writes it
+to ``STORE.graph`` with the store (:mod:`galleria.store.graph_keeping`).
 """
 
 from __future__ import annotations

@@ -175,3 +175,18 @@ def test_a_graph_update_that_fails_leaves_a_stale_file_never_a_mixed_one(
     assert built == [K]  # rebuilt for the new state
     assert read_graph_header(graph_file_for(file))["state"] == graph_state(loaded)
     assert json.loads(json.dumps(read_graph_header(graph_file_for(file))))["version"] == 1
+
+
+def test_galleria_graph_waits_for_no_writer_while_it_builds(
+    photos: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from galleria._files import writer_lock
+
+    file = str(tmp_path / "s.safetensors")
+    _store(photos[:30]).save_to_disk(file)
+    with writer_lock(file):  # another process is changing the store
+        assert main(["graph", file, "--k", str(K), "--sample", "0"]) == 2
+    assert "is being changed by another galleria process" in capsys.readouterr().err
+    assert not Path(graph_file_for(file)).exists()
+    _cli("graph", file, "--k", str(K), "--sample", "0")  # the lock released: built
+    assert read_graph_header(graph_file_for(file))["k"] == K

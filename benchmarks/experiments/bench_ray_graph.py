@@ -9,6 +9,10 @@ shards on Ray tasks), and with ``--exact`` the exact graph for reference. Report
 seconds of each (the Ray build's CPU is the driver's only; its tasks run in worker processes), the
 Ray start-up, whether the two graphs are equal bit for bit, and recall@30 against exact neighbours
 of 2,000 sampled rows. Prints one JSON object.
+
+``--costs 100000 200000`` instead measures, per size, the plan's cost on the driver (k-means,
+assignment, probes: it grows as n²/cell_size) and the first shard's cost per item (constant: 8,192
+candidates an item), one JSON line each — the per-item costs ``docs/scaling.md`` projects 10⁷ from.
 """
 
 from __future__ import annotations
@@ -31,6 +35,27 @@ from galleria.index import ivf_graph  # noqa: E402
 from galleria.index.neighbor_graph import approximate_graph, exact_graph, graph_recall  # noqa: E402
 
 
+def costs(rows: int, k: int) -> None:
+    data = vectors(rows, 128, seed=1)
+    wall, cpu = time.perf_counter(), time.process_time()
+    plan = ivf_graph.plan_ivf_graph(data, k, "cosine", rows // 512, 16, 0)
+    plan_wall, plan_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter(), time.process_time()
+    members, _, _ = ivf_graph.ivf_shard(data, ivf_graph.shard_inputs(plan, 0), k, "cosine")
+    shard_wall, shard_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    figures = {
+        "rows": rows,
+        "cells": rows // 512,
+        "plan_wall_s": round(plan_wall, 2),
+        "plan_cpu_s": round(plan_cpu, 2),
+        "shard0_items": int(members.size),
+        "shard0_wall_s": round(shard_wall, 2),
+        "shard0_cpu_s": round(shard_cpu, 2),
+        "shard_cpu_us_per_item": round(1e6 * shard_cpu / members.size, 1),
+    }
+    print(json.dumps(figures), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -38,7 +63,12 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=2000)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--exact", action="store_true", help="also time the exact graph")
+    parser.add_argument("--costs", type=int, nargs="*", help="measure the plan and a shard at these sizes")
     args = parser.parse_args()
+    if args.costs:
+        for rows in args.costs:
+            costs(rows, args.k)
+        return
     data = vectors(args.rows, 128, seed=1)
     out: dict[str, object] = {"rows": args.rows, "k": args.k}
     wall, cpu = time.perf_counter(), time.process_time()

@@ -409,7 +409,7 @@ def test_graph_shows_progress_and_an_interrupted_graph_does_not_say_done(
         tick(25)  # a part of the rows, then Ctrl-C
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(neighbor_graph, "_neighbours_among", interrupted)
+    monkeypatch.setattr(neighbor_graph, "neighbours_among", interrupted)
     code, _, err = _run(capsys, "graph", str(store), "--k", "5", "--rebuild")
     assert code == 130, err
     build = _lines(err, "graph: neighbour graph: ")

@@ -153,8 +153,10 @@ def test_public_function_keeps_the_graph_per_store_state() -> None:
     assert np.shares_memory(smaller, ids)  # the kept graph answers a smaller k
     store.remove_images(["p0"])
     shrunk, _ = galleria.neighbor_graph(store, 8)
-    assert shrunk.shape == (399, 8)  # rebuilt for the new gallery
-    np.testing.assert_array_equal(shrunk, brute_force(store.embeddings, 8, "cosine")[0])
+    assert shrunk.shape == (399, 8)  # updated for the new gallery (galleria.index.graph_update)
+    assert graph_recall(shrunk, brute_force(store.embeddings, 8, "cosine")[0]) >= 0.95
+    rebuilt, _ = galleria.neighbor_graph(store, 8, method="exact")  # an updated graph is not exact
+    np.testing.assert_array_equal(rebuilt, brute_force(store.embeddings, 8, "cosine")[0])
     with pytest.raises(TypeError, match="store must be"):
         galleria.neighbor_graph("store", 3)  # type: ignore[arg-type]
 

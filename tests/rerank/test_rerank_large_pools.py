@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from galleria import Candidate, InMemoryImageEmbeddingStore, KReciprocalReranker
+from galleria import Candidate, InMemoryImageEmbeddingStore, KReciprocalReranker, _blas
+from galleria._blas import one_blas_thread
 from galleria.distances import pairwise_distances, prepare_vectors
 from galleria.rerank import _common, rerank_pool, rerank_pools, sparse_pool
 from galleria.rerank import batched as batched_module
 from galleria.rerank import pool as pool_module
 from galleria.rerank import reranker as reranker_module
-from galleria.rerank._common import one_blas_thread
 from galleria.rerank.pool import pool_core
 from galleria.rerank.sparse_pool import MatrixRows, VectorRows, sparse_pool_core
 
@@ -184,7 +184,7 @@ def blas_threads() -> list[int]:
 @pytest.fixture(autouse=True)
 def fresh_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit finds the BLAS libraries on first use; let it see every one loaded by now."""
-    monkeypatch.setattr(_common._ONE_BLAS_THREAD, "_controller", None)
+    monkeypatch.setattr(_blas._ONE_BLAS_THREAD, "_controller", None)
 
 
 def test_one_blas_thread_limits_and_restores() -> None:

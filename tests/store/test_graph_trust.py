@@ -24,6 +24,7 @@ from galleria import InMemoryImageEmbeddingStore
 from galleria.cli import main
 from galleria.distances import prepare_vectors
 from galleria.index.neighbor_graph import exact_graph
+from galleria.store import _graph_file as graph_file_module
 from galleria.store import graph as graph_module
 from galleria.store.graph import GraphFileWarning, graph_file_for, read_graph_file
 
@@ -181,7 +182,7 @@ def test_a_full_disk_is_a_warning_for_duplicates(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(graph_module, "atomic_stream", full)
+    monkeypatch.setattr(graph_file_module, "atomic_stream", full)
     found, err = _groups(saved, capsys)
     assert found == truth and "cannot be written" in err and "No space left" in err
     assert main(["graph", str(saved), "--k", str(K), "--sample", "0"]) == 2

@@ -109,6 +109,7 @@ def save_with_manifest(store: Any, store_path: str, stats: Mapping[str, Stat]) -
     warning says so: the command succeeds, and ``sync`` falls back to comparing file times.
     """
     store.save_to_disk(store_path)
+    _follow_graph(store, store_path)
     files = {path: list(stats[path]) for path in store.paths if path in stats}
     payload = {"format": _FORMAT, "version": 1, "files": files}
     name = manifest_path(store_path)
@@ -120,6 +121,30 @@ def save_with_manifest(store: Any, store_path: str, stats: Mapping[str, Stat]) -
         print(
             f"warning: the store {store_path!r} is saved, but its file manifest {name!r} could not be "
             f"written ({error.strerror or error}); `galleria sync` will compare file times instead",
+            file=sys.stderr,
+        )
+
+
+def hold_graph(store: Any, store_path: str) -> None:
+    """Hold ``STORE.graph`` with the store just loaded (if it is of its state), so that the save after
+    a change updates it instead of leaving it stale (:func:`galleria.store.graph.hold_graph_file`)."""
+    from galleria.store.graph_keeping import hold_graph_file
+
+    hold_graph_file(store, store_path)
+
+
+def _follow_graph(store: Any, store_path: str) -> None:
+    """Write the held graph, updated to the saved store's state; a failure leaves it stale (a warning)."""
+    from galleria.store.graph import graph_file_for
+    from galleria.store.graph_keeping import follow_graph_file
+
+    try:
+        follow_graph_file(store, store_path)
+    except (OSError, ValueError) as error:
+        print(
+            f"warning: the store {store_path!r} is saved, but its neighbour graph "
+            f"{graph_file_for(store_path)!r} could not be updated ({error}); it is stale and will be rebuilt "
+            "when next needed",
             file=sys.stderr,
         )
 

@@ -10,6 +10,7 @@ from galleria.cli._edits import (
     add_wait_option,
     expand_paths,
     file_stat,
+    hold_graph,
     read_manifest,
     readable,
     save_with_manifest,
@@ -65,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     check_existing_file("store file", args.store)
     paths = expand_paths(args.paths, "PATH")
     store = load_store(args, args.store)
+    hold_graph(store, args.store)  # STORE.graph follows the change (updated, not discarded)
     stats = read_manifest(args.store)
     present = [path for path in paths if path in store]
     new = [path for path in paths if path not in store]

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._edits import add_wait_option, store_writer
 from galleria.cli._options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
@@ -52,6 +53,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--rebuild", action="store_true", help="build anew even if STORE.graph holds it")
     add_load_options(parser)
+    add_wait_option(parser)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(run=run)
 
@@ -62,7 +64,16 @@ def _peak_bytes() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build (or reuse) the graph, keep it, print the figures."""
+    """Build (or reuse) the graph, keep it, print the figures; under the store's writer lock, so that
+    no `add` or `remove` changes the store (and its graph file) while the graph is built."""
+    from galleria.cli._options import check_existing_file
+
+    check_existing_file("store file", args.store)
+    with store_writer(args, args.store):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import os
     import warnings
 

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
-from galleria.cli._edits import add_wait_option, read_manifest, save_with_manifest, store_writer
+from galleria.cli._edits import add_wait_option, hold_graph, read_manifest, save_with_manifest, store_writer
 from galleria.cli._options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
@@ -62,6 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.paths and not args.all:
         raise CliError("give the PATHs to remove, or --all to remove every image")
     store = load_store(args, args.store)
+    hold_graph(store, args.store)  # STORE.graph follows the change (updated, not discarded)
     stored = store.paths
     gone: list[str] = [] if args.paths else list(stored)
     for item in args.paths:

@@ -10,6 +10,7 @@ from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import (
     add_wait_option,
     file_stat,
+    hold_graph,
     read_manifest,
     readable,
     save_with_manifest,
@@ -150,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
 
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)
+    hold_graph(store, args.store)  # STORE.graph follows the change (updated, not discarded)
     files = [path for path in store.paths if not is_url(path)]  # URL-only items are left as they are
     listed = list_images(folder)
     if args.root is None:

@@ -40,9 +40,9 @@ import numpy as np
 from galleria._progress import Progress, counter
 from galleria._validation import check_choice, check_positive_int
 from galleria.distances import pairwise_distances
+from galleria.index.exact_blocks import BLOCK_ELEMENTS, neighbours_among, smallest_sorted
 
 __all__ = [
-    "BLOCK_ELEMENTS",
     "EXACT_LIMIT",
     "MAX_GRAPH_K",
     "METHODS",
@@ -52,13 +52,10 @@ __all__ = [
     "exact_graph",
     "graph_recall",
     "hnsw_graph",
-    "smallest_sorted",
 ]
 
 #: Galleries up to this size get the exact graph from ``method="auto"``.
 EXACT_LIMIT = 100_000
-#: Distances computed at once in one block (float32: 64 MB).
-BLOCK_ELEMENTS = 1 << 24
 #: The most neighbours a graph may keep per item (a file claiming more is refused).
 MAX_GRAPH_K = 4096
 #: The ways a graph can be built.
@@ -66,64 +63,8 @@ METHODS: tuple[str, ...] = ("auto", "exact", "hnsw", "ivf")
 #: The phases the builders report to ``on_progress`` (rows, each).
 GRAPH_PHASE, HNSW_BUILD, HNSW_SEARCH = "neighbour graph", "HNSW build", "HNSW search"
 #: Items per cell and cells probed per cell in the ``ivf`` method (defaults).
-CELL_SIZE = 1024
-PROBES = 8
-
-
-#: Rows at least this many times wider than ``k`` are first cut down through a strided sample.
-_CUT = 32
-_STRIDE = 16
-
-
-def _select(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`smallest_sorted` by one selection per row, redoing stably the rows tied at the k-th value."""
-    positions = np.argpartition(values, k - 1, axis=1)[:, :k]
-    found = np.take_along_axis(values, positions, axis=1)
-    bound = found.max(axis=1, keepdims=True)
-    # a row whose k-th value is tied with entries left out may have kept a higher position: redo it
-    tied = np.flatnonzero(
-        np.count_nonzero(values == bound, axis=1) != np.count_nonzero(found == bound, axis=1)
-    )
-    if tied.size:
-        redone = np.argsort(values[tied], axis=1, kind="stable")[:, :k]
-        positions[tied] = redone
-        found[tied] = np.take_along_axis(values[tied], redone, axis=1)
-    order = np.lexsort((positions, found), axis=1)
-    return np.take_along_axis(positions, order, axis=1), np.take_along_axis(found, order, axis=1)
-
-
-def smallest_sorted(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions and values of the ``k`` smallest entries of each row, by (value, position).
-
-    Equal to ``np.argsort(values, axis=1, kind="stable")[:, :k]`` and the values there; ``values``
-    (m, w) must hold no NaN (``+inf`` marks an entry that may not be chosen), ``k <= w``. Wide rows
-    are first cut down: the k-th smallest of every 16th entry bounds the row's k-th smallest from
-    above, and only the entries at or below it (kept in position order) are selected among.
-
-    Examples
-    --------
-    >>> smallest_sorted(np.array([[0.5, 0.1, 0.1, 0.0]]), 3)[0].tolist()
-    [[3, 1, 2]]
-    """
-    count, width = values.shape
-    if k == 0 or count == 0:
-        return np.empty((count, k), dtype=np.int64), np.empty((count, k), dtype=values.dtype)
-    if k >= width:
-        order = np.argsort(values, axis=1, kind="stable")[:, :k]
-        return order, np.take_along_axis(values, order, axis=1)
-    if width < _CUT * k:
-        return _select(values, k)
-    bound = np.partition(values[:, ::_STRIDE], k - 1, axis=1)[:, k - 1 : k]
-    found = np.flatnonzero(values <= bound)
-    rows = found // width
-    counts = np.bincount(rows, minlength=count)
-    slots = np.arange(found.size) - (np.cumsum(counts) - counts)[rows]
-    kept = np.full((count, int(counts.max())), np.inf, dtype=values.dtype)
-    kept[rows, slots] = values.ravel()[found]
-    where = np.zeros(kept.shape, dtype=np.int64)
-    where[rows, slots] = found - rows * width
-    local, chosen = _select(kept, k) if kept.shape[1] > k else smallest_sorted(kept, k)
-    return np.take_along_axis(where, local, axis=1), chosen
+CELL_SIZE = 512
+PROBES = 16
 
 
 def _check_vectors(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:
@@ -135,34 +76,6 @@ def _check_vectors(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:
         raise ValueError(f"k must be at most {MAX_GRAPH_K}, got {k!r}")
     check_choice("space", space, ("cosine", "ip", "l2"))
     return array, min(wanted, max(array.shape[0] - 1, 0))
-
-
-def _neighbours_among(
-    vectors: np.ndarray,
-    rows: np.ndarray,
-    candidates: np.ndarray,
-    k: int,
-    space: str,
-    block: int,
-    tick: Callable[[int], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` nearest of ``candidates`` (ascending ids) to each of ``rows``, never the row itself."""
-    ids = np.empty((rows.size, k), dtype=np.int32)
-    distances = np.empty((rows.size, k), dtype=np.float32)
-    chosen = vectors if candidates.size == vectors.shape[0] else vectors[candidates]
-    step = max(1, block // max(1, candidates.size))
-    for begin in range(0, rows.size, step):
-        part = rows[begin : begin + step]
-        block_distances = pairwise_distances(vectors[part], chosen, space)
-        where = np.minimum(np.searchsorted(candidates, part), candidates.size - 1)
-        own = candidates[where] == part
-        block_distances[np.flatnonzero(own), where[own]] = np.inf
-        positions, values = smallest_sorted(block_distances, k)
-        ids[begin : begin + step] = candidates[positions]
-        distances[begin : begin + step] = values
-        if tick is not None:
-            tick(part.size)
-    return ids, distances
 
 
 def exact_graph(
@@ -189,25 +102,7 @@ def exact_graph(
     chosen = np.arange(size, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     everything = np.arange(size, dtype=np.int64)
     tick = counter(on_progress, GRAPH_PHASE, chosen.size)
-    return _neighbours_among(array, chosen, everything, wanted, space, block_elements, tick)
-
-
-def _cells(array: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """k-means centroids (count, d) of ``array`` and each row's cell (nearest centroid)."""
-    import faiss
-
-    size, dim = array.shape
-    sample = np.random.default_rng(seed).choice(size, size=min(size, count * 64), replace=False)
-    kmeans = faiss.Kmeans(dim, count, niter=12, seed=seed, verbose=False)
-    kmeans.train(np.ascontiguousarray(array[np.sort(sample)]))
-    centroids = np.asarray(kmeans.centroids, dtype=np.float32).reshape(count, dim)
-    cells = np.empty(size, dtype=np.int64)
-    step = max(1, BLOCK_ELEMENTS // count)
-    for begin in range(0, size, step):
-        cells[begin : begin + step] = np.argmin(
-            pairwise_distances(array[begin : begin + step], centroids, "l2"), 1
-        )
-    return centroids, cells
+    return neighbours_among(array, chosen, everything, wanted, space, block_elements, tick)
 
 
 def approximate_graph(
@@ -223,34 +118,22 @@ def approximate_graph(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k-NN graph through an inverted file (module docstring): exact distances, probed cells.
 
-    Same result layout as :func:`exact_graph`; deterministic for a given ``seed``.
+    Same result layout as :func:`exact_graph`; deterministic for a given ``seed``. Computed in the
+    shards of :mod:`galleria.index.ivf_graph`, one after the other (Ray tasks compute the same shards:
+    :func:`galleria.engines.ray_graph.ray_ivf_graph`).
     """
     array, wanted = _check_vectors(vectors, k, space)
     size = array.shape[0]
     count = max(1, min(size // max(1, check_positive_int("cell_size", cell_size)), 1 << 16))
     probed = min(count, check_positive_int("probes", probes))
-    ids = np.empty((size, wanted), dtype=np.int32)
-    distances = np.empty((size, wanted), dtype=np.float32)
     if wanted == 0 or count <= probed:
         if not wanted:
-            return ids, distances
+            return np.empty((size, 0), dtype=np.int32), np.empty((size, 0), dtype=np.float32)
         return exact_graph(array, wanted, space, block_elements=block_elements, on_progress=on_progress)
-    centroids, cells = _cells(array, count, seed)
-    order = np.argsort(cells, kind="stable")
-    starts = np.searchsorted(cells[order], np.arange(count + 1))
-    sizes = np.diff(starts)
-    between = pairwise_distances(centroids, centroids, "l2")
-    np.fill_diagonal(between, -1.0)  # a cell probes itself first
-    tick = counter(on_progress, GRAPH_PHASE, size)
-    for cell in np.flatnonzero(sizes):
-        nearest = np.argsort(between[cell], kind="stable")
-        enough = int(np.searchsorted(np.cumsum(sizes[nearest]), wanted + 1)) + 1
-        chosen = nearest[: max(probed, enough)]
-        candidates = np.sort(np.concatenate([order[starts[c] : starts[c + 1]] for c in chosen]))
-        members = order[starts[cell] : starts[cell + 1]]
-        found = _neighbours_among(array, members, candidates, wanted, space, block_elements, tick)
-        ids[members], distances[members] = found
-    return ids, distances
+    from galleria.index.ivf_graph import compute_shards, plan_ivf_graph
+
+    plan = plan_ivf_graph(array, wanted, space, count, probed, seed)
+    return compute_shards(array, plan, counter(on_progress, GRAPH_PHASE, size))
 
 
 def _refined(

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from galleria.rerank._common import one_blas_thread, parallel_blocks
+from galleria._blas import one_blas_thread
+from galleria.rerank._common import parallel_blocks
 
 __all__ = ["GRAPH_METHODS", "SYMMETRIC_LIMIT", "TILE", "symmetric_graph"]
 

@@ -6,16 +6,12 @@ Everything here works on numpy arrays and knows nothing of stores or files.
 from __future__ import annotations
 
 import os
-import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
-import threadpoolctl
-from threadpoolctl import ThreadpoolController
 
 from galleria._params import Param, Space
 from galleria._validation import check_choice
@@ -35,7 +31,6 @@ __all__ = [
     "check_mode",
     "effective_ks",
     "half_of",
-    "one_blas_thread",
     "ordered_sum",
     "parallel_blocks",
     "ranked_and_nearest",
@@ -267,72 +262,6 @@ def reciprocal_mask(ranking: np.ndarray, width: int, block_elements: int) -> np.
         heads = ranking[start:stop, :width]
         mask[start:stop] = (ranking[heads, :width] == np.arange(start, stop)[:, None, None]).any(axis=2)
     return mask
-
-
-class _OneBlasThread:
-    """Context manager: the BLAS libraries loaded in this process run on one thread while it is entered.
-
-    The small matrix products of pool re-ranking (a few hundred rows each) are far slower when BLAS
-    spreads them over threads that compete with other work for the cores. The thread count of a
-    BLAS library is a setting of the whole process, so the limit is counted: the first caller to
-    enter sets it, the last to leave restores what was there before, however many threads re-rank
-    at once (other threads' BLAS calls meanwhile run on one thread too). Re-entrant.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._controller: ThreadpoolController | None = None
-        self._limiter: Any = None
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                if self._controller is None:  # found once, on first use (numpy's BLAS is loaded by then)
-                    self._controller = ThreadpoolController()
-                _release_openblas_control()
-                self._limiter = self._controller.limit(limits=1, user_api="blas")
-                _release_openblas_control()
-            self._depth += 1
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0:
-                _release_openblas_control()
-                self._limiter.restore_original_limits()
-                self._limiter = None
-                _release_openblas_control()
-
-
-def _release_openblas_control() -> None:
-    """Let this thread set OpenBLAS's process-wide thread count, and leave it to any thread after.
-
-    threadpoolctl ≥ 3.8 lets one Python thread at a time change it and ignores the others; the
-    counted limit may be set by one thread and restored by another.
-    """
-    release = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
-    if release is not None:
-        release(force=True)
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
-
-
-def one_blas_thread() -> _OneBlasThread:
-    """Run the enclosed BLAS calls on one thread (see :class:`_OneBlasThread`); thread-safe, re-entrant.
-
-    Examples
-    --------
-    >>> with one_blas_thread():
-    ...     product = np.ones((3, 2)) @ np.ones((2, 3))
-    """
-    return _ONE_BLAS_THREAD
 
 
 #: Threads that work through independent blocks of the full re-ranking (one per core, at most 4).

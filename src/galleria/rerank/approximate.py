@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from galleria._blas import one_blas_thread
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances
 from galleria.rerank import full
 from galleria.rerank._approximate_graph import GRAPH_METHODS, SYMMETRIC_LIMIT, symmetric_graph
 from galleria.rerank._approximate_jaccard import jaccard_of_lists
-from galleria.rerank._common import K1, K2, LAMBDA, one_blas_thread, parallel_blocks
+from galleria.rerank._common import K1, K2, LAMBDA, parallel_blocks
 
 __all__ = [
     "GRAPH_METHODS",

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._blas import one_blas_thread
 from galleria._validation import check_choice
 from galleria.rerank import _full_blocks as blocks
 from galleria.rerank._common import (
@@ -45,7 +46,6 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     half_of,
-    one_blas_thread,
     parallel_blocks,
 )
 from galleria.rerank._full_jaccard import Jaccard, expanded_pairs, query_expansion, set_features

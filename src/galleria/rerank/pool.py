@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._blas import one_blas_thread
 from galleria.rerank import _common
 from galleria.rerank._common import (
     K1,
@@ -41,7 +42,6 @@ from galleria.rerank._common import (
     check_hyperparameters,
     check_mode,
     effective_ks,
-    one_blas_thread,
     ordered_sum,
     stable_smallest,
 )

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from galleria._blas import one_blas_thread
 from galleria._declare import Component
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances, pairwise_distances_batched
@@ -27,7 +28,7 @@ from galleria.rerank._candidate_checks import (
 from galleria.rerank._candidate_checks import (
     _plainly_valid as _plainly_valid,
 )
-from galleria.rerank._common import K1, K2, LAMBDA, check_mode, one_blas_thread
+from galleria.rerank._common import K1, K2, LAMBDA, check_mode
 from galleria.rerank._consistent import read_candidates
 from galleria.rerank.base import declared_params, resolved_params
 from galleria.rerank.batched import chunk_counts, scale_pools, scaled_pools_core

@@ -1,8 +1,8 @@
 """A store's neighbour graph (:mod:`galleria.index.neighbor_graph`), kept with the store and beside it.
 
-**In memory** the graph is held per store object while its gallery stays the same (adding or removing
-images replaces the store's row table, and the next call builds a new graph). A graph of ``k``
-neighbours also answers every smaller ``k`` (its rows' prefixes).
+**In memory** the graph is held per store object with the gallery it was made for (adding or removing
+images replaces the store's row table, and the next call updates the graph, or builds a new one). A
+graph of ``k`` neighbours also answers every smaller ``k`` (its rows' prefixes).
 
 **On disk** it lives in the side file ``STORE.graph`` next to the store file, written by
 ``galleria graph`` or :func:`save_neighbor_graph`. Saving the store never writes it, so an unchanged
@@ -26,17 +26,20 @@ read-only folder, a full disk) is a :class:`GraphFileWarning` for the commands t
 they answer from the graph they computed. ``galleria graph`` and ``galleria check`` are strict.
 
 Layout: ``b"GALLERIA-GRAPH1\\n"``, a 4-byte little-endian header length, a UTF-8 JSON header
-(``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB), then the ids
-(n·k little-endian int32) and the distances (n·k little-endian float32).
+(``{"format", "version", "state", "n", "k", "method", "sha256"}``, at most 64 KiB; version 2, a graph
+updated since its build, adds ``"changed"``), then the ids (n·k little-endian int32) and the
+distances (n·k little-endian float32).
+
+**Changes.** After ``add_images``/``remove_images`` the held graph is updated rather than rebuilt
+(:mod:`galleria.store._graph_follow`, :mod:`galleria.index.graph_update`); the command line writes it
+to ``STORE.graph`` with the store (:mod:`galleria.store.graph_keeping`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
-import struct
 import threading
 import warnings
 import weakref
@@ -46,10 +49,13 @@ from typing import Any
 
 import numpy as np
 
-from galleria._files import atomic_stream, load_json, open_regular_file
+from galleria._files import open_regular_file
 from galleria._validation import check_callback, check_positive_int
 from galleria._warnings import GalleriaWarning
 from galleria.index.neighbor_graph import MAX_GRAPH_K, METHODS, build_graph, check_graph_arrays
+from galleria.store._graph_file import read_header as _read_header
+from galleria.store._graph_file import write_graph_arrays
+from galleria.store._graph_follow import fingerprints, follow
 from galleria.store._graph_verify import APPROXIMATE_RECALL, verify_graph_rows
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -71,9 +77,6 @@ __all__ = [
 ]
 
 GRAPH_SUFFIX = ".graph"
-_MAGIC = b"GALLERIA-GRAPH1\n"
-_LENGTH = struct.Struct("<I")
-_HEADER_LIMIT = 1 << 16
 #: Rows of a graph file verified against the store's vectors at each read (drawn afresh each time).
 VERIFY_ROWS = 64
 
@@ -98,6 +101,8 @@ class NeighborGraph:
     verified: int = 0
     #: The seed the verified rows were drawn with (None: every row, or built here).
     seed: int | None = None
+    #: Rows added and removed since the graph was built (0: as built; more: updated, approximate).
+    changed: int = 0
 
     @property
     def k(self) -> int:
@@ -105,9 +110,10 @@ class NeighborGraph:
 
 
 class _Held:
-    def __init__(self, rows: object, graph: NeighborGraph) -> None:
+    def __init__(self, rows: object, graph: NeighborGraph, vectors: np.ndarray) -> None:
         self.rows = rows
         self.graph = graph
+        self.fingerprints = fingerprints(vectors)  # to tell, after a change, which rows kept their vector
 
 
 _HELD: weakref.WeakKeyDictionary[InMemoryImageEmbeddingStore, _Held] = weakref.WeakKeyDictionary()
@@ -163,29 +169,6 @@ def read_graph_header(path: str | os.PathLike[str]) -> dict[str, Any]:
         return _read_header(os.fspath(path), stream)[0]
 
 
-def _read_header(name: str, stream: Any) -> tuple[dict[str, Any], int]:
-    lead = stream.read(len(_MAGIC) + _LENGTH.size)
-    if len(lead) < len(_MAGIC) + _LENGTH.size or lead[: len(_MAGIC)] != _MAGIC:
-        raise ValueError(f"graph file {name!r} is not a galleria graph file")
-    (length,) = _LENGTH.unpack(lead[len(_MAGIC) :])
-    if length > _HEADER_LIMIT:
-        raise ValueError(f"graph file {name!r}: header of {length} bytes exceeds {_HEADER_LIMIT}")
-    header = load_json(stream.read(length), f"graph file {name!r}")
-    keys = {"format", "version", "state", "n", "k", "method", "sha256"}
-    if not isinstance(header, dict) or set(header) != keys or header["format"] != "galleria-graph":
-        raise ValueError(f"graph file {name!r}: the header must hold exactly the keys {sorted(keys)}")
-    for key in ("n", "k", "version"):
-        if type(header[key]) is not int or header[key] < 0:
-            raise ValueError(f"graph file {name!r}: header key {key!r} must be a non-negative int")
-    for key in ("state", "sha256"):
-        value = header[key]
-        if not (isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
-            raise ValueError(f"graph file {name!r}: header key {key!r} must be a hex SHA-256")
-    if header["version"] != 1 or header["method"] not in METHODS or header["k"] > MAX_GRAPH_K:
-        raise ValueError(f"graph file {name!r}: unsupported version, method or k > {MAX_GRAPH_K}")
-    return header, len(lead) + length
-
-
 def read_graph_file(
     path: str | os.PathLike[str],
     store: InMemoryImageEmbeddingStore,
@@ -233,8 +216,10 @@ def read_graph_file(
         chosen = np.random.default_rng(used).choice(count, size=min(count, max(0, verify)), replace=False)
         rows = np.sort(chosen)
         what = f"graph file {name!r} ({len(rows)} rows verified, seed {used})"
-    verify_graph_rows(ids, distances, vectors, store.space, header["method"], what, rows)
-    return NeighborGraph(state, ids, distances, header["method"], len(rows), used)
+    changed = int(header.get("changed", 0))
+    checked = header["method"] if not changed else "updated"  # an updated graph is approximate
+    verify_graph_rows(ids, distances, vectors, store.space, checked, what, rows)
+    return NeighborGraph(state, ids, distances, header["method"], len(rows), used, changed)
 
 
 def _usable_graph_file(path: str, store: InMemoryImageEmbeddingStore) -> NeighborGraph | None:
@@ -249,24 +234,7 @@ def _usable_graph_file(path: str, store: InMemoryImageEmbeddingStore) -> Neighbo
 
 
 def _write_graph_file(path: str, graph: NeighborGraph) -> None:
-    ids = np.ascontiguousarray(graph.ids, dtype="<i4")
-    distances = np.ascontiguousarray(graph.distances, dtype="<f4")
-    digest = hashlib.sha256(ids.reshape(-1).view(np.uint8).data)
-    digest.update(distances.reshape(-1).view(np.uint8).data)
-    header = {
-        "format": "galleria-graph",
-        "version": 1,
-        "state": graph.state,
-        "n": int(ids.shape[0]),
-        "k": int(ids.shape[1]),
-        "method": graph.method,
-        "sha256": digest.hexdigest(),
-    }
-    encoded = json.dumps(header, sort_keys=True).encode()
-    with atomic_stream(path) as stream:
-        stream.write(_MAGIC + _LENGTH.pack(len(encoded)) + encoded)
-        stream.write(ids.reshape(-1).view(np.uint8).data)
-        stream.write(distances.reshape(-1).view(np.uint8).data)
+    write_graph_arrays(path, graph.ids, graph.distances, graph.state, graph.method, graph.changed)
 
 
 def _prefix(graph: NeighborGraph, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -311,36 +279,64 @@ def neighbor_graph(
     with _LOCK:
         held = _HELD.get(store)
         kept_file = _FILES.get(store)
-    if held is not None and held.rows is rows and held.graph.k >= wanted:
-        if method in ("auto", held.graph.method):
-            return _prefix(held.graph, wanted)
+    if held is not None and held.rows is rows and held.graph.k >= wanted and _answers(held.graph, method):
+        return _prefix(held.graph, wanted)
     path = graph_file_for(store_file) if store_file is not None else kept_file
     state = _state_of(store.space, vectors)
     graph = None
-    if path is not None and os.path.exists(path):
+    if held is not None and held.rows is not rows and held.graph.k >= wanted and _answers(held.graph, method):
+        graph = _followed(held, rows, vectors, store.space, state)  # updated, not rebuilt, when it can be
+    fresh = graph is not None
+    if graph is None and path is not None and os.path.exists(path):
         graph = _usable_graph_file(path, store)
-        if graph is not None and (graph.k < wanted or method not in ("auto", graph.method)):
+        if graph is not None and (graph.k < wanted or not _answers(graph, method)):
             graph = None
     if graph is None:
         ids, distances, used = build_graph(vectors, requested, store.space, method, on_progress=on_progress)
-        graph = NeighborGraph(state, ids, distances, used)
-        if store_file is not None:  # a file remembered from loading is read, never written
-            try:
-                _write_graph_file(path, graph)  # type: ignore[arg-type]
-            except (OSError, ValueError) as error:  # no regular file, a read-only folder, a full disk
-                warnings.warn(
-                    GraphFileWarning(
-                        f"graph file {path!r} cannot be written ({error}); answered from the graph "
-                        "computed, which is not kept"
-                    ),
-                    stacklevel=2,
-                )
+        graph, fresh = NeighborGraph(state, ids, distances, used), True
+    if fresh and store_file is not None:  # a file remembered from loading is read, never written
+        _write_or_warn(path, graph)  # type: ignore[arg-type]
+    _hold(store, rows, graph, vectors)
+    return _prefix(graph, wanted)
+
+
+def _answers(graph: NeighborGraph, method: str) -> bool:
+    """Whether ``graph`` answers a request for ``method`` (an updated graph is no longer exact)."""
+    return method == "auto" or (method == graph.method and not (graph.changed and method == "exact"))
+
+
+def _hold(
+    store: InMemoryImageEmbeddingStore, rows: object, graph: NeighborGraph, vectors: np.ndarray
+) -> None:
     graph.ids.flags.writeable = False
     graph.distances.flags.writeable = False
+    held = _Held(rows, graph, vectors)
     with _LOCK:
         if store._paths is rows:
-            _HELD[store] = _Held(rows, graph)
-    return _prefix(graph, wanted)
+            _HELD[store] = held
+
+
+def _write_or_warn(path: str, graph: NeighborGraph) -> None:
+    try:
+        _write_graph_file(path, graph)
+    except (OSError, ValueError) as error:  # no regular file, a read-only folder, a full disk
+        warnings.warn(
+            GraphFileWarning(
+                f"graph file {path!r} cannot be written ({error}); answered from the graph "
+                "computed, which is not kept"
+            ),
+            stacklevel=3,
+        )
+
+
+def _followed(held: _Held, rows: object, vectors: np.ndarray, space: str, state: str) -> NeighborGraph | None:
+    """``held``'s graph carried over to the store's new rows (:mod:`galleria.store._graph_follow`)."""
+    old = held.graph
+    found = follow(held.rows, held.fingerprints, old.ids, old.distances, old.changed, rows, vectors, space)  # type: ignore[arg-type]
+    if found is None:
+        return None
+    ids, distances, changed, _ = found
+    return NeighborGraph(state, ids, distances, old.method, changed=changed)
 
 
 def save_neighbor_graph(store: InMemoryImageEmbeddingStore, store_file: str | os.PathLike[str]) -> bool:

@@ -44,7 +44,7 @@ from galleria.curation.keep import (
     kept_because,
     rank_key,
 )
-from galleria.curation.stars import involved_rows, star_groups, twin_classes
+from galleria.curation.stars import involved_rows, star_groups, twin_classes, with_pairs
 from galleria.curation.threshold import (
     CALIBRATION_FRACTION,
     CALIBRATION_QUANTILE,
@@ -58,7 +58,7 @@ from galleria.curation.threshold import (
     store_threshold,
     threshold_bounds,
 )
-from galleria.curation.verify import SAME_PICTURE, PictureCheck
+from galleria.curation.verify import FINGERPRINT_LIMIT, SAME_PICTURE, PictureCheck
 
 __all__ = [
     "CALIBRATION_FRACTION",
@@ -201,6 +201,40 @@ def _described(
     return groups
 
 
+def _with_fingerprints(
+    store: Any,
+    ids: np.ndarray,
+    distances: np.ndarray,
+    radius: float,
+    value: float,
+    pictures: PictureCheck,
+    search: Callable[[int], tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The candidate lists with the pictures' fingerprint pairs added (their distances in the store's
+    space) and, for a row whose k neighbours all lie within the threshold, every row within the radius;
+    and how many fingerprint pairs there were."""
+    from galleria.store.graph import _rows_and_vectors
+
+    n = ids.shape[0]
+    first, second = pictures.fingerprint_pairs(np.arange(n))
+    found = int(first.size)
+    full = (ids.shape[1] < n - 1) & (ids[:, -1] >= 0) & (distances[:, -1] <= value)
+    for row in np.flatnonzero(full).tolist():  # maybe more copies than k: search them all
+        near, _ = search(row)
+        near = near[near != row]
+        first = np.concatenate([first, np.full(near.size, row, np.int64)])
+        second = np.concatenate([second, near.astype(np.int64)])
+    if first.size == 0:
+        return *with_pairs(ids, distances, radius, first, second, np.empty(0)), found
+    vectors = _rows_and_vectors(store)[1]
+    one, other = np.asarray(vectors[first], np.float64), np.asarray(vectors[second], np.float64)
+    if store.space == "l2":
+        gaps = np.sum((one - other) ** 2, axis=1)
+    else:
+        gaps = np.clip(1.0 - np.sum(one * other, axis=1), 0.0, 2.0)
+    return *with_pairs(ids, distances, radius, first, second, gaps), found
+
+
 def duplicate_report(
     store: Any,
     *,
@@ -255,22 +289,44 @@ def duplicate_report(
     ids, distances = ids[:, :wanted], distances[:, :wanted]
     digests = getattr(store, "pixel_digests", None)
     radius = min(2.0, SEARCH_FACTOR * value) if check else value
-    rows = involved_rows(ids, distances, radius, digests)
     facts = _Facts(paths, rule == "best")
-    order = keep_order(rows, paths, rule, facts)
     pictures = PictureCheck(paths, lambda row: facts[row].local) if check else None
+    search = _within(store, radius)
+    printed = pictures is not None and len(paths) <= FINGERPRINT_LIMIT
+    if printed:  # candidates from the pictures too: the vectors may place a copy far from its original
+        assert pictures is not None
+        ids, distances, found_pairs = _with_fingerprints(
+            store, ids, distances, radius, value, pictures, search
+        )
+        limit, saturated, searcher = float("inf"), None, None
+    else:
+        limit, saturated, searcher, found_pairs = radius, value, search, 0
+    rows = involved_rows(ids, distances, limit, digests)
+    order = keep_order(rows, paths, rule, facts)
 
     def accept(first: int, second: int, distance: float) -> bool:
         alike = None if pictures is None else pictures.check(first, second)
         return distance <= value if alike is None else alike >= SAME_PICTURE
 
-    found = star_groups(order, ids, distances, radius, digests, _within(store, radius), accept, value)
+    found = star_groups(order, ids, distances, limit, digests, searcher, accept, saturated)
     groups = _described(found, paths, rule, facts, twin_classes(digests, len(paths)))
     groups.sort(key=lambda group: (-len(group.paths), group.keep))
     checked = None
+    extra: list[str] = []
     if pictures is not None:
-        checked = {"search_radius": radius, "same_picture": SAME_PICTURE, "pairs_checked": pictures.checked}
-    notes = _notes(groups, len(paths), basis, facts)
+        checked = {
+            "search_radius": radius,
+            "same_picture": SAME_PICTURE,
+            "pairs_checked": pictures.checked,
+            "fingerprints": printed,
+            "fingerprint_pairs": found_pairs,
+        }
+        if not printed:
+            extra.append(
+                f"above {FINGERPRINT_LIMIT:,} images the candidates come from the vectors alone (no picture "
+                "fingerprints): a copy the embedder places far from its original may be missed"
+            )
+    notes = _notes(groups, len(paths), basis, facts) + extra
     return DuplicateReport(groups, value, basis, wanted, rule, len(paths), notes, checked)
 
 

@@ -133,7 +133,11 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"pictures checked: {check['pairs_checked']} candidate pair(s) within "
             f"{check['search_radius']:.4g}"
-            + (f" or by fingerprint ({check['fingerprint_pairs']} pair(s))" if check.get("fingerprints") else "")
+            + (
+                f" or by fingerprint ({check['fingerprint_pairs']} pair(s))"
+                if check.get("fingerprints")
+                else ""
+            )
             + f", the same picture at similarity ≥ {check['same_picture']:g}"
         )
     for note in report.notes:

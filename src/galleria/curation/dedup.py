@@ -13,7 +13,8 @@ a URL or missing file after every local file). In that order, an image not yet i
 *representative* — the image its group keeps — and takes every image not yet in a group that lies
 within ``threshold`` of it (or has its pixels) and, by default, is the same picture by a look at
 both (:mod:`galleria.curation.verify`; the candidates then lie within ``SEARCH_FACTOR`` × the
-threshold). Every member is therefore a duplicate *of the image kept*, never only of another member:
+threshold, or are near by their pictures' fingerprints, in galleries of up to ``FINGERPRINT_LIMIT``
+images). Every member is therefore a duplicate *of the image kept*, never only of another member:
 a chain ``a – b – c`` with ``a`` and ``c`` further apart than the threshold is never one group of three.
 
 **The threshold** is calibrated on the store itself (:func:`calibrated_threshold`): a fraction of a
@@ -261,7 +262,9 @@ def duplicate_report(
         The store's file: its neighbour graph is then kept beside it (``STORE.graph``).
     check : bool
         Look at the pictures (:mod:`galleria.curation.verify`): pairs within ``SEARCH_FACTOR`` ×
-        the threshold are candidates, the same picture or not by their thumbnails; a pair whose
+        the threshold, and pairs near by their pictures' fingerprints (up to ``FINGERPRINT_LIMIT``
+        images: every readable image is then decoded once, small), are candidates, the same picture
+        or not by a comparison of the two; a pair whose
         files cannot be read (URLs, missing files) is a copy within the threshold. False: every pair
         within the threshold is a copy, no file is read beyond its header.
 

@@ -67,6 +67,9 @@ FINGERPRINT_CROPS = (0.04, 0.08)
 #: Galleries above this many images get no fingerprints (the exact search grows with the square of
 #: the gallery): their candidates come from the store's vectors alone, and the report says so.
 FINGERPRINT_LIMIT = 20_000
+#: Rows whose compared views a :class:`PictureCheck` keeps (a representative is checked against each of
+#: its candidates in turn): at most 13 views of 48 × 48 × 3 numbers each, so about 90 MB at most.
+VIEW_CACHE_ROWS = 256
 #: A pixel this light in every channel is background (a drawing on white, transparency composited).
 WHITE = 250
 
@@ -145,19 +148,25 @@ def similarity(first: np.ndarray, second: np.ndarray) -> float:
 
     one, other = Image.fromarray(first), Image.fromarray(second)
     side = _compare_side(first, second)
-    whole_one, whole_other = _view(one, 0.0, side), _view(other, 0.0, side)
+    return _aligned(
+        lambda share: _view(one, share, side),
+        lambda share: _view(other, share, side),
+        lambda share: _pixels(one, share, side),
+        lambda share: _pixels(other, share, side),
+    )
+
+
+def _aligned(view_one: Any, view_other: Any, pixels_one: Any, pixels_other: Any) -> float:
+    """:func:`similarity` from the two pictures' views (unit vectors) and pixels by the share cut."""
+    whole_one, whole_other = view_one(0.0), view_other(0.0)
     best, where = float(whole_one @ whole_other), (0.0, 0.0)
     for share in CROP_SHARES[1:]:
-        cut_one, cut_other = (
-            float(_view(one, share, side) @ whole_other),
-            float(whole_one @ _view(other, share, side)),
-        )
+        cut_one, cut_other = float(view_one(share) @ whole_other), float(whole_one @ view_other(share))
         if cut_one > best:
             best, where = cut_one, (share, 0.0)
         if cut_other > best:
             best, where = cut_other, (0.0, share)
-    drawn = _drawn_correlation(_pixels(one, where[0], side), _pixels(other, where[1], side))
-    return max(best, drawn)
+    return max(best, _drawn_correlation(pixels_one(where[0]), pixels_other(where[1])))
 
 
 def fingerprint_pairs(
@@ -206,6 +215,7 @@ class PictureCheck:
         self._paths = paths
         self._readable = readable
         self._pictures: dict[int, np.ndarray | None] = {}
+        self._views: dict[tuple[int, int, bool], dict[float, np.ndarray]] = {}
         self.checked = 0
 
     def picture(self, row: int) -> np.ndarray | None:
@@ -235,10 +245,38 @@ class PictureCheck:
         pairs = np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1), axis=0)
         return pairs[:, 0], pairs[:, 1]
 
+    def _cached(self, row: int, side: int, unit: bool) -> Any:
+        """Row ``row``'s views (unit vectors) or pixels at ``side`` by the share cut, each made once
+        while the row is among the :data:`VIEW_CACHE_ROWS` last asked for."""
+        from PIL import Image
+
+        key = (row, side, unit)
+        held = self._views.pop(key, None)
+        if held is None:
+            held = {}
+            while len(self._views) >= VIEW_CACHE_ROWS:
+                self._views.pop(next(iter(self._views)))
+        self._views[key] = held  # the last asked for: kept longest
+        picture = Image.fromarray(self._pictures[row])  # type: ignore[arg-type]
+        make = _view if unit else _pixels
+
+        def get(share: float) -> np.ndarray:
+            if share not in held:
+                held[share] = make(picture, share, side).astype(np.float32 if unit else np.float64)
+            return held[share]
+
+        return get
+
     def check(self, first: int, second: int) -> float | None:
         """The pair's :func:`similarity`; None when either file cannot be read."""
         one, other = self.picture(first), self.picture(second)
         if one is None or other is None:
             return None
         self.checked += 1
-        return similarity(one, other)
+        side = _compare_side(one, other)  # each row's views are made once per side and share
+        return _aligned(
+            self._cached(first, side, True),
+            self._cached(second, side, True),
+            self._cached(first, side, False),
+            self._cached(second, side, False),
+        )

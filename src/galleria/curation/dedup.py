@@ -30,12 +30,12 @@ The core, :func:`star_groups`, works on the graph's arrays: memory grows with th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from galleria.curation.candidates import candidates
 from galleria.curation.keep import (
     DEFAULT_KEEP,
     KEEP_RULES,
@@ -45,7 +45,7 @@ from galleria.curation.keep import (
     kept_because,
     rank_key,
 )
-from galleria.curation.stars import involved_rows, star_groups, twin_classes, with_pairs
+from galleria.curation.stars import involved_rows, star_groups, twin_classes
 from galleria.curation.threshold import (
     CALIBRATION_FRACTION,
     CALIBRATION_QUANTILE,
@@ -129,37 +129,6 @@ class DuplicateReport:
     check: dict[str, Any] | None = None
 
 
-def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-    """Every row within ``threshold`` of one row: a search of the whole gallery (rarely wanted)."""
-    space = store.space
-    held: list[np.ndarray] = []
-
-    def search(row: int) -> tuple[np.ndarray, np.ndarray]:
-        from galleria.store.graph import _rows_and_vectors
-
-        if not held:  # read once, when first wanted: a read-only view, not a copy, where it can be
-            held.append(_rows_and_vectors(store)[1])
-        vectors = held[0]
-        start, chunk = 0, 65536
-        rows, gaps = [], []
-        target = vectors[row]
-        while start < len(vectors):
-            block = vectors[start : start + chunk]
-            if space == "l2":
-                distance = np.sum((block - target) ** 2, axis=1)
-            else:
-                distance = 1.0 - block @ target
-            hit = np.flatnonzero(distance <= threshold)
-            rows.append(hit + start)
-            gaps.append(distance[hit])
-            start += chunk
-        found, values = np.concatenate(rows), np.concatenate(gaps)
-        order = np.lexsort((found, values))
-        return found[order], values[order]
-
-    return search
-
-
 class _Facts(dict[int, FileFacts]):
     """Each row's :class:`FileFacts`, read when first wanted (headers only with ``header``)."""
 
@@ -202,38 +171,25 @@ def _described(
     return groups
 
 
-def _with_fingerprints(
-    store: Any,
-    ids: np.ndarray,
-    distances: np.ndarray,
-    radius: float,
-    value: float,
-    pictures: PictureCheck,
-    search: Callable[[int], tuple[np.ndarray, np.ndarray]],
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """The candidate lists with the pictures' fingerprint pairs added (their distances in the store's
-    space) and, for a row whose k neighbours all lie within the threshold, every row within the radius;
-    and how many fingerprint pairs there were."""
-    from galleria.store.graph import _rows_and_vectors
-
-    n = ids.shape[0]
-    first, second = pictures.fingerprint_pairs(np.arange(n))
-    found = int(first.size)
-    full = (ids.shape[1] < n - 1) & (ids[:, -1] >= 0) & (distances[:, -1] <= value)
-    for row in np.flatnonzero(full).tolist():  # maybe more copies than k: search them all
-        near, _ = search(row)
-        near = near[near != row]
-        first = np.concatenate([first, np.full(near.size, row, np.int64)])
-        second = np.concatenate([second, near.astype(np.int64)])
-    if first.size == 0:
-        return *with_pairs(ids, distances, radius, first, second, np.empty(0)), found
-    vectors = _rows_and_vectors(store)[1]
-    one, other = np.asarray(vectors[first], np.float64), np.asarray(vectors[second], np.float64)
-    if store.space == "l2":
-        gaps = np.sum((one - other) ** 2, axis=1)
-    else:
-        gaps = np.clip(1.0 - np.sum(one * other, axis=1), 0.0, 2.0)
-    return *with_pairs(ids, distances, radius, first, second, gaps), found
+def _check_summary(
+    pictures: PictureCheck | None, radius: float, printed: bool, found_pairs: int
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The report's ``check`` (None: not checked) and what to note about it."""
+    if pictures is None:
+        return None, []
+    checked = {
+        "search_radius": radius,
+        "same_picture": SAME_PICTURE,
+        "pairs_checked": pictures.checked,
+        "fingerprints": printed,
+        "fingerprint_pairs": found_pairs,
+    }
+    if printed:
+        return checked, []
+    return checked, [
+        f"above {FINGERPRINT_LIMIT:,} images the candidates come from the vectors alone (no picture "
+        "fingerprints): a copy the embedder places far from its original may be missed"
+    ]
 
 
 def duplicate_report(
@@ -294,16 +250,10 @@ def duplicate_report(
     radius = min(2.0, SEARCH_FACTOR * value) if check else value
     facts = _Facts(paths, rule == "best")
     pictures = PictureCheck(paths, lambda row: facts[row].local) if check else None
-    search = _within(store, radius)
     printed = pictures is not None and len(paths) <= FINGERPRINT_LIMIT
-    if printed:  # candidates from the pictures too: the vectors may place a copy far from its original
-        assert pictures is not None
-        ids, distances, found_pairs = _with_fingerprints(
-            store, ids, distances, radius, value, pictures, search
-        )
-        limit, saturated, searcher = float("inf"), None, None
-    else:
-        limit, saturated, searcher, found_pairs = radius, value, search, 0
+    ids, distances, limit, saturated, searcher, found_pairs = candidates(
+        store, ids, distances, radius, value, pictures if printed else None
+    )
     rows = involved_rows(ids, distances, limit, digests)
     order = keep_order(rows, paths, rule, facts)
 
@@ -314,21 +264,7 @@ def duplicate_report(
     found = star_groups(order, ids, distances, limit, digests, searcher, accept, saturated)
     groups = _described(found, paths, rule, facts, twin_classes(digests, len(paths)))
     groups.sort(key=lambda group: (-len(group.paths), group.keep))
-    checked = None
-    extra: list[str] = []
-    if pictures is not None:
-        checked = {
-            "search_radius": radius,
-            "same_picture": SAME_PICTURE,
-            "pairs_checked": pictures.checked,
-            "fingerprints": printed,
-            "fingerprint_pairs": found_pairs,
-        }
-        if not printed:
-            extra.append(
-                f"above {FINGERPRINT_LIMIT:,} images the candidates come from the vectors alone (no picture "
-                "fingerprints): a copy the embedder places far from its original may be missed"
-            )
+    checked, extra = _check_summary(pictures, radius, printed, found_pairs)
     notes = _notes(groups, len(paths), basis, facts) + extra
     return DuplicateReport(groups, value, basis, wanted, rule, len(paths), notes, checked)
 

@@ -89,8 +89,8 @@ def thumbnail(path: str) -> np.ndarray | None:
     return np.asarray(picture, dtype=np.uint8)
 
 
-def _unit(values: np.ndarray) -> np.ndarray:
-    flat = np.asarray(values, dtype=np.float64).ravel()
+def _unit(values: Any) -> np.ndarray:
+    flat: np.ndarray = np.asarray(values, dtype=np.float64).ravel()
     flat = flat - flat.mean()
     norm = float(np.linalg.norm(flat))
     return flat / norm if norm > 0 else flat

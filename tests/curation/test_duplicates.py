@@ -413,6 +413,7 @@ def test_a_copy_the_vectors_place_far_is_found_by_its_fingerprint(tmp_path: Path
     assert report.check is not None and report.check["fingerprints"] and report.check["fingerprint_pairs"] > 0
     distance = report.groups[0].distances[report.groups[0].paths.index(str(folder / "half_p03.png"))]
     assert distance > report.threshold  # its true distance in the store's space, reported as it is
+    assert duplicate_report(store).groups == report.groups  # one store state, one answer
     assert duplicate_report(store, check=False).groups == []  # the vectors alone miss it
 
 

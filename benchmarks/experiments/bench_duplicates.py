@@ -184,6 +184,11 @@ def score(
         "groups": len(groups),
         "mixed_groups": sum(1 for group in groups if len({family[p][1] for p in group}) > 1),
         "mixed_pairs": mixed_pairs,
+        # false pairs of two images of the source gallery (no planted copy among them): look-alikes
+        # the source holds, e.g. one icon theme's sibling icons, a deck and its bitmap twin
+        "source_false_pairs": sorted(
+            (a, b) for a, b in pairs - right if family[a][2] == "original" and family[b][2] == "original"
+        ),
     }
 
 
@@ -314,6 +319,15 @@ def run_gallery(
             f"{result['precision']:6.3f} {result['mixed_groups']:5d} {result['groups']:6d}  {kinds}",
             flush=True,
         )
+        source = result["source_false_pairs"]
+        if source and not method.startswith(("phash", "dhash")):
+            shown = "; ".join(
+                f"{Path(a).parent.name}/{Path(a).name} ~ {Path(b).parent.name}/{Path(b).name}"
+                for a, b in source[:6]
+            )
+            print(
+                f"{'':17} {len(source)} of {result['false_pairs']} false pairs are two source images: {shown}"
+            )
     return rows
 
 

@@ -76,6 +76,7 @@ def test_text_and_csv(store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert text.startswith("3 group(s) of duplicates holding 6 of 33 images\nthreshold ")
     assert "keep: best" in text and "kept: largest pixel count (48×48 vs 24×24)" in text
     assert "  d=0.0000  " in text  # the exact copy's distance to the image kept
+    assert "or by fingerprint (" in text  # the candidates from the pictures, counted
     assert main(["duplicates", store, "--csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0] == "group,kind,keep,distance,path" and len(rows) == 7

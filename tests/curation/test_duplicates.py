@@ -395,3 +395,40 @@ def test_no_copies_one_image_and_one_class(tmp_path: Path) -> None:
     alone = duplicate_report(single)
     assert alone.groups == [] and alone.notes == ["1 image(s): nothing to compare"]
     assert alone.threshold == THRESHOLD_BOUNDS["pixel"][0] or alone.basis["rule"] == "floor"
+
+
+def test_a_copy_the_vectors_place_far_is_found_by_its_fingerprint(tmp_path: Path) -> None:
+    """Candidates do not depend on the embedder alone: vectors that put a copy far from its original
+    (as a semantic embedder may for a resized tiny picture) still give the pair, by the pictures."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for seed in range(20):
+        _picture(seed).save(folder / f"p{seed:02d}.png")
+    _picture(3).resize((48, 48), Image.BICUBIC).save(folder / "half_p03.png")
+    paths = sorted(str(p) for p in folder.iterdir())
+    vectors = np.random.default_rng(0).normal(size=(len(paths), 16))  # says nothing of the pictures
+    store = InMemoryImageEmbeddingStore.from_embeddings(paths, vectors)
+    report = duplicate_report(store)
+    assert [{Path(p).name for p in group.paths} for group in report.groups] == [{"p03.png", "half_p03.png"}]
+    assert report.check is not None and report.check["fingerprints"] and report.check["fingerprint_pairs"] > 0
+    distance = report.groups[0].distances[report.groups[0].paths.index(str(folder / "half_p03.png"))]
+    assert distance > report.threshold  # its true distance in the store's space, reported as it is
+    assert duplicate_report(store).groups == report.groups  # one store state, one answer
+    assert duplicate_report(store, check=False).groups == []  # the vectors alone miss it
+
+
+def test_above_the_fingerprint_limit_the_vectors_alone_give_candidates_and_it_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import galleria.curation.dedup as dedup
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for seed in range(8):
+        _picture(seed).save(folder / f"p{seed:02d}.png")
+    _picture(2).crop((2, 2, 94, 94)).save(folder / "crop_p02.png")
+    store = _build(folder)
+    monkeypatch.setattr(dedup, "FINGERPRINT_LIMIT", 5)
+    report = duplicate_report(store)
+    assert report.check is not None and not report.check["fingerprints"]
+    assert any("no picture fingerprints" in note for note in report.notes)

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from PIL import Image, ImageEnhance, ImageOps
 
 from galleria.curation.dedup import star_groups
-from galleria.curation.verify import SAME_PICTURE, PictureCheck, similarity, thumbnail
+from galleria.curation.verify import (
+    SAME_PICTURE,
+    PictureCheck,
+    fingerprint,
+    fingerprint_pairs,
+    similarity,
+    thumbnail,
+)
 
 
 def _picture(seed: int, size: int = 96) -> Image.Image:
@@ -94,3 +101,48 @@ def test_with_a_check_every_member_is_accepted_by_its_representative(n: int, see
             expected.append((position, row, sorted(members)))
     expected.sort(key=lambda group: (-len(group[2]), group[0]))
     assert [(rep, members.tolist()) for rep, members, _ in found] == [(row, m) for _, row, m in expected]
+
+
+def test_a_fingerprint_ignores_brightness_and_finds_a_copy_among_look_alikes(tmp_path: Path) -> None:
+    pictures = [_thumb(tmp_path, f"p{seed}.png", _picture(seed)) for seed in range(12)]
+    bright = _thumb(tmp_path, "bright.png", ImageEnhance.Brightness(_picture(3)).enhance(1.2))
+    crop = _thumb(tmp_path, "crop.png", _picture(5).crop((5, 5, 91, 91)))
+    half = _thumb(tmp_path, "half.png", _picture(7).resize((48, 48), Image.BICUBIC))
+    assert float(fingerprint(pictures[3]) @ fingerprint(bright)) > 0.99
+    prints = np.stack([fingerprint(p) for p in [*pictures, bright, crop, half]])
+    near = fingerprint_pairs(prints, 1)
+    assert near[12, 0] == 3 and near[13, 0] == 5 and near[14, 0] == 7  # each copy's nearest: its original
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 6), st.integers(0, 2**31 - 1), st.integers(1, 7))
+def test_fingerprint_pairs_are_the_exact_nearest_whatever_the_block(
+    n: int, k: int, seed: int, block: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    prints = rng.normal(size=(n, 4)).astype(np.float32)
+    prints[rng.random(n) < 0.2] = 0  # flat pictures: no neighbours, never a neighbour
+    norms = np.linalg.norm(prints, axis=1, keepdims=True)
+    prints = np.where(norms > 0, prints / np.maximum(norms, 1e-9), 0).astype(np.float32)
+    found = fingerprint_pairs(prints, k, block=block)
+    assert found.shape == (n, k)
+    flat = ~np.any(prints != 0, axis=1)
+    scores = prints @ prints.T
+    for row in range(n):
+        others = [j for j in range(n) if j != row and not flat[j]]
+        expected = [] if flat[row] else sorted(others, key=lambda j: (-scores[row, j], j))[:k]
+        assert found[row][found[row] >= 0].tolist() == expected
+
+
+def test_a_drawing_on_transparency_brightened_is_the_same_picture(tmp_path: Path) -> None:
+    drawing = Image.new("RGBA", (48, 48), (0, 0, 0, 0))
+    drawing.paste(_picture(4, 30).convert("RGBA"), (9, 9))
+    drawing.save(tmp_path / "icon.png")
+    alpha = drawing.getchannel("A")
+    for factor in (0.8, 1.2):  # only the drawing changes; the white it is shown on does not
+        copy = ImageEnhance.Brightness(drawing.convert("RGB")).enhance(factor)
+        copy.putalpha(alpha)
+        copy.save(tmp_path / f"icon{factor}.png")
+        first, second = thumbnail(str(tmp_path / "icon.png")), thumbnail(str(tmp_path / f"icon{factor}.png"))
+        assert first is not None and second is not None
+        assert similarity(first, second) >= SAME_PICTURE

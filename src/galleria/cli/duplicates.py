@@ -72,7 +72,8 @@ def add_parser(subparsers: Any) -> None:
         dest="check",
         action="store_false",
         help="group every pair within the threshold without looking at the pictures (reads no image "
-        "beyond its header; by default candidates within a wider radius are checked on thumbnails)",
+        "beyond its header; by default candidates within a wider radius and by picture fingerprint "
+        "are checked on small copies of the pictures)",
     )
     add_load_options(parser)
     output = parser.add_mutually_exclusive_group()
@@ -131,7 +132,13 @@ def run(args: argparse.Namespace) -> int:
         check = report.check
         print(
             f"pictures checked: {check['pairs_checked']} candidate pair(s) within "
-            f"{check['search_radius']:.4g}, the same picture at similarity ≥ {check['same_picture']:g}"
+            f"{check['search_radius']:.4g}"
+            + (
+                f" or by fingerprint ({check['fingerprint_pairs']} pair(s))"
+                if check.get("fingerprints")
+                else ""
+            )
+            + f", the same picture at similarity ≥ {check['same_picture']:g}"
         )
     for note in report.notes:
         print(f"note: {note}")

@@ -13,7 +13,8 @@ a URL or missing file after every local file). In that order, an image not yet i
 *representative* — the image its group keeps — and takes every image not yet in a group that lies
 within ``threshold`` of it (or has its pixels) and, by default, is the same picture by a look at
 both (:mod:`galleria.curation.verify`; the candidates then lie within ``SEARCH_FACTOR`` × the
-threshold). Every member is therefore a duplicate *of the image kept*, never only of another member:
+threshold, or are near by their pictures' fingerprints, in galleries of up to ``FINGERPRINT_LIMIT``
+images). Every member is therefore a duplicate *of the image kept*, never only of another member:
 a chain ``a – b – c`` with ``a`` and ``c`` further apart than the threshold is never one group of three.
 
 **The threshold** is calibrated on the store itself (:func:`calibrated_threshold`): a fraction of a
@@ -29,12 +30,12 @@ The core, :func:`star_groups`, works on the graph's arrays: memory grows with th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from galleria.curation.candidates import candidates
 from galleria.curation.keep import (
     DEFAULT_KEEP,
     KEEP_RULES,
@@ -58,7 +59,7 @@ from galleria.curation.threshold import (
     store_threshold,
     threshold_bounds,
 )
-from galleria.curation.verify import SAME_PICTURE, PictureCheck
+from galleria.curation.verify import FINGERPRINT_LIMIT, SAME_PICTURE, PictureCheck
 
 __all__ = [
     "CALIBRATION_FRACTION",
@@ -128,37 +129,6 @@ class DuplicateReport:
     check: dict[str, Any] | None = None
 
 
-def _within(store: Any, threshold: float) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-    """Every row within ``threshold`` of one row: a search of the whole gallery (rarely wanted)."""
-    space = store.space
-    held: list[np.ndarray] = []
-
-    def search(row: int) -> tuple[np.ndarray, np.ndarray]:
-        from galleria.store.graph import _rows_and_vectors
-
-        if not held:  # read once, when first wanted: a read-only view, not a copy, where it can be
-            held.append(_rows_and_vectors(store)[1])
-        vectors = held[0]
-        start, chunk = 0, 65536
-        rows, gaps = [], []
-        target = vectors[row]
-        while start < len(vectors):
-            block = vectors[start : start + chunk]
-            if space == "l2":
-                distance = np.sum((block - target) ** 2, axis=1)
-            else:
-                distance = 1.0 - block @ target
-            hit = np.flatnonzero(distance <= threshold)
-            rows.append(hit + start)
-            gaps.append(distance[hit])
-            start += chunk
-        found, values = np.concatenate(rows), np.concatenate(gaps)
-        order = np.lexsort((found, values))
-        return found[order], values[order]
-
-    return search
-
-
 class _Facts(dict[int, FileFacts]):
     """Each row's :class:`FileFacts`, read when first wanted (headers only with ``header``)."""
 
@@ -201,6 +171,27 @@ def _described(
     return groups
 
 
+def _check_summary(
+    pictures: PictureCheck | None, radius: float, printed: bool, found_pairs: int
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The report's ``check`` (None: not checked) and what to note about it."""
+    if pictures is None:
+        return None, []
+    checked = {
+        "search_radius": radius,
+        "same_picture": SAME_PICTURE,
+        "pairs_checked": pictures.checked,
+        "fingerprints": printed,
+        "fingerprint_pairs": found_pairs,
+    }
+    if printed:
+        return checked, []
+    return checked, [
+        f"above {FINGERPRINT_LIMIT:,} images the candidates come from the vectors alone (no picture "
+        "fingerprints): a copy the embedder places far from its original may be missed"
+    ]
+
+
 def duplicate_report(
     store: Any,
     *,
@@ -227,7 +218,9 @@ def duplicate_report(
         The store's file: its neighbour graph is then kept beside it (``STORE.graph``).
     check : bool
         Look at the pictures (:mod:`galleria.curation.verify`): pairs within ``SEARCH_FACTOR`` ×
-        the threshold are candidates, the same picture or not by their thumbnails; a pair whose
+        the threshold, and pairs near by their pictures' fingerprints (up to ``FINGERPRINT_LIMIT``
+        images: every readable image is then decoded once, small), are candidates, the same picture
+        or not by a comparison of the two; a pair whose
         files cannot be read (URLs, missing files) is a copy within the threshold. False: every pair
         within the threshold is a copy, no file is read beyond its header.
 
@@ -255,22 +248,24 @@ def duplicate_report(
     ids, distances = ids[:, :wanted], distances[:, :wanted]
     digests = getattr(store, "pixel_digests", None)
     radius = min(2.0, SEARCH_FACTOR * value) if check else value
-    rows = involved_rows(ids, distances, radius, digests)
     facts = _Facts(paths, rule == "best")
-    order = keep_order(rows, paths, rule, facts)
     pictures = PictureCheck(paths, lambda row: facts[row].local) if check else None
+    printed = pictures is not None and len(paths) <= FINGERPRINT_LIMIT
+    ids, distances, limit, saturated, searcher, found_pairs = candidates(
+        store, ids, distances, radius, value, pictures if printed else None
+    )
+    rows = involved_rows(ids, distances, limit, digests)
+    order = keep_order(rows, paths, rule, facts)
 
     def accept(first: int, second: int, distance: float) -> bool:
         alike = None if pictures is None else pictures.check(first, second)
         return distance <= value if alike is None else alike >= SAME_PICTURE
 
-    found = star_groups(order, ids, distances, radius, digests, _within(store, radius), accept, value)
+    found = star_groups(order, ids, distances, limit, digests, searcher, accept, saturated)
     groups = _described(found, paths, rule, facts, twin_classes(digests, len(paths)))
     groups.sort(key=lambda group: (-len(group.paths), group.keep))
-    checked = None
-    if pictures is not None:
-        checked = {"search_radius": radius, "same_picture": SAME_PICTURE, "pairs_checked": pictures.checked}
-    notes = _notes(groups, len(paths), basis, facts)
+    checked, extra = _check_summary(pictures, radius, printed, found_pairs)
+    notes = _notes(groups, len(paths), basis, facts) + extra
     return DuplicateReport(groups, value, basis, wanted, rule, len(paths), notes, checked)
 
 

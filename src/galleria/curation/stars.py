@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["involved_rows", "star_groups", "twin_classes"]
+__all__ = ["involved_rows", "star_groups", "twin_classes", "with_pairs"]
 
 
 def twin_classes(digests: np.ndarray | None, n: int) -> np.ndarray:
@@ -147,3 +147,54 @@ def _claim(
                 if twin != row and not taken[twin] and twin not in found:
                     found[twin] = found[other]
     return found
+
+
+def with_pairs(
+    ids: np.ndarray,
+    distances: np.ndarray,
+    radius: float,
+    first: np.ndarray,
+    second: np.ndarray,
+    gaps: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidate lists: each row's neighbours within ``radius`` and the extra pairs, both ways.
+
+    ``ids`` / ``distances`` are the (n, k) neighbour graph; ``first``, ``second``, ``gaps`` extra pairs
+    (rows and their distance; found by another means, at any distance). Returns (n, w) arrays, each
+    row's candidates once, nearest first (ties: the lower row), padded with −1 / inf.
+
+    Examples
+    --------
+    >>> ids, gaps = np.array([[1], [0], [0]]), np.array([[0.01], [0.01], [0.5]])
+    >>> near, far = with_pairs(ids, gaps, 0.1, np.array([0]), np.array([2]), np.array([0.5]))
+    >>> near.tolist(), far.tolist()
+    ([[1, 2], [0, -1], [0, -1]], [[0.01, 0.5], [0.01, inf], [0.5, inf]])
+    """
+    n = ids.shape[0]
+    rows = np.repeat(np.arange(n, dtype=np.int64), ids.shape[1])
+    cols = ids.astype(np.int64).ravel()
+    values = distances.astype(np.float64).ravel()
+    keep = (cols >= 0) & (values <= radius) & (cols != rows)
+    first, second = np.asarray(first, np.int64), np.asarray(second, np.int64)
+    extra = np.asarray(gaps, np.float64)
+    own = first != second
+    rows = np.concatenate([rows[keep], first[own], second[own]])
+    cols = np.concatenate([cols[keep], second[own], first[own]])
+    values = np.concatenate([values[keep], extra[own], extra[own]])
+    order = np.lexsort((cols, values, rows))
+    rows, cols, values = rows[order], cols[order], values[order]
+    fresh = np.ones(rows.size, dtype=bool)
+    if rows.size:  # the same pair twice (a neighbour found both ways): its first, nearest, entry
+        pair = rows * n + cols
+        _, first_seen = np.unique(pair, return_index=True)
+        fresh[:] = False
+        fresh[first_seen] = True
+    rows, cols, values = rows[fresh], cols[fresh], values[fresh]
+    counts = np.bincount(rows, minlength=n)
+    width = max(1, int(counts.max()) if counts.size else 1)
+    near = np.full((n, width), -1, dtype=np.int64)
+    far = np.full((n, width), np.inf)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    place = np.arange(rows.size) - starts[rows]
+    near[rows, place], far[rows, place] = cols, values
+    return near, far

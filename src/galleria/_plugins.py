@@ -19,7 +19,8 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from galleria._declare import KINDS, Component, DeclarationError
+from galleria._declare import KINDS, Component
+from galleria._params import DeclarationError
 from galleria._warnings import PluginWarning
 
 __all__ = [

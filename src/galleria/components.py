@@ -7,16 +7,8 @@ package outside galleria exposes one through the entry-point groups ``galleria.r
 
 from __future__ import annotations
 
-from galleria._declare import (
-    KINDS,
-    MAX_WORK,
-    PLUGIN_API_VERSION,
-    Component,
-    DeclarationError,
-    Param,
-    Space,
-    format_value,
-)
+from galleria._declare import KINDS, MAX_WORK, PLUGIN_API_VERSION, Component
+from galleria._params import DeclarationError, Param, Space, format_value
 from galleria._plugins import NO_PLUGINS_VARIABLE
 
 __all__ = [

@@ -40,7 +40,7 @@ from galleria.cli._store_options import (
     load_store,
     parse_index_param,
 )
-from galleria.evaluation.configs import DEFAULT_POOL
+from galleria.retrieval.config import DEFAULT_POOL
 from galleria.viewer.text import shorten_middle
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from galleria.cli._common import CliError
-from galleria.cli._options import check_existing_file
+from galleria.cli._parse import check_existing_file
 
 #: ``--space`` → the metric-learning core's name of the distance.
 _METRIC_OF_SPACE = {"cosine": "cosine", "l2": "euclidean"}

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from galleria.cli._common import CliError
-from galleria.cli._options import parse_int
+from galleria.cli._parse import parse_int
 from galleria.cli._score_files import (
     _JSON_BYTES_PER_CELL,
     _JSON_FLOOR,

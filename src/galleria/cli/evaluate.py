@@ -8,22 +8,17 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from galleria.cli._common import CliError, add_command
+from galleria.cli._embedder_options import embedder_settings, make_embedder, parse_embedder_spec
 from galleria.cli._labelled import add_labels_root_option
-from galleria.cli._options import (
-    add_deprecated_alias,
+from galleria.cli._parse import add_deprecated_alias, check_existing_folder, parse_int
+from galleria.cli._rerank_options import (
     add_expand_options,
     add_report_options,
     add_rerank_options,
     add_settings_option,
-    add_store_options,
-    check_existing_folder,
-    embedder_settings,
-    index_params,
-    make_embedder,
-    parse_embedder_spec,
-    parse_int,
     settings_config,
 )
+from galleria.cli._store_options import add_store_options, index_params
 
 if TYPE_CHECKING:
     from galleria.datasets import QueryGallerySplit
@@ -200,7 +195,7 @@ def _embedding_side(
     if source.kind != "store":
         embedder = make_embedder(args.embedder, **embedder_settings(args))
         return args.space, embedder, {"spec": args.embedder, **(embedder_config(embedder) or {})}, {}
-    from galleria.cli._storefile import read_store_header
+    from galleria.store.persistence import read_store_header
 
     given = args.image_dir
     saved = read_store_header(given).get("embedder")

@@ -13,7 +13,7 @@ from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._metric_learning import check_output_paths
-from galleria.cli._options import add_deprecated_alias
+from galleria.cli._parse import add_deprecated_alias
 from galleria.cli._score_files import (  # moved there; importable from here as before
     _JSON_BYTES_PER_CELL as _JSON_BYTES_PER_CELL,
 )

@@ -256,7 +256,7 @@ def add_parser(subparsers: Any) -> None:
 def _export(spec: str | None) -> int:
     """Export the network of a timm spec to the ONNX cache (or find it already there)."""
     from galleria.cli._common import CliError
-    from galleria.cli._options import make_embedder, parse_embedder_spec
+    from galleria.cli._embedder_options import make_embedder, parse_embedder_spec
 
     if spec is None:
         raise CliError("export-onnx needs a SPEC, e.g. export-onnx timm:tf_efficientnet_lite0:imagenet")

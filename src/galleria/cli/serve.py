@@ -9,15 +9,9 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import (
-    add_load_options,
-    check_existing_file,
-    check_existing_folder,
-    load_store,
-    parse_float,
-    parse_int,
-    say,
-)
+from galleria.cli._embedder_options import say
+from galleria.cli._parse import check_existing_file, check_existing_folder, parse_float, parse_int
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 
@@ -122,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         defaults = read_settings(check_existing_file("settings file", args.settings))
     evaluation = evaluation_labels = None
     if args.eval is not None:
-        from galleria.evaluation.per_query import FILE_NAME, read_query_results
+        from galleria.evaluation._query_reading import read_query_results
+        from galleria.evaluation._query_types import FILE_NAME
 
         folder = check_existing_folder("--eval", args.eval)
         if not os.path.lexists(os.path.join(folder, FILE_NAME)):

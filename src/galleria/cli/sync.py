@@ -15,7 +15,8 @@ from galleria.cli._edits import (
     save_with_manifest,
     store_writer,
 )
-from galleria.cli._options import add_load_options, check_existing_folder, load_store
+from galleria.cli._parse import check_existing_folder
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "moved_root", "plan_sync", "run"]
 
@@ -131,7 +132,7 @@ def _refuse_a_moved_gallery(stored: list[str], listed: list[str], folder: str, s
 
 def run(args: argparse.Namespace) -> int:
     """Synchronise the store with the folder and save it."""
-    from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import check_existing_file
 
     if os.path.isdir(args.store) and os.path.isfile(args.folder):
         raise CliError(

@@ -9,17 +9,10 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._embedder_options import embedder_settings, make_embedder, parse_embedder_spec
 from galleria.cli._labelled import add_labels_root_option
-from galleria.cli._options import (
-    add_deprecated_alias,
-    add_store_options,
-    embedder_settings,
-    index_params,
-    make_embedder,
-    parse_embedder_spec,
-    parse_float,
-    parse_int,
-)
+from galleria.cli._parse import add_deprecated_alias, parse_float, parse_int
+from galleria.cli._store_options import add_store_options, index_params
 from galleria.rerank.registry import RERANK_METHODS
 
 __all__ = ["add_parser", "run"]

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._params import Param
 from galleria._validation import check_positive_int
 from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record
 from galleria.embedders._clip_load import (  # noqa: F401 - RANDOM_WEIGHTS_SEED: kept importable here

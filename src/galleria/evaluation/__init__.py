@@ -10,16 +10,10 @@
 
 from __future__ import annotations
 
-from galleria.evaluation.configs import RetrievalConfig, standard_configs
+from galleria.evaluation._tables import SCHEMA, format_table, markdown_table, results_payload
 from galleria.evaluation.pipeline import METRIC_DEPTH, ConfigResult, evaluate_retrieval
-from galleria.evaluation.report import (
-    SCHEMA,
-    ReportFiles,
-    format_table,
-    markdown_table,
-    results_payload,
-    write_report,
-)
+from galleria.evaluation.report import ReportFiles, write_report
+from galleria.retrieval.config import RetrievalConfig, standard_configs
 
 __all__ = [
     "METRIC_DEPTH",

@@ -24,6 +24,7 @@ from galleria.evaluation._html import (
 from galleria.evaluation._html import (
     report_html as report_html,
 )
+from galleria.evaluation._query_types import FILE_NAME, QueryResults
 from galleria.evaluation._tables import (
     _COLUMNS as _COLUMNS,
 )
@@ -48,7 +49,7 @@ from galleria.evaluation._tables import (
 from galleria.evaluation._tables import (
     results_payload as results_payload,
 )
-from galleria.evaluation.per_query import FILE_NAME, QueryResults, query_results_bytes
+from galleria.evaluation.per_query import query_results_bytes
 from galleria.evaluation.pipeline import ConfigResult
 from galleria.evaluation.sheets import (
     SHEET_COUNT as SHEET_COUNT,

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._params import Param
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial

@@ -26,17 +26,15 @@ parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) o
 
 from __future__ import annotations
 
+from galleria.rerank._dba_core import augment_store, database_augmentation, dba_aqe_rerank_features
+from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
+from galleria.rerank._gnn_features import gnn_rerank_features
 from galleria.rerank.adaptive import default_rerank_params
 from galleria.rerank.approximate import iter_k_reciprocal_rerank_approximate
 from galleria.rerank.base import Reranker
 from galleria.rerank.batched import rerank_pools
-from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
-from galleria.rerank.decoupled import (
-    DecoupledDiffusionReranker,
-    decoupled_diffusion_rerank_features,
-    offline_diffusion,
-    prepare_offline_diffusion,
-)
+from galleria.rerank.dba import DBAReranker
+from galleria.rerank.decoupled import DecoupledDiffusionReranker, prepare_offline_diffusion
 from galleria.rerank.diffusion import DiffusionReranker, diffusion_rerank_features
 from galleria.rerank.full import (
     iter_k_reciprocal_rerank,
@@ -44,7 +42,7 @@ from galleria.rerank.full import (
     k_reciprocal_rerank,
     k_reciprocal_rerank_features,
 )
-from galleria.rerank.gnn import GnnReranker, gnn_rerank_features
+from galleria.rerank.gnn import GnnReranker
 from galleria.rerank.pool import rerank_pool, scale_rows
 from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.rerank.reranker import KReciprocalReranker

@@ -25,12 +25,13 @@ import numpy as np
 from galleria._validation import check_positive_int
 from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
-from galleria.rerank._common import as_float_matrix, stable_smallest
+from galleria.rerank._candidate_checks import _check_candidate_lists, _check_candidates
+from galleria.rerank._common import as_float_matrix
 from galleria.rerank._consistent import Prepare, read_candidates
 from galleria.rerank.batched import chunk_counts
-from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "PoolReranker",

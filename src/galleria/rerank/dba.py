@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria._validation import check_positive_int
 from galleria.expansion import MAX_EXPANSION_ALPHA, check_expansion_alpha
 from galleria.rerank import _dba_record as _dba_record  # registers the store record's codec
-from galleria.rerank._common import stable_smallest
 from galleria.rerank._dba_core import (  # moved there; importable from here as before
     _BLOCK as _BLOCK,
 )
@@ -70,6 +70,7 @@ from galleria.rerank._dba_core import (
 )
 from galleria.rerank.base import PoolReranker, check_store
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "DBAReranker",
@@ -167,7 +168,8 @@ def _adaptive(stats: Any) -> dict[str, Any]:
     α 10 and αQE of min(n, 2) at α 3; else one neighbor at α 1000 and αQE's still expansion (one match at
     α 1000): only near copies move anything."""
     from galleria.expansion import STILL_ALPHA, trusts_first_matches
-    from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA, clip_round, read_statistics
+    from galleria.rerank.adaptive import DBA_ALPHA, DBA_OFF_ALPHA
+    from galleria.statistics import clip_round, read_statistics
 
     reading = read_statistics(stats)
     if reading.majority and trusts_first_matches(stats):

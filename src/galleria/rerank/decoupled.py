@@ -40,17 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria._validation import check_positive_int
 from galleria.rerank import _decoupled_record as _decoupled_record  # registers the store record's codec
-from galleria.rerank._common import stable_smallest
-from galleria.rerank._consistent import (
-    GallerySnapshot,
-    Prepared,
-    gallery_state,
-    read_candidates,
-    take_snapshot,
-)
+from galleria.rerank._candidate_checks import _check_candidate_lists, _check_candidates
+from galleria.rerank._consistent import Prepared, read_candidates
 from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3); kept importable from here
     _graph_lists,  # noqa: F401
     _neighbour_lists,  # noqa: F401
@@ -66,10 +61,11 @@ from galleria.rerank._decoupled_core import offline_rows as _offline
 from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
 from galleria.rerank.base import check_features, check_store, similarities_from_distances
 from galleria.rerank.diffusion import WALK_PARAMS
-from galleria.rerank.reranker import _check_candidate_lists, _check_candidates
+from galleria.store._snapshot import GallerySnapshot, gallery_state, take_snapshot
 from galleria.store._state import OfflineDiffusion
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "DecoupledDiffusionReranker",

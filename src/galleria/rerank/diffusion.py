@@ -37,13 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria._validation import (
     check_bool,
     check_choice,
 )
 from galleria.distances import pairwise_distances_batched
-from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared
+from galleria.rerank._consistent import Prepare, Prepared
 from galleria.rerank._diffusion_core import (
     MAX_ITERATIONS,
     ConjugateGradientResult,
@@ -67,6 +68,7 @@ from galleria.rerank.base import (
     similarities_from_distances,
     top_similar,
 )
+from galleria.store._snapshot import GallerySnapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.
@@ -285,7 +287,8 @@ def _adaptive(stats: Any) -> dict[str, Any]:
     αQE does not trust an item's first matches: the walk starts at the best match, so where that is
     too often of another class it orders the rest by their ties to the wrong class."""
     from galleria.expansion import trusts_first_matches
-    from galleria.rerank.adaptive import DIFFUSION_ALPHA, read_statistics
+    from galleria.rerank.adaptive import DIFFUSION_ALPHA
+    from galleria.statistics import read_statistics
 
     reading = read_statistics(stats)
     walk = DIFFUSION_ALPHA if trusts_first_matches(stats) else 0.0

@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria.distances import pairwise_distances_batched
-from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import PoolReranker, check_features, check_store, top_similar
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "COMPONENT",
@@ -264,7 +265,7 @@ def ecn_params_from_statistics(stats: Any) -> dict[str, Any]:
     1.0
     """
     from galleria.expansion import trusts_first_matches
-    from galleria.rerank.adaptive import read_statistics
+    from galleria.statistics import read_statistics
 
     reading = read_statistics(stats)
     trusted = trusts_first_matches(stats)  # ECN measures every candidate from the best match too
@@ -335,7 +336,7 @@ class ECNReranker(PoolReranker):
 
     def _resolve(self) -> None:
         if self._adaptive:
-            from galleria.rerank.adaptive import store_statistics
+            from galleria.store._snapshot import store_statistics
 
             params = ecn_params_from_statistics(store_statistics(self._store))
             self._t, self._q, self._lambda = params["t"], params["q"], params["lambda_value"]

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria.distances import pairwise_distances_batched
 from galleria.rerank._gnn_core import (  # moved there; importable from here as before
     DEFAULT_LAMBDA as DEFAULT_LAMBDA,
@@ -157,7 +158,8 @@ class GnnReranker(PoolReranker):
 
 def _adaptive(stats: Any) -> dict[str, Any]:
     """k1 = clip(2m, 4, 26); k2 and λ as k-reciprocal's at a majority of mutual neighbors, else 2 and 0.9."""
-    from galleria.rerank.adaptive import GNN_MINORITY_LAMBDA, clip_round, read_statistics
+    from galleria.rerank.adaptive import GNN_MINORITY_LAMBDA
+    from galleria.statistics import clip_round, read_statistics
 
     reading = read_statistics(stats)
     k1 = reading.capped(2 * reading.mutual, 4, 26)

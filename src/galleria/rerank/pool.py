@@ -40,9 +40,9 @@ from galleria.rerank._common import (
     effective_ks,
     one_blas_thread,
     ordered_sum,
-    stable_smallest,
 )
 from galleria.rerank.sparse_pool import MatrixRows, sparse_pool_core
+from galleria.vectors import stable_smallest
 
 __all__ = ["rerank_pool", "scale_rows"]
 

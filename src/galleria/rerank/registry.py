@@ -30,12 +30,13 @@ from dataclasses import replace
 from typing import Any
 
 import galleria.rerank as _package
-from galleria._declare import Component, format_value
+from galleria._declare import Component
+from galleria._params import format_value
 from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
+from galleria.rerank._dba_core import augmented_store_for
 from galleria.rerank._prepared import cached_preparation
 from galleria.rerank.base import Reranker
-from galleria.rerank.dba import augmented_store_for
 from galleria.rerank.normalise import PREPARATION_PARAMS, normalised_store, preparation_constraint
 from galleria.store.store import InMemoryImageEmbeddingStore
 

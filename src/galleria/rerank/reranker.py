@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria._validation import check_positive_int
 from galleria.distances import pairwise_distances, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
@@ -314,7 +315,7 @@ class KReciprocalReranker:
 
 def _adaptive(stats: Any) -> dict[str, Any]:
     """k1 = clip(2m, 4, 20), k2 = clip(m·s/2, 2, 6) (≤ k1), λ = clip(1.45 − 1.4·s, 0.55, 0.9); λ 1 if flat."""
-    from galleria.rerank.adaptive import clip_round, read_statistics
+    from galleria.statistics import clip_round, read_statistics
 
     reading = read_statistics(stats)
     k1 = reading.capped(2 * reading.mutual, 4, 20)

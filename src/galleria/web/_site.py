@@ -17,11 +17,12 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from galleria.store._urls import is_url
 from galleria.viewer import GalleryLabels, SearchSettings, UploadStore
-from galleria.viewer.compare import _flag as read_flag
-from galleria.viewer.compare import setting_keys
+from galleria.viewer.settings import _flag as read_flag
+from galleria.viewer.settings import setting_keys
 from galleria.viewer.text import format_score
-from galleria.web._items import is_url, url_link, url_name
+from galleria.web._items import url_link, url_name
 
 __all__ = [
     "QUERY_KEYS",

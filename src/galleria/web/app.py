@@ -28,8 +28,8 @@ from galleria.viewer import (
     compare_search,
     decode_upload,
 )
-from galleria.viewer.compare import MAX_RESULTS
 from galleria.viewer.flight import SingleFlight
+from galleria.viewer.settings import MAX_RESULTS
 from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES, MAX_CONCURRENT_DECODES, encode_pixels
 from galleria.web import routes
 from galleria.web._background import Background

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import galleria.embedders as _package
 from galleria._declare import Component
 from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
@@ -29,6 +30,10 @@ __all__ = [
     "embedder_config",
     "embedder_from_config",
 ]
+
+#: The package's folder, scanned for the built-in components (the package itself, which imports this
+#: module, is not imported here: no circle between the two).
+_package = SimpleNamespace(__name__=__name__.rpartition(".")[0], __path__=[str(Path(__file__).parent)])
 
 
 def _builtin_components() -> list[Component]:

@@ -118,7 +118,17 @@ FACADE = {"galleria", "galleria.__main__"}
 #: Deprecated alias modules: a public path (named in docs/ or the README) whose code moved, kept for one
 #: minor version with a warning (CHANGELOG lists them with the version that removes them). Nothing in
 #: ``src`` imports from them.
-ALIASES: dict[str, str] = {}
+ALIASES: dict[str, str] = {
+    "galleria.store.reading": "galleria.images.reading",
+    "galleria.store.gallery": "galleria.images.batches",
+    "galleria.store.queries": "galleria.images.queries",
+    "galleria.embedders.decoding": "galleria.images.decoding",
+    "galleria.evaluation.configs": "galleria.retrieval",
+    "galleria.web.pages": "galleria.web.routes",
+    "galleria.web.view_routes": "galleria.web.routes.view",
+    "galleria.web.map_routes": "galleria.web.routes.map",
+    "galleria.web.duplicates_routes": "galleria.web.routes.duplicates",
+}
 
 
 def test_no_room_imports_through_the_facade() -> None:
@@ -132,6 +142,12 @@ def test_no_room_imports_through_the_facade() -> None:
     )
 
 
+#: Private names still used across rooms, as (module, name): this list may only shrink. The store's
+#: no-copy read of its vectors is used by curation's duplicate finder; both files are being changed on
+#: other branches (issue 35), so the name is made public when they are merged.
+KNOWN_PRIVATE_USES: frozenset[tuple[str, str]] = frozenset({("galleria.store.graph", "_rows_and_vectors")})
+
+
 def _private(module: str) -> bool:
     """A module path with a private part below its room (``galleria.store._urls``)."""
     return any(part.startswith("_") for part in module.split(".")[2:])
@@ -141,14 +157,17 @@ def test_a_room_uses_only_public_names_of_another() -> None:
     files = module_files()
     problems = []
     for item in scan():
-        if room_of(item.module) == room_of(item.target) or item.module in FACADE:
+        if room_of(item.module) == room_of(item.target) or item.module in FACADE | set(ALIASES):
             continue
         if _private(item.target):
             problems.append(f"{item.path}:{item.line}: {item.target} is private to its room")
             continue
         if item.name is not None:
             public = top_level(files[item.target])[2]
-            if public is None or item.name not in public:
+            if (public is None or item.name not in public) and (
+                item.target,
+                item.name,
+            ) not in KNOWN_PRIVATE_USES:
                 problems.append(f"{item.path}:{item.line}: {item.name} is not in {item.target}.__all__")
     assert not problems, "names used across rooms that their room keeps private:\n" + "\n".join(problems)
 
@@ -157,7 +176,7 @@ def test_names_are_imported_from_where_they_are_defined() -> None:
     files = module_files()
     problems = []
     for item in scan():
-        if item.module in FACADE:
+        if item.module in FACADE | set(ALIASES):
             continue
         if item.target in ALIASES:
             problems.append(
@@ -181,6 +200,8 @@ def test_an_alias_module_warns_once_and_names_the_new_path(alias: str, moved_to:
     import sys
     import warnings
 
+    if alias.startswith("galleria.web."):
+        pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not installed")
     sys.modules.pop(alias, None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -120,7 +120,7 @@ def test_the_registry_is_the_declarations() -> None:
 def test_the_same_message_from_every_source(capsys: pytest.CaptureFixture[str]) -> None:
     """A bad value reads the same from the library, a settings file's config and the command line."""
     from galleria.cli import main
-    from galleria.evaluation.configs import RetrievalConfig
+    from galleria.retrieval import RetrievalConfig
 
     with pytest.raises(ValueError) as direct:
         check_method_params("diffusion", {"alpha": 1.0})

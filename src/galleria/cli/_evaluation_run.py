@@ -92,8 +92,7 @@ def _print_summary(
     title: str, results: Any, meta: dict[str, Any], out: str | None, files: Any, build_seconds: float
 ) -> None:
     """The text output: sizes and times, the labels, the table, and where the report went."""
-    from galleria.evaluation import format_table
-    from galleria.evaluation._query_types import FILE_NAME
+    from galleria.evaluation import FILE_NAME, format_table
 
     print(
         f"{title}: {meta['n_queries']} queries, {meta['n_gallery']} gallery images "

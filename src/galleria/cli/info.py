@@ -52,7 +52,7 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
 
     The embedder is described from the file's header (its saved config), not rebuilt.
     """
-    from galleria.embedders._weights import describe_weights
+    from galleria.embedders import describe_weights
     from galleria.store.persistence import read_store_header
 
     header = read_store_header(path)

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from galleria.store._urls import is_url
+    from galleria.store import is_url
 
     if not args.paths and not args.all:
         raise CliError("give the PATHs to remove, or --all to remove every image")

@@ -116,8 +116,7 @@ def run(args: argparse.Namespace) -> int:
         defaults = read_settings(check_existing_file("settings file", args.settings))
     evaluation = evaluation_labels = None
     if args.eval is not None:
-        from galleria.evaluation._query_reading import read_query_results
-        from galleria.evaluation._query_types import FILE_NAME
+        from galleria.evaluation import FILE_NAME, read_query_results
 
         folder = check_existing_folder("--eval", args.eval)
         if not os.path.lexists(os.path.join(folder, FILE_NAME)):
@@ -133,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as error:
             print(f"galleria serve: warning: the label summary is not shown: {error}", file=sys.stderr)
     _check_bind(args.host, port)
-    from galleria.web._guard import normalise_hosts
+    from galleria.web import normalise_hosts
 
     hosts = normalise_hosts([args.host, *args.allow_host])  # ValueError names a bad --allow-host
     say(f"loading the store {args.store} ...")

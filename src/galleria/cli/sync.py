@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from galleria.datasets import list_images
     from galleria.images.reading import ImageReadError
-    from galleria.store._urls import is_url
+    from galleria.store import is_url
 
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)

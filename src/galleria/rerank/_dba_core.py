@@ -13,7 +13,7 @@ from galleria.expansion import alpha_query_expansion, check_expansion_alpha
 from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._consistent import kept_graph
 from galleria.rerank.base import check_features, check_store, top_similar
-from galleria.store._snapshot import take_snapshot
+from galleria.store import take_snapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 from galleria.vectors import stable_smallest
 

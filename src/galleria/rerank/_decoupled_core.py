@@ -11,8 +11,7 @@ import scipy.sparse as sp
 
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
 from galleria.rerank._diffusion_core import conjugate_gradient
-from galleria.store._snapshot import GallerySnapshot, gallery_state, take_snapshot
-from galleria.store._state import OfflineDiffusion
+from galleria.store import GallerySnapshot, OfflineDiffusion, gallery_state, take_snapshot
 from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
 from galleria.vectors import stable_smallest

@@ -8,7 +8,7 @@ import numpy as np
 
 from galleria.index.neighbor_graph import build_graph
 from galleria.rerank._consistent import StateCache, kept_graph
-from galleria.store._snapshot import GallerySnapshot
+from galleria.store import GallerySnapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 

@@ -61,8 +61,7 @@ from galleria.rerank._decoupled_core import offline_rows as _offline
 from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
 from galleria.rerank.base import check_features, check_store, similarities_from_distances
 from galleria.rerank.diffusion import WALK_PARAMS
-from galleria.store._snapshot import GallerySnapshot, gallery_state, take_snapshot
-from galleria.store._state import OfflineDiffusion
+from galleria.store import GallerySnapshot, OfflineDiffusion, gallery_state, take_snapshot
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 from galleria.vectors import stable_smallest

@@ -68,7 +68,7 @@ from galleria.rerank.base import (
     similarities_from_distances,
     top_similar,
 )
-from galleria.store._snapshot import GallerySnapshot
+from galleria.store import GallerySnapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.

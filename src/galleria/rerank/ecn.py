@@ -336,7 +336,7 @@ class ECNReranker(PoolReranker):
 
     def _resolve(self) -> None:
         if self._adaptive:
-            from galleria.store._snapshot import store_statistics
+            from galleria.store import store_statistics
 
             params = ecn_params_from_statistics(store_statistics(self._store))
             self._t, self._q, self._lambda = params["t"], params["q"], params["lambda_value"]

@@ -29,7 +29,7 @@ import numpy as np
 from galleria._params import Param, Space
 from galleria._validation import check_bool
 from galleria.rerank.base import check_store
-from galleria.store._snapshot import take_snapshot
+from galleria.store import take_snapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [

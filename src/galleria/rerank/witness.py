@@ -12,7 +12,7 @@ import numpy as np
 
 from galleria.rerank._decoupled_core import _neighbour_lists, _normalised_affinity, _truncated_rows
 from galleria.rerank.base import check_features
-from galleria.store._state import OfflineDiffusion
+from galleria.store import OfflineDiffusion
 
 __all__ = ["WITNESS_ROWS", "check_offline_witness"]
 

@@ -72,9 +72,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from galleria._files import atomic_stream, open_regular_file
-from galleria.index import SearchIndex
-from galleria.index._checks import all_finite, check_magnitude
-from galleria.index._serial import Packed, Unpacked
+from galleria.index import Packed, SearchIndex, Unpacked, all_finite, check_magnitude
 from galleria.index.registry import FAISS_BLOBS
 from galleria.store import _statistics_codec as _statistics_codec  # registers the statistics' codec
 from galleria.store._extslot import decode_records, group_tensors

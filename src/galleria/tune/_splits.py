@@ -65,7 +65,7 @@ class _Split:
         self, power: float = 1.0, centre: bool = False, neighbors: int = 0, alpha: float = 3.0
     ) -> InMemoryImageEmbeddingStore:
         """The validation gallery normalised and/or DBA-augmented (a few copies kept for later trials)."""
-        from galleria.rerank._dba_core import augment_store
+        from galleria.rerank import augment_store
         from galleria.rerank.base import top_similar
         from galleria.rerank.normalise import normalised_store
 

@@ -41,9 +41,6 @@ from galleria.viewer.settings import (
     _first as _first,
 )
 from galleria.viewer.settings import (
-    _flag as _flag,
-)
-from galleria.viewer.settings import (
     _method_params as _method_params,
 )
 from galleria.viewer.settings import (

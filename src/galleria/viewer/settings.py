@@ -10,6 +10,16 @@ from typing import Any
 from galleria.rerank.registry import DEFAULT_METHOD
 from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
 
+__all__ = [
+    "DEFAULT_K",
+    "MAX_RESULTS",
+    "PARAM_PREFIX",
+    "SearchSettings",
+    "read_flag",
+    "search_defaults",
+    "setting_keys",
+]
+
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
 MAX_RESULTS = 1000
 
@@ -32,7 +42,7 @@ def _number(settings: Mapping[str, Any], key: str, default: Any, kind: type) -> 
         ) from None
 
 
-def _flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
+def read_flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
     value = settings.get(key, default)
     if isinstance(value, bool):
         return value
@@ -104,7 +114,7 @@ def _method_params(settings: Mapping[str, Any], method: str) -> tuple[dict[str, 
     for name, value in sent.items():
         kind = type(defaults.get(name, 0.0))
         if kind is bool:
-            typed[name] = _flag({name: value}, name)
+            typed[name] = read_flag({name: value}, name)
         elif kind in (int, float):
             typed[name] = _number({name: value}, name, None, kind)
         else:
@@ -172,7 +182,7 @@ class SearchSettings:
         for name, value in (("k", k), ("pool", pool)):
             if not 1 <= value <= MAX_RESULTS:
                 raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
-        rerank = _flag(settings, "rerank", base.rerank)
+        rerank = read_flag(settings, "rerank", base.rerank)
         if rerank and pool < k:
             raise ValueError(f"pool must be at least k ({k}), got {pool}")
         _, method = _first(settings, "method", "rerank_method")
@@ -191,7 +201,7 @@ class SearchSettings:
                 params = {**base.rerank_params, **params}
             config = RetrievalConfig(
                 "search",
-                query_expansion=_flag(settings, "expand", base.query_expansion),
+                query_expansion=read_flag(settings, "expand", base.query_expansion),
                 expansion_alpha=_number({alpha_name: alpha}, alpha_name, base.expansion_alpha, float),
                 expansion_neighbors=_number(
                     {neighbors_name: neighbors}, neighbors_name, base.expansion_neighbors, int

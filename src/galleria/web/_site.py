@@ -17,10 +17,9 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from galleria.store._urls import is_url
+from galleria.store import is_url
 from galleria.viewer import GalleryLabels, SearchSettings, UploadStore
-from galleria.viewer.settings import _flag as read_flag
-from galleria.viewer.settings import setting_keys
+from galleria.viewer.settings import read_flag, setting_keys
 from galleria.viewer.text import format_score
 from galleria.web._items import url_link, url_name
 

@@ -121,7 +121,7 @@ def _info(
     store: Any, store_name: str, files: GalleryFiles, labels: GalleryLabels, upload: int
 ) -> dict[str, Any]:
     """``/api/info``'s answer (and the page header's)."""
-    from galleria.embedders._weights import describe_weights
+    from galleria.embedders import describe_weights
 
     config = None if store.embedder is None else embedder_config(store.embedder)
     return {

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from galleria.store._urls import is_url
+from galleria.store import is_url
 from galleria.viewer import GalleryLabels
 
 __all__ = ["view_router"]

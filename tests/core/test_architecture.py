@@ -237,3 +237,23 @@ def test_the_rules_see_facade_private_and_forwarded_names(tmp_path: Path) -> Non
     assert _private("galleria.store._urls") and not _private("galleria._files")
     defined, imported, public = top_level(package / "store" / "core.py")
     assert "is_url" in imported and "is_url" not in defined and public is None
+
+
+def test_scanning_the_rooms_for_components_imports_no_alias_module() -> None:
+    # the registries import every public module of their package: a deprecated alias must not warn there
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, galleria.embedders.registry, galleria.index.registry, galleria.rerank.registry\n"
+        f"print(sorted(set(sys.modules) & set({sorted(ALIASES)!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**__import__("os").environ, "PYTHONPATH": str(SOURCE.parent)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

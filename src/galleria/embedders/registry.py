@@ -38,7 +38,7 @@ _package = SimpleNamespace(__name__=__name__.rpartition(".")[0], __path__=[str(P
 
 def _builtin_components() -> list[Component]:
     """Every ``COMPONENT`` declared by a module of this package (found by scanning it)."""
-    return builtin_components(_package, "embedder")
+    return builtin_components(_package, "embedder", ("registry", "decoding"))  # decoding: a deprecated alias
 
 
 _COMPONENTS: dict[str, Component] = {

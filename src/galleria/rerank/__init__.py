@@ -1,6 +1,5 @@
-"""Re-ranking: k-reciprocal encoding (Zhong et al., CVPR 2017), diffusion (Iscen et al., CVPR 2017),
-GNN re-ranking (Zhang et al. 2020), database-side augmentation + αQE and decoupled diffusion (Yang et
-al., AAAI 2019), behind one protocol.
+"""Re-ranking methods behind one protocol, one module each; the registry names them all
+(:data:`RERANK_METHODS`; ``galleria methods`` prints each with its paper, parameters and ranges).
 
 k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
 
@@ -16,10 +15,8 @@ k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
   (for galleries of millions, see :mod:`galleria.rerank.approximate`);
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
-The other re-rankers behind the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`):
-:class:`DiffusionReranker`, :class:`GnnReranker`, :class:`DBAReranker` and
-:class:`DecoupledDiffusionReranker` (whose offline part the store keeps), each with a full
-probe×gallery function. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
+The other re-rankers follow the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`), most
+with a full probe×gallery function beside them. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
 one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives every method's default
 parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
 """

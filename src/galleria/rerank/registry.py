@@ -159,14 +159,11 @@ def _prepare(
 def make_reranker(method: str, store: InMemoryImageEmbeddingStore, **params: Any) -> Reranker:
     """Build the re-ranker named ``method`` (one of :data:`RERANK_METHODS`) on ``store``.
 
-    ``params`` are the re-ranker's keyword arguments (:data:`METHOD_PARAMS`: ``k1``, ``k2``,
-    ``lambda_value`` for k-reciprocal; ``k``, ``query_k``, ``alpha``, ``gamma``, ``tol``,
-    ``maxiter``, ``count_self``, ``graph`` for diffusion; ``k1``, ``k2``, ``lambda_value`` for gnn;
-    ``neighbors``, ``alpha``, ``aqe_neighbors``, ``aqe_alpha`` for dba; ``k``, ``truncation``,
-    ``query_k``, ``alpha``, ``gamma``, ``tol``, ``maxiter`` for decoupled-diffusion; and
-    ``vector_power``, ``centre``, ``dba_neighbors``, ``dba_alpha`` for the
-    :data:`AUGMENTABLE_METHODS`, which then re-rank on the normalised and/or DBA-augmented copy of
-    ``store``: retrieve the candidates from the re-ranker's ``store``).
+    ``params`` are the re-ranker's keyword arguments as its declaration names them
+    (``METHOD_PARAMS[method]``; ``galleria methods`` prints them with their ranges), and for the
+    :data:`AUGMENTABLE_METHODS` also the gallery preparation's (``vector_power``, ``centre``,
+    ``dba_neighbors``, ``dba_alpha``), which then re-rank on the normalised and/or DBA-augmented copy
+    of ``store``: retrieve the candidates from the re-ranker's ``store``.
 
     Raises
     ------

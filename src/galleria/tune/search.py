@@ -3,7 +3,7 @@
 The gallery's images (never any test query) are split, stratified by label and seeded, into
 validation queries and a validation gallery; both reuse the vectors the store already holds, so
 nothing is embedded again. Every trial runs one setting — plain retrieval, αQE, or a re-ranking
-method (k-reciprocal, diffusion, decoupled diffusion, GNN, DBA + αQE) with its parameters, with or
+method (every method of :data:`galleria.rerank.RERANK_METHODS`) with its parameters, with or
 without αQE before it — on those queries and scores it. Each method's defaults are tried first,
 then Optuna's TPE sampler (seeded) proposes more until the trial budget or the timeout is spent.
 Decoupled diffusion is searched over its online ``query_k`` and a few graph sizes and walk weights

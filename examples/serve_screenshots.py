@@ -23,7 +23,7 @@ def main(out: str) -> None:
     from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
     from galleria.cli import main as galleria
     from galleria.datasets import digits_folder, load_image_folder
-    from galleria.evaluation.per_query import read_query_results
+    from galleria.evaluation import read_query_results
     from galleria.web import create_app
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from galleria._moved import moved_names
 from galleria.cli._common import CliError, add_command
 from galleria.cli._embedder_options import embedder_settings, make_embedder, parse_embedder_spec
 from galleria.cli._labelled import add_labels_root_option
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parser", "run", "run_evaluation"]
 
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"LOWERING_TOLERANCE": "galleria.cli._evaluation_run"})
+
 # Moved to galleria.cli._evaluation_run (galleria 0.3); importable from here as before.
-from galleria.cli._evaluation_run import LOWERING_TOLERANCE as LOWERING_TOLERANCE
 from galleria.cli._evaluation_run import lowering_warnings
 from galleria.cli._evaluation_run import run_evaluation as run_evaluation
 

@@ -40,7 +40,8 @@ def add_parser(subparsers: Any) -> None:
         description=(
             "Search plain retrieval, alpha query expansion and the re-ranking methods "
             f"({', '.join(RERANK_METHODS)}; `galleria methods` describes them) with their parameters, "
-            "using Optuna's seeded TPE sampler, on a validation split of a labelled gallery, and write the best settings to --out (a JSON file "
+            "using Optuna's seeded TPE sampler, on a validation split of a labelled gallery, and write the "
+            "best settings to --out (a JSON file "
             "that evaluate / search / serve take with --settings). FOLDER|STORE is a labelled folder "
             "(FOLDER/<label>/<image>) or a store file built from one (its stored vectors are used, nothing "
             "is embedded again; each image's label is its first folder under the paths' common root). The "

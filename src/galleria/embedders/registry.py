@@ -17,19 +17,21 @@ from types import SimpleNamespace
 from typing import Any
 
 from galleria._declare import Component
+from galleria._moved import moved_names
 from galleria._plugins import builtin_components, merge_components
 from galleria._validation import check_choice
-from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
 
 __all__ = [
     "EMBEDDER_TYPES",
-    "check_config",
     "embedder_component",
     "embedder_components",
     "embedder_config",
     "embedder_from_config",
 ]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"check_config": "galleria.embedders._config"})
 
 #: The package's folder, scanned for the built-in components (the package itself, which imports this
 #: module, is not imported here: no circle between the two).

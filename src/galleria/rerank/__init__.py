@@ -16,9 +16,10 @@ k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
 The other re-rankers follow the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`), most
-with a full probe×gallery function beside them. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
-one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives every method's default
-parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
+with a full probe×gallery function beside them. :mod:`galleria.rerank.registry` names them all:
+:func:`make_reranker` builds one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives
+every method's default parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`)
+or the paper's by name.
 """
 
 from __future__ import annotations

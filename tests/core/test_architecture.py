@@ -115,8 +115,8 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path: Path) ->
 #: The facade and ``python -m galleria``: the only modules that may import ``from galleria import …``.
 FACADE = {"galleria", "galleria.__main__"}
 
-#: Deprecated alias modules: a public path (named in docs/ or the README) whose code moved, kept for one
-#: minor version with a warning (CHANGELOG lists them with the version that removes them). Nothing in
+#: Deprecated alias modules: a module path of an earlier release whose code moved, kept for one minor
+#: version with a warning (CHANGELOG lists them with the version, 0.4.0, that removes them). Nothing in
 #: ``src`` imports from them.
 ALIASES: dict[str, str] = {
     "galleria.store.reading": "galleria.images.reading",
@@ -191,6 +191,8 @@ def test_names_are_imported_from_where_they_are_defined() -> None:
         defined, imported, _ = top_level(files[item.target])
         if item.name not in defined and item.name in imported:
             problems.append(f"{item.path}:{item.line}: {item.name} is only passed on by {item.target}")
+        elif item.name not in defined and "__getattr__" in defined and not package:
+            problems.append(f"{item.path}:{item.line}: {item.name} moved away from {item.target} (it warns)")
     assert not problems, "imports through a forwarding module:\n" + "\n".join(problems)
 
 

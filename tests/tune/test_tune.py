@@ -206,7 +206,7 @@ def test_config_from_settings_names_where() -> None:
 def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, Any]]) -> None:
     """Make every split score a setting by its family: (mAP@100 change, Recall@1 change) over plain;
     the Recall@1 change may be a list, one per split seed."""
-    from galleria.tune import search
+    from galleria.tune import _splits
 
     def run(self: Any, config: RetrievalConfig) -> dict[str, float]:
         family = "plain"
@@ -227,7 +227,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, 
             "first_changed": moved,
         }
 
-    monkeypatch.setattr(search._Split, "run", run)
+    monkeypatch.setattr(_splits._Split, "run", run)
 
 
 @needs("optuna")

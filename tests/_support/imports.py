@@ -10,7 +10,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCE", "Import", "module_files", "room_of", "scan", "top_level"]
+__all__ = ["SOURCE", "Import", "attribute_reads", "module_files", "room_of", "scan", "top_level"]
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "galleria"
 
@@ -48,28 +48,7 @@ def scan(source: Path = SOURCE) -> list[Import]:
     files = module_files(source)
     found: list[Import] = []
     for module, path in files.items():
-        package = path.name == "__init__.py"
-        where = str(path.relative_to(source.parent.parent))
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.split(".")[0] == source.name:
-                        found.append(Import(where, node.lineno, module, alias.name, None))
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = module.split(".") if package else module.split(".")[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                if target.split(".")[0] != source.name:
-                    continue
-                for alias in node.names:
-                    if f"{target}.{alias.name}" in files:
-                        found.append(Import(where, node.lineno, module, f"{target}.{alias.name}", None))
-                    else:
-                        found.append(Import(where, node.lineno, module, target, alias.name))
+        found += _scan_one(module, path, source, files)
     return sorted(found, key=lambda i: (i.path, i.line, i.target, i.name or ""))
 
 
@@ -111,3 +90,74 @@ def top_level(path: Path) -> tuple[set[str], set[str], list[str] | None]:
 
     visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body)
     return defined, imported, public
+
+
+def attribute_reads(source: Path = SOURCE) -> list[Import]:
+    """Every ``module.name`` read where ``module`` is a galleria module bound by an import in the file
+    (``from galleria.store import persistence`` … ``persistence.write_store``), as an :class:`Import`."""
+    files = module_files(source)
+    found: list[Import] = []
+    for item_module, path in files.items():
+        bound: dict[str, str] = {}
+        for item in _scan_one(item_module, path, source, files):
+            if item.name is None and item.target in files:
+                alias = _bound_name(path, item)
+                if alias:
+                    bound[alias] = item.target
+        if not bound:
+            continue
+        where = str(path.relative_to(source.parent.parent))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+            ):
+                target = bound[node.value.id]
+                if f"{target}.{node.attr}" not in files:
+                    found.append(Import(where, node.lineno, item_module, target, node.attr))
+    return sorted(found, key=lambda i: (i.path, i.line, i.target, i.name or ""))
+
+
+def _bound_name(path: Path, item: Import) -> str | None:
+    """The local name an import of the module ``item.target`` binds (``None`` for a dotted ``import a.b``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) != item.line:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if item.target.endswith(f".{alias.name}"):
+                    return alias.asname or alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == item.target:
+                    return alias.asname
+    return None
+
+
+def _scan_one(module: str, path: Path, source: Path, files: dict[str, Path]) -> list[Import]:
+    package = path.name == "__init__.py"
+    where = str(path.relative_to(source.parent.parent))
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == source.name:
+                    found.append(Import(where, node.lineno, module, alias.name, None))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != source.name:
+                continue
+            for alias in node.names:
+                if f"{target}.{alias.name}" in files:
+                    found.append(Import(where, node.lineno, module, f"{target}.{alias.name}", None))
+                else:
+                    found.append(Import(where, node.lineno, module, target, alias.name))
+    return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from galleria import InMemoryImageEmbeddingStore, KReciprocalReranker, PixelEmbedder, recall_at_k
+from galleria import InMemoryImageEmbeddingStore, PixelEmbedder, RetrievalConfig, Searcher, recall_at_k
 from galleria.datasets import digits_folder, load_image_folder
 from galleria.metrics import hit_rate, mean_average_precision, ranked_relevance
 
@@ -11,24 +11,23 @@ split = load_image_folder(digits_folder()).split(n_queries=100, seed=0)
 
 store = InMemoryImageEmbeddingStore(split.gallery_paths, PixelEmbedder(size=16, grayscale=True), "hnsw")
 store.build_store(progress=False)
-# Without parameters, k1, k2 and λ are read from the gallery (its reciprocal-neighbour statistics,
-# recorded when the store was built); KReciprocalReranker(store, k1=20, k2=6, lambda_value=0.3) gives
-# the paper's values.
-reranker = KReciprocalReranker(store)
-chosen = f"k1={reranker.k1} k2={reranker.k2} λ={reranker.lambda_value}"
-print(f"re-ranking parameters read from the gallery: {chosen}")
 
-# Retrieve a pool of candidates, then keep the best five after re-ranking.
-candidates = store.retrieve_top_k_similar(split.query_paths[0], k=100)[0]
-best = reranker.rerank(candidates, top_k=5)
+# The one retrieval path: search, take a pool of candidates (200), re-rank it, keep k. The
+# re-ranking parameters left out are read from the gallery (its reciprocal-neighbour statistics,
+# recorded when the store was built); rerank_preset="paper" gives the published values, and
+# rerank_method= any method of `galleria methods`.
+searcher = Searcher(store, RetrievalConfig("default re-ranking", rerank=True))
+print(f"re-ranking parameters read from the gallery: {searcher.config.rerank_params}")
+
+best = searcher.search([split.query_paths[0]], k=5)[0]
 print("query", split.query_paths[0])
 for candidate in best:
     print(f"  {candidate.score:.4f}  {candidate.path}")
 
-# Evaluate every query: plain retrieval against the default re-ranking of a 200-candidate pool.
-plain = store.retrieve_top_k_similar(split.query_paths, k=200)
-reranked = reranker.rerank_batch(plain, top_k=100)
-for name, lists in (("plain", [candidates[:100] for candidates in plain]), ("default re-ranking", reranked)):
+# Evaluate every query: plain retrieval against the default re-ranking.
+plain = Searcher(store)  # RetrievalConfig("plain"): search only
+for name, chosen in (("plain", plain), ("default re-ranking", searcher)):
+    lists = chosen.search(split.query_paths, k=100)
     relevance = ranked_relevance(lists, split.query_labels, split.gallery_label_of)
     recall_1, recall_5 = hit_rate(relevance.hits, [1, 5])
     average = mean_average_precision(relevance.hits, relevance.n_relevant, 100)

@@ -23,18 +23,18 @@ def main(out: str) -> None:
     from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
     from galleria.cli import main as galleria
     from galleria.datasets import digits_folder, load_image_folder
-    from galleria.evaluation.per_query import read_query_results
+    from galleria.evaluation import read_query_results
     from galleria.web import create_app
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from test_web_browser import chromium_binary
+    from _support.browser import chromium_binary
 
     folder = digits_folder()
     work = Path(tempfile.mkdtemp())
     report = work / "report"
     code = galleria(
-        ["evaluate", str(folder), "--embedder", "pixel:16:gray", "--rerank", "--queries", "300",
-         "--out", str(report)]
+        ["evaluate", str(folder), "--embedder", "pixel:16:gray", "--rerank", "--n-queries", "300",
+         "--report", str(report)]
     )  # fmt: skip
     assert code == 0
     paths = list(load_image_folder(folder).paths)

@@ -35,7 +35,8 @@ import bench_real  # noqa: E402
 import _real_data  # noqa: E402
 from galleria.evaluation import RetrievalConfig  # noqa: E402
 from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402
-from galleria.tune.search import GUARD_MARGIN, _labels_of, _make_split  # noqa: E402
+from galleria.tune._constants import GUARD_MARGIN  # noqa: E402
+from galleria.tune._splits import _labels_of, _make_split  # noqa: E402
 
 
 def parse_setting(text: str) -> RetrievalConfig:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from galleria._version import __version__
 
 _EXPORTS: dict[str, str] = {
+    "Searcher": "galleria.retrieval",
+    "RetrievalConfig": "galleria.retrieval",
     "recall_at_k": "galleria.metrics",
     "retrieval_ranks": "galleria.metrics",
     "ranks_from_embeddings": "galleria.metrics",
@@ -60,6 +62,8 @@ __all__ = [
     "PixelEmbedder",
     "PluginError",
     "PluginWarning",
+    "RetrievalConfig",
+    "Searcher",
     "SkippedImageWarning",
     "TimmEmbedder",
     "__version__",
@@ -109,6 +113,7 @@ if TYPE_CHECKING:
         k_reciprocal_rerank,
         k_reciprocal_rerank_features,
     )
+    from galleria.retrieval import RetrievalConfig, Searcher
     from galleria.store import Candidate, InMemoryImageEmbeddingStore
     from galleria.store.graph import neighbor_graph
     from galleria.tune import tune_gallery
@@ -121,7 +126,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'galleria' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
-    if module.startswith("galleria.store"):
+    if module.startswith(("galleria.store", "galleria.retrieval")):
         # The re-rankers register the codecs of the records they keep in store files
         # (galleria.store.extensions), so a store reached from here reads them, as it always has.
         importlib.import_module("galleria.rerank")

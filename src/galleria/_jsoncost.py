@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["DEFAULT_RATIO", "MAX_DISTINCT_KEYS", "json_cost", "load_bounded_json"]
+__all__ = ["DEFAULT_RATIO", "MAX_DISTINCT_KEYS", "SLACK", "json_cost", "load_bounded_json"]
 
 #: Bytes of objects a document may take per byte of its text (the text itself not counted).
 DEFAULT_RATIO = 3.0

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Generic, TypeVar, overload
 
-from galleria._declare import KINDS, Component, DeclarationError
+from galleria._declare import KINDS, Component
+from galleria._params import DeclarationError
 from galleria._plugin_guard import CONTRACTS, PluginError, guarded, missing
 from galleria._warnings import PluginWarning
 

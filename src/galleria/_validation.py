@@ -16,10 +16,13 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_VECTOR_DIM",
     "check_bool",
     "check_callback",
     "check_choice",
     "check_fraction",
+    "check_labels_root",
     "check_nonnegative_float",
     "check_path_list",
     "check_positive_int",

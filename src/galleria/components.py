@@ -27,16 +27,8 @@ A package exposes a component through the entry-point groups ``galleria.reranker
 
 from __future__ import annotations
 
-from galleria._declare import (
-    KINDS,
-    MAX_WORK,
-    PLUGIN_API_VERSION,
-    Component,
-    DeclarationError,
-    Param,
-    Space,
-    format_value,
-)
+from galleria._declare import KINDS, MAX_WORK, PLUGIN_API_VERSION, Component
+from galleria._params import DeclarationError, Param, Space, format_value
 from galleria._plugin_guard import CONTRACTS, PluginError
 from galleria._plugins import NO_PLUGINS_VARIABLE
 from galleria._warnings import PluginWarning

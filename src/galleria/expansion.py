@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import STAGE, Component, Param, Space
+from galleria._declare import STAGE, Component
+from galleria._params import Param, Space
 from galleria.distances import normalize_rows
 from galleria.statistics import FIRST_RISE, FIRST_SHARE, GalleryStatistics, read_statistics
 

@@ -451,7 +451,7 @@ def _mutations(document: Any, rng: np.random.Generator, count: int) -> Iterator[
 def _row_settings(folder: Path, scale: int, tally: Tally) -> None:
     from galleria.evaluation import RetrievalConfig
     from galleria.tune.settings import read_settings, write_settings
-    from galleria.viewer.compare import SearchSettings
+    from galleria.viewer.settings import SearchSettings
 
     rng = np.random.default_rng(15)
     file = folder / "tuned.json"

@@ -449,7 +449,7 @@ NEVER_A_SETTING = {"²", "1" * 5000, "9" * 4301, "\x00", "NaN"}
 
 def _evaluation(images: list[str]) -> Any:
     """A small made-up evaluation of ``images`` (for the ``/eval`` pages)."""
-    from galleria.evaluation.per_query import QueryOutcome, QueryResults, RankedPaths
+    from galleria.evaluation._query_types import QueryOutcome, QueryResults, RankedPaths
 
     ranked = tuple(images[:3])
     queries = [

@@ -245,7 +245,7 @@ def test_evaluate_json_and_report(image_dir: Path, tmp_path: Path) -> None:
 
 def _check_per_query(out: Path, payload: dict[str, Any], compared: tuple[str, str]) -> None:
     """queries.json (what ``serve --eval`` reads): every query, AP@100 averaging to each mAP@100."""
-    from galleria.evaluation.per_query import read_query_results
+    from galleria.evaluation._query_reading import read_query_results
 
     recorded = read_query_results(out)
     assert recorded.compared == compared and len(recorded.queries) == payload["n_queries"]

@@ -257,7 +257,7 @@ class _Terminal(io.StringIO):
 
 def test_loading_torch_and_the_model_is_announced_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("timm", reason="the timm extra is not installed")
-    from galleria.cli._options import make_embedder
+    from galleria.cli._embedder_options import make_embedder
 
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)

@@ -327,3 +327,15 @@ def test_settings_with_a_prepared_diffusion_run_in_evaluate_and_search(
     np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=1e-6)
     plain = [c.path for c in store.retrieve_top_k_similar([query], k=8)[0]]
     assert store.vector_transform is None and len(plain) == 8
+
+
+def test_tune_help_names_every_registered_method(capsys: pytest.CaptureFixture[str]) -> None:
+    # the description is derived from the registry (it once named four methods of six)
+    from galleria.cli import build_parser
+    from galleria.rerank import RERANK_METHODS
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tune", "--help"])
+    description = capsys.readouterr().out.split("options:")[0]
+    missing = [method for method in RERANK_METHODS if method not in description]
+    assert not missing, missing

@@ -11,7 +11,8 @@ from PIL import Image
 
 from _support.extras import needs
 from galleria.cli import COMMANDS, build_parser, main
-from galleria.cli._options import DEFAULT_POOL, rerank_settings
+from galleria.cli._rerank_options import rerank_settings
+from galleria.retrieval.config import DEFAULT_POOL
 
 COLOURS = {"red": (200, 40, 40), "green": (40, 190, 60), "blue": (40, 60, 210)}
 
@@ -101,7 +102,7 @@ def test_tune_validation_spellings(folder: Path, tmp_path: Path, capsys: pytest.
 
 def test_one_pool_default_everywhere() -> None:
     from galleria.evaluation import RetrievalConfig
-    from galleria.viewer.compare import SearchSettings
+    from galleria.viewer.settings import SearchSettings
 
     parser = build_parser()
     for argv in (["search", "s.safetensors", "--image", "q.png", "--rerank"], ["evaluate", "d", "--rerank"]):

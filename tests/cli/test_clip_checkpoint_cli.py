@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="ClipEmbedder needs the clip extra (
 pytest.importorskip("open_clip", reason="ClipEmbedder needs the clip extra")
 
 from galleria.cli import main  # noqa: E402
-from galleria.cli._options import parse_embedder_spec  # noqa: E402
+from galleria.cli._embedder_options import parse_embedder_spec  # noqa: E402
 from galleria.embedders import ClipEmbedder, embedder_config  # noqa: E402
 from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402
 

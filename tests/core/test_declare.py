@@ -131,7 +131,7 @@ def test_the_registry_is_the_declarations() -> None:
 def test_the_same_message_from_every_source(capsys: pytest.CaptureFixture[str]) -> None:
     """A bad value reads the same from the library, a settings file's config and the command line."""
     from galleria.cli import main
-    from galleria.evaluation.configs import RetrievalConfig
+    from galleria.retrieval import RetrievalConfig
 
     with pytest.raises(ValueError) as direct:
         check_method_params("diffusion", {"alpha": 1.0})
@@ -156,7 +156,7 @@ def test_labels_come_from_the_declarations() -> None:
 
 def test_cli_choices_and_help_are_derived(capsys: pytest.CaptureFixture[str]) -> None:
     from galleria.cli import main
-    from galleria.cli._options import PRECOMPUTE_RERANK_CHOICES, RERANK_METHOD_CHOICES
+    from galleria.cli._rerank_options import PRECOMPUTE_RERANK_CHOICES, RERANK_METHOD_CHOICES
     from galleria.rerank.registry import PRECOMPUTED_METHODS
 
     assert RERANK_METHOD_CHOICES == RERANK_METHODS and PRECOMPUTE_RERANK_CHOICES == PRECOMPUTED_METHODS
@@ -172,7 +172,7 @@ def test_cli_choices_and_help_are_derived(capsys: pytest.CaptureFixture[str]) ->
 def test_the_tuner_searches_the_declared_space() -> None:
     import optuna
 
-    from galleria.tune.search import _paper_trial, _suggest
+    from galleria.tune._space import _paper_trial, _suggest
 
     assert _paper_trial("k-reciprocal") == {
         "k-reciprocal.k1": 20,

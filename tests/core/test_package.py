@@ -21,7 +21,16 @@ FIXED_NAMES = [
     "KReciprocalReranker",
     "ClipEmbedder",
     "PixelEmbedder",
+    "Searcher",
+    "RetrievalConfig",
 ]
+
+
+def test_the_one_path_is_exported_as_the_same_objects() -> None:
+    from galleria.retrieval import RetrievalConfig, Searcher
+
+    assert galleria.Searcher is Searcher
+    assert galleria.RetrievalConfig is RetrievalConfig
 
 
 @pytest.mark.parametrize("name", sorted(set(galleria.__all__) - {"__version__"}))

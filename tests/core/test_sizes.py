@@ -1,7 +1,10 @@
-"""Module and function sizes in src/galleria: at most 400 lines a module, 80 lines a function.
+"""Module and function sizes in src/galleria: reported, and refused only far beyond what an idea needs.
 
-The files still over a limit are listed below; the lists may only shrink (a file that now keeps
-within its limit must leave them, and no file may join them).
+Files and functions are split where an idea ends, never to meet a number (issue 35 §3: limits that
+fail close by became targets — three modules stood at exactly 399 lines and several functions at 80).
+So the limits sit far away: a module over :data:`MAX_MODULE_LINES` lines or a function over
+:data:`MAX_FUNCTION_LINES` lines fails, and nothing within them is trimmed to fit. Run this file with
+``python tests/core/test_sizes.py`` to see the largest modules and functions.
 """
 
 from __future__ import annotations
@@ -10,28 +13,26 @@ import ast
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "galleria"
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 80
-
-#: Modules still over 400 lines (relative to src/galleria).
-MODULES_OVER: frozenset[str] = frozenset()
-
-#: Functions still over 80 lines, as "module.py:qualified_name".
-FUNCTIONS_OVER: frozenset[str] = frozenset()
+#: A module this long holds more than one idea (the largest today is about 400 lines).
+MAX_MODULE_LINES = 1000
+#: A function this long does more than one thing (the largest today is about 80 lines).
+MAX_FUNCTION_LINES = 200
+#: How many of the largest modules and functions the report lists.
+REPORTED = 10
 
 
-def module_lengths() -> dict[str, int]:
+def module_lengths(source: Path = SOURCE) -> dict[str, int]:
     return {
-        str(path.relative_to(SOURCE)): len(path.read_text(encoding="utf-8").splitlines())
-        for path in sorted(SOURCE.rglob("*.py"))
+        str(path.relative_to(source)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in sorted(source.rglob("*.py"))
     }
 
 
-def function_lengths() -> dict[str, int]:
+def function_lengths(source: Path = SOURCE) -> dict[str, int]:
     result: dict[str, int] = {}
-    for path in sorted(SOURCE.rglob("*.py")):
+    for path in sorted(source.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        name = str(path.relative_to(SOURCE))
+        name = str(path.relative_to(source))
 
         def visit(node: ast.AST, prefix: str, name: str = name) -> None:
             for child in ast.iter_child_nodes(node):
@@ -48,14 +49,39 @@ def function_lengths() -> dict[str, int]:
     return result
 
 
-def test_no_module_over_the_limit_outside_the_list() -> None:
-    over = {name for name, lines in module_lengths().items() if lines > MAX_MODULE_LINES}
-    assert over <= MODULES_OVER, f"modules over {MAX_MODULE_LINES} lines: {sorted(over - MODULES_OVER)}"
-    assert MODULES_OVER <= over, f"within the limit now, drop: {sorted(MODULES_OVER - over)}"
+def largest(lengths: dict[str, int], count: int = REPORTED) -> list[tuple[str, int]]:
+    """The ``count`` longest entries, longest first (ties by name)."""
+    return sorted(lengths.items(), key=lambda item: (-item[1], item[0]))[:count]
 
 
-def test_no_function_over_the_limit_outside_the_list() -> None:
-    over = {name for name, lines in function_lengths().items() if lines > MAX_FUNCTION_LINES}
-    new = sorted(over - FUNCTIONS_OVER)
-    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {new}"
-    assert FUNCTIONS_OVER <= over, f"within the limit now, drop: {sorted(FUNCTIONS_OVER - over)}"
+def report() -> str:
+    """The largest modules and functions, one per line, with their line counts."""
+    lines = [f"largest modules (limit {MAX_MODULE_LINES} lines):"]
+    lines += [f"  {count:5d}  {name}" for name, count in largest(module_lengths())]
+    lines.append(f"largest functions (limit {MAX_FUNCTION_LINES} lines):")
+    lines += [f"  {count:5d}  {name}" for name, count in largest(function_lengths())]
+    return "\n".join(lines)
+
+
+def test_no_module_far_over_an_idea() -> None:
+    over = sorted(name for name, lines in module_lengths().items() if lines > MAX_MODULE_LINES)
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}\n{report()}"
+
+
+def test_no_function_far_over_an_idea() -> None:
+    over = sorted(name for name, lines in function_lengths().items() if lines > MAX_FUNCTION_LINES)
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines: {over}\n{report()}"
+
+
+def test_the_counts_see_methods_and_nested_functions(tmp_path: Path) -> None:
+    # the measure itself: a method, a decorated function and a nested one are all counted
+    (tmp_path / "m.py").write_text(
+        "class A:\n    @staticmethod\n    def f():\n        def g():\n            pass\n        return g\n"
+    )
+    assert function_lengths(tmp_path) == {"m.py:A.f": 5, "m.py:A.f.g": 2}
+    assert module_lengths(tmp_path) == {"m.py": 6}
+    assert largest({"a": 3, "b": 7, "c": 7}, 2) == [("b", 7), ("c", 7)]
+
+
+if __name__ == "__main__":
+    print(report())

@@ -154,7 +154,7 @@ import json
 from fastapi.testclient import TestClient
 from galleria import Candidate, InMemoryImageEmbeddingStore, PixelEmbedder
 from galleria.rerank import make_reranker
-from galleria.evaluation.configs import RetrievalConfig
+from galleria.retrieval import RetrievalConfig
 from galleria.web import create_app
 paths = sorted(str(p) for p in __import__("pathlib").Path({str(gallery)!r}).rglob("*.png"))
 store = InMemoryImageEmbeddingStore(paths, PixelEmbedder(size=6), num_workers=1)

@@ -27,7 +27,7 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 from _support.browser import CHROMIUM, serving, watched_page  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
 from galleria.cli import main as cli_main  # noqa: E402
-from galleria.evaluation.per_query import read_query_results  # noqa: E402
+from galleria.evaluation._query_reading import read_query_results  # noqa: E402
 from galleria.web import create_app  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

@@ -27,7 +27,7 @@ import uvicorn  # noqa: E402
 
 from _support.browser import CHROMIUM, free_port, serving, watched_page  # noqa: E402
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder  # noqa: E402
-from galleria.evaluation.per_query import QueryOutcome, QueryResults, RankedPaths  # noqa: E402
+from galleria.evaluation._query_types import QueryOutcome, QueryResults, RankedPaths  # noqa: E402
 from galleria.web import create_app  # noqa: E402
 
 pytestmark = pytest.mark.skipif(

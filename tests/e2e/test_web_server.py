@@ -332,13 +332,9 @@ def _peak(function: Callable[[], Any]) -> int:
 def test_a_queries_json_is_read_within_4x_its_size(folder: str, tmp_path: Path) -> None:
     """Before: a queries.json took 27 times its size while it was parsed, before any check; one
     that galleria wrote for a gallery of short paths took 4.7 times."""
-    from galleria.evaluation.per_query import (
-        QueryOutcome,
-        QueryResults,
-        RankedPaths,
-        read_query_results,
-        write_query_results,
-    )
+    from galleria.evaluation._query_reading import read_query_results
+    from galleria.evaluation._query_types import QueryOutcome, QueryResults, RankedPaths
+    from galleria.evaluation.per_query import write_query_results
 
     rng = np.random.default_rng(0)
     paths = [f"{folder}{i % 10:02d}/{i}.png" for i in range(3000)]
@@ -380,7 +376,7 @@ def test_a_queries_json_is_read_within_4x_its_size(folder: str, tmp_path: Path) 
 
 
 def _refused(path: Path, name: str) -> None:
-    from galleria.evaluation.per_query import read_query_results
+    from galleria.evaluation._query_reading import read_query_results
 
     with pytest.raises(ValueError, match=rf"{name}\.json.*times its size in memory"):
         read_query_results(path)

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="TimmEmbedder needs the timm extra (torch)")
 pytest.importorskip("timm", reason="TimmEmbedder needs the timm extra")
 
-from galleria.cli._options import parse_embedder_spec  # noqa: E402
+from galleria.cli._embedder_options import parse_embedder_spec  # noqa: E402
 from galleria.embedders import TimmEmbedder, embedder_config, embedder_from_config  # noqa: E402
 from galleria.embedders._weights import LITE0_FILE, lite0_package_file  # noqa: E402
 from galleria.store import InMemoryImageEmbeddingStore  # noqa: E402

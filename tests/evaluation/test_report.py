@@ -9,7 +9,8 @@ import numpy as np
 
 from galleria.cli._evaluation_run import lowering_warnings
 from galleria.evaluation import ConfigResult, standard_configs
-from galleria.evaluation.report import _report_markdown, report_html
+from galleria.evaluation._html import report_html
+from galleria.evaluation._tables import _report_markdown
 
 
 def _results(recalls: tuple[float, float, float]) -> list[ConfigResult]:

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from galleria.index import _faiss
-from galleria.index._faiss_check import (
+from galleria.index._faiss_check import check_faiss_bytes
+from galleria.index._faiss_rules import (
     IVF_LIST_OVERHEAD,
     allocation_budget,
     check_direct_map,
-    check_faiss_bytes,
     check_hnsw_graph,
     check_linear_transform,
     check_unique_ids,

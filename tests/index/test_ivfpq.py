@@ -17,6 +17,7 @@ from galleria.index import (
     validate_index_params,
 )
 from galleria.index import ivfpq as ivfpq_module
+from galleria.index._ivfpq_params import default_subquantizers
 
 
 def clustered(count: int, dim: int, seed: int = 0, centres: int = 20) -> np.ndarray:
@@ -63,7 +64,7 @@ def test_training_needs_enough_vectors_and_a_dividing_subquantizer_count(data: n
     assert not index.is_trained and len(index) == 0 and index.dim is None
     with pytest.raises(ValueError, match="must divide the dimension 32"):
         IvfPqIndex("l2", subquantizers=5, **SMALL).add(data)
-    assert ivfpq_module.default_subquantizers(32) == 32  # one sub-quantizer per dimension
+    assert default_subquantizers(32) == 32  # one sub-quantizer per dimension
 
 
 @pytest.mark.parametrize("space", ["cosine", "l2"])

@@ -334,7 +334,7 @@ def test_a_store_loaded_by_the_cli_reads_its_graph_file_and_never_writes_one(
 ) -> None:
     import argparse
 
-    from galleria.cli._options import load_store
+    from galleria.cli._store_options import load_store
     from galleria.rerank import DiffusionReranker
 
     _, file = saved

@@ -12,7 +12,6 @@ import pytest
 
 from _support.store_files import old_layout, read_parts, write_sealed
 from galleria import KReciprocalReranker
-from galleria.evaluation.configs import RetrievalConfig
 from galleria.rerank.adaptive import (
     PAPER_PARAMS,
     GalleryStatistics,
@@ -22,6 +21,7 @@ from galleria.rerank.adaptive import (
     store_statistics,
 )
 from galleria.rerank.registry import check_method_params, make_reranker
+from galleria.retrieval import RetrievalConfig
 from galleria.store import InMemoryImageEmbeddingStore
 
 

@@ -310,7 +310,7 @@ def test_registry_cli_and_parameter_checks() -> None:
         "tol": 1e-6,
         "maxiter": 20,
     }
-    from galleria.cli._options import RERANK_METHOD_CHOICES
+    from galleria.cli._rerank_options import RERANK_METHOD_CHOICES
 
     assert RERANK_METHOD_CHOICES == RERANK_METHODS
     store = _store(_clusters(13, n=10))
@@ -350,7 +350,7 @@ def test_build_precomputes_the_offline_part_and_search_reuses_it(
     from safetensors import safe_open
 
     from galleria.cli import main
-    from galleria.cli._options import PRECOMPUTE_RERANK_CHOICES
+    from galleria.cli._rerank_options import PRECOMPUTE_RERANK_CHOICES
     from galleria.rerank.adaptive import default_rerank_params
     from galleria.rerank.registry import PRECOMPUTED_METHODS
 

@@ -339,8 +339,8 @@ def test_the_http_api_answers_with_ecn(colours: Any) -> None:
     from fastapi.testclient import TestClient
 
     from galleria import PixelEmbedder
-    from galleria.evaluation.configs import RetrievalConfig
     from galleria.rerank import make_reranker
+    from galleria.retrieval import RetrievalConfig
     from galleria.web import create_app
 
     paths = sorted(str(p) for p in colours.rglob("*.png"))

@@ -193,7 +193,7 @@ def test_evaluate_and_the_tuner_agree_with_the_searcher_on_their_split(
     setup: tuple[Path, InMemoryImageEmbeddingStore, list[str]], name: str, config: RetrievalConfig
 ) -> None:
     from galleria.evaluation import evaluate_retrieval
-    from galleria.tune.search import _make_split, score_lists
+    from galleria.tune._splits import _make_split, score_lists
 
     _, store, _ = setup
     labels = [path.split(os.sep)[-2] for path in store.paths]

@@ -15,7 +15,7 @@ from _support.extras import need
 from _support.store_files import read_parts, write_sealed
 from galleria import InMemoryImageEmbeddingStore
 from galleria.index import _serial
-from galleria.index.milvus import check_token_destination
+from galleria.index._milvus_settings import check_token_destination
 
 
 class Listener:

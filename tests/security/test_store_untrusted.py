@@ -21,7 +21,7 @@ from _support.store_support import as_old_format, make_images, pixel_embedder
 from galleria import InMemoryImageEmbeddingStore
 from galleria.index import _serial
 from galleria.index._faiss_check import check_faiss_bytes
-from galleria.store.persistence import FORMAT_VERSION
+from galleria.store._header import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")

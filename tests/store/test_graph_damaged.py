@@ -78,7 +78,7 @@ def test_a_graph_file_remembered_by_the_cli_is_rebuilt_in_memory_and_left_alone(
 ) -> None:
     import argparse
 
-    from galleria.cli._options import load_store
+    from galleria.cli._store_options import load_store
 
     file, data = saved
     side = Path(graph_file_for(file))

@@ -20,7 +20,7 @@ from galleria.cli._edits import manifest_path, parse_manifest, read_manifest
 from galleria.evaluation import RetrievalConfig
 from galleria.expansion import MAX_EXPANSION_ALPHA, alpha_query_expansion
 from galleria.tune.settings import read_settings
-from galleria.viewer.compare import SearchSettings
+from galleria.viewer.settings import SearchSettings
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file, save_file
 from _support.store_files import seal
 from _support.store_support import FakeEmbedder, as_old_format, make_images, pixel_embedder, stored_paths
 from galleria import ExternalSearchIndex, HnswIndex, InMemoryImageEmbeddingStore, PixelEmbedder
-from galleria.store.persistence import FORMAT_VERSION
+from galleria.store._header import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from galleria.tune import (
     tune,
     write_settings,
 )
-from galleria.tune.search import MAX_CHECKED
+from galleria.tune._constants import MAX_CHECKED
 from galleria.tune.settings import MAX_BYTES
 
 
@@ -206,7 +206,7 @@ def test_config_from_settings_names_where() -> None:
 def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, Any]]) -> None:
     """Make every split score a setting by its family: (mAP@100 change, Recall@1 change) over plain;
     the Recall@1 change may be a list, one per split seed."""
-    from galleria.tune import search
+    from galleria.tune import _splits
 
     def run(self: Any, config: RetrievalConfig) -> dict[str, float]:
         family = "plain"
@@ -227,7 +227,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, effects: dict[str, tuple[float, 
             "first_changed": moved,
         }
 
-    monkeypatch.setattr(search._Split, "run", run)
+    monkeypatch.setattr(_splits._Split, "run", run)
 
 
 @needs("optuna")
@@ -297,7 +297,7 @@ def test_plain_wins_when_every_lift_costs_recall(monkeypatch: pytest.MonkeyPatch
 @needs("optuna")
 def test_adaptive_defaults_are_among_the_first_trials() -> None:
     from galleria.rerank.adaptive import default_rerank_params
-    from galleria.tune.search import _labels_of, _make_split
+    from galleria.tune._splits import _labels_of, _make_split
 
     store, labels = _clustered(0.6, per_class=20)
     result = tune(store, labels, n_trials=3, validation_queries=20, n_splits=1, methods=["k-reciprocal"])
@@ -330,7 +330,7 @@ def test_the_diffusions_paper_values_are_also_tried_on_the_normalised_gallery() 
 
 def test_the_gnn_search_space_includes_lambda() -> None:
     optuna = need("optuna")
-    from galleria.tune.search import _suggest
+    from galleria.tune._space import _suggest
 
     trial = optuna.trial.FixedTrial(
         {"method": "gnn", "gnn.aqe": False, "gnn.pool": 200, "gnn.k1": 9, "gnn.k2": 3, "gnn.lambda": 0.0}
@@ -345,7 +345,7 @@ def test_decoupled_diffusion_is_searched_with_its_offline_settings() -> None:
     """The search space covers decoupled diffusion's k and α (a few values each) and αQE before it."""
     import optuna
 
-    from galleria.tune.search import _choices, _suggest
+    from galleria.tune._space import _choices, _suggest
 
     choices = _choices({"decoupled-diffusion.k": 28, "decoupled-diffusion.alpha": 0.9})
     assert 28 in choices["decoupled-diffusion.k"] and 50 in choices["decoupled-diffusion.k"]
@@ -369,7 +369,7 @@ def test_decoupled_diffusion_is_searched_with_its_offline_settings() -> None:
 @needs("optuna")
 def test_tuning_decoupled_diffusion_tries_its_adaptive_defaults() -> None:
     from galleria.rerank.adaptive import default_rerank_params
-    from galleria.tune.search import _labels_of, _make_split
+    from galleria.tune._splits import _labels_of, _make_split
 
     store, labels = _clustered(0.6, per_class=20)
     result = tune(
@@ -387,7 +387,8 @@ def test_the_diffusions_are_searched_on_the_prepared_gallery_too() -> None:
     import optuna
 
     from galleria.rerank import make_reranker
-    from galleria.tune.search import _labels_of, _make_split, _suggest
+    from galleria.tune._space import _suggest
+    from galleria.tune._splits import _labels_of, _make_split
 
     fixed = {
         "method": "diffusion",
@@ -417,13 +418,13 @@ def test_the_diffusions_are_searched_on_the_prepared_gallery_too() -> None:
     reranker = make_reranker("diffusion", split.store, **config.reranker_params())
     lists = reranker.store.retrieve_by_vector(split.queries, k=len(split.store))
     by_hand = reranker.rerank_batch(lists, top_k=len(split.store))
-    from galleria.tune.search import score_lists
+    from galleria.tune._splits import score_lists
 
     assert measured == score_lists(by_hand, split.query_labels, split.gallery_labels)
 
 
 def test_a_split_counts_the_first_results_a_setting_changes() -> None:
-    from galleria.tune.search import _labels_of, _make_split
+    from galleria.tune._splits import _labels_of, _make_split
 
     store, labels = _clustered(0.5, per_class=20)
     split = _make_split(store, store.embeddings, _labels_of(store, labels), 0, 20, "map@100")

@@ -16,15 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from galleria.evaluation import RetrievalConfig
-from galleria.evaluation.per_query import (
-    MAX_BYTES,
-    QueryOutcome,
-    QueryResults,
-    RankedPaths,
-    query_results,
-    read_query_results,
-    write_query_results,
-)
+from galleria.evaluation._query_reading import read_query_results
+from galleria.evaluation._query_types import MAX_BYTES, QueryOutcome, QueryResults, RankedPaths
+from galleria.evaluation.per_query import query_results, write_query_results
 from galleria.evaluation.pipeline import ConfigResult
 from galleria.metrics import average_precision
 from galleria.viewer import GalleryLabels, SearchSettings, UploadError, UploadStore, browse_gallery

@@ -22,7 +22,7 @@ pytest.importorskip("fastapi", reason="the web extra (galleria[web]) is not inst
 from fastapi.testclient import TestClient
 
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
-from galleria.evaluation.per_query import QueryOutcome, QueryResults, RankedPaths
+from galleria.evaluation._query_types import QueryOutcome, QueryResults, RankedPaths
 from galleria.web import create_app
 
 HOSTILE = '<img src=x onerror="y">&z'  # a label (class folder) a page must escape
@@ -331,7 +331,7 @@ def test_the_label_summary_is_read_from_the_report(tmp_path: Path) -> None:
 def test_serve_keeps_the_map_beside_the_store_and_ignores_a_hostile_one(
     tmp_path: Path, gallery: tuple[Path, InMemoryImageEmbeddingStore]
 ) -> None:
-    from galleria.cli._options import load_store
+    from galleria.cli._store_options import load_store
     from galleria.store.gallery_map import MapFileWarning, map_file_for
 
     store_file = tmp_path / "s.safetensors"
@@ -355,8 +355,8 @@ def test_a_real_report_shows_its_label_summary(
     tmp_path: Path, gallery: tuple[Path, InMemoryImageEmbeddingStore]
 ) -> None:
     from galleria.cli import main
+    from galleria.evaluation._query_reading import read_query_results
     from galleria.evaluation.per_label import read_label_summary
-    from galleria.evaluation.per_query import read_query_results
 
     report = tmp_path / "report"
     code = main(

@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 
 from galleria import InMemoryImageEmbeddingStore, PixelEmbedder
 from galleria.evaluation import RetrievalConfig
-from galleria.evaluation.per_query import QueryResults, read_query_results
+from galleria.evaluation._query_reading import read_query_results
+from galleria.evaluation._query_types import QueryResults
 from galleria.viewer import UploadStore
 from galleria.web import create_app
 
@@ -309,7 +310,7 @@ def test_settings_file_sets_the_api_defaults_and_a_bad_one_is_refused(
 
 def _evaluation(gallery: tuple[Path, InMemoryImageEmbeddingStore], changes: list[float]) -> QueryResults:
     """A made-up evaluation of some gallery images (with one query that is not in the gallery)."""
-    from galleria.evaluation.per_query import QueryOutcome, RankedPaths
+    from galleria.evaluation._query_types import QueryOutcome, RankedPaths
 
     paths = gallery[1].paths
     queries = []

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from galleria import __version__
+from galleria._version import __version__
 from galleria.cli._common import CliError, report_skipped_images
 
 __all__ = ["CliError", "main"]

@@ -167,7 +167,7 @@ def store_writer(args: argparse.Namespace, store_path: str) -> Iterator[None]:
     Taken before the store is read, so a second writer reads what the first one saved; without
     ``--wait`` a store another process is changing is refused at once (exit 2).
     """
-    from galleria.cli._options import parse_float
+    from galleria.cli._parse import parse_float
 
     wait = parse_float("--wait", getattr(args, "wait", "0"))
     with writer_lock(store_path, wait):

@@ -110,7 +110,7 @@ def remember_checkpoint_of(path: Any, config: dict[str, Any]) -> None:
     """Keep a checkpoint path the user gave in the per-user registry, keyed by its recorded digest."""
     digest = config.get("checkpoint_sha256")
     if isinstance(path, str) and isinstance(digest, str) and os.path.isfile(path):
-        from galleria.embedders._cache import remember_checkpoint
+        from galleria.embedders import remember_checkpoint
 
         remember_checkpoint(path, digest)
 

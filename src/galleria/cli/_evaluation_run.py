@@ -61,7 +61,7 @@ def _write_report(
     the per-query results, the metrics; returns the files written."""
     from galleria.evaluation import write_report
     from galleria.evaluation.per_query import query_results
-    from galleria.evaluation.report import contact_sheets
+    from galleria.evaluation.sheets import contact_sheets
 
     query_paths, query_labels, gallery_labels, configs = queries
     sheets: list[Any] = []
@@ -92,8 +92,7 @@ def _print_summary(
     title: str, results: Any, meta: dict[str, Any], out: str | None, files: Any, build_seconds: float
 ) -> None:
     """The text output: sizes and times, the labels, the table, and where the report went."""
-    from galleria.evaluation import format_table
-    from galleria.evaluation.per_query import FILE_NAME
+    from galleria.evaluation import FILE_NAME, format_table
 
     print(
         f"{title}: {meta['n_queries']} queries, {meta['n_gallery']} gallery images "

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from galleria.cli._common import CliError
-from galleria.cli._options import check_existing_file, parse_float, parse_int
+from galleria.cli._parse import check_existing_file, parse_float, parse_int
 
 __all__ = [
     "LabelledSource",
@@ -178,8 +178,8 @@ def open_source(args: argparse.Namespace, source: str, what: str) -> LabelledSou
 def _open_store(args: argparse.Namespace, source: str) -> LabelledSource:
     check_existing_file("store file", source)
     check_store_options(args, source)
-    from galleria.cli._storefile import read_store_header
     from galleria.store import InMemoryImageEmbeddingStore
+    from galleria.store.persistence import read_store_header
 
     header = read_store_header(source)
     dim = header.get("dim")

@@ -70,7 +70,7 @@ def _vectors(
     args: argparse.Namespace, source: Any, image_dir: str, workers: int
 ) -> tuple[str, list[str], Any, list[str]]:
     """The space, paths, vectors and unreadable images: a store file's vectors, or the images embedded."""
-    from galleria.cli._options import make_embedder
+    from galleria.cli._embedder_options import make_embedder
     from galleria.store import InMemoryImageEmbeddingStore
 
     if source.kind == "store":

@@ -50,10 +50,10 @@ def query_embedder(spec: str | None, store_path: str, runtime: str | None = None
     named embedder's dimension, space or model disagrees with the store.
     """
     from galleria.cli._embedder_options import make_embedder
-    from galleria.cli._options import check_existing_file
-    from galleria.cli._storefile import read_store_header
+    from galleria.cli._parse import check_existing_file
     from galleria.embedders import embedder_config
-    from galleria.store._checks import check_embedder_dim
+    from galleria.store import check_embedder_dim
+    from galleria.store.persistence import read_store_header
 
     header = read_store_header(check_existing_file("store file", store_path))
     saved = header.get("embedder")

@@ -8,7 +8,6 @@ from typing import Any
 from galleria._plugins import LazyNames
 from galleria.cli._common import CliError
 from galleria.cli._parse import add_deprecated_alias, check_existing_file, parse_float, parse_int
-from galleria.evaluation.configs import DEFAULT_POOL
 from galleria.expansion import EXPANSION, MAX_EXPANSION_ALPHA
 from galleria.rerank.registry import (
     DEFAULT_COMPONENT,
@@ -18,7 +17,7 @@ from galleria.rerank.registry import (
     reranker_component,
     reranker_components,
 )
-from galleria.retrieval.config import POOL
+from galleria.retrieval.config import DEFAULT_POOL, POOL
 from galleria.viewer.text import shorten_middle
 
 #: The values of ``--rerank-method``: every declared method (built-in and plugins), the default first.

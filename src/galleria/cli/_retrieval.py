@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from galleria.cli._common import CliError
-from galleria.cli._options import expand_settings, rerank_settings, settings_config
+from galleria.cli._rerank_options import expand_settings, rerank_settings, settings_config
 from galleria.retrieval import RetrievalConfig
 
 __all__ = ["config_from_args", "used_settings"]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from galleria.cli._common import CliError
-from galleria.cli._options import check_existing_file
+from galleria.cli._parse import check_existing_file
 
 #: ``--space`` → the metric-learning core's name of the distance.
 _METRIC_OF_SPACE = {"cosine": "cosine", "l2": "euclidean"}
@@ -48,7 +48,7 @@ def _load_npy(option: str, path: str) -> np.ndarray:
 
 def evaluate(scores: Any, ground_truth: Any, ks: list[int]) -> dict[str, Any]:
     """The figures printed by the command, as a JSON-able dict (library errors name the options)."""
-    from galleria.metrics._checks import as_positives, as_score_matrix
+    from galleria.metrics import as_positives, as_score_matrix
     from galleria.metrics.ranks import ranks_of_matrix
     from galleria.metrics.summary import mean_rank, median_rank, mrr_from_ranks, recall_from_ranks
 
@@ -101,7 +101,7 @@ def _matrix(args: argparse.Namespace) -> tuple[np.ndarray, str, bool]:
 
 def _as_similarities(matrix: np.ndarray, option: str, higher: bool) -> np.ndarray:
     """A validated matrix as similarities (distances negated, which is exact and keeps ties)."""
-    from galleria.metrics._checks import as_score_matrix
+    from galleria.metrics import as_score_matrix
 
     checked = as_score_matrix(option, matrix)
     if higher:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from galleria.cli._common import CliError
-from galleria.cli._options import parse_int
+from galleria.cli._parse import parse_int
 from galleria.cli._score_files import (
     _JSON_BYTES_PER_CELL,
     _JSON_FLOOR,
@@ -26,7 +26,7 @@ from galleria.cli._score_files import (
 
 
 def _run_recall(args: argparse.Namespace, detail: bool) -> tuple[dict[str, Any], list[list[Any]], str]:
-    from galleria.metrics._checks import as_positives
+    from galleria.metrics import as_positives
 
     ks = [parse_int("--ks", text) for text in (args.ks or ["1", "5", "10"])]
     raw, option, higher = _matrix(args)
@@ -83,7 +83,7 @@ def _run_reid(args: argparse.Namespace, detail: bool) -> tuple[dict[str, Any], l
 
 def _run_revisited(args: argparse.Namespace, detail: bool) -> tuple[dict[str, Any], list[list[Any]], str]:
     from galleria.evaluation.protocols import revisited_report
-    from galleria.metrics._checks import as_ks
+    from galleria.metrics import as_ks
     from galleria.metrics.revisited import check_revisited_ground_truth
 
     raw, option, higher = _matrix(args)

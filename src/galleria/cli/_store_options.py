@@ -65,7 +65,7 @@ def load_store(args: argparse.Namespace, path: str, embedder: Any = None) -> Any
         options.pop("checkpoint", None)  # the saved model is not rebuilt
         options.pop("runtime", None)
     elif sys.stderr.isatty():  # a model can take a while to load: say so, on a terminal only
-        from galleria.cli._storefile import read_store_header
+        from galleria.store.persistence import read_store_header
 
         entry = read_store_header(path).get("embedder")
         config = entry.get("config") if isinstance(entry, dict) else None

@@ -16,7 +16,7 @@ from galleria.cli._edits import (
     save_with_manifest,
     store_writer,
 )
-from galleria.cli._options import add_load_options, load_store
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 
@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Add the images and save the store."""
-    from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import check_existing_file
 
     check_existing_file("store file", args.store)
     with store_writer(args, args.store):  # one writer at a time; the store is read under the lock
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import check_existing_file
     from galleria.images.reading import ImageReadError
 
     check_existing_file("store file", args.store)

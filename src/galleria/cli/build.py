@@ -16,17 +16,10 @@ from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import add_wait_option, file_stat, save_with_manifest, store_writer
-from galleria.cli._options import (
-    PRECOMPUTE_RERANK_CHOICES,
-    add_store_options,
-    check_existing_folder,
-    embedder_settings,
-    index_params,
-    make_embedder,
-    parse_embedder_spec,
-    parse_float,
-    parse_int,
-)
+from galleria.cli._embedder_options import embedder_settings, make_embedder, parse_embedder_spec
+from galleria.cli._parse import check_existing_folder, parse_float, parse_int
+from galleria.cli._rerank_options import PRECOMPUTE_RERANK_CHOICES
+from galleria.cli._store_options import add_store_options, index_params
 
 __all__ = ["CHECKPOINT_SUFFIX", "add_parser", "checkpoint_path", "run"]
 
@@ -131,8 +124,8 @@ def _comparable(config: Any) -> Any:
 
 def _check_checkpoint(path: str, embedder: Any, index: str, space: str) -> None:
     """CliError unless the checkpoint at ``path`` was made with the same embedder, index and space."""
-    from galleria.cli._storefile import read_store_header
     from galleria.embedders import embedder_config
+    from galleria.store.persistence import read_store_header
 
     header = read_store_header(path)
     embedder_entry = header.get("embedder")

@@ -79,8 +79,8 @@ class _NoModel:
 
 def _load(path: str) -> Any:
     """The store at ``path``, loaded with every check and no model (header first)."""
-    from galleria.cli._storefile import read_store_header
     from galleria.store import InMemoryImageEmbeddingStore
+    from galleria.store.persistence import read_store_header
 
     dim = read_store_header(path).get("dim")
     embedder = _NoModel(dim) if isinstance(dim, int) else None
@@ -274,8 +274,7 @@ def check_store(path: str, *, full: bool = False, seed: int | None = None) -> li
 
 def run(args: argparse.Namespace) -> int:
     """Print what was found; 0 when every part is fine, 2 otherwise."""
-    from galleria.cli._options import check_existing_file
-    from galleria.cli._parse import parse_int
+    from galleria.cli._parse import check_existing_file, parse_int
 
     check_existing_file("store file", args.store)
     seed = None if args.seed is None else parse_int("--seed", args.seed, minimum=0)

@@ -14,7 +14,8 @@ import argparse
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import add_deprecated_alias, add_report_options, parse_int
+from galleria.cli._parse import add_deprecated_alias, parse_int
+from galleria.cli._rerank_options import add_report_options
 
 __all__ = ["DEMO_EMBEDDER", "DEMO_INDEX_PARAMS", "DEMO_SETTINGS", "add_parser", "demo_configs", "run"]
 
@@ -190,7 +191,7 @@ def _evaluate_demo(
     name: str,
 ) -> int:
     """The demo's evaluation, shared by both datasets: pixel embedder, HNSW, cosine."""
-    from galleria.cli.evaluate import run_evaluation
+    from galleria.cli._evaluation_run import run_evaluation
     from galleria.embedders import PixelEmbedder, embedder_config
 
     embedder = PixelEmbedder(**embedder_options)

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
-from galleria.cli._options import add_load_options, load_store, parse_float, parse_int
+from galleria.cli._parse import parse_float, parse_int
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 
@@ -21,12 +22,11 @@ _EXAMPLES = """\
 
 def add_parser(subparsers: Any) -> None:
     """Register ``galleria duplicates``."""
-    from galleria.curation.dedup import (
+    from galleria.curation.keep import DEFAULT_KEEP, KEEP_RULES
+    from galleria.curation.threshold import (
         CALIBRATION_FRACTION,
         CALIBRATION_QUANTILE,
         DEFAULT_K,
-        DEFAULT_KEEP,
-        KEEP_RULES,
         THRESHOLD_BOUNDS,
     )
 

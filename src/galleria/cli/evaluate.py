@@ -7,31 +7,29 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from galleria._moved import moved_names
 from galleria.cli._common import CliError, add_command
+from galleria.cli._embedder_options import embedder_settings, make_embedder, parse_embedder_spec
 from galleria.cli._labelled import add_labels_root_option
-from galleria.cli._options import (
-    add_deprecated_alias,
+from galleria.cli._parse import add_deprecated_alias, check_existing_folder, parse_int
+from galleria.cli._rerank_options import (
     add_expand_options,
     add_report_options,
     add_rerank_options,
     add_settings_option,
-    add_store_options,
-    check_existing_folder,
-    embedder_settings,
-    index_params,
-    make_embedder,
-    parse_embedder_spec,
-    parse_int,
     settings_config,
 )
+from galleria.cli._store_options import add_store_options, index_params
 
 if TYPE_CHECKING:
     from galleria.datasets import QueryGallerySplit
 
 __all__ = ["add_parser", "run", "run_evaluation"]
 
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"LOWERING_TOLERANCE": "galleria.cli._evaluation_run"})
+
 # Moved to galleria.cli._evaluation_run (galleria 0.3); importable from here as before.
-from galleria.cli._evaluation_run import LOWERING_TOLERANCE as LOWERING_TOLERANCE
 from galleria.cli._evaluation_run import lowering_warnings
 from galleria.cli._evaluation_run import run_evaluation as run_evaluation
 
@@ -200,7 +198,7 @@ def _embedding_side(
     if source.kind != "store":
         embedder = make_embedder(args.embedder, **embedder_settings(args))
         return args.space, embedder, {"spec": args.embedder, **(embedder_config(embedder) or {})}, {}
-    from galleria.cli._storefile import read_store_header
+    from galleria.store.persistence import read_store_header
 
     given = args.image_dir
     saved = read_store_header(given).get("embedder")

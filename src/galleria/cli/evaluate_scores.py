@@ -11,45 +11,10 @@ import argparse
 import sys
 from typing import Any
 
+from galleria._moved import moved_names
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._metric_learning import check_output_paths
-from galleria.cli._options import add_deprecated_alias
-from galleria.cli._score_files import (  # moved there; importable from here as before
-    _JSON_BYTES_PER_CELL as _JSON_BYTES_PER_CELL,
-)
-from galleria.cli._score_files import (
-    _JSON_FLOOR as _JSON_FLOOR,
-)
-from galleria.cli._score_files import (
-    _METRIC_OF_SPACE as _METRIC_OF_SPACE,
-)
-from galleria.cli._score_files import (
-    _as_similarities as _as_similarities,
-)
-from galleria.cli._score_files import (
-    _format_rows as _format_rows,
-)
-from galleria.cli._score_files import (
-    _fraction as _fraction,
-)
-from galleria.cli._score_files import (
-    _load_json as _load_json,
-)
-from galleria.cli._score_files import (
-    _load_npy as _load_npy,
-)
-from galleria.cli._score_files import (
-    _matrix as _matrix,
-)
-from galleria.cli._score_files import (
-    _option_names as _option_names,
-)
-from galleria.cli._score_files import (
-    _table as _table,
-)
-from galleria.cli._score_files import (
-    evaluate as evaluate,
-)
+from galleria.cli._parse import add_deprecated_alias
 from galleria.cli._score_protocols import (  # moved there; importable from here as before
     _run_metric_learning as _run_metric_learning,
 )
@@ -64,6 +29,9 @@ from galleria.cli._score_protocols import (
 )
 
 __all__ = ["add_parser", "run"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"evaluate": "galleria.cli._score_files"})
 
 PROTOCOLS = ("retrieval", "reid", "revisited", "metric-learning")
 #: Old protocol names, still accepted with a warning: old → new.

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
-from galleria.cli._options import add_load_options, load_store
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import add_wait_option, store_writer
-from galleria.cli._options import add_load_options, load_store
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 
@@ -66,7 +66,7 @@ def _peak_bytes() -> int:
 def run(args: argparse.Namespace) -> int:
     """Build (or reuse) the graph, keep it, print the figures; under the store's writer lock, so that
     no `add` or `remove` changes the store (and its graph file) while the graph is built."""
-    from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import check_existing_file
 
     check_existing_file("store file", args.store)
     with store_writer(args, args.store):

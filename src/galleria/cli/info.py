@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
-from galleria.cli._options import add_load_options, load_store
+from galleria.cli._store_options import add_load_options, load_store
 from galleria.viewer.text import printable
 
 __all__ = ["add_parser", "describe_store", "run"]
@@ -52,8 +52,8 @@ def describe_store(path: str, store: Any) -> dict[str, Any]:
 
     The embedder is described from the file's header (its saved config), not rebuilt.
     """
-    from galleria.cli._storefile import read_store_header
-    from galleria.embedders._weights import describe_weights
+    from galleria.embedders import describe_weights
+    from galleria.store.persistence import read_store_header
 
     header = read_store_header(path)
     entry = header.get("embedder")
@@ -92,7 +92,7 @@ def _duplicates_record(store: Any, config: Any, graph: dict[str, Any] | None) ->
 
     A large store is calibrated only from a current ``STORE.graph`` (read, as loading remembered it).
     """
-    from galleria.curation.dedup import DEFAULT_K, store_threshold
+    from galleria.curation.threshold import DEFAULT_K, store_threshold
 
     kept = graph is not None and graph.get("current") and graph.get("k", 0) >= DEFAULT_K
     if len(store) > _THRESHOLD_BUILD_LIMIT and not kept:
@@ -246,8 +246,8 @@ def _size_text(size: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description of the store."""
-    from galleria.cli._options import check_existing_file
-    from galleria.cli._storefile import read_store_header
+    from galleria.cli._parse import check_existing_file
+    from galleria.store.persistence import read_store_header
 
     dim = read_store_header(check_existing_file("store file", args.store)).get("dim")
     store = load_store(args, args.store, embedder=_NoModel(dim) if isinstance(dim, int) else None)

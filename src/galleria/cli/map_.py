@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
-from galleria.cli._options import add_load_options, load_store
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 

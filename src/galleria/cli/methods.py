@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from galleria._declare import Component, format_value
+from galleria._declare import Component
+from galleria._params import format_value
 from galleria.cli._common import add_command, print_json
 
 __all__ = ["BEGIN", "END", "add_parser", "components", "markdown", "markdown_table", "run", "with_tables"]

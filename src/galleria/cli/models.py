@@ -72,8 +72,7 @@ def known_models() -> list[ModelEntry]:
 
 def _onnx_state(key: str) -> tuple[bool, str]:
     """Whether the ONNX file of ``key`` is in the cache with the digest its manifest records, and in words."""
-    from galleria.embedders._cache import onnx_path
-    from galleria.embedders._onnx import cached_entry, verified_bytes
+    from galleria.embedders import cached_entry, onnx_path, verified_bytes
 
     try:
         entry = cached_entry(key)
@@ -87,7 +86,7 @@ def _onnx_state(key: str) -> tuple[bool, str]:
 
 def _auto_runtime(cached: bool, writable: bool, extra: str, *modules: str) -> str:
     """What ``--runtime auto`` runs on the CPU: the embedders' own rule, or the extra that is missing."""
-    from galleria.embedders._runtime import choose_runtime
+    from galleria.embedders import choose_runtime
 
     runtime = choose_runtime("auto", "cpu", cached, writable=writable)
     if runtime == "torch" and not _installed(*modules):
@@ -97,10 +96,7 @@ def _auto_runtime(cached: bool, writable: bool, extra: str, *modules: str) -> st
 
 def _lite0_status(lite0: str | None) -> tuple[str, str]:
     """The packaged Lite0 weights' ONNX state and runtime (``onnx``/``runtime`` of its entry)."""
-    from galleria.embedders._cache import model_key
-    from galleria.embedders._checkpoint import file_sha256
-    from galleria.embedders._lite0 import LITE0_MODEL, writes_without_torch
-    from galleria.embedders._weights import LITE0_SHA256
+    from galleria.embedders import LITE0_MODEL, LITE0_SHA256, file_sha256, model_key, writes_without_torch
 
     digest = LITE0_SHA256
     if lite0 is not None:
@@ -121,7 +117,7 @@ def _lite0_status(lite0: str | None) -> tuple[str, str]:
 
 def _timm_models() -> list[ModelEntry]:
     """The timm embedder's weights: the packaged Lite0, a checkpoint file, a hub tag, random."""
-    from galleria.embedders._weights import LITE0_FILE, LITE0_PACKAGE, lite0_package_file
+    from galleria.embedders import LITE0_FILE, LITE0_PACKAGE, lite0_package_file
 
     timm_ready = _installed("torch", "timm")
     lite0 = lite0_package_file()
@@ -256,7 +252,7 @@ def add_parser(subparsers: Any) -> None:
 def _export(spec: str | None) -> int:
     """Export the network of a timm spec to the ONNX cache (or find it already there)."""
     from galleria.cli._common import CliError
-    from galleria.cli._options import make_embedder, parse_embedder_spec
+    from galleria.cli._embedder_options import make_embedder, parse_embedder_spec
 
     if spec is None:
         raise CliError("export-onnx needs a SPEC, e.g. export-onnx timm:tf_efficientnet_lite0:imagenet")

@@ -8,7 +8,7 @@ from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
 from galleria.cli._edits import add_wait_option, hold_graph, read_manifest, save_with_manifest, store_writer
-from galleria.cli._options import add_load_options, load_store
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 
@@ -49,7 +49,7 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Remove the images and save the store."""
-    from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import check_existing_file
 
     check_existing_file("store file", args.store)
     with store_writer(args, args.store):  # one writer at a time; the store is read under the lock
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from galleria.store._urls import is_url
+    from galleria.store import is_url
 
     if not args.paths and not args.all:
         raise CliError("give the PATHs to remove, or --all to remove every image")

@@ -9,15 +9,10 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
-from galleria.cli._options import (
-    add_expand_options,
-    add_load_options,
-    add_rerank_options,
-    add_settings_option,
-    load_store,
-    parse_int,
-)
+from galleria.cli._parse import parse_int
+from galleria.cli._rerank_options import add_expand_options, add_rerank_options, add_settings_option
 from galleria.cli._retrieval import config_from_args, used_settings
+from galleria.cli._store_options import add_load_options, load_store
 from galleria.viewer.text import format_score, printable
 
 __all__ = ["TEXT_HEADER", "add_parser", "query_paths_from", "run"]
@@ -159,8 +154,8 @@ def _image_queries(
 
 def _refuse_text_without_text_side(path: str) -> None:
     """CliError when the store's recorded embedder has no text side (read from the header only)."""
-    from galleria.cli._options import check_existing_file
-    from galleria.cli._storefile import read_store_header
+    from galleria.cli._parse import check_existing_file
+    from galleria.store.persistence import read_store_header
 
     entry = read_store_header(check_existing_file("store file", path)).get("embedder")
     config = entry.get("config") if isinstance(entry, dict) else None

@@ -9,15 +9,9 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command
-from galleria.cli._options import (
-    add_load_options,
-    check_existing_file,
-    check_existing_folder,
-    load_store,
-    parse_float,
-    parse_int,
-    say,
-)
+from galleria.cli._embedder_options import say
+from galleria.cli._parse import check_existing_file, check_existing_folder, parse_float, parse_int
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "run"]
 
@@ -122,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         defaults = read_settings(check_existing_file("settings file", args.settings))
     evaluation = evaluation_labels = None
     if args.eval is not None:
-        from galleria.evaluation.per_query import FILE_NAME, read_query_results
+        from galleria.evaluation import FILE_NAME, read_query_results
 
         folder = check_existing_folder("--eval", args.eval)
         if not os.path.lexists(os.path.join(folder, FILE_NAME)):
@@ -138,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as error:
             print(f"galleria serve: warning: the label summary is not shown: {error}", file=sys.stderr)
     _check_bind(args.host, port)
-    from galleria.web._guard import normalise_hosts
+    from galleria.web import normalise_hosts
 
     hosts = normalise_hosts([args.host, *args.allow_host])  # ValueError names a bad --allow-host
     say(f"loading the store {args.store} ...")

@@ -16,7 +16,8 @@ from galleria.cli._edits import (
     save_with_manifest,
     store_writer,
 )
-from galleria.cli._options import add_load_options, check_existing_folder, load_store
+from galleria.cli._parse import check_existing_folder
+from galleria.cli._store_options import add_load_options, load_store
 
 __all__ = ["add_parser", "moved_root", "plan_sync", "run"]
 
@@ -132,7 +133,7 @@ def _refuse_a_moved_gallery(stored: list[str], listed: list[str], folder: str, s
 
 def run(args: argparse.Namespace) -> int:
     """Synchronise the store with the folder and save it."""
-    from galleria.cli._options import check_existing_file
+    from galleria.cli._parse import check_existing_file
 
     if os.path.isdir(args.store) and os.path.isfile(args.folder):
         raise CliError(
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from galleria.datasets import list_images
     from galleria.images.reading import ImageReadError
-    from galleria.store._urls import is_url
+    from galleria.store import is_url
 
     folder = os.path.abspath(check_existing_folder("FOLDER", args.folder))
     store = load_store(args, args.store)

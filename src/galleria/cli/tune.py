@@ -9,17 +9,10 @@ import sys
 from typing import Any
 
 from galleria.cli._common import CliError, add_command, print_json
+from galleria.cli._embedder_options import embedder_settings, make_embedder, parse_embedder_spec
 from galleria.cli._labelled import add_labels_root_option
-from galleria.cli._options import (
-    add_deprecated_alias,
-    add_store_options,
-    embedder_settings,
-    index_params,
-    make_embedder,
-    parse_embedder_spec,
-    parse_float,
-    parse_int,
-)
+from galleria.cli._parse import add_deprecated_alias, parse_float, parse_int
+from galleria.cli._store_options import add_store_options, index_params
 from galleria.rerank.registry import RERANK_METHODS
 
 __all__ = ["add_parser", "run"]
@@ -45,9 +38,10 @@ def add_parser(subparsers: Any) -> None:
         "tune",
         help="choose αQE and re-ranking settings on your own labelled gallery",
         description=(
-            "Search plain retrieval, alpha query expansion and the re-ranking methods (k-reciprocal, "
-            "diffusion, GNN, DBA + αQE) with their parameters, using Optuna's seeded TPE sampler, on a "
-            "validation split of a labelled gallery, and write the best settings to --out (a JSON file "
+            "Search plain retrieval, alpha query expansion and the re-ranking methods "
+            f"({', '.join(RERANK_METHODS)}; `galleria methods` describes them) with their parameters, "
+            "using Optuna's seeded TPE sampler, on a validation split of a labelled gallery, and write the "
+            "best settings to --out (a JSON file "
             "that evaluate / search / serve take with --settings). FOLDER|STORE is a labelled folder "
             "(FOLDER/<label>/<image>) or a store file built from one (its stored vectors are used, nothing "
             "is embedded again; each image's label is its first folder under the paths' common root). The "

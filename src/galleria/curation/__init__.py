@@ -7,14 +7,14 @@ n × n matrix.
 from __future__ import annotations
 
 from galleria.curation.dedup import (
-    KEEP_RULES,
-    THRESHOLD_BOUNDS,
     DuplicateGroup,
     DuplicateReport,
     duplicate_groups,
     duplicate_report,
     find_duplicates,
 )
+from galleria.curation.keep import KEEP_RULES
+from galleria.curation.threshold import THRESHOLD_BOUNDS
 
 __all__ = [
     "KEEP_RULES",

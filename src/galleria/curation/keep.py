@@ -46,7 +46,7 @@ def file_facts(path: str, *, header: bool = True) -> FileFacts:
     A URL, a missing or irregular file is not local (its facts unknown); an unreadable header leaves
     the size in pixels unknown.
     """
-    from galleria.store._urls import is_url
+    from galleria.store import is_url
 
     if is_url(path):
         return FileFacts(False)

@@ -19,10 +19,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
+from galleria._moved import moved_names
 from galleria._validation import is_int
-from galleria.images.reading import input_size_of  # moved there (galleria 0.3); re-exported
 
-__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of", "input_size_of"]
+__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ImageInput", "TextEmbedder", "batch_size_of"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"input_size_of": "galleria.images.reading"})
 
 #: A single image: an (H, W, 3) uint8 RGB array or a PIL image.
 ImageInput = np.ndarray | Image.Image

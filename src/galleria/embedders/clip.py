@@ -8,21 +8,21 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._moved import moved_names
+from galleria._params import Param
 from galleria._validation import check_positive_int
 from galleria.embedders._checkpoint import CHECKPOINT_KEYS, check_record, checkpoint_record
-from galleria.embedders._clip_load import (  # noqa: F401 - RANDOM_WEIGHTS_SEED: kept importable here
-    RANDOM_WEIGHTS_SEED,
-    check_model_name,
-    check_pretrained,
-    load_clip,
-)
+from galleria.embedders._clip_load import check_model_name, check_pretrained, load_clip
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_int, config_name
 from galleria.embedders._images import check_images, to_pil
 from galleria.embedders._torch import forward_batches, import_extra, looks_like_path, pick_device
 from galleria.embedders.base import ImageInput
 
 __all__ = ["ClipEmbedder"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"RANDOM_WEIGHTS_SEED": "galleria.embedders._clip_load"})
 
 _CONFIG_KEYS = frozenset({"type", "model_name", "pretrained", "batch_size", "runtime", *CHECKPOINT_KEYS})
 _CONFIG_WHERE = "clip embedder config"

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._params import Param
 from galleria._validation import MAX_VECTOR_DIM, check_bool, check_positive_int
 from galleria.distances import normalize_rows
 from galleria.embedders._config import MAX_CONFIG_BATCH_SIZE, check_config, config_bool, config_int

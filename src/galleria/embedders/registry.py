@@ -12,27 +12,36 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import galleria.embedders as _package
 from galleria._declare import Component
+from galleria._moved import moved_names
 from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
-from galleria.embedders._config import check_config
 from galleria.embedders.base import Embedder
 
 __all__ = [
     "EMBEDDER_TYPES",
-    "check_config",
     "embedder_component",
     "embedder_components",
     "embedder_config",
     "embedder_from_config",
 ]
 
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(__name__, {"check_config": "galleria.embedders._config"})
+
+#: The package's folder, scanned for the built-in components (the package itself, which imports this
+#: module, is not imported here: no circle between the two).
+_package = SimpleNamespace(__name__=__name__.rpartition(".")[0], __path__=[str(Path(__file__).parent)])
+
 
 #: The built-in embedders' declarations (found by scanning this package).
-_BUILTINS: tuple[Component, ...] = tuple(builtin_components(_package, "embedder"))
+_BUILTINS: tuple[Component, ...] = tuple(
+    builtin_components(_package, "embedder", ("registry", "decoding"))  # decoding: a deprecated alias
+)
 #: Every embedder's declaration by name, plugins included (discovered on first use, never at import).
 _COMPONENTS: LazyMapping[str, Component] = LazyMapping(
     lambda: {component.name: component for component in merge_components("embedder", _BUILTINS)}

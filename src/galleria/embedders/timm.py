@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._params import Param
 from galleria._validation import check_bool, check_positive_int
 from galleria.embedders._cache import model_key, onnx_path
 from galleria.embedders._checkpoint import checkpoint_record
@@ -33,12 +34,7 @@ from galleria.embedders._onnx import (
 from galleria.embedders._preprocess import Preprocess, from_timm_config
 from galleria.embedders._runtime import check_runtime, choose_runtime
 from galleria.embedders._timm_config import rebuild_options
-from galleria.embedders._timm_load import (  # noqa: F401 - RANDOM_WEIGHTS_SEED: kept importable here
-    RANDOM_WEIGHTS_SEED,
-    check_pretrained,
-    import_timm,
-    load_network,
-)
+from galleria.embedders._timm_load import check_pretrained, import_timm, load_network
 from galleria.embedders._torch import forward_batches, installed, pick_device
 from galleria.embedders.base import ImageInput
 

@@ -359,8 +359,7 @@ def build_with_ray(
     InMemoryImageEmbeddingStore
         Built, with the embedder attached.
     """
-    from galleria.store import InMemoryImageEmbeddingStore
-    from galleria.store._checks import resolve_index
+    from galleria.store import InMemoryImageEmbeddingStore, resolve_index
 
     skip_errors = check_bool("skip_errors", skip_errors)
     num_actors = check_positive_int("num_actors", num_actors)

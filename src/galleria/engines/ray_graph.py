@@ -30,7 +30,7 @@ import numpy as np
 
 from galleria._validation import check_positive_int
 from galleria.index.ivf_graph import assemble, ivf_shard, plan_ivf_graph, shard_inputs
-from galleria.index.neighbor_graph import CELL_SIZE, PROBES, _check_vectors, exact_graph
+from galleria.index.neighbor_graph import CELL_SIZE, PROBES, check_graph_input, exact_graph
 from galleria.store.graph_keeping import adopt_graph, graph_snapshot
 
 __all__ = ["CONNECT_TIMEOUT", "MAX_RETRIES", "ray_ivf_graph", "ray_store_graph"]
@@ -105,7 +105,7 @@ def ray_ivf_graph(
     RuntimeError
         A shard's task failed after its retries (the message names the shard).
     """
-    array, wanted = _check_vectors(vectors, k, space)
+    array, wanted = check_graph_input(vectors, k, space)
     size = array.shape[0]
     count = max(1, min(size // check_positive_int("cell_size", cell_size), 1 << 16))
     probed = min(count, check_positive_int("probes", probes))

@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
-from galleria.index import IvfPqIndex
-from galleria.index._ivfpq_ray import ray_module
+from galleria.index import IvfPqIndex, ray_module
 
 __all__ = ["build_ivfpq_with_ray"]
 

@@ -10,18 +10,15 @@
 
 from __future__ import annotations
 
-from galleria.evaluation.configs import RetrievalConfig, standard_configs
+from galleria.evaluation._query_reading import read_query_results
+from galleria.evaluation._query_types import FILE_NAME
+from galleria.evaluation._tables import SCHEMA, format_table, markdown_table, results_payload
 from galleria.evaluation.pipeline import METRIC_DEPTH, ConfigResult, evaluate_retrieval
-from galleria.evaluation.report import (
-    SCHEMA,
-    ReportFiles,
-    format_table,
-    markdown_table,
-    results_payload,
-    write_report,
-)
+from galleria.evaluation.report import ReportFiles, write_report
+from galleria.retrieval.config import RetrievalConfig, standard_configs
 
 __all__ = [
+    "FILE_NAME",
     "METRIC_DEPTH",
     "SCHEMA",
     "ConfigResult",
@@ -30,6 +27,7 @@ __all__ = [
     "evaluate_retrieval",
     "format_table",
     "markdown_table",
+    "read_query_results",
     "results_payload",
     "standard_configs",
     "write_report",

@@ -21,7 +21,7 @@ from galleria.evaluation._query_types import (
     QueryResults,
     RankedPaths,
 )
-from galleria.evaluation.configs import RetrievalConfig
+from galleria.retrieval.config import RetrievalConfig
 
 
 def _read_bounded(name: str) -> bytes:

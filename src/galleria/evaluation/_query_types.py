@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from galleria.evaluation.configs import RetrievalConfig
+from galleria.retrieval.config import RetrievalConfig
 
 #: Identifier and version of the layout.
 SCHEMA = "galleria.queries/1"

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from galleria.evaluation.per_query import QueryOutcome, QueryResults
+from galleria.evaluation._query_types import QueryOutcome, QueryResults
 
 __all__ = ["LabelFigures", "per_label_metrics", "read_label_summary"]
 

@@ -32,38 +32,9 @@ from typing import Any
 
 from galleria._files import atomic_write_bytes
 from galleria._json import dumps as strict_dumps
-from galleria.evaluation._query_reading import (  # moved there; importable from here as before
-    _Checker as _Checker,
-)
-from galleria.evaluation._query_reading import (
-    _is_fraction as _is_fraction,
-)
-from galleria.evaluation._query_reading import (
-    _read_bounded as _read_bounded,
-)
-from galleria.evaluation._query_reading import (
-    read_query_results as read_query_results,
-)
-from galleria.evaluation._query_types import (
-    _MAX_CONFIGS as _MAX_CONFIGS,
-)
-from galleria.evaluation._query_types import (
-    _MAX_DEPTH as _MAX_DEPTH,
-)
-from galleria.evaluation._query_types import (
-    _MAX_TEXT as _MAX_TEXT,
-)
-from galleria.evaluation._query_types import (  # moved there; importable from here as before
-    FILE_NAME as FILE_NAME,
-)
-from galleria.evaluation._query_types import (
-    MAX_BYTES as MAX_BYTES,
-)
+from galleria._moved import moved_names
 from galleria.evaluation._query_types import (
     PER_QUERY_DEPTH as PER_QUERY_DEPTH,
-)
-from galleria.evaluation._query_types import (
-    SCHEMA as SCHEMA,
 )
 from galleria.evaluation._query_types import (
     QueryOutcome as QueryOutcome,
@@ -77,18 +48,25 @@ from galleria.evaluation._query_types import (
 from galleria.evaluation.pipeline import ConfigResult
 
 __all__ = [
-    "FILE_NAME",
-    "MAX_BYTES",
     "PER_QUERY_DEPTH",
-    "SCHEMA",
     "QueryOutcome",
     "QueryResults",
     "RankedPaths",
     "query_results",
     "query_results_bytes",
-    "read_query_results",
     "write_query_results",
 ]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "FILE_NAME": "galleria.evaluation",
+        "MAX_BYTES": "galleria.evaluation._query_types",
+        "SCHEMA": "galleria.evaluation",
+        "read_query_results": "galleria.evaluation",
+    },
+)
 
 
 def _configuration_entry(result: ConfigResult) -> dict[str, Any]:

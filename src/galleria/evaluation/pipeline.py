@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_positive_int
-from galleria.evaluation.configs import RetrievalConfig
 from galleria.metrics import (
     average_precision,
     hit_rate,
@@ -27,6 +26,7 @@ from galleria.metrics import (
     ranked_relevance,
 )
 from galleria.retrieval import Searcher
+from galleria.retrieval.config import RetrievalConfig
 from galleria.store import Candidate, InMemoryImageEmbeddingStore
 
 __all__ = ["METRIC_DEPTH", "ConfigResult", "evaluate_retrieval"]

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from galleria._files import atomic_write_bytes
-from galleria.metrics._checks import Positives
-from galleria.metrics._ranked import (
+from galleria.metrics import (
     PR_LEVELS,
+    Positives,
     average_precision_full,
     collect,
     interpolated_pr,
@@ -39,7 +39,9 @@ from galleria.metrics.revisited import SETTINGS, RevisitedQuery, rank_revisited,
 __all__ = [
     "SCHEMA",
     "TOP",
+    "json_ready",
     "metric_learning_report",
+    "per_query_header",
     "recall_detail",
     "reid_report",
     "revisited_report",

@@ -15,73 +15,47 @@ from typing import TYPE_CHECKING, Any
 
 from galleria._files import atomic_write_bytes
 from galleria._json import dumps as strict_dumps
-from galleria.evaluation._html import (  # moved there; importable from here as before
-    _STYLE as _STYLE,
-)
+from galleria._moved import moved_names
 from galleria.evaluation._html import (
     _thumbnail_name as _thumbnail_name,
 )
 from galleria.evaluation._html import (
     report_html as report_html,
 )
-from galleria.evaluation._tables import (
-    _COLUMNS as _COLUMNS,
-)
-from galleria.evaluation._tables import (  # moved there; importable from here as before
-    SCHEMA as SCHEMA,
-)
-from galleria.evaluation._tables import (
-    _describe as _describe,
-)
+from galleria.evaluation._query_types import FILE_NAME, QueryResults
 from galleria.evaluation._tables import (
     _report_markdown as _report_markdown,
 )
 from galleria.evaluation._tables import (
-    _rows as _rows,
-)
-from galleria.evaluation._tables import (
-    format_table as format_table,
-)
-from galleria.evaluation._tables import (
-    markdown_table as markdown_table,
-)
-from galleria.evaluation._tables import (
     results_payload as results_payload,
 )
-from galleria.evaluation.per_query import FILE_NAME, QueryResults, query_results_bytes
+from galleria.evaluation.per_query import query_results_bytes
 from galleria.evaluation.pipeline import ConfigResult
-from galleria.evaluation.sheets import (
-    SHEET_COUNT as SHEET_COUNT,
-)
-from galleria.evaluation.sheets import (
-    SHEET_DEPTH as SHEET_DEPTH,
-)
 from galleria.evaluation.sheets import (
     SHEET_THUMBNAIL as SHEET_THUMBNAIL,
 )
 from galleria.evaluation.sheets import (  # moved there; importable from here as before
     ContactSheet as ContactSheet,
 )
-from galleria.evaluation.sheets import (
-    contact_sheets as contact_sheets,
-)
 from galleria.viewer.thumbnails import make_thumbnail
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = [
-    "SCHEMA",
-    "ContactSheet",
-    "ReportFiles",
-    "contact_sheets",
-    "format_table",
-    "markdown_table",
-    "pr_curve_figure",
-    "report_html",
-    "results_payload",
-    "write_report",
-]
+__all__ = ["ContactSheet", "ReportFiles", "pr_curve_figure", "report_html", "results_payload", "write_report"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "SCHEMA": "galleria.evaluation",
+        "SHEET_COUNT": "galleria.evaluation.sheets",
+        "SHEET_DEPTH": "galleria.evaluation.sheets",
+        "contact_sheets": "galleria.evaluation.sheets",
+        "format_table": "galleria.evaluation",
+        "markdown_table": "galleria.evaluation",
+    },
+)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+__all__ = ["SHEET_COUNT", "SHEET_DEPTH", "SHEET_THUMBNAIL", "ContactSheet", "contact_sheets"]
+
 #: Results shown per list on a contact sheet, and contact sheets in a report.
 SHEET_DEPTH = 10
 

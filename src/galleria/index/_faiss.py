@@ -12,7 +12,8 @@ from typing import Any, Protocol
 import faiss
 import numpy as np
 
-from galleria.index._faiss_check import allocation_budget, check_faiss_bytes, precomputed_table_bytes
+from galleria.index._faiss_check import check_faiss_bytes
+from galleria.index._faiss_rules import allocation_budget, precomputed_table_bytes
 
 __all__ = [
     "FaissBlob",

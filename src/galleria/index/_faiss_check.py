@@ -44,7 +44,6 @@ from galleria.index._faiss_rules import (
     check_hnsw_graph,
     check_linear_transform,
     check_unique_ids,
-    precomputed_table_bytes,
 )
 
 __all__ = [
@@ -57,8 +56,8 @@ __all__ = [
     "check_hnsw_graph",
     "check_linear_transform",
     "check_unique_ids",
-    "precomputed_table_bytes",
 ]
+
 
 #: FAISS type codes galleria reads, with the class each one stands for.
 ALLOWED_FAISS_TYPES: dict[str, str] = {

@@ -38,18 +38,12 @@ from typing import Any
 import faiss as _faiss
 import numpy as np
 
-from galleria.index._ivfpq_build import (
-    FAISS_ADD_BLOCK,
-    SHARD_ROWS,
-    _add_shard,
-    merge_shards,
-    shard_bounds,
-    trained_bytes,
-)
+from galleria.index._ivfpq_build import SHARD_ROWS, _add_shard, merge_shards, shard_bounds, trained_bytes
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API
 
-__all__ = ["FAISS_ADD_BLOCK", "MAX_RETRIES", "SHARD_ROWS", "add_on_ray", "ray_module", "shard_bounds"]
+__all__ = ["MAX_RETRIES", "SHARD_ROWS", "add_on_ray", "ray_module", "shard_bounds"]
+
 
 #: Times a shard's task is retried after its worker died.
 MAX_RETRIES = 2

@@ -14,7 +14,7 @@ import faiss as _faiss
 import numpy as np
 
 from galleria.index._faiss import omp_threads
-from galleria.index._faiss_check import precomputed_table_bytes
+from galleria.index._faiss_rules import precomputed_table_bytes
 from galleria.index._ivfpq_params import choose_shape
 
 faiss: Any = _faiss  # its bundled stubs miss much of the SWIG API

@@ -9,8 +9,9 @@ from typing import Any
 import faiss
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
 from galleria._interrupts import deferred_interrupts
+from galleria._params import Param
 from galleria._validation import check_choice, is_int
 from galleria.distances import prepare_vectors
 from galleria.index import _serial

@@ -21,6 +21,7 @@ import numpy as np
 
 from galleria._declare import Component
 from galleria._interrupts import deferred_interrupts
+from galleria._moved import moved_names
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -32,13 +33,7 @@ from galleria.index._faiss import (
 )
 from galleria.index._ivfpq_build import add_in_threads, add_parallel, choose_probes
 from galleria.index._ivfpq_files import pack_ivfpq, read_ivfpq
-from galleria.index._ivfpq_params import (
-    IVFPQ_PARAMETERS,
-    IvfPqParameter,
-    declared_params,
-    default_subquantizers,
-    validate_ivfpq_params,
-)
+from galleria.index._ivfpq_params import IVFPQ_PARAMETERS, declared_params, validate_ivfpq_params
 from galleria.index._ivfpq_ray import add_on_ray
 from galleria.index._ivfpq_train import TrainingBudget, train_ivfpq
 from galleria.index.base import SPACES
@@ -47,13 +42,16 @@ from galleria.index.exact import appended, rescore_candidates
 # faiss's bundled type stubs miss much of its SWIG API (DirectMap, IVF fields, search parameters).
 faiss: Any = _faiss
 
-__all__ = [
-    "IVFPQ_PARAMETERS",
-    "IvfPqIndex",
-    "IvfPqParameter",
-    "default_subquantizers",
-    "validate_ivfpq_params",
-]
+__all__ = ["IVFPQ_PARAMETERS", "IvfPqIndex", "validate_ivfpq_params"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "IvfPqParameter": "galleria.index._ivfpq_params",
+        "default_subquantizers": "galleria.index._ivfpq_params",
+    },
+)
 
 #: A batch is split over worker processes only when each shard gets at least this many vectors.
 MIN_ROWS_PER_WORKER = 20_000

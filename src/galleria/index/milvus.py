@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._moved import moved_names
+from galleria._params import Param
 from galleria._validation import check_choice
 from galleria.distances import prepare_vectors
 from galleria.index import _serial
@@ -24,12 +26,9 @@ from galleria.index._milvus_settings import (
     MILVUS_INDEX_TYPES,
     ROW,
     SEARCH_PARAMS,
-    TOKEN_VARIABLE,
-    URI_VARIABLE,
     VECTOR,
     check_collection,
     check_params,
-    check_token_destination,
     check_uri,
     client_class,
     read_rows,
@@ -37,7 +36,17 @@ from galleria.index._milvus_settings import (
 )
 from galleria.index.base import SPACES
 
-__all__ = ["MILVUS_INDEX_TYPES", "TOKEN_VARIABLE", "URI_VARIABLE", "MilvusIndex", "check_token_destination"]
+__all__ = ["MILVUS_INDEX_TYPES", "MilvusIndex"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "TOKEN_VARIABLE": "galleria.index._milvus_settings",
+        "URI_VARIABLE": "galleria.index._milvus_settings",
+        "check_token_destination": "galleria.index._milvus_settings",
+    },
+)
 
 
 class MilvusIndex:

@@ -43,12 +43,15 @@ from galleria.distances import pairwise_distances
 from galleria.index.exact_blocks import BLOCK_ELEMENTS, neighbours_among, smallest_sorted
 
 __all__ = [
+    "CELL_SIZE",
     "EXACT_LIMIT",
     "MAX_GRAPH_K",
     "METHODS",
+    "PROBES",
     "approximate_graph",
     "build_graph",
     "check_graph_arrays",
+    "check_graph_input",
     "exact_graph",
     "graph_recall",
     "hnsw_graph",
@@ -67,7 +70,9 @@ CELL_SIZE = 512
 PROBES = 16
 
 
-def _check_vectors(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:
+def check_graph_input(vectors: Any, k: Any, space: str) -> tuple[np.ndarray, int]:
+    """``vectors`` as a float32 matrix and the ``k`` a graph of them can hold (ValueError naming the
+    argument otherwise)."""
     array = np.ascontiguousarray(vectors, dtype=np.float32)
     if array.ndim != 2:
         raise ValueError(f"vectors must be a 2-D array, got shape {array.shape}")
@@ -97,7 +102,7 @@ def exact_graph(
     >>> ids.ravel().tolist(), distances.ravel().tolist()
     ([1, 0, 1], [1.0, 1.0, 4.0])
     """
-    array, wanted = _check_vectors(vectors, k, space)
+    array, wanted = check_graph_input(vectors, k, space)
     size = array.shape[0]
     chosen = np.arange(size, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     everything = np.arange(size, dtype=np.int64)
@@ -122,7 +127,7 @@ def approximate_graph(
     shards of :mod:`galleria.index.ivf_graph`, one after the other (Ray tasks compute the same shards:
     :func:`galleria.engines.ray_graph.ray_ivf_graph`).
     """
-    array, wanted = _check_vectors(vectors, k, space)
+    array, wanted = check_graph_input(vectors, k, space)
     size = array.shape[0]
     count = max(1, min(size // max(1, check_positive_int("cell_size", cell_size)), 1 << 16))
     probed = min(count, check_positive_int("probes", probes))
@@ -180,7 +185,7 @@ def hnsw_graph(
     ``on_progress`` the rows added (all at once), then the rows searched."""
     import faiss
 
-    array, wanted = _check_vectors(vectors, k, space)
+    array, wanted = check_graph_input(vectors, k, space)
     size, dim = array.shape
     ids = np.empty((size, wanted), dtype=np.int32)
     distances = np.empty((size, wanted), dtype=np.float32)

@@ -12,9 +12,10 @@ faiss's binary format (``faiss_blobs``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import galleria.index as _package
 from galleria._declare import Component
 from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
@@ -29,6 +30,10 @@ __all__ = [
     "index_from_bytes",
     "validate_index_params",
 ]
+
+#: The package's folder, scanned for the built-in components (the package itself, which imports this
+#: module, is not imported here: no circle between the two).
+_package = SimpleNamespace(__name__=__name__.rpartition(".")[0], __path__=[str(Path(__file__).parent)])
 
 
 #: The built-in indexes' declarations (found by scanning this package).

@@ -19,6 +19,15 @@ once with :func:`metric_learning_evaluate`). See ``docs/metrics.md``.
 
 from __future__ import annotations
 
+from galleria.metrics._checks import Positives, as_ks, as_positives, as_score_matrix
+from galleria.metrics._ranked import (
+    PR_LEVELS,
+    average_precision_full,
+    collect,
+    interpolated_pr,
+    rank_rows,
+    top_of_block,
+)
 from galleria.metrics.candidates import RankedRelevance, ranked_relevance
 from galleria.metrics.embeddings import ranks_from_embeddings
 from galleria.metrics.image_text import image_text_retrieval
@@ -43,12 +52,20 @@ from galleria.metrics.revisited import revisited_evaluate
 from galleria.metrics.summary import mean_rank, median_rank, mrr_from_ranks, recall_from_ranks
 
 __all__ = [
+    "PR_LEVELS",
     "MetricLearningResult",
+    "Positives",
     "RankedRelevance",
     "ReidResult",
+    "as_ks",
+    "as_positives",
+    "as_score_matrix",
     "average_precision",
+    "average_precision_full",
+    "collect",
     "hit_rate",
     "image_text_retrieval",
+    "interpolated_pr",
     "interpolated_pr_curve",
     "map_at_r",
     "mean_average_precision",
@@ -59,6 +76,7 @@ __all__ = [
     "mrr_from_ranks",
     "precision_at_1",
     "r_precision",
+    "rank_rows",
     "ranked_relevance",
     "ranks_from_embeddings",
     "recall_at_k",
@@ -66,4 +84,5 @@ __all__ = [
     "reid_evaluate",
     "retrieval_ranks",
     "revisited_evaluate",
+    "top_of_block",
 ]

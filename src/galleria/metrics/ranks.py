@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from galleria.metrics._checks import Positives, as_positives, as_score_matrix, check_no_nan
 
-__all__ = ["retrieval_ranks"]
+__all__ = ["ranks_of_matrix", "retrieval_ranks"]
 
 #: Bytes of scores per block of the rank kernel (the block, its thresholds and its comparison
 #: result together stay within a core's L2 cache).

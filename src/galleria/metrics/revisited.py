@@ -41,7 +41,14 @@ from galleria.metrics._ranked import (
     top_of_block,
 )
 
-__all__ = ["SETTINGS", "RevisitedQuery", "check_revisited_ground_truth", "revisited_evaluate"]
+__all__ = [
+    "SETTINGS",
+    "RevisitedQuery",
+    "check_revisited_ground_truth",
+    "rank_revisited",
+    "revisited_evaluate",
+    "setting_figures",
+]
 
 #: The three settings, in the order the papers report them.
 SETTINGS: tuple[str, ...] = ("easy", "medium", "hard")

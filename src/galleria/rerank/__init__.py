@@ -1,6 +1,5 @@
-"""Re-ranking: k-reciprocal encoding (Zhong et al., CVPR 2017), diffusion (Iscen et al., CVPR 2017),
-GNN re-ranking (Zhang et al. 2020), database-side augmentation + αQE and decoupled diffusion (Yang et
-al., AAAI 2019), behind one protocol.
+"""Re-ranking methods behind one protocol, one module each; the registry names them all
+(:data:`RERANK_METHODS`; ``galleria methods`` prints each with its paper, parameters and ranges).
 
 k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
 
@@ -16,27 +15,24 @@ k-reciprocal re-ranking, pure numeric cores and the store-bound re-ranker:
   (for galleries of millions, see :mod:`galleria.rerank.approximate`);
 * :class:`KReciprocalReranker` — re-ranks the candidates an ``InMemoryImageEmbeddingStore`` retrieved.
 
-The other re-rankers behind the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`):
-:class:`DiffusionReranker`, :class:`GnnReranker`, :class:`DBAReranker` and
-:class:`DecoupledDiffusionReranker` (whose offline part the store keeps), each with a full
-probe×gallery function. :mod:`galleria.rerank.registry` names them all: :func:`make_reranker` builds
-one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives every method's default
-parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`) or the paper's by name.
+The other re-rankers follow the same :class:`Reranker` protocol (:mod:`galleria.rerank.base`), most
+with a full probe×gallery function beside them. :mod:`galleria.rerank.registry` names them all:
+:func:`make_reranker` builds one by name (:data:`RERANK_METHODS`). :func:`default_rerank_params` gives
+every method's default parameters on a store, read from its gallery (:mod:`galleria.rerank.adaptive`)
+or the paper's by name.
 """
 
 from __future__ import annotations
 
+from galleria.rerank._dba_core import augment_store, database_augmentation, dba_aqe_rerank_features
+from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_features, offline_diffusion
+from galleria.rerank._gnn_features import gnn_rerank_features
 from galleria.rerank.adaptive import default_rerank_params
 from galleria.rerank.approximate import iter_k_reciprocal_rerank_approximate
 from galleria.rerank.base import Reranker
 from galleria.rerank.batched import rerank_pools
-from galleria.rerank.dba import DBAReranker, augment_store, database_augmentation, dba_aqe_rerank_features
-from galleria.rerank.decoupled import (
-    DecoupledDiffusionReranker,
-    decoupled_diffusion_rerank_features,
-    offline_diffusion,
-    prepare_offline_diffusion,
-)
+from galleria.rerank.dba import DBAReranker
+from galleria.rerank.decoupled import DecoupledDiffusionReranker, prepare_offline_diffusion
 from galleria.rerank.diffusion import DiffusionReranker, diffusion_rerank_features
 from galleria.rerank.full import (
     iter_k_reciprocal_rerank,
@@ -44,7 +40,7 @@ from galleria.rerank.full import (
     k_reciprocal_rerank,
     k_reciprocal_rerank_features,
 )
-from galleria.rerank.gnn import GnnReranker, gnn_rerank_features
+from galleria.rerank.gnn import GnnReranker
 from galleria.rerank.pool import rerank_pool, scale_rows
 from galleria.rerank.registry import DEFAULT_METHOD, RERANK_METHODS, make_reranker
 from galleria.rerank.reranker import KReciprocalReranker

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
-from galleria.store._snapshot import (  # moved there (galleria 0.3); re-exported
+from galleria.store import (  # moved there (galleria 0.3); re-exported
     GallerySnapshot,
     gallery_state,
     snapshot_locked,

@@ -12,10 +12,11 @@ from galleria._params import Param, Space
 from galleria._validation import check_positive_int
 from galleria.expansion import MAX_EXPANSION_ALPHA, alpha_query_expansion, check_expansion_alpha
 from galleria.index.neighbor_graph import build_graph
-from galleria.rerank._common import stable_smallest
-from galleria.rerank._consistent import kept_graph, take_snapshot
+from galleria.rerank._consistent import kept_graph
 from galleria.rerank.base import check_features, check_store, top_similar
+from galleria.store import take_snapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 #: Rows augmented together (bounds the (rows, neighbours, d) array handed to αQE).
 _BLOCK = 256

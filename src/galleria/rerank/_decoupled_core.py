@@ -11,14 +11,11 @@ import scipy.sparse as sp
 
 from galleria._params import Param
 from galleria._validation import check_fraction, check_nonnegative_float, check_positive_int
-from galleria.rerank._common import stable_smallest
-from galleria.rerank._consistent import (
-    gallery_state,
-)
-from galleria.rerank.diffusion import conjugate_gradient
-from galleria.store._state import OfflineDiffusion
+from galleria.rerank._diffusion_core import conjugate_gradient
+from galleria.store import OfflineDiffusion, gallery_state
 from galleria.store.graph import neighbor_graph
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 #: Elements of one block of similarity rows while the neighbour lists are gathered (float32: 64 MB).
 _BLOCK_ELEMENTS = 1 << 24

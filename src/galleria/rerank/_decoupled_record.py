@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from galleria.store._state import OfflineDiffusion
+from galleria.store import OfflineDiffusion
 from galleria.store.extensions import ExtensionCodec, ExtensionContext, register_extension
 
 __all__ = ["OfflineDiffusionCodec"]

@@ -16,7 +16,7 @@ from galleria._validation import (
     check_nonnegative_float,
     check_positive_int,
 )
-from galleria.rerank._common import stable_smallest
+from galleria.vectors import stable_smallest
 
 #: The most conjugate-gradient iterations a setting may ask for (decoupled diffusion's bound too).
 MAX_ITERATIONS = 1 << 20

@@ -7,7 +7,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from galleria.index.neighbor_graph import build_graph
-from galleria.rerank._consistent import GallerySnapshot, StateCache, kept_graph
+from galleria.rerank._consistent import StateCache, kept_graph
+from galleria.store import GallerySnapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 

@@ -12,8 +12,9 @@ import numpy as np
 
 from galleria._blas import one_blas_thread
 from galleria.rerank import _full_blocks as blocks
-from galleria.rerank._common import parallel_blocks, stable_smallest
+from galleria.rerank._common import parallel_blocks
 from galleria.rerank._full_sources import FeatureSource, Source, transform
+from galleria.vectors import stable_smallest
 
 __all__ = ["chunked_lists", "first_in_order", "first_step", "neighbour_lists", "scaled_rows"]
 

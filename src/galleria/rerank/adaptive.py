@@ -52,7 +52,7 @@ from galleria.statistics import (  # moved there (galleria 0.3); re-exported
     gallery_statistics,
     read_statistics,
 )
-from galleria.store._snapshot import store_statistics  # moved there (galleria 0.3); re-exported
+from galleria.store import store_statistics  # moved there (galleria 0.3); re-exported
 
 __all__ = [
     "AQE_PAPER_PARAMS",

@@ -26,12 +26,13 @@ from galleria._validation import check_choice, check_positive_int
 from galleria.distances import normalize_rows, pairwise_distances_batched
 from galleria.index import ExternalSearchIndex
 from galleria.rerank._candidate_checks import check_candidate_lists, check_candidates
-from galleria.rerank._common import as_float_matrix, stable_smallest
+from galleria.rerank._common import as_float_matrix
 from galleria.rerank._consistent import Prepare, read_candidates
 from galleria.rerank.batched import chunk_counts
-from galleria.store._snapshot import store_statistics
+from galleria.store import store_statistics
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "PRESETS",

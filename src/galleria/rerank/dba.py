@@ -41,7 +41,6 @@ import numpy as np
 
 from galleria._declare import Component
 from galleria.rerank import _dba_record as _dba_record  # registers the store record's codec
-from galleria.rerank._common import stable_smallest
 from galleria.rerank._dba_core import (  # moved there; importable from here as before
     _BLOCK as _BLOCK,
 )
@@ -70,6 +69,7 @@ from galleria.rerank._dba_core import (
 from galleria.rerank.base import PoolReranker, check_store, declared_params
 from galleria.statistics import clip_round, read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "DBA_ALPHA",

@@ -40,18 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Space
+from galleria._declare import Component
+from galleria._params import Space
 from galleria._validation import check_positive_int
 from galleria.rerank import _decoupled_record as _decoupled_record  # registers the store record's codec
 from galleria.rerank._candidate_checks import check_candidate_lists, check_candidates
-from galleria.rerank._common import stable_smallest
-from galleria.rerank._consistent import (
-    GallerySnapshot,
-    Prepared,
-    gallery_state,
-    read_candidates,
-    take_snapshot,
-)
+from galleria.rerank._consistent import Prepared, read_candidates
 from galleria.rerank._decoupled_core import (  # moved there (galleria 0.3); kept importable from here
     LARGEST,
     TRUNCATION,
@@ -69,9 +63,10 @@ from galleria.rerank._decoupled_features import decoupled_diffusion_rerank_featu
 from galleria.rerank._diffusion_core import WALK_PARAMS
 from galleria.rerank.base import check_features, check_store, declared_params, similarities_from_distances
 from galleria.rerank.witness import _witnessed
-from galleria.store._state import OfflineDiffusion
+from galleria.store import GallerySnapshot, OfflineDiffusion, gallery_state, take_snapshot
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "DecoupledDiffusionReranker",

@@ -37,12 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Component, Param
+from galleria._declare import Component
+from galleria._params import Param
 from galleria._validation import (
     check_bool,
 )
 from galleria.distances import pairwise_distances_batched
-from galleria.rerank._consistent import GallerySnapshot, Prepare, Prepared
+from galleria.rerank._consistent import Prepare, Prepared
 from galleria.rerank._diffusion_core import (
     COUNT_SELF,
     MAX_ITERATIONS,
@@ -70,6 +71,7 @@ from galleria.rerank.base import (
     top_similar,
 )
 from galleria.statistics import read_statistics
+from galleria.store import GallerySnapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 #: The graphs a pool can be diffused on: the gallery's truncated to the pool, or the pool's own.

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from galleria._declare import Component, Param, Space
+from galleria._declare import Component
+from galleria._params import Param, Space
 from galleria.distances import pairwise_distances_batched
-from galleria.rerank._common import stable_smallest
 from galleria.rerank.base import (
     PoolReranker,
     check_features,
@@ -46,6 +46,7 @@ from galleria.rerank.base import (
 )
 from galleria.statistics import read_statistics
 from galleria.store.store import InMemoryImageEmbeddingStore
+from galleria.vectors import stable_smallest
 
 __all__ = [
     "COMPONENT",

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from galleria._declare import Param, Space
+from galleria._params import Param, Space
 from galleria._validation import check_bool
-from galleria.rerank._consistent import take_snapshot
 from galleria.rerank.base import check_store
+from galleria.store import take_snapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [

@@ -43,9 +43,9 @@ from galleria.rerank._common import (
     check_mode,
     effective_ks,
     ordered_sum,
-    stable_smallest,
 )
 from galleria.rerank.sparse_pool import MatrixRows, sparse_pool_core
+from galleria.vectors import stable_smallest
 
 __all__ = ["rerank_pool", "scale_rows"]
 

@@ -27,15 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-import galleria.rerank as _package
-from galleria._declare import Component, format_value
+from galleria._declare import Component
+from galleria._params import format_value
 from galleria._plugins import LazyMapping, LazyNames, builtin_components, merge_components
 from galleria._validation import check_choice
+from galleria.rerank._dba_core import augmented_store_for
 from galleria.rerank._prepared import cached_preparation
 from galleria.rerank.base import Reranker, resolved_params
-from galleria.rerank.dba import augmented_store_for
 from galleria.rerank.normalise import PREPARATION_PARAMS, normalised_store, preparation_constraint
 from galleria.store.store import InMemoryImageEmbeddingStore
 
@@ -94,6 +96,10 @@ SETTINGS_KEYS: tuple[str, ...] = (
 )
 
 #: The built-in methods' declarations, in declared order (found by scanning this package).
+#: The package's folder, scanned for the built-in components (the package itself, which imports this
+#: module, is not imported here: no circle between the two).
+_package = SimpleNamespace(__name__=__name__.rpartition(".")[0], __path__=[str(Path(__file__).parent)])
+
 _BUILTINS: tuple[Component, ...] = tuple(
     _with_preparation(component)
     for component in builtin_components(_package, "reranker", ("registry", "adaptive"))

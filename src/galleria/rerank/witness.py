@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from galleria.rerank._consistent import GallerySnapshot, gallery_state, take_snapshot
 from galleria.rerank._decoupled_core import _neighbour_lists, _normalised_affinity, _truncated_rows
 from galleria.rerank.base import check_features
-from galleria.store._state import OfflineDiffusion
+from galleria.store import GallerySnapshot, OfflineDiffusion, gallery_state, take_snapshot
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = ["WITNESS_ROWS", "check_offline_witness"]

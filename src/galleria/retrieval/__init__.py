@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from galleria.retrieval.config import DEFAULT_POOL, PRESETS, RetrievalConfig, standard_configs
+from galleria.rerank.base import PRESETS
+from galleria.retrieval.config import DEFAULT_POOL, RetrievalConfig, standard_configs
 from galleria.retrieval.searcher import QUERY_KINDS, Searcher
 
 __all__ = ["DEFAULT_POOL", "PRESETS", "QUERY_KINDS", "RetrievalConfig", "Searcher", "standard_configs"]

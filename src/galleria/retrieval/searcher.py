@@ -160,13 +160,14 @@ class Searcher:
         k : int
             Results per query.
         exclude : sequence, optional
-            Per query, a path or a collection of paths left out of its list (before re-ranking).
-            Path queries leave themselves out.
+            Per query, a path or a collection of paths left out of its list (before re-ranking);
+            each list still holds ``k`` candidates where the gallery has them. Path queries leave
+            themselves out.
         """
         k = check_positive_int("k", k)
         if kind == "path" and exclude is None:
             exclude = list(queries)
-        extra = 1 if exclude is not None else 0
+        extra = 0 if exclude is None else max((_excluded_count(left) for left in exclude), default=0)
         depth = self.depth(k)
         lists = self.candidates(queries, depth + extra, kind=kind)
         if exclude is not None:
@@ -175,6 +176,13 @@ class Searcher:
                 for candidates, left_out in zip(lists, exclude, strict=True)
             ]
         return self.finish(lists, k)
+
+
+def _excluded_count(left_out: Any) -> int:
+    """How many candidates ``left_out`` can remove from one list (searched for on top of the depth)."""
+    if left_out is None:
+        return 0
+    return 1 if isinstance(left_out, str) else len(left_out)
 
 
 def _excluded(path: str, left_out: Any) -> bool:

@@ -7,7 +7,31 @@ Public names: :class:`InMemoryImageEmbeddingStore`, :class:`Candidate`, :func:`r
 from __future__ import annotations
 
 from galleria.images.reading import ImageReadError, read_rgb
+from galleria.store._checks import check_embedder_dim, resolve_index
+from galleria.store._snapshot import (
+    GallerySnapshot,
+    gallery_state,
+    snapshot_locked,
+    store_statistics,
+    take_snapshot,
+)
+from galleria.store._state import OfflineDiffusion
+from galleria.store._urls import is_url
 from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
-__all__ = ["Candidate", "ImageReadError", "InMemoryImageEmbeddingStore", "read_rgb"]
+__all__ = [
+    "Candidate",
+    "GallerySnapshot",
+    "ImageReadError",
+    "InMemoryImageEmbeddingStore",
+    "OfflineDiffusion",
+    "check_embedder_dim",
+    "gallery_state",
+    "is_url",
+    "read_rgb",
+    "resolve_index",
+    "snapshot_locked",
+    "store_statistics",
+    "take_snapshot",
+]

@@ -12,8 +12,7 @@ import numpy as np
 from galleria._validation import check_bool, check_choice, check_positive_int
 from galleria.distances import prepare_vectors
 from galleria.expansion import check_expansion_alpha
-from galleria.index import INDEX_NAMES, SearchIndex, create_index, validate_index_params
-from galleria.index._checks import check_vectors
+from galleria.index import INDEX_NAMES, SearchIndex, check_vectors, create_index, validate_index_params
 from galleria.index.base import SPACES
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from galleria._files import open_regular_file
-from galleria.index._faiss import deserialize
+from galleria.index import deserialize
 
 __all__ = ["index_file", "read_index", "tune_index"]
 
@@ -65,8 +65,13 @@ def tune_index(index: Any, vectors: np.ndarray, say: Callable[[str], None]) -> s
     index cannot be tuned to it (the caller rebuilds)."""
     import faiss
 
-    from galleria.index._ivfpq_build import MIN_MEASURED_ROWS, SAMPLE_QUERIES, measure_recall, tune_probes
-    from galleria.index._ivfpq_params import DEFAULT_RECALL_TARGET
+    from galleria.index import (
+        DEFAULT_RECALL_TARGET,
+        MIN_MEASURED_ROWS,
+        SAMPLE_QUERIES,
+        measure_recall,
+        tune_probes,
+    )
 
     target = DEFAULT_RECALL_TARGET
     space = "ip" if int(index.metric_type) == faiss.METRIC_INNER_PRODUCT else "l2"

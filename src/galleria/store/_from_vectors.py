@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from galleria._validation import check_path_list
-from galleria.index._checks import MAX_MAGNITUDE, first_oversized
+from galleria.index import MAX_MAGNITUDE, first_oversized
 from galleria.store._checks import (
     check_embedder,
     check_embedder_dim,

@@ -15,7 +15,7 @@ import numpy as np
 from galleria.statistics import GalleryStatistics, gallery_statistics
 
 if TYPE_CHECKING:
-    from galleria.store.store import InMemoryImageEmbeddingStore
+    from galleria.store._core import StoreCore
 
 __all__ = ["GallerySnapshot", "gallery_state", "snapshot_locked", "store_statistics", "take_snapshot"]
 
@@ -30,20 +30,20 @@ class GallerySnapshot:
     space: str
 
 
-def gallery_state(store: InMemoryImageEmbeddingStore) -> int:
+def gallery_state(store: StoreCore) -> int:
     """The token of the store's current gallery state (changes with every add or remove)."""
     token: int = store._paths.token
     return token
 
 
-def snapshot_locked(store: InMemoryImageEmbeddingStore) -> GallerySnapshot:
+def snapshot_locked(store: StoreCore) -> GallerySnapshot:
     """The store's whole gallery; call it holding the store's read lock."""
     paths = store._paths
     vectors = store._gallery_vectors(np.arange(len(paths), dtype=np.int64))
     return GallerySnapshot(paths.token, paths, vectors, store.space)
 
 
-def take_snapshot(store: InMemoryImageEmbeddingStore) -> GallerySnapshot:
+def take_snapshot(store: StoreCore) -> GallerySnapshot:
     """The store's whole gallery, read under its read lock (one state)."""
     with store._lock.reading():
         return snapshot_locked(store)

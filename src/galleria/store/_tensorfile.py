@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from galleria.index._serial import Packed
+from galleria.index import Packed
 
 __all__ = ["CHUNK", "FileBlob", "Layout", "TensorReader", "TensorSpan", "read_layout", "write_tensors"]
 

@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 
 from galleria.embedders import embedder_config
-from galleria.index import ExactIndex, HnswIndex, IvfPqIndex
-from galleria.index._serial import Packed
+from galleria.index import ExactIndex, HnswIndex, IvfPqIndex, Packed
 from galleria.store._checks import check_query_vectors
 from galleria.store._extslot import SLOT_KEY, encode_records
 from galleria.store._header import (

@@ -39,29 +39,24 @@ import numpy as np
 
 from galleria._file_formats import map_npy
 from galleria._files import atomic_path, atomic_stream, resolve_inside, short
+from galleria._moved import moved_names
 from galleria.index import ExternalSearchIndex
 from galleria.store._clip_index import index_file, read_index, tune_index
-from galleria.store._clip_metadata import (
-    EXPANSION_SLACK,
-    MAX_CAPTION,
-    MAX_EXPANSION,
-    MAX_PATH,
-    PATH_COLUMNS,
-    metadata_part,
-    read_captions,
-)
+from galleria.store._clip_metadata import PATH_COLUMNS, metadata_part, read_captions
 from galleria.store.store import InMemoryImageEmbeddingStore
 
-__all__ = [
-    "EXPANSION_SLACK",
-    "MAX_CAPTION",
-    "MAX_EXPANSION",
-    "MAX_PATH",
-    "ClipRetrievalFolder",
-    "export_clip_retrieval",
-    "import_clip_retrieval",
-    "read_clip_retrieval",
-]
+__all__ = ["ClipRetrievalFolder", "export_clip_retrieval", "import_clip_retrieval", "read_clip_retrieval"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "EXPANSION_SLACK": "galleria.store._clip_metadata",
+        "MAX_CAPTION": "galleria.store._clip_metadata",
+        "MAX_EXPANSION": "galleria.store._clip_metadata",
+        "MAX_PATH": "galleria.store._clip_metadata",
+    },
+)
 
 _PART = re.compile(r"^img_emb_(\d{1,9})\.npy$")
 _DTYPES = (np.dtype("<f2"), np.dtype("<f4"))

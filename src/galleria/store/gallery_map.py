@@ -48,11 +48,13 @@ from galleria.store._projection import MAP_METHODS, TSNE_PHASE, map_neighbors, p
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "CHECK_TOLERANCE",
     "MAP_METHODS",
     "MAP_SUFFIX",
     "MAP_UNITS",
     "GalleryMap",
     "MapFileWarning",
+    "fingerprints",
     "gallery_map",
     "map_file_for",
     "place_points",

@@ -72,19 +72,15 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from galleria._files import atomic_stream, open_regular_file
-from galleria.index import SearchIndex
-from galleria.index._checks import all_finite, check_magnitude
-from galleria.index._serial import Packed, Unpacked
+from galleria._moved import moved_names
+from galleria.index import Packed, SearchIndex, Unpacked, all_finite, check_magnitude
 from galleria.index.registry import FAISS_BLOBS
 from galleria.store import _statistics_codec as _statistics_codec  # registers the statistics' codec
 from galleria.store._extslot import decode_records, group_tensors
 from galleria.store._header import (
     DIGEST_KEY,
     DIGEST_TENSOR,
-    FORMAT_NAME,
-    FORMAT_VERSION,
     HEADER_KEY,
-    MAX_DIM,
     PATH_TENSORS,
     canonical,
     parse_header,
@@ -92,31 +88,24 @@ from galleria.store._header import (
     validate_header,
 )
 from galleria.store._paths import PathTable, read_path_table
-from galleria.store._restore import (
-    REMOTE_INDEXES,
-    check_load_arguments,
-    moved,
-    reanchor,
-    restore_embedder,
-    restore_index,
-)
+from galleria.store._restore import check_load_arguments, moved, reanchor, restore_embedder, restore_index
 from galleria.store._state import GalleryState, add_rows
 from galleria.store._tensorfile import Layout, TensorReader, TensorSpan, read_layout, write_tensors
-from galleria.store._writing import encode_store
 from galleria.store.extensions import ExtensionContext, OpaqueRecord, extension_codec
 
-__all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "MAX_DIM",
-    "REMOTE_INDEXES",
-    "check_regular_file",
-    "check_store_path",
-    "encode_store",
-    "read_store",
-    "read_store_header",
-    "write_store",
-]
+__all__ = ["check_regular_file", "check_store_path", "read_store", "read_store_header", "write_store"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "FORMAT_NAME": "galleria.store._header",
+        "FORMAT_VERSION": "galleria.store._header",
+        "MAX_DIM": "galleria.store._header",
+        "REMOTE_INDEXES": "galleria.store._restore",
+        "encode_store": "galleria.store._writing",
+    },
+)
 
 
 def check_store_path(path: Any) -> str:

@@ -287,6 +287,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin, ExtensionRecord
             the store holds no copy; they are written to the file.
         """
         from galleria.store import persistence
+        from galleria.store._writing import encode_store
 
         target = persistence.check_store_path(path)
         self._require_built()
@@ -310,7 +311,7 @@ class InMemoryImageEmbeddingStore(RetrievalMixin, MutationMixin, ExtensionRecord
                 else None,
                 extensions=dict(self._extensions),
             )
-            tensors, header = persistence.encode_store(snapshot, vectors)
+            tensors, header = encode_store(snapshot, vectors)
             persistence.write_store(target, tensors, header)
 
     @classmethod

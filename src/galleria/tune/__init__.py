@@ -19,7 +19,10 @@ import types
 import warnings
 from typing import Any
 
-from galleria.tune.search import METRICS, SEARCH_METHODS, TuneResult, score_lists, tune, tune_gallery
+from galleria.tune._constants import METRICS, SEARCH_METHODS
+from galleria.tune._splits import score_lists
+from galleria.tune.result import TuneResult
+from galleria.tune.search import tune, tune_gallery
 from galleria.tune.settings import config_from_settings, read_settings, read_settings_file, write_settings
 
 __all__ = [

@@ -65,8 +65,8 @@ class _Split:
         self, power: float = 1.0, centre: bool = False, neighbors: int = 0, alpha: float = 3.0
     ) -> InMemoryImageEmbeddingStore:
         """The validation gallery normalised and/or DBA-augmented (a few copies kept for later trials)."""
+        from galleria.rerank import augment_store
         from galleria.rerank.base import top_similar
-        from galleria.rerank.dba import augment_store
         from galleria.rerank.normalise import normalised_store
 
         base_key: tuple[Any, ...] = (power, centre)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from galleria.components import PluginError
+from galleria._plugin_guard import PluginError
 from galleria.rerank.registry import RERANK_METHODS, reranker_component
 from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
 from galleria.tune._constants import _AUGMENTED, _PREPARATION, _WITH_AQE, GUARD_MARGIN

@@ -3,7 +3,7 @@
 The gallery's images (never any test query) are split, stratified by label and seeded, into
 validation queries and a validation gallery; both reuse the vectors the store already holds, so
 nothing is embedded again. Every trial runs one setting — plain retrieval, αQE, or a re-ranking
-method (k-reciprocal, diffusion, decoupled diffusion, GNN, DBA + αQE) with its parameters, with or
+method (every method of :data:`galleria.rerank.RERANK_METHODS`) with its parameters, with or
 without αQE before it — on those queries and scores it. Each method's defaults are tried first,
 then Optuna's TPE sampler (seeded) proposes more until the trial budget or the timeout is spent.
 Decoupled diffusion is searched over its online ``query_k`` and a few graph sizes and walk weights
@@ -45,40 +45,29 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from galleria._moved import moved_names
 from galleria._validation import check_choice, check_positive_int, is_int
 from galleria.retrieval import RetrievalConfig
 from galleria.store import InMemoryImageEmbeddingStore
-from galleria.tune._constants import (
-    GUARD_MARGIN,
-    GUARDS,
-    MAX_CHECKED,
-    METRICS,
-    SEARCH_METHODS,
-)
-from galleria.tune._space import _choices as _choices
-from galleria.tune._space import _paper_trial as _paper_trial
-from galleria.tune._space import _suggest as _suggest
-from galleria.tune._space import _suggest_preparation as _suggest_preparation
-from galleria.tune._space import _trial_key as _trial_key
-from galleria.tune._splits import _labels_of, _make_split, score_lists
+from galleria.tune._constants import GUARDS, METRICS, SEARCH_METHODS
+from galleria.tune._splits import _labels_of, _make_split
 
 # Moved to the modules above (galleria 0.3); importable from here as before.
-from galleria.tune._splits import _Split as _Split
 from galleria.tune._study import Trials, run_study, setting_key
 from galleria.tune._verdict import check_on_splits, ranked_keys, recommendation
 from galleria.tune.result import TuneResult
 
-__all__ = [
-    "GUARDS",
-    "GUARD_MARGIN",
-    "MAX_CHECKED",
-    "METRICS",
-    "SEARCH_METHODS",
-    "TuneResult",
-    "score_lists",
-    "tune",
-    "tune_gallery",
-]
+__all__ = ["GUARDS", "METRICS", "SEARCH_METHODS", "TuneResult", "tune", "tune_gallery"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "GUARD_MARGIN": "galleria.tune._constants",
+        "MAX_CHECKED": "galleria.tune._constants",
+        "score_lists": "galleria.tune",
+    },
+)
 
 
 def tune_gallery(

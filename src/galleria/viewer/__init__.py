@@ -7,15 +7,9 @@ hold the logic, the web app only routes requests to them.
 from __future__ import annotations
 
 from galleria.viewer.browse import BrowsePage, browse_gallery
-from galleria.viewer.compare import (
-    GalleryLabels,
-    RankedItem,
-    SearchSettings,
-    SideBySide,
-    compare_search,
-    rank_changes,
-    search_defaults,
-)
+from galleria.viewer.compare import RankedItem, SideBySide, compare_search, rank_changes
+from galleria.viewer.labels import GalleryLabels
+from galleria.viewer.settings import SearchSettings, search_defaults
 from galleria.viewer.thumbnails import ThumbnailCache, make_thumbnail
 from galleria.viewer.uploads import KeptUpload, UploadError, UploadStore, decode_upload
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from galleria.viewer.compare import GalleryLabels
+from galleria.viewer.labels import GalleryLabels
 
 __all__ = ["BROWSE_PAGE_SIZE", "MAX_NAME_FILTER", "BrowsePage", "browse_gallery"]
 

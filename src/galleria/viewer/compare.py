@@ -13,65 +13,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from galleria._moved import moved_names
 from galleria.viewer.labels import (  # moved there; importable from here as before
     GalleryLabels as GalleryLabels,
 )
 from galleria.viewer.settings import (
-    _FIELD_NAMES as _FIELD_NAMES,
-)
-from galleria.viewer.settings import (
-    _TAKEN as _TAKEN,
-)
-from galleria.viewer.settings import (  # moved there; importable from here as before
-    DEFAULT_K as DEFAULT_K,
-)
-from galleria.viewer.settings import (
-    MAX_RESULTS as MAX_RESULTS,
-)
-from galleria.viewer.settings import (
-    PARAM_PREFIX as PARAM_PREFIX,
-)
-from galleria.viewer.settings import (
     SearchSettings as SearchSettings,
 )
-from galleria.viewer.settings import (
-    _as_sent as _as_sent,
-)
-from galleria.viewer.settings import (
-    _first as _first,
-)
-from galleria.viewer.settings import (
-    _flag as _flag,
-)
-from galleria.viewer.settings import (
-    _method_params as _method_params,
-)
-from galleria.viewer.settings import (
-    _number as _number,
-)
-from galleria.viewer.settings import (
-    _resolved as _resolved,
-)
-from galleria.viewer.settings import (
-    _text as _text,
-)
-from galleria.viewer.settings import (
-    search_defaults as search_defaults,
-)
-from galleria.viewer.settings import (
-    setting_keys as setting_keys,
-)
 
-__all__ = [
-    "GalleryLabels",
-    "RankedItem",
-    "SearchSettings",
-    "SideBySide",
-    "compare_search",
-    "rank_changes",
-    "search_defaults",
-    "setting_keys",
-]
+__all__ = ["GalleryLabels", "RankedItem", "SearchSettings", "SideBySide", "compare_search", "rank_changes"]
+
+#: Names that moved (galleria 0.3): read from here they warn once, until galleria 0.4.0.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "DEFAULT_K": "galleria.viewer.settings",
+        "MAX_RESULTS": "galleria.viewer.settings",
+        "PARAM_PREFIX": "galleria.viewer.settings",
+        "search_defaults": "galleria.viewer.settings",
+        "setting_keys": "galleria.viewer.settings",
+    },
+)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,17 @@ from galleria.expansion import EXPANSION
 from galleria.rerank.registry import DEFAULT_COMPONENT, DEFAULT_METHOD, reranker_component
 from galleria.retrieval import DEFAULT_POOL, RetrievalConfig
 
+__all__ = [
+    "DEFAULT_K",
+    "MAX_RESULTS",
+    "PARAM_PREFIX",
+    "SearchSettings",
+    "read_flag",
+    "search_defaults",
+    "sent_names",
+    "setting_keys",
+]
+
 #: Largest ``k`` and ``pool`` a :class:`SearchSettings` accepts (a bound on one request's work).
 MAX_RESULTS = 1000
 
@@ -33,7 +44,7 @@ def _number(settings: Mapping[str, Any], key: str, default: Any, kind: type) -> 
         ) from None
 
 
-def _flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
+def read_flag(settings: Mapping[str, Any], key: str, default: bool = False) -> bool:
     value = settings.get(key, default)
     if isinstance(value, bool):
         return value
@@ -204,7 +215,7 @@ class SearchSettings:
         for name, value in (("k", k), ("pool", pool)):
             if not 1 <= value <= MAX_RESULTS:
                 raise ValueError(f"{name} must be between 1 and {MAX_RESULTS}, got {value!r}")
-        rerank = _flag(settings, "rerank", base.rerank)
+        rerank = read_flag(settings, "rerank", base.rerank)
         if rerank and pool < k:
             raise ValueError(f"pool must be at least k ({k}), got {pool}")
         _, method = _first(settings, "method", "rerank_method")
@@ -223,7 +234,7 @@ class SearchSettings:
                 params = {**base.rerank_params, **params}
             config = RetrievalConfig(
                 "search",
-                query_expansion=_flag(settings, "expand", base.query_expansion),
+                query_expansion=read_flag(settings, "expand", base.query_expansion),
                 expansion_alpha=_number({alpha_name: alpha}, alpha_name, base.expansion_alpha, float),
                 expansion_neighbors=_number(
                     {neighbors_name: neighbors}, neighbors_name, base.expansion_neighbors, int

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["create_app", "serve"]
+from galleria.web._guard import normalise_hosts
+
+__all__ = ["create_app", "normalise_hosts", "serve"]
 
 
 def _require_web() -> None:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO
 
-from galleria.store._urls import is_url
+from galleria.store import is_url
 
 __all__ = ["GalleryFiles", "NotServedError", "gallery_root"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
-from galleria.store._urls import is_url
+from galleria.store import is_url
 from galleria.viewer import GalleryLabels
 
 __all__ = ["ServedLabels", "is_url", "url_items", "url_link", "url_name"]

@@ -20,11 +20,11 @@ from fastapi.templating import Jinja2Templates
 from galleria._params import format_value
 from galleria._plugins import LazyNames
 from galleria.rerank.registry import DEFAULT_METHOD, reranker_component
+from galleria.store import is_url
 from galleria.viewer import GalleryLabels, SearchSettings, UploadStore
-from galleria.viewer.compare import _flag as read_flag
-from galleria.viewer.compare import setting_keys
+from galleria.viewer.settings import read_flag, setting_keys
 from galleria.viewer.text import format_score
-from galleria.web._items import is_url, url_link, url_name
+from galleria.web._items import url_link, url_name
 
 __all__ = [
     "QUERY_KEYS",

@@ -28,9 +28,8 @@ from galleria.viewer import (
     compare_search,
     decode_upload,
 )
-from galleria.viewer.compare import MAX_RESULTS
 from galleria.viewer.flight import SingleFlight
-from galleria.viewer.settings import sent_names
+from galleria.viewer.settings import MAX_RESULTS, sent_names
 from galleria.viewer.thumbnails import DEFAULT_CACHE_BYTES, MAX_CONCURRENT_DECODES, encode_pixels
 from galleria.web import routes
 from galleria.web._background import Background
@@ -123,7 +122,7 @@ def _info(
     store: Any, store_name: str, files: GalleryFiles, labels: GalleryLabels, upload: int
 ) -> dict[str, Any]:
     """``/api/info``'s answer (and the page header's)."""
-    from galleria.embedders._weights import describe_weights
+    from galleria.embedders import describe_weights
 
     config = None if store.embedder is None else embedder_config(store.embedder)
     return {

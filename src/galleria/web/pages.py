@@ -1,5 +1,5 @@
 """Deprecated: the pages moved to :mod:`galleria.web.routes` (one router per page) and
-:mod:`galleria.web._site` (galleria 0.2.0); this alias goes in 0.3.0."""
+:mod:`galleria.web._site` (galleria 0.2.0); removed in galleria 0.4.0."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from galleria.web.routes.evaluation import EVAL_PAGE_SIZE
 __all__ = ["EVAL_PAGE_SIZE", "SETTING_KEYS", "UPLOAD_GONE", "Site", "add_pages"]
 
 warnings.warn(
-    "galleria.web.pages is deprecated: use galleria.web.create_app, or the routers of galleria.web.routes",
+    "galleria.web.pages is deprecated and is removed in galleria 0.4.0: "
+    "use galleria.web.create_app, or the routers of galleria.web.routes",
     DeprecationWarning,
     stacklevel=2,
 )

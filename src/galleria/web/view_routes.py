@@ -1,4 +1,4 @@
-"""Deprecated: moved to :mod:`galleria.web.routes.view` (galleria 0.2.0); this alias goes in 0.3.0."""
+"""Deprecated: moved to :mod:`galleria.web.routes.view` (galleria 0.2.0); removed in galleria 0.4.0."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from galleria.web.routes.view import view_router
 __all__ = ["view_router"]
 
 warnings.warn(
-    "galleria.web.view_routes is deprecated: import from galleria.web.routes.view",
+    "galleria.web.view_routes is deprecated and is removed in galleria 0.4.0: "
+    "import from galleria.web.routes.view",
     DeprecationWarning,
     stacklevel=2,
 )

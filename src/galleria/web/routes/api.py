@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
-from galleria.components import PluginError
+from galleria._plugin_guard import PluginError
 from galleria.images.reading import ImageReadError
 from galleria.viewer import SearchSettings, UploadError
 from galleria.web._site import SETTING_KEYS, UPLOAD_GONE, Site

@@ -33,7 +33,7 @@ def _page(text: str) -> int:
 
 
 def _threshold(text: str | None) -> float | None:
-    from galleria.curation.dedup import check_threshold
+    from galleria.curation.threshold import check_threshold
 
     if text is None or text == "":
         return None

@@ -23,9 +23,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from galleria.datasets.labels import labels_under
+from galleria.store import is_url
 from galleria.viewer import GalleryLabels
 from galleria.web._background import Background
-from galleria.web._items import is_url, url_link
+from galleria.web._items import url_link
 
 __all__ = [
     "MAP_SCALE",

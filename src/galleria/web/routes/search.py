@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import UploadFile
 
-from galleria.components import PluginError
+from galleria._plugin_guard import PluginError
 from galleria.images.reading import ImageReadError
 from galleria.viewer import UploadError
 from galleria.viewer.thumbnails import array_thumbnail

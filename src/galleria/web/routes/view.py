@@ -17,8 +17,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from galleria.store import is_url
 from galleria.viewer import GalleryLabels
-from galleria.web._items import is_url
 
 __all__ = ["view_router"]
 

@@ -17,7 +17,8 @@ store.build_store(progress=False)
 # recorded when the store was built); rerank_preset="paper" gives the published values, and
 # rerank_method= any method of `galleria methods`.
 searcher = Searcher(store, RetrievalConfig("default re-ranking", rerank=True))
-print(f"re-ranking parameters read from the gallery: {searcher.config.rerank_params}")
+chosen = ", ".join(f"{name}={value}" for name, value in searcher.config.rerank_params.items())
+print(f"re-ranking parameters read from the gallery: {chosen}")
 
 best = searcher.search([split.query_paths[0]], k=5)[0]
 print("query", split.query_paths[0])

@@ -385,8 +385,11 @@ def _refused(path: Path, name: str) -> None:
 def test_neighbour_counts_of_a_request_are_bounded(gallery: tuple[Path, InMemoryImageEmbeddingStore]) -> None:
     """Before: ``neighbors`` and ``k1`` of 10^9 were accepted; now a request's products stay ≤ 1000²."""
     client = TestClient(create_app(gallery[1]))
+    refused = client.post("/api/search", json={"path": "c0/0.png", "neighbors": 10**9, "expand": True})
+    assert refused.status_code == 400  # outside the declared range: the declaration's one message
+    assert refused.json()["detail"] == "neighbors must lie in [1, 10000], got 1000000000"
     for body in (
-        {"neighbors": 10**9, "expand": True},
+        {"neighbors": 5000, "expand": True},
         {"k1": 5000, "rerank": True},
         {"k1": 2000, "k2": 1500, "rerank": True},
     ):

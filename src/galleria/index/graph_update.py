@@ -13,6 +13,10 @@ map to the new ones. What it does, in three steps:
    one that was computed in step 2 (all of them by exact blocks; the ``2k`` nearest through the
    inverted file) and beats the existing row's ``k``-th is merged into that row.
 
+An exact graph (every graph of up to :data:`galleria.index.neighbor_graph.EXACT_LIMIT` items, as
+``method="auto"`` builds them) stays exact: its repaired rows are computed anew among all items (step 1
+then costs those rows' share of a rebuild), so the update equals a rebuild.
+
 Rows that were neither touched by a removal nor entered by an added item stay as they were. The
 result has the layout of :func:`galleria.index.neighbor_graph.exact_graph`'s (rows sorted by
 distance, ties to the lower id, no row listing itself or an item twice); its approximation is a row
@@ -182,8 +186,10 @@ def _carry_over(
     new_ids: np.ndarray,
     new_distances: np.ndarray,
     space: str,
+    exact: bool = False,
 ) -> int:
-    """Old ``rows`` (all kept) into the new graph: as they were, or repaired (step 1); the rows repaired."""
+    """Old ``rows`` (all kept) into the new graph: as they were, or repaired (step 1; ``exact``: each
+    repaired row is computed anew among all items); the rows repaired."""
     width = new_ids.shape[1]
     mapped = np.where(ids[rows] >= 0, kept[np.maximum(ids[rows], 0)], -1)  # neighbours as new rows
     lost = mapped < 0
@@ -194,6 +200,11 @@ def _carry_over(
     if not broken.any():
         return 0
     mapped, lost, chosen = mapped[broken], lost[broken], rows[broken]
+    if exact:
+        new_ids[kept[chosen]], new_distances[kept[chosen]] = exact_graph(
+            vectors, width, space, rows=kept[chosen]
+        )
+        return int(chosen.size)
     # the old rows of the items each row lost, left-justified: (b, most lost)
     most = int(lost.sum(axis=1).max())
     order = np.argsort(~lost, axis=1, kind="stable")[:, :most]
@@ -215,8 +226,13 @@ def update_graph(
     kept: np.ndarray,
     k: int,
     space: str,
+    *,
+    exact: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """The graph of ``vectors`` (the new state) from the old graph, updated (module docstring).
+
+    ``exact``: the old graph is exact and so is the result, equal to :func:`exact_graph` of the new
+    state: a repaired row is computed anew among all items and the added items by exact blocks.
 
     ``ids``/``distances`` are the old graph (n_old, k_old); ``kept[i]`` is old row ``i``'s row in the
     new state, or -1 where it was removed (kept rows keep their vectors and their order). New rows
@@ -239,12 +255,20 @@ def update_graph(
         return new_ids, new_distances, counts
     for begin in range(0, survivors.size, _ROWS):
         counts["repaired"] += _carry_over(
-            array, ids, distances, kept, survivors[begin : begin + _ROWS], new_ids, new_distances, space
+            array,
+            ids,
+            distances,
+            kept,
+            survivors[begin : begin + _ROWS],
+            new_ids,
+            new_distances,
+            space,
+            exact,
         )
     if added.size:
         kth = new_distances[:, -1].copy()
         kth[added] = -np.inf  # the added rows' own lists come from their search
-        search = _search_exact if size <= EXACT_SEARCH_LIMIT else _search_ivf
+        search = _search_exact if exact or size <= EXACT_SEARCH_LIMIT else _search_ivf
         found, found_distances, entering = search(array, added, width, space, kth)
         new_ids[added], new_distances[added] = found, found_distances
         counts["added"] = int(added.size)

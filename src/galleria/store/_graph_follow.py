@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from galleria.index.graph_update import update_graph
+from galleria.index.neighbor_graph import EXACT_LIMIT
 from galleria.store._paths import PathTable
 
 __all__ = ["REBUILD_SHARE", "fingerprints", "follow"]
@@ -74,6 +75,8 @@ def follow(
     change = (len(old_rows) - survivors) + (size - survivors)
     if changed + change > REBUILD_SHARE * size:
         return None
-    new_ids, new_distances, counts = update_graph(vectors, ids, distances, kept, k, space)
+    # a gallery that "auto" graphs exactly keeps an exact graph: the update equals a rebuild
+    exact = size <= EXACT_LIMIT
+    new_ids, new_distances, counts = update_graph(vectors, ids, distances, kept, k, space, exact=exact)
     counts["removed"] = len(old_rows) - survivors
     return new_ids, new_distances, changed + change, counts

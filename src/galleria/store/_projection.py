@@ -16,7 +16,17 @@ import numpy as np
 from galleria._progress import Progress
 from galleria._validation import check_choice
 
-__all__ = ["MAP_METHODS", "TSNE_PHASE", "map_neighbors", "project_vectors"]
+__all__ = [
+    "MAP_METHODS",
+    "PLACE_GRAPH_K",
+    "PLACE_NEAREST",
+    "TSNE_PHASE",
+    "TSNE_SAMPLE",
+    "map_neighbors",
+    "place_along_graph",
+    "project_vectors",
+    "sample_rows",
+]
 
 #: ``auto``: t-SNE when openTSNE is installed (``galleria[map]``), else PCA.
 MAP_METHODS = ("auto", "tsne", "pca")
@@ -26,6 +36,17 @@ TSNE_NEIGHBORS = 90
 TSNE_REPORT_EVERY = 50
 #: The phase t-SNE's optimisation reports to ``on_progress`` (iterations).
 TSNE_PHASE = "t-SNE"
+#: A larger gallery is mapped by t-SNE of a seeded sample of this many items; every other item is
+#: placed from its neighbours in the store's graph (:func:`place_along_graph`). 0: never sample.
+TSNE_SAMPLE = 100_000
+#: Neighbours of the store's graph read to place an item outside the sample.
+PLACE_GRAPH_K = 30
+#: Placed neighbours whose weighted mean places an item outside the sample.
+PLACE_NEAREST = 5
+#: Rounds of placement along the graph (each round places the items next to those placed before).
+PLACE_ROUNDS = 8
+#: Rows placed at once (bounds the temporary arrays to a few MB a round).
+_PLACE_BLOCK = 1 << 16
 
 
 class _Iterations:
@@ -146,18 +167,92 @@ def project_vectors(
 
 
 def map_neighbors(
-    store: Any, rows: Any, method: str, on_progress: Progress | None = None
+    store: Any, rows: Any, method: str, on_progress: Progress | None = None, *, probe: bool = False
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """t-SNE's neighbours from ``store``'s neighbour graph while its gallery is still ``rows`` (the
     path table the caller read its vectors with): ``(ids, distances)``; None when the map will not
     be a t-SNE, the store's space is neither cosine nor l2, or the gallery changed meanwhile.
-    ``on_progress`` follows the graph's build when it is built here."""
+    ``on_progress`` follows the graph's build when it is built here. ``probe=True`` only says
+    whether there would be such neighbours (empty arrays) and builds nothing."""
     count = len(rows)
     if method == "pca" or count < 10 or store.space not in ("cosine", "l2") or not _tsne_available():
         return None
+    if probe:
+        return np.zeros((0, 0), np.int64), np.zeros((0, 0))
     from galleria.store.graph import neighbor_graph
 
     ids, distances = neighbor_graph(store, min(TSNE_NEIGHBORS, count - 1), on_progress=on_progress)
     if store._paths is not rows:
         return None
     return ids, (np.sqrt(np.maximum(distances, 0.0)) if store.space == "l2" else distances)
+
+
+def sample_rows(count: int, sample: int, seed: int) -> np.ndarray:
+    """The sorted rows of a seeded sample of ``sample`` out of ``count`` items (all when fewer).
+
+    Examples
+    --------
+    >>> sample_rows(5, 10, 0).tolist()
+    [0, 1, 2, 3, 4]
+    >>> len(sample_rows(1000, 10, 0)), bool((sample_rows(1000, 10, 0) == sample_rows(1000, 10, 0)).all())
+    (10, True)
+    """
+    if sample >= count:
+        return np.arange(count, dtype=np.int64)
+    chosen = np.random.default_rng([seed, count, 20261207]).choice(count, size=sample, replace=False)
+    return np.sort(chosen).astype(np.int64)
+
+
+def place_along_graph(
+    ids: np.ndarray,
+    distances: np.ndarray,
+    coordinates: np.ndarray,
+    placed: np.ndarray,
+    nearest: int = PLACE_NEAREST,
+    rounds: int = PLACE_ROUNDS,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions for the rows not ``placed`` yet, from their neighbours in a graph: ``(coordinates,
+    placed)``, both new arrays.
+
+    ``ids``/``distances`` (n, k) are each row's nearest other rows, sorted by distance (the store's
+    neighbour graph); ``coordinates`` (n, 2) holds the positions of the rows where ``placed`` (n,
+    bool) is true. Each round, every row not placed yet that has a placed neighbour lands at the mean
+    position of its ``nearest`` nearest placed neighbours, weighted by 1 / (distance + 10⁻⁶) (a near
+    copy lands on its original); only the rows placed in earlier rounds count, so the result does not
+    depend on the order of the rows. After ``rounds`` rounds, rows still unplaced (no path to a placed
+    row) stay unplaced: the caller places them otherwise.
+
+    Examples
+    --------
+    >>> ids = np.array([[1, 2], [0, 2], [1, 0], [2, 1]])
+    >>> distances = np.array([[1.0, 2.0], [1.0, 1.0], [1.0, 2.0], [1.0, 2.0]])
+    >>> xy = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=np.float32)
+    >>> out, done = place_along_graph(ids, distances, xy, np.array([True, True, False, False]), nearest=1)
+    >>> out.tolist(), done.tolist()
+    ([[0.0, 0.0], [4.0, 0.0], [4.0, 0.0], [4.0, 0.0]], [True, True, True, True])
+    """
+    out = np.array(coordinates, dtype=np.float32, copy=True)
+    done = np.array(placed, dtype=bool, copy=True)
+    out[~done] = 0.0
+    for _ in range(rounds):
+        waiting = np.flatnonzero(~done)
+        if waiting.size == 0:
+            break
+        known = done.copy()  # this round reads only rows placed before it
+        for start in range(0, waiting.size, _PLACE_BLOCK):
+            rows = waiting[start : start + _PLACE_BLOCK]
+            candidates = ids[rows]
+            usable = known[candidates]
+            usable &= np.cumsum(usable, axis=1) <= nearest
+            weights = np.where(usable, 1.0 / (np.asarray(distances[rows], np.float64) + 1e-6), 0.0)
+            total = weights.sum(axis=1)
+            found = total > 0
+            if not found.any():
+                continue
+            weights = weights[found] / total[found, None]
+            spots = out[candidates[found]].astype(np.float64)  # (m, k, 2)
+            out[rows[found]] = np.einsum("mk,mkc->mc", weights, spots).astype(np.float32)
+            done[rows[found]] = True
+        if done.sum() == known.sum():
+            break
+    return out, done

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,9 @@ from galleria.store.gallery_map import gallery_map  # noqa: E402
 from galleria.web import create_app  # noqa: E402
 from galleria.web.routes import map as map_routes  # noqa: E402
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
+)
 
 COUNT, LEVEL = 400, 40
 

@@ -57,7 +57,16 @@ def test_folder_filter_is_indexed_once_per_path_list() -> None:
     page = browse_gallery(labels, {"folder": "dog"}, per_page=4)
     assert page.total == 10 and page.paths == ["/g/dog/0.png", "/g/dog/3.png", "/g/dog/6.png", "/g/dog/9.png"]
     assert labels.folders() == {"cat": 20, "dog": 10}
-    assert browse_gallery(labels, {"folder": "dog", "name": "2"}).paths == ["/g/dog/12.png", "/g/dog/21.png", "/g/dog/24.png", "/g/dog/27.png"]
+    assert browse_gallery(labels, {"folder": "dog", "name": "2"}).paths == [
+        "/g/dog/12.png",
+        "/g/dog/21.png",
+        "/g/dog/24.png",
+        "/g/dog/27.png",
+    ]
     labels.paths = paths[:7]  # a narrowed list (the map's rectangle filter): counted again
-    assert labels.folders() == {"cat": 4, "dog": 3} and labels.paths_in("dog") == ["/g/dog/0.png", "/g/dog/3.png", "/g/dog/6.png"]
+    assert labels.folders() == {"cat": 4, "dog": 3} and labels.paths_in("dog") == [
+        "/g/dog/0.png",
+        "/g/dog/3.png",
+        "/g/dog/6.png",
+    ]
     assert browse_gallery(labels, {"name": "6"}).paths == ["/g/dog/6.png"]

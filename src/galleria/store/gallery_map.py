@@ -189,7 +189,11 @@ def _read_header(name: str, stream: Any, bound: int) -> tuple[dict[str, Any], in
         raise ValueError(f"map file {name!r}: header of {length} bytes exceeds {_HEADER_LIMIT}")
     header = load_json(stream.read(length), f"map file {name!r}")
     keys = {"format", "version", "state", "n", "method", "sha256"}
-    if not isinstance(header, dict) or set(header) - {"sampled"} != keys or header["format"] != "galleria-map":
+    if (
+        not isinstance(header, dict)
+        or set(header) - {"sampled"} != keys
+        or header["format"] != "galleria-map"
+    ):
         raise ValueError(
             f"map file {name!r}: the header must hold exactly the keys {sorted(keys)} (and 'sampled')"
         )
@@ -375,7 +379,7 @@ def gallery_map(
         path = map_file_for(store_file) if store_file is not None else _FILES.get(store)
     if held is not None and held.rows is rows and method in ("auto", held.result.method):
         return held.result
-    keys = fingerprints(rows, vectors)
+    keys = fingerprints(rows, vectors)  # type: ignore[arg-type]  # the store's path table: a Sequence[str]
     result = None
     if path is not None and os.path.lexists(path):
         result = _from_file(path, vectors, keys, store.space)

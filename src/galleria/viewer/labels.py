@@ -49,7 +49,7 @@ def common_folder(paths: Sequence[str]) -> str:
     if not all_plain(paths):
         return os.path.commonpath(list(paths))
     low, high = min(paths), max(paths)
-    prefix = os.path.commonprefix([low, high])
+    prefix = os.path.commonprefix([low, high])  # noqa: RUF071 - characters, cut at a "/" below
     size = len(prefix)
     if not all(len(end) == size or end[size] == "/" for end in (low, high)):
         prefix = prefix[: prefix.rfind("/")]

@@ -206,7 +206,9 @@ def map_router(
         state, value = current()
         if state != "ready":
             return pending(state, value)
-        return Response(json.dumps(_level(value, corners), separators=(",", ":")), media_type="application/json")
+        return Response(
+            json.dumps(_level(value, corners), separators=(",", ":")), media_type="application/json"
+        )
 
     @router.get("/api/map/item/{row}")
     def api_item(row: str) -> JSONResponse:
@@ -245,7 +247,7 @@ def _map_body(store: Any, labels: GalleryLabels) -> dict[str, Any]:
     names, index = point_labels(store, labels)
     count = points.shape[0]
     order = np.random.default_rng([count, 36]).permutation(count)  # which points show first
-    value = {
+    value: dict[str, Any] = {
         "points": points,
         "order": order,
         "ranked": np.ascontiguousarray(points[order].astype(np.int32)),
@@ -275,7 +277,10 @@ def _level(value: dict[str, Any], corners: tuple[int, int, int, int]) -> dict[st
     x_low, x_high = sorted((x0, x1))
     y_low, y_high = sorted((y0, y1))
     inside = np.flatnonzero(
-        (ranked[:, 0] >= x_low) & (ranked[:, 0] <= x_high) & (ranked[:, 1] >= y_low) & (ranked[:, 1] <= y_high)
+        (ranked[:, 0] >= x_low)
+        & (ranked[:, 0] <= x_high)
+        & (ranked[:, 1] >= y_low)
+        & (ranked[:, 1] <= y_high)
     )
     rows = np.sort(value["order"][inside[:MAP_LEVEL]])
     return {
@@ -292,7 +297,9 @@ def _groups_body(paths: Any, report: Any) -> bytes:
     row = {path: i for i, path in enumerate(paths)}
     rows: list[int] = []
     group: list[int] = []
-    for number, found in enumerate(getattr(report, "groups", ())):  # a DuplicateReport, shared with /duplicates
+    for number, found in enumerate(
+        getattr(report, "groups", ())
+    ):  # a DuplicateReport, shared with /duplicates
         for path in getattr(found, "paths", ()):
             if path in row:
                 rows.append(row[path])

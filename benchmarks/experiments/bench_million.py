@@ -139,7 +139,11 @@ def cli(name: str, *arguments: str, timeout: float = 3600) -> dict[str, Any]:
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
     seconds = time.perf_counter() - start
     answer: Any = None
-    for line in reversed(done.stdout.strip().splitlines()):
+    try:
+        answer = json.loads(done.stdout)
+    except ValueError:
+        pass
+    for line in [] if answer is not None else reversed(done.stdout.strip().splitlines()):
         try:
             answer = json.loads(line)
             break
@@ -389,15 +393,6 @@ def browse(address: str, work: Path, args: argparse.Namespace) -> dict[str, Any]
         api["upload ms"] = float(answer.json()["elapsed_ms"]) if answer.ok else f"{answer.status}"
         steps["api (server-side elapsed_ms)"] = api
 
-        def duplicates() -> None:
-            for _ in range(3600):  # the groups are found in the background; the page reloads itself
-                page.goto(address + "/duplicates", wait_until="load")
-                if not page.locator("#computing").count():
-                    return
-                page.wait_for_timeout(1000)
-
-        step("duplicates", duplicates, shot=True)
-
         def open_map() -> None:
             page.goto(address + "/map", wait_until="load")
             page.wait_for_selector("canvas#map[data-ready='1']", timeout=900_000)
@@ -427,6 +422,17 @@ def browse(address: str, work: Path, args: argparse.Namespace) -> dict[str, Any]
 
         step("map rectangle", select, shot=True)
         page.locator("#map-region").screenshot(path=str(work / "map region.png"))
+        def duplicates() -> None:
+            deadline = time.perf_counter() + args.duplicates_wait
+            while time.perf_counter() < deadline:  # found in the background; the page reloads itself
+                page.goto(address + "/duplicates", wait_until="load")
+                if not page.locator("#computing").count():
+                    return
+                page.wait_for_timeout(1000)
+            steps["duplicates still computing after (s)"] = args.duplicates_wait
+
+        step("duplicates", duplicates, shot=True)
+        step("duplicates page 2", lambda: page.goto(address + "/duplicates?page=2", wait_until="load"))
         browser.close()
     return {
         "steps_seconds": steps,
@@ -451,6 +457,7 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="keep the store and side files already in --work"
     )
+    parser.add_argument("--duplicates-wait", type=float, default=600, help="seconds the visit waits for /duplicates")
     parser.add_argument("--skip", nargs="*", default=[], help="steps of the day to leave out")
     args = parser.parse_args()
     if args.part == "build":

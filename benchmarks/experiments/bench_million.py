@@ -361,7 +361,10 @@ def browse(address: str, work: Path, args: argparse.Namespace) -> dict[str, Any]
         if not upload.exists():
             from PIL import Image
 
-            Image.new("RGB", (64, 48), (120, 60, 30)).save(upload)
+            noise = np.random.default_rng(8).normal(
+                0, 30, (48, 64, 3)
+            )  # not flat: a flat image embeds to zero
+            Image.fromarray(np.clip(np.array([120, 60, 30]) + noise, 0, 255).astype(np.uint8)).save(upload)
 
         def search_upload() -> None:
             page.goto(address + "/", wait_until="load")
@@ -390,7 +393,9 @@ def browse(address: str, work: Path, args: argparse.Namespace) -> dict[str, Any]
         picture = {"name": "upload.png", "mimeType": "image/png", "buffer": upload.read_bytes()}
         answer = page.request.post(address + "/api/search", multipart={"image": picture}, timeout=600_000)
         statuses[answer.status] = statuses.get(answer.status, 0) + 1
-        api["upload ms"] = float(answer.json()["elapsed_ms"]) if answer.ok else f"{answer.status}"
+        api["upload ms"] = (
+            float(answer.json()["elapsed_ms"]) if answer.ok else f"{answer.status} {answer.text()[:200]}"
+        )
         steps["api (server-side elapsed_ms)"] = api
 
         def open_map() -> None:
@@ -422,6 +427,7 @@ def browse(address: str, work: Path, args: argparse.Namespace) -> dict[str, Any]
 
         step("map rectangle", select, shot=True)
         page.locator("#map-region").screenshot(path=str(work / "map region.png"))
+
         def duplicates() -> None:
             deadline = time.perf_counter() + args.duplicates_wait
             while time.perf_counter() < deadline:  # found in the background; the page reloads itself
@@ -457,7 +463,9 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="keep the store and side files already in --work"
     )
-    parser.add_argument("--duplicates-wait", type=float, default=600, help="seconds the visit waits for /duplicates")
+    parser.add_argument(
+        "--duplicates-wait", type=float, default=600, help="seconds the visit waits for /duplicates"
+    )
     parser.add_argument("--skip", nargs="*", default=[], help="steps of the day to leave out")
     args = parser.parse_args()
     if args.part == "build":

@@ -15,17 +15,21 @@ import numpy as np
 
 from galleria._progress import Progress
 from galleria._validation import check_choice
+from galleria.distances import pairwise_distances
 
 __all__ = [
     "MAP_METHODS",
     "PLACE_GRAPH_K",
     "PLACE_NEAREST",
+    "PLACE_NEIGHBORS",
     "TSNE_PHASE",
     "TSNE_SAMPLE",
     "map_neighbors",
     "place_along_graph",
+    "place_points",
     "project_vectors",
     "sample_rows",
+    "sampled_map",
 ]
 
 #: ``auto``: t-SNE when openTSNE is installed (``galleria[map]``), else PCA.
@@ -36,6 +40,8 @@ TSNE_NEIGHBORS = 90
 TSNE_REPORT_EVERY = 50
 #: The phase t-SNE's optimisation reports to ``on_progress`` (iterations).
 TSNE_PHASE = "t-SNE"
+#: Mapped neighbours whose mean places an image added after the map was drawn.
+PLACE_NEIGHBORS = 5
 #: A larger gallery is mapped by t-SNE of a seeded sample of this many items; every other item is
 #: placed from its neighbours in the store's graph (:func:`place_along_graph`). 0: never sample.
 TSNE_SAMPLE = 100_000
@@ -256,3 +262,81 @@ def place_along_graph(
         if done.sum() == known.sum():
             break
     return out, done
+
+
+def place_points(
+    new: np.ndarray, mapped: np.ndarray, coordinates: np.ndarray, space: str, k: int = PLACE_NEIGHBORS
+) -> np.ndarray:
+    """Positions of the ``new`` vectors: the mean position of each one's ``k`` nearest ``mapped`` ones.
+
+    Works in blocks of rows, so memory stays near 64 MB whatever the sizes.
+
+    Examples
+    --------
+    >>> mapped = np.array([[0.0], [1.0], [10.0]])
+    >>> place_points(np.array([[0.4]]), mapped, np.array([[0.0, 0], [2, 2], [9, 9]]), "l2", k=2).tolist()
+    [[1.0, 1.0]]
+    """
+    new = np.asarray(new, dtype=np.float32)
+    mapped = np.asarray(mapped, dtype=np.float32)
+    if mapped.shape[0] == 0:
+        return np.zeros((new.shape[0], 2), np.float32)
+    nearest = min(k, mapped.shape[0])
+    out = np.empty((new.shape[0], 2), np.float32)
+    block = max(1, (1 << 24) // max(1, mapped.shape[0]))
+    for start in range(0, new.shape[0], block):
+        distances = pairwise_distances(new[start : start + block], mapped, space)
+        if nearest < mapped.shape[0]:
+            picked = np.argpartition(distances, nearest - 1, axis=1)[:, :nearest]
+        else:
+            picked = np.broadcast_to(np.arange(nearest), (distances.shape[0], nearest))
+        out[start : start + block] = coordinates[picked].mean(axis=1)
+    return out
+
+
+def sampled_map(
+    store: Any,
+    rows: object,
+    vectors: np.ndarray,
+    method: str,
+    seed: int,
+    sample: int,
+    on_progress: Progress | None,
+    threads: int = 1,
+) -> tuple[np.ndarray, int] | None:
+    """A large gallery's map: t-SNE of a seeded sample, the other rows placed along the store's
+    graph, ``(coordinates, sample size)``; None when the map is not sampled (small gallery, PCA,
+    no openTSNE, a space without a graph, or the gallery changed meanwhile)."""
+    count = vectors.shape[0]
+    if not sample or count <= sample or map_neighbors(store, rows, method, probe=True) is None:
+        return None
+    from galleria.index.neighbor_graph import build_graph
+    from galleria.store.graph import neighbor_graph
+
+    chosen = sample_rows(count, sample, seed)
+    subset = np.ascontiguousarray(vectors[chosen])
+    near, far, _ = build_graph(subset, min(TSNE_NEIGHBORS, sample - 1), store.space, on_progress=on_progress)
+    if store.space == "l2":
+        far = np.sqrt(np.maximum(far, 0.0))
+    laid, _ = project_vectors(
+        subset,
+        store.space,
+        method="tsne",
+        seed=seed,
+        threads=threads,
+        neighbors=(near, far),
+        on_progress=on_progress,
+    )
+    del near, far, subset
+    ids, distances = neighbor_graph(store, min(PLACE_GRAPH_K, count - 1), on_progress=on_progress)
+    if store._paths is not rows:
+        return None
+    start = np.zeros((count, 2), np.float32)
+    start[chosen] = laid
+    placed = np.zeros(count, dtype=bool)
+    placed[chosen] = True
+    coordinates, placed = place_along_graph(ids, distances, start, placed)
+    left = np.flatnonzero(~placed)
+    if left.size:  # no path along the graph to the sample: the nearest sampled vectors place it
+        coordinates[left] = place_points(vectors[left], vectors[chosen], laid, store.space)
+    return coordinates, int(sample)

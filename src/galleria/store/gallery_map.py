@@ -50,17 +50,14 @@ import numpy as np
 from galleria._files import atomic_stream, load_json, open_regular_file
 from galleria._validation import check_callback, check_choice
 from galleria._warnings import GalleriaWarning
-from galleria.distances import pairwise_distances
 from galleria.store._projection import (
     MAP_METHODS,
-    PLACE_GRAPH_K,
-    TSNE_NEIGHBORS,
     TSNE_PHASE,
     TSNE_SAMPLE,
     map_neighbors,
-    place_along_graph,
+    place_points,
     project_vectors,
-    sample_rows,
+    sampled_map,
 )
 from galleria.store.graph import _rows_and_vectors
 from galleria.store.store import InMemoryImageEmbeddingStore
@@ -85,8 +82,6 @@ _LENGTH = struct.Struct("<I")
 _HEADER_LIMIT = 1 << 16
 #: Largest absolute coordinate a map file may hold.
 _MAX_COORDINATE = 1e7
-#: Mapped neighbours whose mean places an image added after the map was drawn.
-PLACE_NEIGHBORS = 5
 #: Largest change of a row's vector check still taken as the image that was mapped.
 CHECK_TOLERANCE = 1e-3
 #: Bytes per item in a map file: key (8), vector check (4), x and y (4 each).
@@ -115,36 +110,6 @@ class GalleryMap:
     #: For a map of a large gallery: the size of the seeded sample t-SNE laid out (every other row
     #: placed from its neighbours in the store's graph); 0 when every row was projected.
     sampled: int = 0
-
-
-def place_points(
-    new: np.ndarray, mapped: np.ndarray, coordinates: np.ndarray, space: str, k: int = PLACE_NEIGHBORS
-) -> np.ndarray:
-    """Positions of the ``new`` vectors: the mean position of each one's ``k`` nearest ``mapped`` ones.
-
-    Works in blocks of rows, so memory stays near 64 MB whatever the sizes.
-
-    Examples
-    --------
-    >>> mapped = np.array([[0.0], [1.0], [10.0]])
-    >>> place_points(np.array([[0.4]]), mapped, np.array([[0.0, 0], [2, 2], [9, 9]]), "l2", k=2).tolist()
-    [[1.0, 1.0]]
-    """
-    new = np.asarray(new, dtype=np.float32)
-    mapped = np.asarray(mapped, dtype=np.float32)
-    if mapped.shape[0] == 0:
-        return np.zeros((new.shape[0], 2), np.float32)
-    nearest = min(k, mapped.shape[0])
-    out = np.empty((new.shape[0], 2), np.float32)
-    block = max(1, (1 << 24) // max(1, mapped.shape[0]))
-    for start in range(0, new.shape[0], block):
-        distances = pairwise_distances(new[start : start + block], mapped, space)
-        if nearest < mapped.shape[0]:
-            picked = np.argpartition(distances, nearest - 1, axis=1)[:, :nearest]
-        else:
-            picked = np.broadcast_to(np.arange(nearest), (distances.shape[0], nearest))
-        out[start : start + block] = coordinates[picked].mean(axis=1)
-    return out
 
 
 def fingerprints(paths: Sequence[str], vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -387,21 +352,7 @@ def gallery_map(
             result = None
     fresh = result is None or result.placed > 0
     if result is None:
-        sampled = _sampled_map(store, rows, vectors, method, seed, sample, on_progress)
-        if sampled is not None:
-            result = GalleryMap(_state(*keys), sampled[0], "tsne", 0, sampled[1])
-        else:
-            neighbors = map_neighbors(store, rows, method, on_progress)  # the store's graph, for t-SNE
-            coordinates, used = project_vectors(
-                vectors,
-                store.space,
-                method=method,
-                seed=seed,
-                threads=MAP_THREADS,
-                neighbors=neighbors,
-                on_progress=on_progress,
-            )
-            result = GalleryMap(_state(*keys), coordinates, used)
+        result = _computed(store, rows, vectors, _state(*keys), method, seed, sample, on_progress)
     if path is not None and fresh and write is not False:
         try:
             _write_map_file(path, keys, result)
@@ -416,48 +367,28 @@ def gallery_map(
     return result
 
 
-def _sampled_map(
+def _computed(
     store: InMemoryImageEmbeddingStore,
     rows: object,
     vectors: np.ndarray,
+    state: str,
     method: str,
     seed: int,
     sample: int,
     on_progress: Callable[[str, int, int], None] | None,
-) -> tuple[np.ndarray, int] | None:
-    """A large gallery's map: t-SNE of a seeded sample, the other rows placed along the store's
-    graph, ``(coordinates, sample size)``; None when the map is not sampled (small gallery, PCA,
-    no openTSNE, a space without a graph, or the gallery changed meanwhile)."""
-    count = vectors.shape[0]
-    if not sample or count <= sample or map_neighbors(store, rows, method, probe=True) is None:
-        return None
-    from galleria.index.neighbor_graph import build_graph
-    from galleria.store.graph import neighbor_graph
-
-    chosen = sample_rows(count, sample, seed)
-    subset = np.ascontiguousarray(vectors[chosen])
-    near, far, _ = build_graph(subset, min(TSNE_NEIGHBORS, sample - 1), store.space, on_progress=on_progress)
-    if store.space == "l2":
-        far = np.sqrt(np.maximum(far, 0.0))
-    laid, _ = project_vectors(
-        subset,
+) -> GalleryMap:
+    """The map drawn anew: sampled (a large gallery) or projected whole."""
+    sampled = sampled_map(store, rows, vectors, method, seed, sample, on_progress, MAP_THREADS)
+    if sampled is not None:
+        return GalleryMap(state, sampled[0], "tsne", 0, sampled[1])
+    neighbors = map_neighbors(store, rows, method, on_progress)  # the store's graph, for t-SNE
+    coordinates, used = project_vectors(
+        vectors,
         store.space,
-        method="tsne",
+        method=method,
         seed=seed,
         threads=MAP_THREADS,
-        neighbors=(near, far),
+        neighbors=neighbors,
         on_progress=on_progress,
     )
-    del near, far, subset
-    ids, distances = neighbor_graph(store, min(PLACE_GRAPH_K, count - 1), on_progress=on_progress)
-    if store._paths is not rows:
-        return None
-    start = np.zeros((count, 2), np.float32)
-    start[chosen] = laid
-    placed = np.zeros(count, dtype=bool)
-    placed[chosen] = True
-    coordinates, placed = place_along_graph(ids, distances, start, placed)
-    left = np.flatnonzero(~placed)
-    if left.size:  # no path along the graph to the sample: the nearest sampled vectors place it
-        coordinates[left] = place_points(vectors[left], vectors[chosen], laid, store.space)
-    return coordinates, int(sample)
+    return GalleryMap(state, coordinates, used)

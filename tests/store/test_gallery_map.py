@@ -230,3 +230,45 @@ def test_the_tsne_map_stands_on_the_stores_neighbour_graph(
     spread = max(float(np.linalg.norm(points[labels == c] - centres[c], axis=1).mean()) for c in range(4))
     gaps = [float(np.linalg.norm(a - b)) for i, a in enumerate(centres) for b in centres[i + 1 :]]
     assert min(gaps) > 2 * spread
+
+
+def test_a_large_gallery_is_mapped_from_a_sample_and_placed_along_the_graph(tmp_path: Path) -> None:
+    """Issue 36: above ``sample`` images, t-SNE lays out a seeded sample; the others are placed from
+    their graph neighbours, near their cluster; the same map every time; the file records the sample."""
+    need("openTSNE")
+    count, sample = 400, 120
+    store = _store(count, dim=6)
+    result = gallery_map(store, sample=sample)
+    assert result.method == "tsne" and result.sampled == sample and result.coordinates.shape == (count, 2)
+    assert np.isfinite(result.coordinates).all()
+    labels = np.arange(count) % 4
+    points = result.coordinates
+    centres = np.array([points[labels == c].mean(axis=0) for c in range(4)])
+    nearest_centre = np.argmin(((points[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+    assert np.mean(nearest_centre == labels) > 0.95  # placed points land with their cluster
+    again = gallery_map(_store(count, dim=6), sample=sample)
+    assert np.array_equal(again.coordinates, points)  # seeded: the same map
+    store_file = tmp_path / "s.safetensors"
+    kept = gallery_map(_store(count, dim=6), sample=sample, store_file=store_file)
+    assert module.read_map_header(map_file_for(store_file), count)["sampled"] == sample
+    read = gallery_map(_store(count, dim=6), store_file=store_file)  # read back, not recomputed
+    assert read.sampled == sample and np.array_equal(read.coordinates, kept.coordinates)
+    full = gallery_map(_store(count, dim=6), sample=0, method="pca")
+    assert full.sampled == 0
+    with pytest.raises(ValueError, match="sample"):
+        gallery_map(store, sample=-1)
+
+
+def test_a_map_file_claiming_a_sample_larger_than_its_items_is_refused(tmp_path: Path) -> None:
+    store = _store(20)
+    store_file = tmp_path / "s.safetensors"
+    gallery_map(store, method="pca", store_file=store_file)
+    side = Path(map_file_for(store_file))
+    data = side.read_bytes()
+    (length,) = struct.unpack("<I", data[14:18])
+    header = json.loads(data[18 : 18 + length])
+    header["sampled"] = 21
+    encoded = json.dumps(header, sort_keys=True).encode()
+    side.write_bytes(data[:14] + struct.pack("<I", len(encoded)) + encoded + data[18 + length :])
+    with pytest.raises(ValueError, match="sampled must be an int in"):
+        read_map_file(side, 20)

@@ -115,7 +115,9 @@ def test_the_map_colours_by_duplicate_group(
     body = _ready(client, "/api/map/groups")
     paths = gallery[1].paths
     original, copy = paths.index(str(gallery[0] / "red" / "0 #?.png")), len(paths) - 1
-    assert body["groups"] >= 1 and body["group"][original] == body["group"][copy] >= 0
+    group = dict(zip(body["rows"], body["group"], strict=True))  # only the rows in a group are sent
+    assert body["groups"] >= 1 and group[original] == group[copy] >= 0
+    assert len(body["rows"]) < len(paths) and all(0 <= g < body["groups"] for g in body["group"])
 
 
 # The duplicates view -------------------------------------------------------------------------------
@@ -373,3 +375,47 @@ def test_a_real_report_shows_its_label_summary(
     one = client.get("/eval/0").text  # the recorded lists link to the full-size view too
     links = re.findall(r'<a class="view-link" href="([^"]+)"', one)
     assert links and all(client.get(link).status_code == 200 for link in links[:3])
+
+
+def test_a_large_map_is_sent_in_levels(
+    gallery: tuple[Path, InMemoryImageEmbeddingStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: a map of more points than one answer holds sends a seeded sample of them, and a
+    rectangle's points (all of them once few enough lie inside), never every point at once."""
+    from galleria.web.routes import map as map_routes
+
+    monkeypatch.setattr(map_routes, "MAP_LEVEL", 10)
+    client = TestClient(create_app(gallery[1], store_name="s.safetensors"))
+    body = _ready(client, "/api/map")
+    assert body["n"] == 25 and body["shown"] == 10 == len(body["rows"]) == len(body["label"])
+    assert len(body["xy"]) == 20 and body["rows"] == sorted(body["rows"])
+    again = TestClient(create_app(gallery[1], store_name="s.safetensors"))
+    assert _ready(again, "/api/map")["rows"] == body["rows"]  # the same sample every time
+    whole = client.get("/api/map/view?x0=0&y0=0&x1=65535&y1=65535").json()
+    assert whole["total"] == 25 and whole["rows"] == body["rows"] and whole["xy"] == body["xy"]
+    # a rectangle around a few of the points: every point inside is sent
+    every = client.get("/api/map/region?x0=0&y0=0&x1=65535&y1=65535&page=1").json()
+    assert every["total"] == 25
+    x, y = body["xy"][0], body["xy"][1]
+    corners = (max(0, x - 3000), max(0, y - 3000), min(65535, x + 3000), min(65535, y + 3000))
+    query = "x0={}&y0={}&x1={}&y1={}".format(*corners)
+    near = client.get("/api/map/view?" + query).json()
+    listed = client.get("/api/map/region?" + query).json()
+    assert near["total"] == listed["total"] <= 10 and near["shown"] == near["total"]
+    assert set(near["rows"]) == {entry["row"] for entry in listed["items"]}
+    for i, row in enumerate(near["rows"]):
+        px, py = near["xy"][2 * i], near["xy"][2 * i + 1]
+        assert corners[0] <= px <= corners[2] and corners[1] <= py <= corners[3], row
+    assert client.get("/api/map/view?x0=0&y0=0&x1=5").status_code == 400
+
+
+def test_the_map_level_takes_the_first_points_of_its_order() -> None:
+    from galleria.web.routes.map import MAP_LEVEL, _level
+
+    points = np.array([[0, 0], [10, 10], [20, 20], [30, 30]], dtype=np.int64)
+    order = np.array([2, 0, 3, 1])
+    value = {"points": points, "order": order, "ranked": points[order], "label": np.array([5, 6, 7, 8])}
+    everything = _level(value, (0, 0, 65535, 65535))
+    assert everything["rows"] == [0, 1, 2, 3] and everything["total"] == 4 and MAP_LEVEL >= 4
+    inside = _level(value, (5, 5, 25, 25))
+    assert inside == {"total": 2, "shown": 2, "rows": [1, 2], "label": [6, 7], "xy": [10, 10, 20, 20]}

@@ -9,7 +9,9 @@ import time
 from typing import Any
 
 from galleria.cli._common import add_command, print_json
+from galleria.cli._parse import parse_int
 from galleria.cli._store_options import add_load_options, load_store
+from galleria.store import TSNE_SAMPLE
 
 __all__ = ["add_parser", "run"]
 
@@ -40,6 +42,13 @@ def add_parser(subparsers: Any) -> None:
         "--method", default="auto", choices=("auto", "tsne", "pca"), help="projection (default: auto)"
     )
     parser.add_argument("--rebuild", action="store_true", help="draw the map anew even if STORE.map holds it")
+    parser.add_argument(
+        "--sample",
+        default=None,
+        metavar="N",
+        help=f"t-SNE of a larger gallery lays out a seeded sample of N images and places the others from "
+        f"their neighbours in the store's graph (default: {TSNE_SAMPLE}; 0: t-SNE of every image)",
+    )
     add_load_options(parser)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(run=run)
@@ -52,13 +61,16 @@ def run(args: argparse.Namespace) -> int:
     from galleria._progress import PhaseProgress
     from galleria.store.gallery_map import MAP_UNITS, gallery_map, map_file_for
 
+    sample = None if args.sample is None else parse_int("--sample", args.sample, minimum=0)
     store = load_store(args, args.store)
     side = map_file_for(args.store)
     if args.rebuild and os.path.exists(side):
         os.remove(side)
     start = time.perf_counter()
     with PhaseProgress("map", MAP_UNITS, enabled=not args.json) as reporter:  # graph, then t-SNE
-        result = gallery_map(store, method=args.method, store_file=args.store, on_progress=reporter)
+        result = gallery_map(
+            store, method=args.method, store_file=args.store, sample=sample, on_progress=reporter
+        )
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_bytes = int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
@@ -66,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         "images": len(store),
         "method": result.method,
         "placed": result.placed,
+        "sampled": result.sampled,
         "seconds": round(seconds, 3),
         "peak_rss_bytes": peak_bytes,
         "file": side,
@@ -74,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(figures)
     else:
         placed = f", {result.placed} placed from their neighbours" if result.placed else ""
+        if result.sampled:
+            placed += f", t-SNE of a sample of {result.sampled}, the others placed along the graph"
         print(
             f"map of {len(store)} images ({result.method}{placed}) in {seconds:.1f} s, "
             f"peak memory {peak_bytes / 2**20:.0f} MiB: {side}"

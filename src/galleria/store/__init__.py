@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from galleria.images.reading import ImageReadError, read_rgb
 from galleria.store._checks import check_embedder_dim, resolve_index
+from galleria.store._projection import TSNE_SAMPLE
 from galleria.store._snapshot import (
     GallerySnapshot,
     gallery_state,
@@ -21,6 +22,7 @@ from galleria.store.candidate import Candidate
 from galleria.store.store import InMemoryImageEmbeddingStore
 
 __all__ = [
+    "TSNE_SAMPLE",
     "Candidate",
     "GallerySnapshot",
     "ImageReadError",

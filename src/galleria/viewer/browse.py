@@ -91,12 +91,13 @@ def browse_gallery(
         raise ValueError(f"name must be at most {MAX_NAME_FILTER} characters, got {len(name)}")
     page = _page_number(params.get("page"))
     needle = name.casefold()
-    chosen = [
-        path
-        for path in labels.paths
-        if (not folder or labels.label_of(path) == folder)
-        and (not needle or needle in labels.relative(path).casefold())
-    ]
+    chosen: list[str] = labels.paths_in(folder) if folder else labels.paths  # indexed once, not scanned
+    if needle:
+        chosen = [
+            path
+            for path, folded in zip(labels.paths, labels.folded(), strict=True)
+            if needle in folded and (not folder or labels.label_of(path) == folder)
+        ]
     pages = max(1, -(-len(chosen) // per_page))
     page = min(page, pages)
     start = (page - 1) * per_page

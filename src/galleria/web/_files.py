@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import IO
 
 from galleria.store import is_url
+from galleria.viewer.labels import all_plain, common_folder
 
 __all__ = ["GalleryFiles", "NotServedError", "gallery_root"]
 
@@ -58,10 +59,10 @@ start galleria serve with --root FOLDER (create_app(root=...)) to name the folde
     hint = "start galleria serve with --root FOLDER (create_app(root=...)) to name the folder to serve"
     if not paths:
         raise ValueError(f"the store holds no image; {hint}")
-    relative = next((path for path in paths if not os.path.isabs(path)), None)
+    relative = None if all_plain(paths) else next((path for path in paths if not os.path.isabs(path)), None)
     if relative is not None:
         raise ValueError(f"the store holds a relative path ({relative!r}); {hint}")
-    folder = os.path.dirname(paths[0]) if len(paths) == 1 else os.path.commonpath(list(paths))
+    folder = os.path.dirname(paths[0]) if len(paths) == 1 else common_folder(paths)
     if os.path.dirname(folder) == folder:  # '/' (or a drive's root)
         other = next((p for p in paths[1:] if os.path.commonpath([paths[0], p]) == folder), None)
         example = f"{paths[0]!r}" + ("" if other is None else f" and {other!r}")

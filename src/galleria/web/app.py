@@ -217,8 +217,9 @@ def create_app(
     # the re-ranking defaults are read from the served gallery, again for every request.
     initial = SearchSettings.from_mapping({}, defaults, store=store)
     pool = WorkerPool(workers, request_timeout)
-    files = GalleryFiles(store.paths, root)
-    labels = ServedLabels(store.paths, None if root is None else os.path.abspath(os.fspath(root)))
+    paths = store.paths  # one list of a million paths, not one per use
+    files = GalleryFiles(paths, root)
+    labels = ServedLabels(paths, None if root is None else os.path.abspath(os.fspath(root)))
     hosts = None if allowed_hosts is None else normalise_hosts(allowed_hosts)
     draft = draft_size_for(store.embedder)
     decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)  # every decode of a gallery image

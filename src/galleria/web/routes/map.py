@@ -2,13 +2,20 @@
 
 ``GET /api/map`` answers 202 (``{"status": "computing"}``) while the map is being computed in the
 background (:func:`galleria.store.gallery_map.gallery_map`, once per gallery, read from ``STORE.map``
-when it is there), then the points: ``{"n", "method", "placed", "labels": [names], "label": [index
-per point], "xy": [x0, y0, x1, y1, ...]}`` with coordinates scaled to integers in [0, 65535] (one
-scale for both axes), in store order. ``GET /api/map/groups`` colours by duplicate group (``{"groups",
-"group": [index or -1 per point]}``, 202 while computing). ``GET /api/map/item/{row}`` names one
-point's image; ``GET /api/map/region?x0=&y0=&x1=&y1=&page=`` lists the images inside a rectangle
-(map units), a page of :data:`REGION_PAGE_SIZE` at a time. The same rectangle filters the browse
-grid, ``/?map=x0,y0,x1,y1`` (:func:`parse_rectangle`, :func:`rows_inside`); the map page links there.
+when it is there), then the map's first level: ``{"n", "method", "placed", "sampled", "labels":
+[names], "shown", "rows": [store row per point], "label": [index per point], "xy": [x0, y0, x1, y1,
+...]}`` with coordinates scaled to integers in [0, 65535] (one scale for both axes). A map of at most
+:data:`MAP_LEVEL` points sends them all (``rows`` is then 0..n-1); a larger one sends a seeded sample
+of that many, the same every time (rows in store order), so the page never receives a million points
+at once. ``GET /api/map/view?x0=&y0=&x1=&y1=`` answers the points of a rectangle (map units) the same
+way, ``{"total", "shown", "rows", "label", "xy"}``: all of them when at most :data:`MAP_LEVEL` lie
+inside, else the first :data:`MAP_LEVEL` of that same seeded order — zooming in shows more and more
+of the points, down to every one. ``GET /api/map/groups`` colours by duplicate group, only the rows in
+a group (``{"groups", "rows", "group"}``, largest group first; 202 while computing).
+``GET /api/map/item/{row}`` names one point's image; ``GET /api/map/region?x0=&y0=&x1=&y1=&page=``
+lists the images inside a rectangle (map units), a page of :data:`REGION_PAGE_SIZE` at a time. The
+same rectangle filters the browse grid, ``/?map=x0,y0,x1,y1`` (:func:`parse_rectangle`,
+:func:`rows_inside`); the map page links there.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from galleria.web._background import Background
 from galleria.web._items import url_link
 
 __all__ = [
+    "MAP_LEVEL",
     "MAP_SCALE",
     "REGION_PAGE_SIZE",
     "item_of",
@@ -43,6 +51,8 @@ __all__ = [
 MAP_SCALE = 65535
 #: Images listed per page of a region.
 REGION_PAGE_SIZE = 48
+#: Most points one answer of the map sends (the whole map's level, or one rectangle's).
+MAP_LEVEL = 40_000
 
 
 def point_labels(store: Any, labels: GalleryLabels) -> tuple[list[str], list[int]]:
@@ -174,18 +184,32 @@ def map_router(
             return pending(state, value)
         return Response(value["body"], media_type="application/json", headers={"Cache-Control": "no-cache"})
 
+    answered: dict[str, Any] = {}
+
     @router.get("/api/map/groups")
     def api_groups() -> Response:
-        """Each point's duplicate group (-1: none), largest group first (202 while computing)."""
+        """The rows in a duplicate group and each one's group, largest group first (202 while computing)."""
         state, value = background.get(("duplicates", len(store), None), lambda: _groups(store, None))
         if state != "ready":
             return pending(state, value)
-        row = {path: i for i, path in enumerate(store.paths)}
-        group = [-1] * len(row)
-        for number, found in enumerate(value.groups):  # a DuplicateReport, shared with /duplicates
-            for path in found.paths:
-                group[row[path]] = number
-        return JSONResponse({"groups": len(value.groups), "group": group})
+        if answered.get("report") is not value:  # once per report, not per request
+            answered["body"] = _groups_body(labels.paths, value)
+            answered["report"] = value
+        return Response(answered["body"], media_type="application/json")
+
+    @router.get("/api/map/view")
+    def api_view(request: Request) -> Response:
+        """The points inside a rectangle of the map: all, or the first :data:`MAP_LEVEL` of a seeded order."""
+        try:
+            corners, _ = _region_request(request.query_params)
+        except ValueError as error:
+            return JSONResponse({"detail": str(error)}, status_code=400)
+        state, value = current()
+        if state != "ready":
+            return pending(state, value)
+        return Response(
+            json.dumps(_level(value, corners), separators=(",", ":")), media_type="application/json"
+        )
 
     @router.get("/api/map/item/{row}")
     def api_item(row: str) -> JSONResponse:
@@ -194,7 +218,7 @@ def map_router(
             number = _integer("row", row)
         except ValueError as error:
             return JSONResponse({"detail": str(error)}, status_code=400)
-        paths = store.paths
+        paths = labels.paths
         if number >= len(paths):
             return JSONResponse({"detail": f"no point {number} on this map"}, status_code=404)
         return JSONResponse({"row": number, **item_of(labels, paths[number])})
@@ -209,27 +233,80 @@ def map_router(
         state, value = current()
         if state != "ready":
             return pending(state, value)
-        return JSONResponse(_region_page(value["points"], corners, page, store.paths, labels))
+        return JSONResponse(_region_page(value["points"], corners, page, labels.paths, labels))
 
     return router
 
 
 def _map_body(store: Any, labels: GalleryLabels) -> dict[str, Any]:
-    """The map's points (scaled) and the JSON body ``/api/map`` sends (computed once per gallery)."""
+    """The map's points (scaled), their seeded order and labels, and the JSON body ``/api/map`` sends
+    (computed once per gallery)."""
     from galleria.store.gallery_map import gallery_map
 
     result = gallery_map(store)
     points = scaled(result.coordinates)
     names, index = point_labels(store, labels)
+    count = points.shape[0]
+    order = np.random.default_rng([count, 36]).permutation(count)  # which points show first
+    value: dict[str, Any] = {
+        "points": points,
+        "order": order,
+        "ranked": np.ascontiguousarray(points[order].astype(np.int32)),
+        "label": np.asarray(index, dtype=np.int32),
+    }
+    whole = _level(value, (0, 0, MAP_SCALE, MAP_SCALE))
     body = {
-        "n": len(index),
+        "n": count,
         "method": result.method,
         "placed": result.placed,
+        "sampled": result.sampled,
         "labels": names,
-        "label": index,
-        "xy": points.reshape(-1).tolist(),
+        "shown": whole["shown"],
+        "rows": whole["rows"],
+        "label": whole["label"],
+        "xy": whole["xy"],
     }
-    return {"points": points, "body": json.dumps(body, separators=(",", ":")).encode()}
+    value["body"] = json.dumps(body, separators=(",", ":")).encode()
+    return value
+
+
+def _level(value: dict[str, Any], corners: tuple[int, int, int, int]) -> dict[str, Any]:
+    """The points inside ``corners`` a map answer sends: all of them, or the first :data:`MAP_LEVEL`
+    of the map's seeded order, in store order."""
+    ranked = value["ranked"]
+    x0, y0, x1, y1 = corners
+    x_low, x_high = sorted((x0, x1))
+    y_low, y_high = sorted((y0, y1))
+    inside = np.flatnonzero(
+        (ranked[:, 0] >= x_low)
+        & (ranked[:, 0] <= x_high)
+        & (ranked[:, 1] >= y_low)
+        & (ranked[:, 1] <= y_high)
+    )
+    rows = np.sort(value["order"][inside[:MAP_LEVEL]])
+    return {
+        "total": int(inside.size),
+        "shown": int(rows.size),
+        "rows": rows.tolist(),
+        "label": value["label"][rows].tolist(),
+        "xy": value["points"][rows].reshape(-1).tolist(),
+    }
+
+
+def _groups_body(paths: Any, report: Any) -> bytes:
+    """``/api/map/groups``' answer for a duplicate report: the rows in a group, and their groups."""
+    row = {path: i for i, path in enumerate(paths)}
+    rows: list[int] = []
+    group: list[int] = []
+    for number, found in enumerate(
+        getattr(report, "groups", ())
+    ):  # a DuplicateReport, shared with /duplicates
+        for path in getattr(found, "paths", ()):
+            if path in row:
+                rows.append(row[path])
+                group.append(number)
+    body = {"groups": len(getattr(report, "groups", ())), "rows": rows, "group": group}
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _region_request(params: Any) -> tuple[tuple[int, int, int, int], int]:

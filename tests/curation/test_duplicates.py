@@ -260,6 +260,10 @@ def test_best_keeps_the_most_pixels_then_bytes_then_the_oldest(tmp_path: Path) -
         and "oldest file (1970-01-01 00:00:01 vs 1970-01-01 00:00:02 UTC)" in group.kept_because
     )
     assert duplicate_groups(store, threshold=0.01, check=False, keep="oldest")[0].keep == str(a)
+    os.utime(b, ns=(1, 1_000_000_500))  # half a microsecond younger: the same second, told apart
+    group = duplicate_groups(store, threshold=0.01, check=False)[0]
+    told = "oldest file (1970-01-01 00:00:01.000000000 vs 1970-01-01 00:00:01.000000500 UTC)"
+    assert group.keep == str(a) and told in group.kept_because
 
 
 def test_a_url_or_a_missing_file_never_wins_over_a_local_file(tmp_path: Path) -> None:

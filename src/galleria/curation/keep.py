@@ -91,12 +91,14 @@ def keep_order(rows: np.ndarray, paths: Sequence[str], rule: str, facts: dict[in
     return np.array(ranked, dtype=np.int64)
 
 
-def _when(ns: int | None) -> str:
+def _when(ns: int | None, *, fine: bool = False) -> str:
     import datetime
 
     if ns is None:
         return "unknown"
-    return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    when = datetime.datetime.fromtimestamp(ns // 1_000_000_000, tz=datetime.timezone.utc)
+    text = when.strftime("%Y-%m-%d %H:%M:%S")
+    return f"{text}.{ns % 1_000_000_000:09d}" if fine else text
 
 
 def kept_because(rule: str, kept: FileFacts, runner_up: FileFacts) -> str:
@@ -122,5 +124,8 @@ def kept_because(rule: str, kept: FileFacts, runner_up: FileFacts) -> str:
         return f"largest pixel count ({kept.width}×{kept.height} vs {other})"
     if kept.mtime_ns != runner_up.mtime_ns:
         prefix = "" if rule == "oldest" else "same pixel count and bytes, "
-        return f"{prefix}oldest file ({_when(kept.mtime_ns)} vs {_when(runner_up.mtime_ns)} UTC)"
+        older, newer = _when(kept.mtime_ns), _when(runner_up.mtime_ns)
+        if older == newer:  # within one second: the difference is in the fraction
+            older, newer = _when(kept.mtime_ns, fine=True), _when(runner_up.mtime_ns, fine=True)
+        return f"{prefix}oldest file ({older} vs {newer} UTC)"
     return "all else equal: the first path"
